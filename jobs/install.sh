@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up this project from nothing: system packages (when root), .venv with the Python dependencies,
+# and pillow-simd swapped in for stock Pillow as the very last step (torchvision depends on stock
+# Pillow, so any later `pip install` that touches torchvision may put it back: rerun this script).
+#
+#   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
+#   bash jobs/install.sh --dev    plus pytest, matplotlib, and slurm-wlm + munge for the cluster tests
+#
+# Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[[ "${1:-}" == "--dev" ]] && dev=1
+python=${PYTHON:-python3}
+packages=(libjpeg62-turbo-dev zlib1g-dev gcc)   # pillow-simd compiles against these
+(( dev )) && packages+=(slurm-wlm munge)
+
+if command -v dpkg-query >/dev/null; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if (( ${#missing[@]} )); then
+    if [[ $(id -u) == 0 ]]; then
+      echo "install.sh: apt-get install ${missing[*]}"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+      echo "install.sh: missing Debian packages ${missing[*]}; ask an admin, or load modules that provide" \
+           "the libjpeg-turbo and zlib headers" >&2
+      exit 1
+    fi
+  fi
+fi
+
+[[ -x .venv/bin/python ]] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+if (( dev )); then "${pip[@]}" install -e ".[test]"; else "${pip[@]}" install -e .; fi
+
+simd_installed() {
+  .venv/bin/python -c "import sys; from shards.resources import pil_build; sys.exit(0 if pil_build()[1] else 1)"
+}
+if ! simd_installed; then
+  echo "install.sh: replacing stock Pillow with pillow-simd (compiles from source, about 2 minutes the first time)"
+  "${pip[@]}" uninstall -y pillow pillow-simd >/dev/null 2>&1 || true
+  cc="cc"
+  grep -qw avx2 /proc/cpuinfo && cc="cc -mavx2"
+  CC="$cc" "${pip[@]}" install --no-binary pillow-simd "pillow-simd>=9.0"
+fi
+simd_installed || { echo "install.sh: pillow-simd did not end up as the PIL that imports" >&2; exit 1; }
+.venv/bin/python -c "from shards.resources import pil_build; print('install.sh: ready;', pil_build()[0])"

@@ -1,0 +1,431 @@
+"""Build the shards: lock, idempotence, scatter (one pass over the source), deal, write, manifest.
+
+    source --(main process reads, pool checks/normalises)--> spill buckets in DEST/.prepare-tmp
+    spill buckets --(deal_into_shards)--> DEST/{train,val}/*.tar, each written to a temporary name,
+    fsynced and renamed --> DEST/manifest.json, written last: the completion marker.
+
+A run killed at any moment leaves no manifest; the next run removes what it left and starts
+again, and since every byte depends only on (source, options), it writes the same shards.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import multiprocessing
+import os
+import re
+import resource
+import shutil
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from prepare.images import BadImage, Prepared, prepare_image
+from prepare.shuffle import bucket_of, deal_into_shards, shard_count
+from prepare.sources import Item, Source, SourceError, detect_layout, fingerprint, open_source
+from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
+from shards.manifest import (
+    DatasetNotReady, Manifest, ShardInfo, SplitInfo, find_damage, fsync_dir, manifest_path, read_manifest,
+    write_manifest,
+)
+from shards.progress import Progress
+from shards.resources import log_pil_build
+
+log = logging.getLogger("prepare")
+
+MB = 1 << 20
+BATCH = 32  # images per task sent to a worker: large enough to amortise the IPC, small enough to stream
+SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")
+
+
+class PrepareError(RuntimeError):
+    """A refusal or failure whose message tells the user what to do."""
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    source: Path
+    dest: Path
+    seed: int = 0
+    shard_size_mb: float = 200.0
+    resize: int | None = None  # longer side at most this many pixels
+    quality: int = 90  # JPEG quality of re-encoded images
+    skip_bad: bool = False
+    force: bool = False
+    workers: int = 1
+    progress_interval: float = 10.0
+
+    def output_options(self) -> dict:
+        """The options that decide the bytes of the shards (a re-run must match them)."""
+        return {"seed": self.seed, "shard_size_mb": self.shard_size_mb, "resize": self.resize,
+                "quality": self.quality, "skip_bad": self.skip_bad}
+
+
+def prepare(config: PrepareConfig) -> Manifest:
+    """Prepare the dataset at config.dest, or verify the one already there. Returns its manifest."""
+    log_pil_build(log)
+    source_root, dest = config.source.resolve(), config.dest.resolve()
+    check_dest_outside_source(source_root, dest)
+    identity = {"source": fingerprint(source_root, detect_layout(source_root)),
+                "options": config.output_options()}
+    make_dest(dest)
+    with exclusive_lock(dest):
+        existing = verified_existing(dest, identity, config.force)
+        if existing is not None:
+            return existing
+        remove_incomplete(dest)
+        source = open_source(source_root)
+        check_free_space(dest, source, config)
+        manifest = build(source, dest, config, identity)
+        write_manifest(dest, manifest)
+        shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+    log_summary(dest, manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------- refusals and idempotence
+
+def check_dest_outside_source(source: Path, dest: Path) -> None:
+    if dest == source or source in dest.parents:
+        raise PrepareError(f"--dest {dest} is inside --source {source}: choose node-local disk "
+                           "outside the source, e.g. $SLURM_TMPDIR/imagenet")
+
+
+def make_dest(dest: Path) -> None:
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        for split in SPLITS:
+            (dest / split).mkdir(exist_ok=True)
+    except OSError as exn:
+        raise PrepareError(f"cannot create --dest {dest}: {exn.strerror}. Choose a writable directory.") from None
+
+
+@contextmanager
+def exclusive_lock(dest: Path):
+    """One prepare per destination: the others wait here, then find the manifest and verify it."""
+    with open(dest / LOCK_NAME, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another prepare is writing %s; waiting for it to finish", dest)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def verified_existing(dest: Path, identity: dict, force: bool) -> Manifest | None:
+    """The manifest of a complete dataset made from the same source and options, else None.
+
+    Refuses (unless --force) to replace a dataset made with other options or found damaged; with
+    --force, removes its manifest first so nothing mistakes the rebuild for complete.
+    """
+    try:
+        manifest = read_manifest(dest)
+    except DatasetNotReady:
+        return None
+    old = {"source": manifest.source, "options": manifest.options}
+    problems = find_damage(dest, manifest) if old == identity else []
+    if old == identity and not problems:
+        log.info("%s already holds this dataset (%d train + %d val samples, %d shards verified); nothing to do",
+                 dest, manifest.splits["train"].samples, manifest.splits["val"].samples,
+                 sum(len(s.shards) for s in manifest.splits.values()))
+        return manifest
+    if not force:
+        if problems:
+            reason = "is damaged: " + "; ".join(problems[:3])
+        else:
+            reason = "was prepared differently: " + "; ".join(describe_difference(old, identity))
+        raise PrepareError(f"{dest} {reason}. Rerun with --force to replace it, or choose another --dest.")
+    log.warning("--force: replacing the dataset in %s", dest)
+    manifest_path(dest).unlink()
+    fsync_dir(dest)
+    return None
+
+
+def describe_difference(old: dict, new: dict) -> list[str]:
+    diffs = []
+    for group in ("options", "source"):
+        for name in sorted(set(old[group]) | set(new[group])):
+            if old[group].get(name) != new[group].get(name):
+                diffs.append(f"{name} was {old[group].get(name)!r}, now {new[group].get(name)!r}")
+    return diffs
+
+
+def remove_incomplete(dest: Path) -> None:
+    """Remove what an interrupted run left: shards, spill files. Refuses to touch foreign files."""
+    for split in SPLITS:
+        foreign = [p.name for p in (dest / split).iterdir() if not SHARD_FILE.match(p.name)]
+        if foreign:
+            raise PrepareError(f"{dest / split} holds files prepare did not write ({foreign[:3]}): "
+                               "choose an empty --dest")
+    for split in SPLITS:
+        for path in (dest / split).iterdir():
+            path.unlink()
+    shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+
+
+def check_free_space(dest: Path, source: Source, config: PrepareConfig) -> None:
+    """Shards take about the source's size; spill files are removed as shards are written."""
+    need = int(sum(source.split_bytes(s) for s in SPLITS) * 1.05 + 4 * config.shard_size_mb * MB)
+    free = shutil.disk_usage(dest).free
+    if free < need:
+        raise PrepareError(f"{dest} has {free / 1e9:.1f} GB free; prepare needs about {need / 1e9:.1f} GB "
+                           "(the size of the source). Free space, choose another --dest, or use --resize.")
+
+
+# ---------------------------------------------------------------- the build
+
+@dataclass
+class SplitResult:
+    buckets: list[list[str]]
+    converted: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    source_bytes: int = 0
+
+
+def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+    start = time.monotonic()
+    raise_open_file_limit()
+    context = multiprocessing.get_context("forkserver")
+    splits, converted, skipped, source_bytes = {}, {}, {}, 0
+    with context.Pool(config.workers) if config.workers > 1 else nullpool() as pool:
+        for split in SPLITS:
+            work = dest / WORK_DIR_NAME / split
+            work.mkdir(parents=True)
+            num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
+            result = scatter(source, split, num_buckets, work, config, pool)
+            shards = deal_into_shards(result.buckets, config.seed)
+            infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
+            splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
+            converted |= result.converted
+            skipped |= result.skipped
+            source_bytes += result.source_bytes
+    elapsed = time.monotonic() - start
+    samples = sum(s.samples for s in splits.values())
+    stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
+             "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
+             "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
+    return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
+                    splits=splits, converted=converted, skipped=skipped, stats=stats)
+
+
+@contextmanager
+def nullpool():
+    yield None
+
+
+def raise_open_file_limit() -> None:
+    """One spill file per shard stays open while the source streams (700 for ImageNet's train)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
+    """Stream the split once: check each image (in the pool) and append it to its spill bucket."""
+    classes = source.class_index()
+    result = SplitResult([[] for _ in range(num_buckets)])
+    seen = set()
+    spills = [None] * num_buckets
+    batches = batched(source.items(split), BATCH)
+    total_bytes = source.split_bytes(split)
+    with Progress(f"{split}: read", total_bytes, "MB", scale=1 / MB, interval=config.progress_interval) as bar:
+        checked = in_order(pool, 4 * config.workers, check_batch, batches, config.resize, config.quality)
+        for batch, outcomes in checked:
+            for item, (stored, size, outcome) in zip(batch, outcomes):
+                result.source_bytes += size
+                bar.update(size)
+                if item.key in seen:
+                    raise SourceError(f"{item.origin}: a second image with the key {item.key}")
+                seen.add(item.key)
+                if isinstance(outcome, str):
+                    if not config.skip_bad:
+                        raise PrepareError(f"{item.origin} {outcome}. Replace or remove it, or rerun with "
+                                           "--skip-bad to leave it out (it is then listed in the manifest).")
+                    log.warning("skipping %s: %s", item.origin, outcome)
+                    result.skipped[item.key] = outcome
+                    continue
+                if outcome.note:
+                    result.converted[item.key] = outcome.note
+                b = bucket_of(item.key, config.seed, num_buckets)
+                if spills[b] is None:
+                    spills[b] = spill_writer(work / f"bucket-{b:06d}.tar")
+                spills[b].write(encode_sample(item, stored or item.data, classes[item.wnid], outcome))
+                result.buckets[b].append(item.key)
+    for spill in spills:
+        if spill is not None:
+            spill.close()
+            spill.stream.close()
+    expected, got = source.expected_count(split), len(seen)
+    if expected is not None and got != expected:
+        raise SourceError(f"the {split} source yielded {got} images, its labels list {expected}: "
+                          "the archive or folder is incomplete")
+    if not seen:
+        raise SourceError(f"the {split} split of {source.root} holds no images")
+    return result
+
+
+def spill_writer(path: Path):
+    from webdataset import TarWriter  # lazily: see write_tar
+
+    return TarWriter(open(path, "wb"), encoder=False, mtime=0)
+
+
+def encode_sample(item: Item, data: bytes, label: int, image: Prepared) -> dict:
+    meta = {"wnid": item.wnid, "width": image.width, "height": image.height}
+    if (image.source_width, image.source_height) != (image.width, image.height):
+        meta |= {"source_width": image.source_width, "source_height": image.source_height}
+    return {"__key__": item.key, "jpg": data, "cls": str(label).encode(),
+            "json": json.dumps(meta, sort_keys=True).encode()}
+
+
+def check_batch(batch: list[Item], max_side: int | None, quality: int) -> list[tuple[bytes | None, int, object]]:
+    """In a worker: (bytes to store or None to keep item.data, source size, Prepared or error text)."""
+    results = []
+    for item in batch:
+        data, send_back = item.data, None
+        if data is None:
+            try:
+                data = send_back = Path(item.path).read_bytes()
+            except OSError as exn:
+                raise SourceError(f"cannot read {item.path}: {exn.strerror}") from None
+        try:
+            prepared = prepare_image(data, max_side, quality)
+        except BadImage as exn:
+            results.append((None, len(data), str(exn)))
+            continue
+        results.append((prepared.data or send_back, len(data), prepared))
+    return results
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def in_order(pool, window: int, fn, batches: Iterable[list], *args) -> Iterator[tuple[list, list]]:
+    """(batch, fn(batch, *args)) in input order, with at most `window` batches in flight."""
+    if pool is None:
+        for batch in batches:
+            yield batch, fn(batch, *args)
+        return
+    pending = deque()
+    for batch in batches:
+        pending.append((batch, pool.apply_async(fn, (batch, *args))))
+        if len(pending) >= window:
+            batch, done = pending.popleft()
+            yield batch, done.get()
+    while pending:
+        batch, done = pending.popleft()
+        yield batch, done.get()
+
+
+# ---------------------------------------------------------------- dealing spill buckets into shards
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Write shard `index` from spill bucket `bucket`: keep what stays, hand on what moves."""
+    split: str
+    bucket: int
+    index: int | None  # None: the bucket only gives its samples away
+    keys: list[str]
+    outgoing: dict[str, int]  # key -> bucket that receives it
+    work: str
+    dest: str
+
+
+def write_shards(split: str, shards: list[tuple[int, list[str]]], buckets: list[list[str]], work: Path,
+                 dest: Path, config: PrepareConfig, pool) -> list[ShardInfo]:
+    """Givers first (they only lose samples, which they hand on to `moved/`), then receivers."""
+    (work / "moved").mkdir()
+    index_of = {bucket: index for index, (bucket, _) in enumerate(shards)}
+    keys_of = dict(shards)
+    moved_to = {k: b for b, keys in shards for k in keys if bucket_of(k, config.seed, len(buckets)) != b}
+    givers, receivers = [], []
+    for b, keys in enumerate(buckets):
+        job = ShardJob(split, b, index_of.get(b), keys_of.get(b, []),
+                       {k: moved_to[k] for k in keys if k in moved_to}, str(work), str(dest))
+        if not keys and not job.keys:
+            continue
+        (receivers if len(job.keys) > len(keys) else givers).append(job)
+    infos = []
+    with Progress(f"{split}: write", len(shards), "shards", interval=config.progress_interval) as bar:
+        for jobs in (givers, receivers):
+            for info in (pool.imap_unordered(write_shard, jobs) if pool else map(write_shard, jobs)):
+                if info is not None:
+                    infos.append(info)
+                    bar.update()
+    return sorted(infos, key=lambda s: s.name)
+
+
+def write_shard(job: ShardJob) -> ShardInfo | None:
+    work, dest = Path(job.work), Path(job.dest)
+    samples = read_samples(work / f"bucket-{job.bucket:06d}.tar")
+    incoming = sorted((work / "moved").glob(f"to-{job.bucket:06d}-from-*.tar"))
+    for path in incoming:
+        samples |= read_samples(path)
+    for receiver in sorted(set(job.outgoing.values())):
+        keys = sorted(k for k, b in job.outgoing.items() if b == receiver)
+        write_tar(work / "moved" / f"to-{receiver:06d}-from-{job.bucket:06d}.tar", (samples[k] for k in keys))
+    info = None
+    if job.index is not None:
+        name = shard_name(job.split, job.index)
+        partial = work / f"{job.split}-{job.index:06d}.tar.partial"
+        write_tar(partial, (samples[k] for k in job.keys), durable=True)
+        os.replace(partial, dest / name)
+        info = ShardInfo(name, len(job.keys), (dest / name).stat().st_size)
+    (work / f"bucket-{job.bucket:06d}.tar").unlink(missing_ok=True)
+    for path in incoming:
+        path.unlink()
+    return info
+
+
+def read_samples(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    from webdataset.tariterators import tarfile_samples  # lazily: see write_tar
+
+    # TarWriter leaves out the reader's bookkeeping fields (those starting with "_") except __key__.
+    return {sample["__key__"]: sample for sample in tarfile_samples([{"url": str(path)}])}
+
+
+def write_tar(path: Path, samples: Iterable[dict], durable: bool = False) -> None:
+    """A tar written by webdataset's TarWriter with fixed metadata (mtime 0): same samples, same bytes.
+
+    `durable` fsyncs it, for final shards: the manifest written after them must not outlive them."""
+    # Imported here, not at the top: webdataset imports torch (2 s), which an idempotent re-run,
+    # expected to finish in about a second, never needs.
+    from webdataset import TarWriter
+
+    with open(path, "wb") as f:
+        with TarWriter(f, encoder=False, mtime=0) as writer:
+            for sample in samples:
+                writer.write(sample)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def log_summary(dest: Path, manifest: Manifest) -> None:
+    st = manifest.stats
+    for split in SPLITS:
+        s = manifest.splits[split]
+        log.info("%s: %d samples in %d shards, %.2f GB", split, s.samples, len(s.shards), s.bytes / 1e9)
+    log.info("converted %d images to RGB JPEG, skipped %d bad ones (listed in the manifest)",
+             len(manifest.converted), len(manifest.skipped))
+    log.info("done: %d images, %.2f GB written in %.1f s: %.0f images/s, %.0f MB/s read; manifest %s",
+             st["samples"], st["bytes"] / 1e9, st["elapsed_s"], st["images_per_sec"], st["mb_per_sec"],
+             manifest_path(dest))

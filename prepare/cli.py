@@ -1,0 +1,80 @@
+"""The command line of `python -m prepare`: parse, configure logging, call `prepare`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from prepare.builder import PrepareConfig, PrepareError, prepare
+from prepare.labels import LabelError
+from prepare.sources import SourceError
+from shards.layout import default_dest
+from shards.resources import available_cpus
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m prepare",
+        description="Write ImageNet as globally shuffled WebDataset shards to node-local disk. "
+                    "Run once per node: srun --ntasks-per-node=1 python -m prepare --source DIR.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--source", type=Path, required=True,
+                   help="folder with the official archives (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, "
+                        "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, or Kaggle's layout")
+    p.add_argument("--dest", type=Path, default=default_dest(),
+                   help="where the shards go (node-local disk); default $SLURM_TMPDIR/imagenet")
+    p.add_argument("--seed", type=int, default=0, help="seed of the global shuffle")
+    p.add_argument("--shard-size", type=float, default=200.0, metavar="MB",
+                   help="target shard size; the shard count is the source size divided by it")
+    p.add_argument("--resize", type=int, default=None, metavar="N",
+                   help="re-encode every image with its longer side at most N pixels (FFCV-style, e.g. 512); "
+                        "smaller images are kept as they are")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (1-100)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="leave out images that do not decode (listed in the manifest) instead of stopping")
+    p.add_argument("--force", action="store_true",
+                   help="replace a dataset at --dest that was prepared with other options or is damaged")
+    p.add_argument("--workers", type=int, default=available_cpus(),
+                   help="processes that check and re-encode images (default: the CPUs this task was given)")
+    p.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
+                   help="seconds between progress lines when not on a terminal (SLURM logs)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> PrepareConfig:
+    if args.dest is None:
+        parser.error("--dest is required outside a SLURM job (no $SLURM_TMPDIR): give node-local disk, "
+                     "e.g. --dest /tmp/imagenet; a shared home is slow and may be too small")
+    if args.resize is not None and args.resize < 16:
+        parser.error("--resize must be at least 16 pixels")
+    if not 1 <= args.quality <= 100:
+        parser.error("--quality must be between 1 and 100")
+    if args.shard_size <= 0 or args.workers < 1:
+        parser.error("--shard-size and --workers must be positive")
+    return PrepareConfig(source=args.source, dest=args.dest, seed=args.seed, shard_size_mb=args.shard_size,
+                         resize=args.resize, quality=args.quality, skip_bad=args.skip_bad, force=args.force,
+                         workers=args.workers, progress_interval=args.progress_interval)
+
+
+def setup_logging() -> None:
+    where = socket.gethostname().split(".")[0]
+    if "SLURM_PROCID" in os.environ:
+        where = f"{os.environ.get('SLURMD_NODENAME', where)} task {os.environ['SLURM_PROCID']}"
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s [prepare {where}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    config = config_from_args(parser.parse_args(argv), parser)
+    setup_logging()
+    try:
+        prepare(config)
+    except (PrepareError, SourceError, LabelError) as exn:
+        logging.getLogger("prepare").error("%s", exn)
+        return 2
+    return 0

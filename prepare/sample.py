@@ -1,0 +1,242 @@
+"""A small ImageNet in the exact official layouts, for the demo, the tests and the benchmarks.
+
+    python -m prepare.sample OUT [--layout official|imagefolder|kaggle|all] [--classes 10] ...
+
+The official layout has the real structure: an outer train tar of per-class tars, a flat val tar,
+and a devkit tar.gz whose meta.mat holds leaf and internal synsets with ILSVRC2012_IDs that are
+deliberately NOT in sorted-wnid order (as in the real devkit). It carries the real archive's
+quirks: a CMYK JPEG and a grayscale JPEG in train and val, and a PNG named n02105855_2933.JPEG.
+
+Images look like photographs (smooth shading, objects, grain) so decode costs are realistic, and
+each class has its own colour and shape so that a small model can learn them: above-chance
+validation accuracy is itself a check that the labels are right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+from PIL import Image, ImageDraw, ImageFilter
+
+# Real ImageNet classes (their wnids, words and the real ILSVRC2012_IDs are not needed: ours are
+# shuffled on purpose). n01751748 is the class of ILSVRC2012_val_00000001; n02105855 holds the PNG.
+REAL_CLASSES = [
+    ("n01440764", "tench, Tinca tinca"), ("n01443537", "goldfish, Carassius auratus"),
+    ("n01751748", "sea snake"), ("n02105855", "Shetland sheepdog, Shetland sheep dog, Shetland"),
+    ("n02119789", "kit fox, Vulpes macrotis"), ("n02690373", "airliner"), ("n03417042", "garbage truck, dustcart"),
+    ("n03888257", "parachute, chute"), ("n04037443", "racer, race car, racing car"), ("n07747607", "orange"),
+]
+PNG_KEY = "n02105855_2933"
+TAR_MTIME = 1_330_000_000  # fixed, so the same spec gives byte-identical archives
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    classes: int = 10
+    train_per_class: int = 40
+    val_per_class: int = 10
+    seed: int = 0
+    max_width: int = 500  # ImageNet's photos are mostly 500 x 375 or 375 x 500
+    quality: int = 95  # with the grain below: about 80 KiB per 500 x 375 image, like ImageNet
+
+
+@dataclass
+class SampleImages:
+    classes: list[tuple[str, str, int]]  # (wnid, words, ILSVRC2012_ID)
+    internal: list[tuple[str, str, int, list[int]]]  # (wnid, words, ID, children IDs)
+    train: list[tuple[str, str, bytes]] = field(default_factory=list)  # (key, wnid, file bytes)
+    val: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+
+def class_names(count: int) -> list[tuple[str, str]]:
+    extra = [(f"n{9_000_000 + i:08d}", f"synthetic class {i}") for i in range(max(0, count - len(REAL_CLASSES)))]
+    return (REAL_CLASSES + extra)[:count]
+
+
+def synsets(count: int, rng: np.random.Generator):
+    """Leaves with IDs 1..count in shuffled order, plus internal nodes (IDs after the leaves)."""
+    named = class_names(count)
+    ids = rng.permutation(count) + 1
+    leaves = [(wnid, words, int(i)) for (wnid, words), i in zip(named, ids)]
+    halves = [[i for _, _, i in leaves[: count // 2]], [i for _, _, i in leaves[count // 2:]]]
+    internal = [("n00015388", "animal, animate being", count + 1, halves[0]),
+                ("n03575240", "instrumentality, instrumentation", count + 2, halves[1])]
+    internal.append(("n00001740", "entity", count + 3, [count + 1, count + 2]))
+    return leaves, internal
+
+
+def photo(rng: np.random.Generator, class_number: int, size: tuple[int, int]) -> Image.Image:
+    """A photo-like RGB image: shaded background, a class-coloured object, soft blur and grain."""
+    w, h = size
+    coarse = rng.uniform(40, 215, size=(4, 5, 3)).astype(np.uint8)
+    image = Image.fromarray(coarse).resize((w, h), Image.Resampling.BICUBIC)
+    draw = ImageDraw.Draw(image)
+    hue = np.array([(class_number * 97) % 256, (class_number * 57 + 80) % 256, (class_number * 151 + 40) % 256])
+    for _ in range(int(rng.integers(2, 5))):  # clutter
+        box = sorted(rng.integers(0, w, 2)), sorted(rng.integers(0, h, 2))
+        draw.rectangle([box[0][0], box[1][0], box[0][1], box[1][1]], fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
+    cx, cy = rng.uniform(0.3, 0.7) * w, rng.uniform(0.3, 0.7) * h
+    r = rng.uniform(0.15, 0.3) * min(w, h)
+    colour = tuple(int(c) for c in np.clip(hue + rng.normal(0, 12, 3), 0, 255))
+    if class_number % 3 == 0:
+        draw.ellipse([cx - r, cy - r * 0.7, cx + r, cy + r * 0.7], fill=colour)
+    elif class_number % 3 == 1:
+        draw.rectangle([cx - r, cy - r, cx + r, cy + r], fill=colour)
+    else:
+        draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=colour)
+    image = image.filter(ImageFilter.GaussianBlur(1.2))
+    pixels = np.asarray(image, dtype=np.int16) + rng.normal(0, 10, (h, w, 1)).astype(np.int16)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def encode(image: Image.Image, fmt: str, quality: int) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **({"quality": quality} if fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
+def image_bytes(rng, class_number: int, spec: SampleSpec, quirk: str | None = None) -> bytes:
+    w = int(rng.integers(spec.max_width * 8 // 10, spec.max_width + 1))
+    size = (w, w * 3 // 4) if rng.random() < 0.7 else (w * 3 // 4, w)
+    image = photo(rng, class_number, size)
+    if quirk == "cmyk":
+        return encode(image.convert("CMYK"), "JPEG", spec.quality)
+    if quirk == "gray":
+        return encode(image.convert("L"), "JPEG", spec.quality)
+    if quirk == "png":
+        return encode(image, "PNG", spec.quality)
+    return encode(image, "JPEG", spec.quality)
+
+
+def sample_images(spec: SampleSpec = SampleSpec()) -> SampleImages:
+    rng = np.random.default_rng(spec.seed)
+    leaves, internal = synsets(spec.classes, rng)
+    out = SampleImages(leaves, internal)
+    train_quirks = {(0, 0): "cmyk", (1, 1): "gray"}
+    for c, (wnid, _, _) in enumerate(leaves):
+        for i in range(spec.train_per_class):
+            number = 2933 if (wnid == "n02105855" and i == 1) else 10_000 + 37 * i + c
+            key = f"{wnid}_{number}"
+            quirk = "png" if key == PNG_KEY else train_quirks.get((c, i))
+            out.train.append((key, wnid, image_bytes(rng, c, spec, quirk)))
+    val_classes = rng.permutation(np.repeat(np.arange(spec.classes), spec.val_per_class))
+    for n, c in enumerate(val_classes, start=1):
+        quirk = {2: "cmyk", 3: "gray"}.get(n)
+        out.val.append((f"ILSVRC2012_val_{n:08d}", leaves[c][0], image_bytes(rng, int(c), spec, quirk)))
+    return out
+
+
+# ---------------------------------------------------------------- layouts
+
+def tar_bytes(members: list[tuple[str, bytes]], gz: bool = False) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if gz else "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), TAR_MTIME, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def meta_mat(images: SampleImages) -> bytes:
+    fields = ["ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "children", "wordnet_height",
+              "num_train_images"]
+    rows = [(i, wnid, words, [], 0, len(images.train) // len(images.classes)) for wnid, words, i in images.classes]
+    rows += [(i, wnid, words, children, 1 + (wnid == "n00001740"), 0) for wnid, words, i, children in images.internal]
+    rows.sort()  # the real meta.mat lists synsets by ILSVRC2012_ID
+    table = np.zeros((len(rows), 1), dtype=[(f, "O") for f in fields])
+    for r, (i, wnid, words, children, height, count) in enumerate(rows):
+        table[r, 0] = (np.array([[i]], dtype=np.uint16), wnid, words, f"gloss of {words}",
+                       np.array([[len(children)]], dtype=np.uint8),
+                       np.array([children], dtype=np.uint16) if children else np.zeros((1, 0), dtype=np.uint8),
+                       np.array([[height]], dtype=np.uint8), np.array([[count]], dtype=np.uint16))
+    out = io.BytesIO()
+    scipy.io.savemat(out, {"synsets": table})
+    return out.getvalue()
+
+
+def ground_truth(images: SampleImages) -> str:
+    id_of = {wnid: i for wnid, _, i in images.classes}
+    return "".join(f"{id_of[wnid]}\n" for _, wnid, _ in images.val)
+
+
+def write_official(out: Path, images: SampleImages) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    per_class = {}
+    for key, wnid, data in images.train:
+        per_class.setdefault(wnid, []).append((f"{key}.JPEG", data))
+    inner = [(f"{wnid}.tar", tar_bytes(members)) for wnid, members in sorted(per_class.items())]
+    (out / "ILSVRC2012_img_train.tar").write_bytes(tar_bytes(inner))
+    (out / "ILSVRC2012_img_val.tar").write_bytes(tar_bytes([(f"{key}.JPEG", d) for key, _, d in images.val]))
+    devkit = [("ILSVRC2012_devkit_t12/data/meta.mat", meta_mat(images)),
+              ("ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt", ground_truth(images).encode())]
+    (out / "ILSVRC2012_devkit_t12.tar.gz").write_bytes(tar_bytes(devkit, gz=True))
+
+
+def write_tree(folder: Path, rows: list[tuple[str, str, bytes]], by_class: bool) -> None:
+    for key, wnid, data in rows:
+        target = folder / wnid if by_class else folder
+        target.mkdir(parents=True, exist_ok=True)
+        (target / f"{key}.JPEG").write_bytes(data)
+
+
+def write_imagefolder(out: Path, images: SampleImages) -> None:
+    write_tree(out / "train", images.train, by_class=True)
+    write_tree(out / "val", images.val, by_class=True)
+
+
+def write_kaggle(out: Path, images: SampleImages) -> None:
+    data = out / "ILSVRC" / "Data" / "CLS-LOC"
+    write_tree(data / "train", images.train, by_class=True)
+    write_tree(data / "val", images.val, by_class=False)
+    with open(out / "LOC_val_solution.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["ImageId", "PredictionString"])
+        for key, wnid, _ in images.val:
+            writer.writerow([key, f"{wnid} 10 20 200 180 {wnid} 30 40 220 200"])
+    (out / "LOC_synset_mapping.txt").write_text("".join(f"{w} {words}\n" for w, words, _ in sorted(images.classes)))
+
+
+WRITERS = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle}
+
+
+def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSpec()) -> SampleImages:
+    """Write the sample dataset in `layout` (or every layout in out/<layout> for "all")."""
+    images = sample_images(spec)
+    if layout == "all":
+        for name, write in WRITERS.items():
+            write(Path(out) / name, images)
+    else:
+        WRITERS[layout](Path(out), images)
+    return images
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m prepare.sample", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("out", type=Path)
+    p.add_argument("--layout", choices=[*WRITERS, "all"], default="official")
+    p.add_argument("--classes", type=int, default=SampleSpec.classes)
+    p.add_argument("--train-per-class", type=int, default=SampleSpec.train_per_class)
+    p.add_argument("--val-per-class", type=int, default=SampleSpec.val_per_class)
+    p.add_argument("--max-width", type=int, default=SampleSpec.max_width)
+    p.add_argument("--seed", type=int, default=SampleSpec.seed)
+    a = p.parse_args(argv)
+    if a.classes < 4 or a.train_per_class < 2 or a.val_per_class < 1:
+        p.error("need at least 4 classes, 2 train and 1 val image per class (for the quirk images)")
+    spec = SampleSpec(a.classes, a.train_per_class, a.val_per_class, a.seed, a.max_width)
+    images = make_sample(a.out, a.layout, spec)
+    size = sum(len(d) for _, _, d in images.train + images.val)
+    print(f"wrote {len(images.train)} train + {len(images.val)} val images ({size / 1e6:.1f} MB, "
+          f"{len(images.classes)} classes) in the {a.layout} layout to {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""The three source layouts, each yielding `Item`s (key, wnid, bytes or path) per split.
+
+- official:    ILSVRC2012_img_train.tar (one tar per class inside), ILSVRC2012_img_val.tar,
+               ILSVRC2012_devkit_t12.tar.gz; read as streams, never extracted.
+- imagefolder: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (or a flat val/ plus the devkit).
+- kaggle:      ILSVRC/Data/CLS-LOC/{train/<wnid>/,val/} with LOC_val_solution.csv and
+               LOC_synset_mapping.txt.
+
+Names inside archives only ever become sample keys inside shards, never paths on disk.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from prepare.labels import (
+    Devkit, LabelError, check_val_labels, class_table, leaf_synsets, parse_kaggle_val_solution,
+    parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
+)
+from shards.manifest import ClassInfo
+
+TRAIN_TAR = "ILSVRC2012_img_train.tar"
+VAL_TAR = "ILSVRC2012_img_val.tar"
+DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
+KAGGLE_DATA = Path("ILSVRC/Data/CLS-LOC")
+KAGGLE_VAL_CSV = "LOC_val_solution.csv"
+KAGGLE_SYNSETS = "LOC_synset_mapping.txt"
+IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
+KEY = re.compile(r"^[A-Za-z0-9_-]+$")  # dot-free, slash-free: safe as a WebDataset key
+TAR_END = b"\0" * 1024  # every complete tar ends with two zero blocks
+
+
+class SourceError(ValueError):
+    """The source cannot be read as ImageNet: the message names the file and what to do."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One image to prepare: its key, its wnid, and either its bytes or the file that holds them."""
+    key: str
+    wnid: str
+    origin: str  # where it came from, for error messages
+    data: bytes | None = None
+    path: str | None = None
+
+
+def image_key(name: str, origin: str) -> str | None:
+    """Sample key of an archive member or file name; None for what is not an image."""
+    base = name.rsplit("/", 1)[-1]
+    stem, dot, suffix = base.rpartition(".")
+    if not dot or "." + suffix.lower() not in IMAGE_SUFFIXES:
+        return None
+    if not KEY.match(stem):
+        raise SourceError(f"{origin}: image name {name!r} cannot be a sample key (only letters, digits, _ and -)")
+    return stem
+
+
+def check_tar_complete(head_and_tail: bytes, origin: str) -> None:
+    if not head_and_tail.endswith(TAR_END):
+        raise SourceError(f"{origin} is truncated (no end-of-archive blocks): copy or download it again")
+
+
+def check_tar_file_complete(path: Path) -> None:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - len(TAR_END)))
+        check_tar_complete(f.read(), str(path))
+
+
+def iterate_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of the regular files of a tar stream, via webdataset's reader.
+
+    Links and other special members are skipped by the reader: nothing in a hostile archive can
+    point outside it.
+    """
+    from webdataset.tariterators import tar_file_iterator  # here: webdataset imports torch (2 s)
+
+    try:
+        for entry in tar_file_iterator(fileobj, skip_meta=None):
+            yield entry["fname"], entry["data"]
+    except (tarfile.TarError, OSError, EOFError) as exn:
+        raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: copy or download it again") from None
+
+
+def readable_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise SourceError(f"{path} not found: {what}")
+    if not os.access(path, os.R_OK):
+        raise SourceError(f"{path} is not readable (permissions): {what}")
+    return path
+
+
+class Source:
+    """A layout's classes, labels and items. Subclasses fill in `items` and the bookkeeping."""
+    layout: str
+    root: Path
+    classes: list[ClassInfo]
+
+    def items(self, split: str) -> Iterator[Item]:
+        raise NotImplementedError
+
+    def split_bytes(self, split: str) -> int:
+        """Bytes of a split in the source (exact for archives, estimated for trees)."""
+        raise NotImplementedError
+
+    def expected_count(self, split: str) -> int | None:
+        """How many images the split must yield, where the labels say so (the val ground truth)."""
+        return None
+
+    def class_index(self) -> dict[str, int]:
+        return {c.wnid: c.index for c in self.classes}
+
+
+def fingerprint(root: Path, layout: str) -> dict:
+    """What identifies a source cheaply: path, layout, and for archives their size and mtime.
+
+    Trees are identified by path and layout only: listing 1.3 M files would make an idempotent
+    re-run take minutes on shared storage.
+    """
+    files = []
+    if layout == "official":
+        for name in (TRAIN_TAR, VAL_TAR, DEVKIT):
+            st = (root / name).stat()
+            files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return {"path": str(root), "layout": layout, "files": files}
+
+
+def detect_layout(root: Path) -> str:
+    """Which of the three layouts `root` holds; SourceError listing them when none."""
+    if not root.exists():
+        raise SourceError(f"--source {root} does not exist")
+    if not root.is_dir():
+        raise SourceError(f"--source {root} is not a directory: give the folder that holds the ImageNet files")
+    if (root / TRAIN_TAR).exists() or (root / VAL_TAR).exists():
+        return "official"
+    if (root / KAGGLE_DATA / "train").is_dir():
+        return "kaggle"
+    if (root / "train").is_dir():
+        return "imagefolder"
+    raise SourceError(
+        f"--source {root} holds no ImageNet layout. Expected one of:\n"
+        f"  official archives: {TRAIN_TAR}, {VAL_TAR}, {DEVKIT}\n"
+        "  an extracted tree: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG\n"
+        f"  the Kaggle layout: {KAGGLE_DATA}/train/<wnid>/, {KAGGLE_DATA}/val/, {KAGGLE_VAL_CSV}, {KAGGLE_SYNSETS}"
+    )
+
+
+def open_source(root: Path) -> Source:
+    root = Path(root)
+    layout = detect_layout(root)
+    return {"official": OfficialArchives, "imagefolder": ImageFolderTree, "kaggle": KaggleTree}[layout](root)
+
+
+class OfficialArchives(Source):
+    layout = "official"
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.train_tar = readable_file(root / TRAIN_TAR, "the official train archive is needed next to the others")
+        self.val_tar = readable_file(root / VAL_TAR, "the official validation archive is needed next to the others")
+        self.devkit_path = readable_file(root / DEVKIT, "the devkit holds the validation labels (meta.mat)")
+        self.devkit: Devkit = read_devkit(self.devkit_path)
+        # The devkit's leaves are the train classes; `items("train")` checks the archive agrees.
+        leaves = leaf_synsets(self.devkit.synsets)
+        self.classes = class_table([s.wnid for s in leaves], {s.wnid: s.words for s in leaves})
+        self.val_wnids = val_wnids_from_devkit(self.devkit)
+        check_val_labels(self.val_wnids, self.classes)
+
+    def split_bytes(self, split: str) -> int:
+        return (self.train_tar if split == "train" else self.val_tar).stat().st_size
+
+    def expected_count(self, split: str) -> int | None:
+        return len(self.val_wnids) if split == "val" else None
+
+    def items(self, split: str) -> Iterator[Item]:
+        return self._train_items() if split == "train" else self._val_items()
+
+    def _train_items(self) -> Iterator[Item]:
+        check_tar_file_complete(self.train_tar)
+        known = self.class_index()
+        seen = set()
+        with open(self.train_tar, "rb") as outer:
+            for name, data in iterate_tar(outer, str(self.train_tar)):
+                wnid = name.rsplit("/", 1)[-1].removesuffix(".tar")
+                if not name.endswith(".tar") or not WNID.match(wnid):
+                    continue
+                origin = f"{self.train_tar}:{name}"
+                if wnid not in known:
+                    raise SourceError(f"{origin}: class {wnid} is not a leaf synset of the devkit's meta.mat")
+                seen.add(wnid)
+                check_tar_complete(data, origin)
+                for member, image in iterate_tar(io.BytesIO(data), origin):
+                    key = image_key(member, origin)
+                    if key is not None:
+                        yield Item(key, wnid, f"{origin}:{member}", data=image)
+        missing = sorted(set(known) - seen)
+        if missing:
+            raise SourceError(f"{self.train_tar} holds {len(seen)} class archives, the devkit lists {len(known)} "
+                              f"(missing e.g. {missing[:3]}): the archive is incomplete, download it again")
+
+    def _val_items(self) -> Iterator[Item]:
+        check_tar_file_complete(self.val_tar)
+        with open(self.val_tar, "rb") as f:
+            for name, image in iterate_tar(f, str(self.val_tar)):
+                origin = f"{self.val_tar}:{name}"
+                key = image_key(name, origin)
+                if key is None:
+                    continue
+                if key not in self.val_wnids:
+                    raise LabelError(f"{origin}: no ground-truth label in {self.devkit_path}")
+                yield Item(key, self.val_wnids[key], origin, data=image)
+
+
+def list_images(folder: Path) -> list[tuple[str, Path]]:
+    """(key, path) of the images directly in `folder`, sorted by name."""
+    found = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_file():
+                key = image_key(entry.name, entry.path)
+                if key is not None:
+                    found.append((key, Path(entry.path)))
+    return sorted(found)
+
+
+def list_class_tree(folder: Path) -> list[tuple[str, str, Path]]:
+    """(key, wnid, path) for <folder>/<wnid>/<image>, sorted; other folders are ignored."""
+    if not folder.is_dir():
+        raise SourceError(f"{folder} not found: the split's images are expected there")
+    listed = []
+    for wnid in sorted(p.name for p in folder.iterdir() if p.is_dir() and WNID.match(p.name)):
+        listed.extend((key, wnid, path) for key, path in list_images(folder / wnid))
+    if not listed:
+        raise SourceError(f"{folder} holds no <wnid>/ folders with images")
+    return listed
+
+
+def estimate_bytes(paths: list[Path], sample: int = 2000) -> int:
+    """Total size of many files from the sizes of a fixed sample of them (stat of 1.3 M files is slow)."""
+    if not paths:
+        return 0
+    picked = random.Random(0).sample(paths, min(sample, len(paths)))
+    return int(sum(p.stat().st_size for p in picked) * len(paths) / len(picked))
+
+
+class TreeSource(Source):
+    """Images as files: train/<wnid>/ folders plus a val/ listing with labels."""
+
+    def __init__(self, root: Path, train_dir: Path, names: dict[str, str]):
+        self.root = root
+        self.listing = {"train": list_class_tree(train_dir)}
+        self.classes = class_table({wnid for _, wnid, _ in self.listing["train"]}, names)
+        self.listing["val"] = self.list_val()
+        check_val_labels({key: wnid for key, wnid, _ in self.listing["val"]}, self.classes)
+        self._bytes = {split: estimate_bytes([p for _, _, p in rows]) for split, rows in self.listing.items()}
+
+    def list_val(self) -> list[tuple[str, str, Path]]:
+        raise NotImplementedError
+
+    def split_bytes(self, split: str) -> int:
+        return self._bytes[split]
+
+    def expected_count(self, split: str) -> int | None:
+        return len(self.listing[split])
+
+    def items(self, split: str) -> Iterator[Item]:
+        for key, wnid, path in self.listing[split]:
+            yield Item(key, wnid, str(path), path=str(path))
+
+
+def labelled_flat_folder(folder: Path, labels: dict[str, str], labels_file: str) -> list[tuple[str, str, Path]]:
+    if not folder.is_dir():
+        raise SourceError(f"{folder} not found: the validation images are expected there")
+    rows = []
+    for key, path in list_images(folder):
+        if key not in labels:
+            raise LabelError(f"{path}: no label for {key} in {labels_file}")
+        rows.append((key, labels[key], path))
+    return rows
+
+
+class ImageFolderTree(TreeSource):
+    layout = "imagefolder"
+
+    def __init__(self, root: Path):
+        self.devkit = read_devkit(root / DEVKIT) if (root / DEVKIT).is_file() else None
+        names = {}
+        if self.devkit:
+            names = {s.wnid: s.words for s in leaf_synsets(self.devkit.synsets)}
+        elif (root / KAGGLE_SYNSETS).is_file():
+            names = parse_synset_mapping((root / KAGGLE_SYNSETS).read_text())
+        super().__init__(root, root / "train", names)
+
+    def list_val(self) -> list[tuple[str, str, Path]]:
+        val = self.root / "val"
+        if not val.is_dir():
+            raise SourceError(f"{val} not found: the extracted tree needs val/<wnid>/*.JPEG next to train/")
+        if any(p.is_dir() and WNID.match(p.name) for p in val.iterdir()):
+            return list_class_tree(val)
+        if self.devkit is None:
+            raise SourceError(f"{val} holds images without <wnid>/ folders: put {DEVKIT} in {self.root} "
+                              "so that their labels can be read, or sort them into val/<wnid>/")
+        return labelled_flat_folder(val, val_wnids_from_devkit(self.devkit), DEVKIT)
+
+
+class KaggleTree(TreeSource):
+    layout = "kaggle"
+
+    def __init__(self, root: Path):
+        mapping = readable_file(root / KAGGLE_SYNSETS, "the Kaggle layout names its classes there")
+        readable_file(root / KAGGLE_VAL_CSV, "the Kaggle layout keeps its validation labels there")
+        super().__init__(root, root / KAGGLE_DATA / "train", parse_synset_mapping(mapping.read_text()))
+
+    def list_val(self) -> list[tuple[str, str, Path]]:
+        labels = parse_kaggle_val_solution((self.root / KAGGLE_VAL_CSV).read_text())
+        return labelled_flat_folder(self.root / KAGGLE_DATA / "val", labels, KAGGLE_VAL_CSV)

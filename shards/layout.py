@@ -1,0 +1,30 @@
+"""Where a prepared dataset lives on node-local disk, and how its files are named.
+
+    DEST/manifest.json              written last: its presence means "complete"
+    DEST/train/train-000000.tar     WebDataset shards: KEY.jpg, KEY.cls, KEY.json
+    DEST/val/val-000000.tar
+    DEST/.prepare.lock              flock taken by the one prepare that works
+    DEST/.prepare-tmp/              spill files and shards being written (never read by train)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SPLITS = ("train", "val")
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".prepare.lock"
+WORK_DIR_NAME = ".prepare-tmp"
+DEFAULT_SUBDIR = "imagenet"
+
+
+def shard_name(split: str, index: int) -> str:
+    """Path of shard `index` of `split`, relative to the dataset root (as stored in the manifest)."""
+    return f"{split}/{split}-{index:06d}.tar"
+
+
+def default_dest(environ=os.environ) -> Path | None:
+    """`$SLURM_TMPDIR/imagenet`, the node-local default for both stages; None outside SLURM."""
+    tmpdir = environ.get("SLURM_TMPDIR")
+    return Path(tmpdir) / DEFAULT_SUBDIR if tmpdir else None

@@ -1,0 +1,159 @@
+"""The manifest: what a prepared dataset holds, written last as its completion marker.
+
+One reader (`read_manifest`) and one writer (`write_manifest`) for both stages. The writer is
+atomic (temporary file, fsync, rename), so a reader sees either no manifest or a whole one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shards.layout import MANIFEST_NAME, SPLITS
+
+FORMAT = "imagenet-wds/1"
+
+
+class DatasetNotReady(RuntimeError):
+    """No complete prepared dataset where one was expected."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str  # relative to the dataset root, e.g. "train/train-000003.tar"
+    samples: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    samples: int
+    bytes: int
+    shards: list[ShardInfo]
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    index: int
+    wnid: str
+    name: str
+
+
+@dataclass
+class Manifest:
+    source: dict  # {"path", "layout", "files": [{"path", "size", "mtime_ns"}]}
+    options: dict  # the options that decide the bytes of the shards
+    classes: list[ClassInfo]
+    splits: dict[str, SplitInfo]
+    converted: dict[str, str] = field(default_factory=dict)  # key -> what was done to it
+    skipped: dict[str, str] = field(default_factory=dict)  # key -> why it is not in the shards
+    stats: dict = field(default_factory=dict)  # counts, bytes, elapsed, images/s, MB/s
+    format: str = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        raw = json.loads(text)
+        if raw.get("format") != FORMAT:
+            raise ValueError(f"unknown manifest format {raw.get('format')!r} (this code reads {FORMAT!r})")
+        splits = {
+            name: SplitInfo(s["samples"], s["bytes"], [ShardInfo(**shard) for shard in s["shards"]])
+            for name, s in raw["splits"].items()
+        }
+        return cls(
+            source=raw["source"],
+            options=raw["options"],
+            classes=[ClassInfo(**c) for c in raw["classes"]],
+            splits=splits,
+            converted=raw.get("converted", {}),
+            skipped=raw.get("skipped", {}),
+            stats=raw.get("stats", {}),
+        )
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def manifest_path(root: Path) -> Path:
+    return Path(root) / MANIFEST_NAME
+
+
+def write_manifest(root: Path, manifest: Manifest) -> None:
+    """Atomically write the manifest: whole or not at all, even on kill -9 or power loss."""
+    write_file_atomic(manifest_path(root), manifest.to_json().encode())
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; other users of the node may read datasets
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(root: Path) -> Manifest:
+    """The manifest of the dataset at `root`; DatasetNotReady, saying what to run, if there is none."""
+    path = manifest_path(root)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise DatasetNotReady(
+            f"no prepared dataset at {root} (no {MANIFEST_NAME}): run "
+            f"`srun --ntasks-per-node=1 python -m prepare --source /path/to/imagenet --dest {root}` "
+            "on every node of the job first"
+        ) from None
+    try:
+        return Manifest.from_json(text)
+    except (ValueError, KeyError, TypeError) as exn:
+        raise DatasetNotReady(f"{path} is unreadable ({exn}): rerun prepare with --force") from None
+
+
+def find_damage(root: Path, manifest: Manifest) -> list[str]:
+    """What is missing or of the wrong size among the shards the manifest lists (stat only: fast)."""
+    problems = []
+    for split in SPLITS:
+        for shard in manifest.splits[split].shards:
+            path = Path(root) / shard.name
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                problems.append(f"{shard.name} is missing")
+                continue
+            if size != shard.bytes:
+                problems.append(f"{shard.name} has {size} bytes, the manifest says {shard.bytes}")
+    return problems
+
+
+def read_complete_manifest(root: Path) -> Manifest:
+    """The manifest, after checking that every shard it lists is present (what `train` calls)."""
+    manifest = read_manifest(root)
+    problems = find_damage(root, manifest)
+    if problems:
+        raise DatasetNotReady(
+            f"the dataset at {root} is damaged: {'; '.join(problems[:5])}"
+            f"{' ...' if len(problems) > 5 else ''}. Rerun prepare with --force on this node."
+        )
+    return manifest

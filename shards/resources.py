@@ -1,0 +1,50 @@
+"""How many CPUs this task may use: the one place both stages ask."""
+
+from __future__ import annotations
+
+import os
+
+
+def available_cpus(environ=os.environ) -> int:
+    """CPUs this process may use: its affinity mask, capped by SLURM_CPUS_PER_TASK when set.
+
+    The cap matters where SLURM does not pin tasks (TaskPlugin=task/none): the mask then shows the
+    whole node while the job was granted only --cpus-per-task of it.
+    """
+    cpus = len(os.sched_getaffinity(0))
+    granted = environ.get("SLURM_CPUS_PER_TASK", "")
+    if granted.isdigit() and int(granted) > 0:
+        cpus = min(cpus, int(granted))
+    return max(1, cpus)
+
+
+def pil_build() -> tuple[str, bool]:
+    """('pillow-simd 12.1.1.post0, libjpeg-turbo 2.1.5', True) for the PIL that imports.
+
+    torchvision depends on stock Pillow, so an install in the wrong order silently puts stock
+    Pillow (no SIMD resize) over pillow-simd; the distribution that owns the PIL package tells.
+    """
+    import importlib.metadata
+
+    import PIL
+    from PIL import features
+
+    try:
+        simd_version = importlib.metadata.version("pillow-simd")
+    except importlib.metadata.PackageNotFoundError:
+        simd_version = None
+    # Both distributions can be installed at once, the later one's files on top: the version
+    # string compiled into the PIL that imports says whose files they are.
+    simd = simd_version == PIL.__version__
+    owner = "pillow-simd" if simd else "Pillow"
+    jpeg = "libjpeg-turbo" if features.check_feature("libjpeg_turbo") else "libjpeg"
+    return f"{owner} {PIL.__version__} ({jpeg})", simd
+
+
+def log_pil_build(log) -> None:
+    text, simd = pil_build()
+    if simd:
+        log.info("PIL: %s", text)
+    else:
+        log.warning("PIL: %s: stock Pillow, not pillow-simd; decode and resize run slower. "
+                    "Run jobs/install.sh (it installs pillow-simd last) to fix.", text)
