@@ -35,6 +35,11 @@ KAGGLE_SYNSETS = "LOC_synset_mapping.txt"
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 KEY = re.compile(r"^[A-Za-z0-9_-]+$")  # dot-free, slash-free: safe as a WebDataset key
 TAR_END = b"\0" * 1024  # every complete tar ends with two zero blocks
+OFFICIAL_FILES = {  # name -> why it is needed, for the error when it is missing
+    TRAIN_TAR: "the official train archive is needed next to the others",
+    VAL_TAR: "the official validation archive is needed next to the others",
+    DEVKIT: "the devkit holds the validation labels (meta.mat)",
+}
 
 
 class SourceError(ValueError):
@@ -126,8 +131,8 @@ def fingerprint(root: Path, layout: str) -> dict:
     """
     files = []
     if layout == "official":
-        for name in (TRAIN_TAR, VAL_TAR, DEVKIT):
-            st = (root / name).stat()
+        for name, why in OFFICIAL_FILES.items():
+            st = readable_file(root / name, why).stat()
             files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     return {"path": str(root), "layout": layout, "files": files}
 
@@ -163,9 +168,7 @@ class OfficialArchives(Source):
 
     def __init__(self, root: Path):
         self.root = root
-        self.train_tar = readable_file(root / TRAIN_TAR, "the official train archive is needed next to the others")
-        self.val_tar = readable_file(root / VAL_TAR, "the official validation archive is needed next to the others")
-        self.devkit_path = readable_file(root / DEVKIT, "the devkit holds the validation labels (meta.mat)")
+        self.train_tar, self.val_tar, self.devkit_path = (readable_file(root / n, why) for n, why in OFFICIAL_FILES.items())
         self.devkit: Devkit = read_devkit(self.devkit_path)
         # The devkit's leaves are the train classes; `items("train")` checks the archive agrees.
         leaves = leaf_synsets(self.devkit.synsets)

@@ -1,0 +1,57 @@
+"""Shared fixtures: the sample ImageNet in every layout, prepared once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prepare.builder import PrepareConfig, prepare
+from prepare.sample import SampleSpec, sample_images, write_imagefolder, write_kaggle, write_official
+
+ROOT = Path(__file__).resolve().parents[1]
+# Small images keep the suite fast; the quirks (CMYK, grayscale, PNG named .JPEG) are all there.
+SPEC = SampleSpec(classes=6, train_per_class=30, val_per_class=5, max_width=160)
+SHARD_MB = 0.12  # a few shards per split from the small sample
+
+
+@pytest.fixture(scope="session")
+def images():
+    return sample_images(SPEC)
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory, images) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sources")
+    writers = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle}
+    for layout, write in writers.items():
+        write(root / layout, images)
+    return {layout: root / layout for layout in writers}
+
+
+def config(source: Path, dest: Path, **options) -> PrepareConfig:
+    return PrepareConfig(source=source, dest=dest, shard_size_mb=options.pop("shard_size_mb", SHARD_MB),
+                         progress_interval=options.pop("progress_interval", 60), **options)
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory, sources) -> Path:
+    """The official sample, prepared with default options: shared read-only by many tests."""
+    dest = tmp_path_factory.mktemp("prepared") / "imagenet"
+    prepare(config(sources["official"], dest))
+    return dest
+
+
+def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+    """Run `python -m ...` as a user would, from the repository root."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", *map(str, args)], cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every shard and the sample list of a prepared dataset, for byte-for-byte comparison."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/*.tar"))}

@@ -1,0 +1,340 @@
+"""The prepare stage end to end on real tar files and real JPEGs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import scipy.stats
+import webdataset as wds
+from PIL import Image
+
+from conftest import ROOT, SHARD_MB, config, run_module, tree_bytes
+from prepare.builder import PrepareError, prepare
+from prepare.labels import LabelError
+from prepare.sample import PNG_KEY, SampleSpec, make_sample, tar_bytes
+from prepare.sources import SourceError
+from shards.manifest import DatasetNotReady, read_complete_manifest, read_manifest
+
+
+def read_split(dest: Path, split: str) -> list[tuple[str, Image.Image, int]]:
+    """Every sample, through the plainest webdataset pipeline a user would write."""
+    urls = [str(dest / s.name) for s in read_manifest(dest).splits[split].shards]
+    return list(wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("__key__", "jpg", "cls"))
+
+
+def expected_labels(images) -> dict[str, int]:
+    index = {wnid: i for i, wnid in enumerate(sorted(w for w, _, _ in images.classes))}
+    return {key: index[wnid] for key, wnid, _ in images.train + images.val}
+
+
+@pytest.mark.parametrize("layout", ["official", "imagefolder", "kaggle"])
+def test_every_layout_gives_every_sample_once_with_its_exact_label(layout, sources, images, tmp_path, prepared):
+    dest = prepared if layout == "official" else tmp_path / "imagenet"
+    if layout != "official":
+        prepare(config(sources[layout], dest))
+    truth = expected_labels(images)
+    for split, rows in (("train", images.train), ("val", images.val)):
+        samples = read_split(dest, split)
+        keys = [key for key, _, _ in samples]
+        assert sorted(keys) == sorted(key for key, _, _ in rows)  # each exactly once
+        assert all(label == truth[key] for key, _, label in samples)
+        assert all(image.mode == "RGB" for _, image, _ in samples)
+    manifest = read_manifest(dest)
+    assert [(c.index, c.wnid) for c in manifest.classes] == list(enumerate(sorted(w for w, _, _ in images.classes)))
+    # A bare extracted tree has no names (unless a devkit or LOC_synset_mapping.txt sits beside it).
+    assert manifest.classes[0].name == ("n01440764" if layout == "imagefolder" else "tench, Tinca tinca")
+
+
+def test_quirk_images_are_normalised_and_good_jpegs_keep_their_bytes(prepared, images):
+    manifest = read_manifest(prepared)
+    assert manifest.converted == {
+        "n01440764_10000": "CMYK JPEG -> RGB JPEG", "n01443537_10038": "L JPEG -> RGB JPEG",
+        PNG_KEY: "RGB PNG -> RGB JPEG", "ILSVRC2012_val_00000002": "CMYK JPEG -> RGB JPEG",
+        "ILSVRC2012_val_00000003": "L JPEG -> RGB JPEG"}
+    original = {key: data for key, _, data in images.train + images.val}
+    for split in ("train", "val"):
+        for url in (prepared / s.name for s in manifest.splits[split].shards):
+            for sample in wds.WebDataset(str(url), shardshuffle=False):
+                image = Image.open(io.BytesIO(sample["jpg"]))
+                assert (image.format, image.mode) == ("JPEG", "RGB")
+                meta = json.loads(sample["json"])
+                assert (meta["width"], meta["height"]) == image.size
+                if sample["__key__"] not in manifest.converted:
+                    assert sample["jpg"] == original[sample["__key__"]]
+
+
+def test_shards_are_equal_sized_and_mixed_across_classes(prepared):
+    manifest = read_manifest(prepared)
+    for split in ("train", "val"):
+        counts = [s.samples for s in manifest.splits[split].shards]
+        assert len(counts) > 1 and max(counts) - min(counts) <= 1
+    # Class-sorted input (the train archive) must not give class-sorted shards. Under a uniform
+    # shuffle the shard x class table is a random contingency table: a chi-square test of
+    # independence passes, where class-sorted shards give p ~ 0.
+    table = [[0] * 6 for _ in manifest.splits["train"].shards]
+    for row, shard in zip(table, manifest.splits["train"].shards):
+        for _, label in wds.WebDataset(str(prepared / shard.name), shardshuffle=False).to_tuple("__key__", "cls"):
+            row[int(label)] += 1
+    assert scipy.stats.chi2_contingency(table).pvalue > 0.01
+    assert all(max(row) <= sum(row) / 2 for row in table)
+
+
+def test_any_tar_tool_reads_the_shards(prepared):
+    shard = read_manifest(prepared).splits["val"].shards[0]
+    listing = subprocess.run(["tar", "-tf", prepared / shard.name], capture_output=True, text=True, check=True)
+    names = listing.stdout.split()
+    assert len(names) == 3 * shard.samples and all("/" not in n and n.count(".") == 1 for n in names)
+
+
+def test_same_source_and_seed_give_byte_identical_shards_with_any_worker_count(sources, prepared, tmp_path):
+    prepare(config(sources["official"], tmp_path / "two", workers=2))
+    assert tree_bytes(tmp_path / "two") == tree_bytes(prepared)
+    prepare(config(sources["official"], tmp_path / "seed1", seed=1))
+    assert tree_bytes(tmp_path / "seed1") != tree_bytes(prepared)
+
+
+def test_a_rerun_verifies_in_about_a_second_and_other_options_refuse(sources, tmp_path):
+    dest = tmp_path / "imagenet"
+    args = ["prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB]
+    assert run_module(*args).returncode == 0
+    before = tree_bytes(dest)
+    start = time.monotonic()
+    again = run_module(*args)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert time.monotonic() - start < 3.0  # interpreter start-up included
+    assert tree_bytes(dest) == before
+    refused = run_module(*args, "--seed", "7")
+    assert refused.returncode == 2
+    assert "was prepared differently: seed was 0, now 7" in refused.stderr and "--force" in refused.stderr
+    assert tree_bytes(dest) == before
+    assert run_module(*args, "--seed", "7", "--force").returncode == 0
+    assert read_manifest(dest).options["seed"] == 7
+
+
+def test_a_damaged_dataset_is_detected_and_rebuilt_with_force(sources, tmp_path):
+    dest = tmp_path / "imagenet"
+    prepare(config(sources["official"], dest))
+    victim = dest / read_manifest(dest).splits["train"].shards[1].name
+    victim.unlink()
+    with pytest.raises(DatasetNotReady, match="missing"):
+        read_complete_manifest(dest)
+    with pytest.raises(PrepareError, match="is damaged: .* is missing.*--force"):
+        prepare(config(sources["official"], dest))
+    prepare(config(sources["official"], dest, force=True))
+    assert victim.exists()
+
+
+def big_source(tmp_path: Path) -> Path:
+    """A sample large enough that prepare runs for a few seconds, to be killed in the middle."""
+    source = tmp_path / "big"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
+    return source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["spilling", "writing shards"])
+def test_kill_9_mid_run_leaves_nothing_complete_and_a_rerun_gives_identical_bytes(tmp_path, when):
+    source = big_source(tmp_path)
+    reference = tmp_path / "reference"
+    args = ["--source", source, "--shard-size", 0.5, "--workers", 1]
+    assert run_module("prepare", *args, "--dest", reference).returncode == 0
+    dest = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "prepare", *map(str, args), "--dest", str(dest)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = (lambda: any((dest / ".prepare-tmp" / "train").glob("bucket-*"))) if when == "spilling" else \
+        (lambda: any((dest / "train").glob("*.tar")))
+    deadline = time.monotonic() + 60
+    while not marker() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (dest / "manifest.json").exists()
+    with pytest.raises(DatasetNotReady, match="run `srun --ntasks-per-node=1 python -m prepare"):
+        read_complete_manifest(dest)
+    assert run_module("prepare", *args, "--dest", dest).returncode == 0
+    assert tree_bytes(dest) == tree_bytes(reference)
+    assert not (dest / ".prepare-tmp").exists()
+
+
+@pytest.mark.slow
+def test_concurrent_prepares_on_one_destination_do_the_work_once(tmp_path):
+    source = big_source(tmp_path)
+    dest = tmp_path / "imagenet"
+    command = [sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest), "--shard-size", "0.5"]
+    procs = [subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    assert sum("done:" in log for log in logs) == 1
+    assert sum("nothing to do" in log for log in logs) == 1
+    read_complete_manifest(dest)
+
+
+# ---------------------------------------------------------------- bad input: clear errors, nothing lost
+
+def test_missing_or_unrecognised_source(tmp_path):
+    with pytest.raises(SourceError, match="does not exist"):
+        prepare(config(tmp_path / "nope", tmp_path / "out"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="(?s)holds no ImageNet layout.*official archives"):
+        prepare(config(tmp_path / "empty", tmp_path / "out"))
+
+
+def copy_official(sources, tmp_path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(sources["official"], copy)
+    return copy
+
+
+def test_missing_devkit_and_unreadable_archive(sources, tmp_path):
+    source = copy_official(sources, tmp_path)
+    (source / "ILSVRC2012_devkit_t12.tar.gz").unlink()
+    with pytest.raises(SourceError, match="ILSVRC2012_devkit_t12.tar.gz not found: the devkit holds"):
+        prepare(config(source, tmp_path / "out"))
+    source = copy_official(sources, tmp_path / "2")
+    train = source / "ILSVRC2012_img_train.tar"
+    train.unlink()
+    train.symlink_to(tmp_path / "gone.tar")  # a dangling link: unreadable even for root
+    with pytest.raises(SourceError, match="ILSVRC2012_img_train.tar not found"):
+        prepare(config(source, tmp_path / "out"))
+
+
+@pytest.mark.parametrize("archive,cut", [("ILSVRC2012_img_train.tar", 0.5), ("ILSVRC2012_img_val.tar", 0.7)])
+def test_truncated_archives_are_named(sources, tmp_path, archive, cut):
+    source = copy_official(sources, tmp_path)
+    path = source / archive
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * cut) // 512 * 512])  # cut at a block boundary: the sneaky case
+    with pytest.raises(SourceError, match=f"{archive} is truncated"):
+        prepare(config(source, tmp_path / "out"))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def replace_val_image(source: Path, key: str, data: bytes) -> None:
+    path = source / "ILSVRC2012_img_val.tar"
+    with tarfile.open(path) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    path.write_bytes(tar_bytes([(name, data if name == f"{key}.JPEG" else body) for name, body in members]))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_corrupt_image_stops_the_run_unless_skip_bad(sources, images, tmp_path, damage):
+    source = copy_official(sources, tmp_path)
+    key, _, good = images.val[5]
+    replace_val_image(source, key, b"not a jpeg at all" if damage == "garbage" else good[: len(good) // 2])
+    with pytest.raises(PrepareError, match=f"ILSVRC2012_img_val.tar:{key}.JPEG does not decode.*--skip-bad"):
+        prepare(config(source, tmp_path / "out"))
+    prepare(config(source, tmp_path / "out", skip_bad=True))
+    manifest = read_manifest(tmp_path / "out")
+    assert list(manifest.skipped) == [key]
+    assert key not in {k for k, _, _ in read_split(tmp_path / "out", "val")}
+    assert manifest.splits["val"].samples == len(images.val) - 1
+
+
+def test_not_enough_space_is_refused_before_writing(sources, tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount]).returncode:
+        pytest.skip("needs root and mount to make a small filesystem (CI runs as root)")
+    try:
+        with pytest.raises(PrepareError, match=r"has 0.0 GB free; prepare needs about .* GB"):
+            prepare(config(sources["official"], mount / "imagenet"))
+        assert not any((mount / "imagenet" / "train").iterdir())
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
+def test_dest_defaults_to_slurm_tmpdir_and_is_required_without_it(sources, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_TMPDIR"}
+    result = subprocess.run([sys.executable, "-m", "prepare", "--source", str(sources["official"])], cwd=ROOT,
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and "--dest is required outside a SLURM job" in result.stderr
+    result = run_module("prepare", "--source", sources["official"], "--shard-size", SHARD_MB,
+                        env={"SLURM_TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    read_complete_manifest(tmp_path / "imagenet")
+
+
+def test_dest_inside_the_source_and_foreign_files_are_refused(sources, tmp_path):
+    with pytest.raises(PrepareError, match="inside --source"):
+        prepare(config(sources["official"], sources["official"] / "out"))
+    dest = tmp_path / "imagenet"
+    (dest / "train").mkdir(parents=True)
+    (dest / "train" / "thesis.pdf").write_bytes(b"precious")
+    with pytest.raises(PrepareError, match="holds files prepare did not write"):
+        prepare(config(sources["official"], dest))
+    assert (dest / "train" / "thesis.pdf").read_bytes() == b"precious"
+
+
+def test_hostile_member_names_never_become_paths(sources, images, tmp_path):
+    source = copy_official(sources, tmp_path)
+    path = source / "ILSVRC2012_img_train.tar"
+    with tarfile.open(path) as tar:
+        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    name, data = inner[0]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as tar:
+        for member, body in members + [("../../../escaped.JPEG", members[0][1])]:
+            info = tarfile.TarInfo(member)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+        link = tarfile.TarInfo("link.JPEG")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    path.write_bytes(tar_bytes([(name, evil.getvalue())] + inner[1:]))
+    before = set(tmp_path.parent.rglob("*"))
+    dest = tmp_path / "out"
+    prepare(config(source, dest))
+    created = set(tmp_path.parent.rglob("*")) - before
+    assert all(dest in p.parents or p == dest for p in created), [p for p in created if dest not in p.parents]
+    keys = {k for k, _, _ in read_split(dest, "train")}
+    assert "escaped" in keys and "link" not in keys  # a sample key inside a shard, never a path
+
+
+def test_imagefolder_with_flat_val_reads_labels_from_the_devkit(sources, images, tmp_path):
+    source = tmp_path / "tree"
+    shutil.copytree(sources["imagefolder"] / "train", source / "train")
+    (source / "val").mkdir()
+    for path in (sources["imagefolder"] / "val").glob("*/*.JPEG"):
+        shutil.copy(path, source / "val" / path.name)
+    with pytest.raises(SourceError, match="put ILSVRC2012_devkit_t12.tar.gz in"):
+        prepare(config(source, tmp_path / "out"))
+    shutil.copy(sources["official"] / "ILSVRC2012_devkit_t12.tar.gz", source)
+    prepare(config(source, tmp_path / "out"))
+    truth = expected_labels(images)
+    assert all(label == truth[key] for key, _, label in read_split(tmp_path / "out", "val"))
+
+
+def test_kaggle_val_without_a_label_is_an_error(sources, tmp_path):
+    source = tmp_path / "kaggle"
+    shutil.copytree(sources["kaggle"], source)
+    csv = source / "LOC_val_solution.csv"
+    csv.write_text("\n".join(csv.read_text().splitlines()[:-1]) + "\n")
+    with pytest.raises(LabelError, match="no label for ILSVRC2012_val_.* in LOC_val_solution.csv"):
+        prepare(config(source, tmp_path / "out"))
+
+
+def test_resize_caps_the_longer_side(sources, tmp_path):
+    dest = tmp_path / "small"
+    prepare(config(sources["official"], dest, resize=64, quality=80))
+    for key, image, _ in read_split(dest, "val"):
+        assert max(image.size) == 64
+    assert read_manifest(dest).options["resize"] == 64
+
+
+def test_manifest_records_counts_and_speed(prepared, images):
+    stats = read_manifest(prepared).stats
+    assert stats["samples"] == len(images.train) + len(images.val)
+    assert stats["images_per_sec"] > 0 and stats["mb_per_sec"] > 0 and stats["source_bytes"] > 0
