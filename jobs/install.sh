@@ -4,7 +4,7 @@
 # Pillow, so any later `pip install` that touches torchvision may put it back: rerun this script).
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
-#   bash jobs/install.sh --dev    plus pytest, matplotlib, and slurm-wlm + munge for the cluster tests
+#   bash jobs/install.sh --dev    plus pytest, and slurm-wlm + munge for the cluster tests
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail

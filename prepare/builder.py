@@ -151,10 +151,16 @@ def verified_existing(dest: Path, identity: dict, force: bool) -> Manifest | Non
 
 def describe_difference(old: dict, new: dict) -> list[str]:
     diffs = []
-    for group in ("options", "source"):
-        for name in sorted(set(old[group]) | set(new[group])):
-            if old[group].get(name) != new[group].get(name):
-                diffs.append(f"{name} was {old[group].get(name)!r}, now {new[group].get(name)!r}")
+    for name in sorted(set(old["options"]) | set(new["options"])):
+        if old["options"].get(name) != new["options"].get(name):
+            diffs.append(f"{name} was {old['options'].get(name)!r}, now {new['options'].get(name)!r}")
+    for name in ("path", "layout"):
+        if old["source"].get(name) != new["source"].get(name):
+            diffs.append(f"source {name} was {old['source'].get(name)!r}, now {new['source'].get(name)!r}")
+    before = {f["path"]: f for f in old["source"].get("files", [])}
+    changed = [f["path"] for f in new["source"].get("files", []) if before.get(f["path"]) != f]
+    if changed and not diffs:
+        diffs.append(f"the source files changed since (size or modification time of {', '.join(changed)})")
     return diffs
 
 

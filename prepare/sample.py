@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import tarfile
 from dataclasses import dataclass, field
@@ -137,12 +138,19 @@ def sample_images(spec: SampleSpec = SampleSpec()) -> SampleImages:
 
 def tar_bytes(members: list[tuple[str, bytes]], gz: bool = False) -> bytes:
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz" if gz else "w", format=tarfile.GNU_FORMAT) as tar:
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), TAR_MTIME, 0o644
             tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+    return gzip.compress(out.getvalue(), mtime=0) if gz else out.getvalue()
+
+
+def write_if_changed(path: Path, data: bytes) -> None:
+    """Leave an identical file alone (and its mtime): rerunning the demo needs no --force."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not (path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data):
+        path.write_bytes(data)
 
 
 def meta_mat(images: SampleImages) -> bytes:
@@ -159,7 +167,8 @@ def meta_mat(images: SampleImages) -> bytes:
                        np.array([[height]], dtype=np.uint8), np.array([[count]], dtype=np.uint16))
     out = io.BytesIO()
     scipy.io.savemat(out, {"synsets": table})
-    return out.getvalue()
+    # The 116-byte text header carries a creation time: fix it, so the same spec gives the same bytes.
+    return b"MATLAB 5.0 MAT-file, written by prepare.sample".ljust(116) + out.getvalue()[116:]
 
 
 def ground_truth(images: SampleImages) -> str:
@@ -173,18 +182,16 @@ def write_official(out: Path, images: SampleImages) -> None:
     for key, wnid, data in images.train:
         per_class.setdefault(wnid, []).append((f"{key}.JPEG", data))
     inner = [(f"{wnid}.tar", tar_bytes(members)) for wnid, members in sorted(per_class.items())]
-    (out / "ILSVRC2012_img_train.tar").write_bytes(tar_bytes(inner))
-    (out / "ILSVRC2012_img_val.tar").write_bytes(tar_bytes([(f"{key}.JPEG", d) for key, _, d in images.val]))
+    write_if_changed(out / "ILSVRC2012_img_train.tar", tar_bytes(inner))
+    write_if_changed(out / "ILSVRC2012_img_val.tar", tar_bytes([(f"{key}.JPEG", d) for key, _, d in images.val]))
     devkit = [("ILSVRC2012_devkit_t12/data/meta.mat", meta_mat(images)),
               ("ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt", ground_truth(images).encode())]
-    (out / "ILSVRC2012_devkit_t12.tar.gz").write_bytes(tar_bytes(devkit, gz=True))
+    write_if_changed(out / "ILSVRC2012_devkit_t12.tar.gz", tar_bytes(devkit, gz=True))
 
 
 def write_tree(folder: Path, rows: list[tuple[str, str, bytes]], by_class: bool) -> None:
     for key, wnid, data in rows:
-        target = folder / wnid if by_class else folder
-        target.mkdir(parents=True, exist_ok=True)
-        (target / f"{key}.JPEG").write_bytes(data)
+        write_if_changed((folder / wnid if by_class else folder) / f"{key}.JPEG", data)
 
 
 def write_imagefolder(out: Path, images: SampleImages) -> None:

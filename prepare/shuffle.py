@@ -16,13 +16,8 @@ source and seed give the same shards whatever the number of workers.
 from __future__ import annotations
 
 import hashlib
-import random
 
-
-def seeded_rng(seed: int, *purpose: object) -> random.Random:
-    """An independent, reproducible random stream for one purpose (stable across Python versions)."""
-    digest = hashlib.blake2b(repr((seed,) + purpose).encode(), digest_size=16).digest()
-    return random.Random(int.from_bytes(digest, "big"))
+from shards.plan import seeded_rng
 
 
 def bucket_of(key: str, seed: int, buckets: int) -> int:

@@ -6,6 +6,7 @@ atomic (temporary file, fsync, rename), so a reader sees either no manifest or a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -78,6 +79,12 @@ class Manifest:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    def dataset_id(self) -> str:
+        """A short fingerprint of what the shards hold: checkpoints refuse to resume on another dataset."""
+        content = json.dumps([self.options, [asdict(c) for c in self.classes],
+                              {name: asdict(split) for name, split in self.splits.items()}], sort_keys=True)
+        return hashlib.blake2b(content.encode(), digest_size=8).hexdigest()
 
 
 def manifest_path(root: Path) -> Path:

@@ -1,0 +1,51 @@
+"""The distributed environment from SLURM, torchrun or nothing: pure, from dicts."""
+
+import pytest
+
+from train.cluster import ClusterError, cpu_threads, dist_env, first_host, slurm_port, tasks_per_node
+
+SRUN = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "7",
+        "SLURM_NTASKS": "8", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[01-04,7]", "SLURM_NODEID": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURMD_NODENAME": "node03"}
+
+
+def test_srun_gives_rank_world_local_rank_and_the_first_node():
+    env = dist_env(SRUN)
+    assert (env.rank, env.world_size, env.local_rank, env.launcher) == (5, 7, 1, "slurm")
+    assert env.master_addr == "node01" and env.master_port == slurm_port(4242, 0)
+    assert env.local_world_size == 2 and env.node == "node03"
+
+
+def test_ports_differ_between_steps_and_jobs():
+    ports = {slurm_port(job, step) for job in (4242, 4243) for step in (0, 1, 2)}
+    assert len(ports) == 6 and all(20000 <= p < 60000 for p in ports)
+
+
+def test_hostlists_and_tasks_per_node_expand_properly():
+    assert first_host("gpu[07-09],cpu1") == "gpu07"
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+
+
+def test_torchrun_and_explicit_master_override_slurm():
+    env = dist_env({**SRUN, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "10.1.2.3",
+                    "MASTER_PORT": "12345"})
+    assert (env.rank, env.world_size, env.master_addr, env.master_port, env.launcher) == (1, 2, "10.1.2.3", 12345,
+                                                                                         "torchrun")
+    env = dist_env({**SRUN, "MASTER_ADDR": "10.9.9.9", "MASTER_PORT": "1999"})
+    assert (env.launcher, env.master_addr, env.master_port) == ("slurm", "10.9.9.9", 1999)
+
+
+def test_half_a_torchrun_environment_is_an_error():
+    with pytest.raises(ClusterError, match="RANK set but not WORLD_SIZE, LOCAL_RANK"):
+        dist_env({"RANK": "0"})
+
+
+def test_a_plain_process_is_rank_zero_of_one():
+    env = dist_env({})
+    assert (env.rank, env.world_size, env.launcher) == (0, 1, "single")
+
+
+def test_cpu_threads_are_shared_unless_slurm_gave_each_task_its_own():
+    env = dist_env(SRUN)
+    assert cpu_threads(env, 16, {}) == 8
+    assert cpu_threads(env, 16, {"SLURM_CPUS_PER_TASK": "16"}) == 16

@@ -1,0 +1,176 @@
+"""Real multi-process DDP training on gloo (CPU), on the prepared sample data.
+
+Ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), one
+process each; tests/test_slurm.py does the same through a real srun.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, run_module
+from shards.manifest import read_manifest
+from shards.plan import steps_per_epoch
+from train.checkpoint import checkpoint_path, load_checkpoint
+from train.cluster import free_port
+from train.metrics import read_metrics
+
+# Small and fast on two CPU cores: resnet18 on 32-px crops.
+FAST = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "4", "--log-every", "1", "--warmup-epochs", "1",
+        "--shuffle-buffer", "16"]
+
+
+class Ranks:
+    """`world` processes of `python -m train`, each with its own log file."""
+
+    def __init__(self, world: int, args: list, tmp: Path, env: dict | None = None, ranks=None):
+        port = free_port()
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.logs = [tmp / f"rank{r}.log" for r in range(world)]
+        self.procs = []
+        for rank in ranks if ranks is not None else range(world):
+            rank_env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        **(env or {})}
+            with open(self.logs[rank], "w") as log:
+                self.procs.append(subprocess.Popen([sys.executable, "-m", "train", *map(str, args)], cwd=ROOT,
+                                                   env=rank_env, stdout=log, stderr=subprocess.STDOUT))
+
+    def wait(self, timeout: float = 300) -> list[int]:
+        deadline = time.monotonic() + timeout
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(timeout=max(1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"ranks still running after {timeout} s:\n{self.text()}") from None
+        return codes
+
+    def wait_for(self, text: str, rank: int = 0, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.logs[rank].read_text():
+            if time.monotonic() > deadline or all(p.poll() is not None for p in self.procs):
+                raise AssertionError(f"never saw {text!r}:\n{self.text()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+
+    def text(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in self.logs if p.exists())
+
+
+def train_args(prepared: Path, run_dir: Path, *extra) -> list:
+    return ["--data", prepared, "--run-dir", run_dir, *FAST, *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world,workers", [(1, 0), (2, 3), (3, 1), (4, 2)])
+def test_every_world_size_and_worker_count_trains_equal_steps_and_evaluates_exactly(prepared, tmp_path, world,
+                                                                                    workers):
+    manifest = read_manifest(prepared)
+    ranks = Ranks(world, train_args(prepared, tmp_path / "run", "--epochs", 1, "--workers", workers), tmp_path)
+    assert ranks.wait() == [0] * world, ranks.text()
+    (record,) = read_metrics(tmp_path / "run")
+    steps = steps_per_epoch(manifest.splits["train"].samples, world, 4)
+    assert record["steps"] == steps and record["train_images"] == steps * world * 4
+    assert record["val_images"] == manifest.splits["val"].samples
+    for key in ("train_loss", "train_top1", "val_top1", "val_top5", "images_per_sec", "images_per_sec_per_gpu",
+                "data_wait_fraction", "step", "epoch"):
+        assert key in record
+
+
+@pytest.mark.slow
+def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(prepared, tmp_path):
+    args = ["--epochs", 2, "--workers", 2, "--batch-size", 6]
+    reference = Ranks(2, train_args(prepared, tmp_path / "ref", *args), tmp_path / "ref-logs")
+    assert reference.wait() == [0, 0], reference.text()
+
+    run = tmp_path / "run"
+    first = Ranks(2, train_args(prepared, run, *args), tmp_path / "a")
+    first.wait_for("epoch 0 step 4/")
+    first.procs[1].send_signal(signal.SIGUSR1)  # one rank only: the ranks must agree to stop
+    assert first.wait() == [0, 0], first.text()
+    state = load_checkpoint(checkpoint_path(run))
+    steps = read_metrics(tmp_path / "ref")[0]["steps"]
+    assert state["epoch"] == 0 and 4 <= state["step"] < steps, state["step"]
+    assert read_metrics(run) == []
+
+    second = Ranks(2, train_args(prepared, run, *args, "--resume", "auto"), tmp_path / "b")
+    assert second.wait() == [0, 0], second.text()
+    assert f"resumed from {checkpoint_path(run)} at epoch 0 step {state['step']}" in second.text()
+    ours, theirs = read_metrics(run), read_metrics(tmp_path / "ref")
+    assert [r["resumed_at_step"] for r in ours] == [state["step"], 0]
+    for a, b in zip(ours, theirs):
+        assert (a["train_images"], a["train_key_hash"], a["val_images"]) == \
+               (b["train_images"], b["train_key_hash"], b["val_images"])
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+    final, reference_final = load_checkpoint(checkpoint_path(run)), load_checkpoint(checkpoint_path(tmp_path / "ref"))
+    for name, tensor in reference_final["model"].items():
+        assert torch.allclose(final["model"][name].float(), tensor.float(), atol=1e-4), name
+
+
+def test_a_missing_dataset_fails_fast_with_the_prepare_command(tmp_path):
+    start = time.monotonic()
+    result = run_module("train", "--data", tmp_path / "nothing", "--run-dir", tmp_path / "run", *FAST)
+    assert result.returncode == 2
+    assert "no prepared dataset" in result.stderr and "python -m prepare" in result.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_a_peer_that_never_arrives_fails_within_the_timeout_naming_the_address(prepared, tmp_path):
+    start = time.monotonic()
+    lonely = Ranks(2, train_args(prepared, tmp_path / "run", "--epochs", 1, "--dist-timeout", 5), tmp_path, ranks=[0])
+    assert lonely.wait(timeout=60) == [2]
+    assert "rendezvous at 127.0.0.1:" in lonely.text() and "never arrived" in lonely.text()
+    assert time.monotonic() - start < 45
+
+
+@pytest.mark.slow
+def test_a_killed_rank_makes_the_others_fail_quickly(prepared, tmp_path):
+    ranks = Ranks(2, train_args(prepared, tmp_path / "run", "--epochs", 3, "--workers", 1, "--dist-timeout", 20),
+                  tmp_path)
+    ranks.wait_for("epoch 0 step 2/")
+    ranks.procs[1].kill()
+    start = time.monotonic()
+    code = ranks.procs[0].wait(timeout=90)
+    assert code != 0 and time.monotonic() - start < 60
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
+    run = tmp_path / "run"
+    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 0)).returncode == 0
+    result = run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 0,
+                                             "--resume", "auto", "--arch", "resnet34"))
+    assert result.returncode == 2 and "arch: checkpoint 'resnet18', now 'resnet34'" in result.stderr
+    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 0))
+    assert again.returncode == 0 and "already finished 1 epochs" in again.stderr
+
+
+def test_real_torchrun_launches_it_too(prepared, tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    result = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "train",
+                             *map(str, train_args(prepared, tmp_path / "run", "--epochs", 1, "--max-steps", 3,
+                                                  "--workers", 0))],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "2 ranks (torchrun launcher)" in result.stderr
+    assert read_metrics(tmp_path / "run")[0]["val_images"] == read_manifest(prepared).splits["val"].samples
+
+
+def test_report_draws_the_metrics(prepared, tmp_path):
+    run = tmp_path / "run"
+    assert run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 0)).returncode == 0
+    result = run_module("train.report", run)
+    assert result.returncode == 0 and (run / "metrics.png").stat().st_size > 10_000
+    assert "2 epochs" in result.stdout

@@ -1,0 +1,92 @@
+"""The loader's stages on real shards: seeking into a shard, the planned order, resume, transforms."""
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+from PIL import Image
+from torchvision import transforms as T
+
+from shards.manifest import read_manifest
+from shards.plan import buffered_order, consumed_batches, seeded_rng, steps_per_epoch
+from train.data import PlanArgs, PlannedShards, key_hash, make_loader, read_piece, reorder, to_device
+from train.transforms import TrainTransform, ValTransform
+
+
+def shard_paths(prepared, split="train"):
+    return [prepared / s.name for s in read_manifest(prepared).splits[split].shards]
+
+
+def test_read_piece_seeks_to_the_exact_samples(prepared):
+    path = shard_paths(prepared)[0]
+    everything = [s["__key__"] for s in wds.WebDataset(str(path), shardshuffle=False)]
+    assert [s["__key__"] for s in read_piece(path, 0, len(everything))] == everything
+    assert [s["__key__"] for s in read_piece(path, 3, 7)] == everything[3:7]
+    assert [s["__key__"] for s in read_piece(path, len(everything) - 1, len(everything))] == everything[-1:]
+
+
+def test_reorder_follows_the_plan_and_skips_what_was_consumed():
+    order = buffered_order(20, 5, seeded_rng(3))
+    samples = [{"i": i} for i in range(20)]
+    assert [s["i"] for s in reorder(iter(samples), order, 0)] == list(order)
+    assert [s["i"] for s in reorder(iter(samples), order, 7)] == list(order[7:])
+
+
+def loader_key_hashes(prepared, workers, start_step=0, epoch=0, batch=4):
+    sizes = [s.samples for s in read_manifest(prepared).splits["train"].shards]
+    args = PlanArgs("train", sizes, epoch, 0, 1, 0, workers, batch, 8, start_step)
+    dataset = PlannedShards(shard_paths(prepared), args, ValTransform(32))
+    return [batch_hashes.tolist() for _, _, batch_hashes in make_loader(dataset, batch, workers, False)]
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_a_resumed_loader_yields_exactly_the_batches_not_yet_taken(prepared, workers):
+    full = loader_key_hashes(prepared, workers)
+    total = sum(s.samples for s in read_manifest(prepared).splits["train"].shards)
+    assert len(full) == steps_per_epoch(total, 1, 4)
+    for step in (1, 5, len(full) - 1):
+        assert loader_key_hashes(prepared, workers, start_step=step) == full[step:]
+
+
+def test_batches_are_uint8_nhwc_and_normalised_on_the_device(prepared):
+    sizes = [s.samples for s in read_manifest(prepared).splits["val"].shards]
+    args = PlanArgs("val", sizes, 0, 0, 1, 0, 0, 8, 1)
+    images, labels, _ = next(iter(make_loader(PlannedShards(shard_paths(prepared, "val"), args, ValTransform(32)),
+                                              8, 0, False)))
+    assert images.dtype == torch.uint8 and images.shape == (8, 32, 32, 3) and labels.dtype == torch.int64
+    x = to_device(images, torch.device("cpu"))
+    assert x.shape == (8, 3, 32, 32) and x.is_contiguous(memory_format=torch.channels_last)
+    assert -3 < float(x.mean()) < 3
+
+
+def jpeg(size=(400, 300)):
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=95)
+    return out.getvalue(), image
+
+
+def test_train_augmentation_is_a_function_of_seed_epoch_and_key():
+    data, _ = jpeg()
+    transform = TrainTransform(64, seed=0)
+    a = transform(data, 0, "k1")
+    assert a.shape == (64, 64, 3) and a.dtype == np.uint8
+    assert np.array_equal(a, transform(data, 0, "k1"))
+    assert not np.array_equal(a, transform(data, 1, "k1"))
+    flips = Counter(transform.crop_and_flip(Image.open(io.BytesIO(data)), 0, f"k{i}")[1] for i in range(400))
+    assert 150 < flips[True] < 250
+
+
+def test_validation_transform_matches_torchvision_resize_and_centre_crop():
+    data, _ = jpeg((500, 375))
+    ours = ValTransform(224)(data).astype(np.float32)
+    reference = T.Compose([T.Resize(256), T.CenterCrop(224)])(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert np.abs(ours - np.asarray(reference, dtype=np.float32)).mean() < 2.0  # 8-bit levels
+
+
+def test_key_hash_is_stable_and_40_bits():
+    assert key_hash("n01440764_10026") == key_hash("n01440764_10026") < 1 << 40

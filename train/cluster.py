@@ -1,0 +1,125 @@
+"""The distributed environment, read once: SLURM (srun, no torchrun needed), torchrun, or a plain
+single process. `dist_env` is pure (it takes the environment as a dict); `init_distributed` does
+the rendezvous with a short timeout and an error that names the address and port.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+
+import hostlist
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class ClusterError(RuntimeError):
+    """The environment describes no consistent distributed job."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    launcher: str  # "slurm", "torchrun" or "single"
+    node: str  # this node's name, for messages
+    local_world_size: int = 1  # tasks on this node
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def slurm_port(job_id: int, step_id: int) -> int:
+    """A rendezvous port from the job and step ids: concurrent jobs and steps sharing a first node
+    get different ports (in 20000-59999, clear of the usual ephemeral range's start)."""
+    return 20000 + (job_id * 64 + step_id) % 40000
+
+
+def first_host(nodelist: str) -> str:
+    hosts = hostlist.expand_hostlist(nodelist)
+    if not hosts:
+        raise ClusterError(f"empty SLURM node list {nodelist!r}")
+    return hosts[0]
+
+
+def tasks_per_node(spec: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE ('2(x3),1') as a list per node ([2, 2, 2, 1])."""
+    return hostlist.parse_slurm_tasks_per_node(spec)
+
+
+def dist_env(environ: dict) -> DistEnv:
+    """Rank, world size, local rank and rendezvous address from the launcher's variables.
+
+    torchrun's variables win (and MASTER_ADDR/MASTER_PORT override SLURM's derived ones); under
+    srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess.
+    """
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    present = [v for v in TORCHRUN_VARS[:3] if v in environ]
+    if present:
+        if len(present) < 3:
+            missing = [v for v in TORCHRUN_VARS[:3] if v not in environ]
+            raise ClusterError(f"{', '.join(present)} set but not {', '.join(missing)}: "
+                               "launch with torchrun, srun, or neither")
+        return DistEnv(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["LOCAL_RANK"]),
+                       environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", 29500)),
+                       "torchrun", node, int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])))
+    if "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ:
+        world = int(environ.get("SLURM_STEP_NUM_TASKS") or environ["SLURM_NTASKS"])
+        nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
+        addr = environ.get("MASTER_ADDR") or first_host(nodelist)
+        port = int(environ.get("MASTER_PORT") or slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])))
+        per_node = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "1"))
+        local_world = per_node[int(environ.get("SLURM_NODEID", 0))] if per_node else 1
+        return DistEnv(int(environ["SLURM_PROCID"]), world, int(environ.get("SLURM_LOCALID", 0)), addr, port,
+                       "slurm", node, local_world)
+    return DistEnv(0, 1, 0, "127.0.0.1", 0, "single", node)
+
+
+def cpu_threads(env: DistEnv, cpus: int, environ: dict) -> int:
+    """Intra-op threads per rank: its CPUs, shared with the other ranks of the node unless SLURM
+    already gave each task its own (--cpus-per-task)."""
+    if "SLURM_CPUS_PER_TASK" in environ:
+        return cpus
+    return max(1, cpus // env.local_world_size)
+
+
+def device_for(env: DistEnv, requested: str | None) -> torch.device:
+    """cuda:<local rank mod visible GPUs> when CUDA is there (with --gpus-per-task: cuda:0), else cpu."""
+    kind = requested or ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ClusterError("--device cuda, but no GPU is visible to this task (check --gpus-per-task)")
+        return torch.device("cuda", env.local_rank % torch.cuda.device_count())
+    return torch.device(kind)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(env: DistEnv, device: torch.device, timeout_s: float) -> None:
+    """Join the process group (NCCL on GPUs, gloo on CPU); fail within `timeout_s` if a peer never comes."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    port = env.master_port or free_port()
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{port}", rank=env.rank,
+                                world_size=env.world_size, timeout=datetime.timedelta(seconds=timeout_s),
+                                **({"device_id": device} if device.type == "cuda" else {}))
+        # The store answers before every rank has joined; one collective proves they all did.
+        dist.barrier()
+    except Exception as exn:  # torch raises several types here; all mean the same to the user
+        raise ClusterError(
+            f"rank {env.rank}/{env.world_size} on {env.node}: rendezvous at {env.master_addr}:{port} failed "
+            f"within {timeout_s:.0f} s ({type(exn).__name__}: {str(exn).splitlines()[0] if str(exn) else ''}). "
+            "A peer never arrived or died: check the other tasks' logs (did one fail its dataset check?), "
+            "and that the first node of the job is reachable on that port.") from None

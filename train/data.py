@@ -1,0 +1,150 @@
+"""The loader: executes the read plan of `shards.plan` with webdataset's tar reader.
+
+Stages, each a generator over the previous one (webdataset's style):
+
+    read_pieces   samples [start, stop) of each planned shard piece, seeking to `start`
+    reorder       the planned shuffle-buffer order; drops already-consumed samples undecoded
+    decode        JPEG bytes -> uint8 HWC array, label, key hash
+
+and `PlannedShards`, an IterableDataset that asks the plan what its rank and worker read. The
+DataLoader batches (uint8 NHWC), pins memory; `to_device` normalises on the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from webdataset.tariterators import group_by_keys, tar_file_expander
+
+from shards.plan import WorkerPlan, consumed_batches, train_plan, val_plan, worker_count
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def sample_offsets(path: Path) -> list[int]:
+    """Byte offset of each sample's first member in a shard, from the tar headers alone."""
+    offsets, last = [], None
+    with tarfile.open(path, "r:") as tar:  # random-access mode: seeks over member data
+        for member in tar:
+            key = member.name.split(".", 1)[0]
+            if key != last:
+                offsets.append(member.offset)
+                last = key
+    return offsets
+
+
+def read_piece(path: Path, start: int, stop: int) -> Iterator[dict]:
+    """Samples [start, stop) of one shard, via webdataset's tar reader, seeking to `start`."""
+    with open(path, "rb") as stream:
+        if start > 0:
+            stream.seek(sample_offsets(path)[start])
+        files = tar_file_expander([{"url": str(path), "stream": stream}])
+        for index, sample in enumerate(group_by_keys(files), start=start):
+            if index >= stop:
+                return
+            yield sample
+
+
+def read_pieces(plan: WorkerPlan, shard_paths: list[Path]) -> Iterator[dict]:
+    for piece in plan.pieces:
+        yield from read_piece(shard_paths[piece.shard], piece.start, piece.stop)
+
+
+def reorder(samples: Iterable[dict], order: tuple[int, ...], skip: int) -> Iterator[dict]:
+    """Emit `samples` (positions 0, 1, ...) in `order`, the first `skip` emissions left out.
+
+    The plan guarantees that order[k] is among the first k + buffer samples read, so at most a
+    buffer's worth is held. Left-out samples are dropped as they are read, never decoded.
+    """
+    skipped = set(order[:skip])
+    held = {}
+    source = enumerate(samples)
+    for position in order[skip:]:
+        while position not in held:
+            try:
+                index, sample = next(source)
+            except StopIteration:
+                raise RuntimeError("a shard holds fewer samples than the manifest lists: the dataset is "
+                                   "damaged; rerun prepare with --force on this node") from None
+            if index not in skipped:
+                held[index] = sample
+        yield held.pop(position)
+
+
+KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
+
+
+def key_hash(key: str) -> int:
+    """A 40-bit hash of a sample key: summed over an epoch, it tells which samples were read."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=5).digest(), "big")
+
+
+def decode(samples: Iterable[dict], transform: Callable, epoch: int) -> Iterator[tuple]:
+    for sample in samples:
+        key = sample["__key__"]
+        image = transform(sample["jpg"], epoch, key)
+        yield torch.from_numpy(image), int(sample["cls"]), key_hash(key)
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """What the read plan needs besides the worker id (see shards.plan)."""
+    split: str
+    shard_sizes: list[int]
+    epoch: int
+    seed: int
+    world_size: int
+    rank: int
+    num_workers: int
+    batch_size: int
+    shuffle_buffer: int
+    start_step: int = 0  # resume: batches of this epoch the rank already took
+
+
+def plan_for(args: PlanArgs, worker: int) -> WorkerPlan:
+    if args.split == "val":
+        return val_plan(args.shard_sizes, world_size=args.world_size, rank=args.rank,
+                        num_workers=args.num_workers, worker=worker)
+    return train_plan(args.shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size,
+                      rank=args.rank, num_workers=args.num_workers, worker=worker, batch_size=args.batch_size,
+                      shuffle_buffer=args.shuffle_buffer)
+
+
+class PlannedShards(IterableDataset):
+    """The samples this rank's DataLoader worker reads, as its plan says, decoded."""
+
+    def __init__(self, shard_paths: list[Path], args: PlanArgs, transform: Callable):
+        self.shard_paths, self.args, self.transform = shard_paths, args, transform
+
+    def __iter__(self):
+        info = get_worker_info()
+        # The DataLoader asks its workers round-robin starting from worker 0; a loader resumed at
+        # step k must start from plan worker k % W to hand out batches in the original order.
+        worker = ((info.id if info else 0) + self.args.start_step) % worker_count(self.args.num_workers)
+        plan = plan_for(self.args, worker)
+        skip = consumed_batches(self.args.start_step, self.args.num_workers, worker) * self.args.batch_size
+        samples = read_pieces(plan, self.shard_paths)
+        return decode(reorder(samples, plan.order, skip), self.transform, self.args.epoch)
+
+
+def make_loader(dataset: PlannedShards, batch_size: int, num_workers: int, pin_memory: bool) -> DataLoader:
+    """Batches of (uint8 images NHWC, labels, key hashes). Train plans give every worker whole
+    batches, so no batch is partial; validation's last batch per worker may be."""
+    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
+                      prefetch_factor=4 if num_workers else None, persistent_workers=False)
+
+
+def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True) -> torch.Tensor:
+    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free view)."""
+    images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float()
+    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+    images = (images - mean) / std
+    return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
