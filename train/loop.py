@@ -335,6 +335,9 @@ def main(config: TrainConfig) -> int:
     torch.set_num_threads(cpu_threads(env, available_cpus(), os.environ))
     config = replace(config, dataset_id=manifest.dataset_id())
     preemption = Preemption(config.signal)  # before loader workers fork: they inherit the harmless handler
+    if env.launcher == "single" and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        log.warning("SLURM_NTASKS=%s but this process is not an srun step: training as ONE process. "
+                    "Run it as `srun python -m train` to use every task.", os.environ["SLURM_NTASKS"])
     if env.is_main:
         log_pil_build(log)
         log.info("%s: %d ranks (%s launcher), device %s, %d train / %d val samples, %d classes", config.arch,

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The body of the job scripts (imagenet.sbatch, imagenet-1node.sbatch): stage ImageNet once per
+# node into node-local disk, then train one task per GPU, forwarding the preemption signal.
+#
+# Environment (set with `sbatch --export=ALL,IMAGENET=...` or in the calling script):
+#   IMAGENET      folder with the ImageNet archives (or extracted / Kaggle tree) on shared storage
+#   REPO          this repository (default: the folder sbatch was called from)
+#   LOCAL_DISK    node-local disk, the same path on every node, where your site does not provide
+#                 $SLURM_TMPDIR (default: each task's own $SLURM_TMPDIR, which may differ per node)
+#   RUN_DIR       checkpoints and metrics on shared storage (default: $REPO/runs/<job name>-<job id>)
+#   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512")
+#   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
+set -euo pipefail
+
+: "${IMAGENET:?set IMAGENET to the folder with the ImageNet archives, e.g. sbatch --export=ALL,IMAGENET=/datasets/imagenet}"
+REPO=${REPO:-$SLURM_SUBMIT_DIR}
+[[ -f $REPO/prepare/__main__.py ]] || { echo "REPO=$REPO is not this repository: submit from its root or set REPO" >&2; exit 2; }
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+# Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet
+# (this script runs on the first node only, and its $SLURM_TMPDIR may not be the others').
+data_option=()
+if [[ -n ${LOCAL_DISK:-} ]]; then
+  data_option=(--dest "$LOCAL_DISK/imagenet")
+elif [[ -z ${SLURM_TMPDIR:-} ]]; then
+  echo "no SLURM_TMPDIR on this cluster: set LOCAL_DISK to the node-local disk" >&2
+  exit 2
+fi
+RUN_DIR=${RUN_DIR:-$REPO/runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}
+TRAIN_ARGS=${TRAIN_ARGS:---arch resnet50 --epochs 90}
+mkdir -p "$RUN_DIR"
+
+# Since Slurm 22.05 srun does not inherit the job's --cpus-per-task: pass it on explicitly.
+export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}
+tasks_per_node=${SLURM_NTASKS_PER_NODE:-1}
+node_cpus=$(( SRUN_CPUS_PER_TASK * tasks_per_node ))
+
+log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'StdOut=[^ ]*' | cut -d= -f2 || true)
+echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks"
+echo "  log:         ${log:-see sbatch --output}"
+echo "  data:        $IMAGENET -> ${LOCAL_DISK:-\$SLURM_TMPDIR}/imagenet on each node"
+echo "  metrics:     $RUN_DIR/metrics.jsonl"
+echo "  checkpoints: $RUN_DIR/last.pt"
+cd "$REPO"
+
+# Once per node, with all of the node's CPUs; idempotent, so a requeued job only verifies.
+srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" --kill-on-bad-exit=1 \
+    "$PYTHON" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-}
+
+# Training runs in the background so that this shell can forward the preemption signal
+# (#SBATCH --signal=B:USR1@...) to the step; train checkpoints and requeues the job.
+[[ -n ${LOCAL_DISK:-} ]] && data_option=(--data "$LOCAL_DISK/imagenet")
+srun --kill-on-bad-exit=1 "$PYTHON" -m train "${data_option[@]}" --run-dir "$RUN_DIR" --resume auto --requeue \
+    $TRAIN_ARGS &
+step=$!
+trap 'echo "preemption signal: forwarding SIGUSR1 to the training step"; kill -USR1 $step' USR1
+status=0
+while true; do
+  wait "$step" && status=0 || status=$?
+  kill -0 "$step" 2>/dev/null || break   # wait returns early when the trap fires: wait again
+done
+exit "$status"
