@@ -5,6 +5,7 @@
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
 #   bash jobs/install.sh --dev    plus pytest, and slurm-wlm + munge for the cluster tests
+#   (NVIDIA DALI, the benchmark's optional peer: .venv/bin/pip install nvidia-dali-cuda130)
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail

@@ -185,3 +185,21 @@ def test_single_node_job_script_runs_to_completion(slurm, sources, tmp_path):
     state = wait_job(slurm, job)
     assert state["JobState"] == "COMPLETED", (tmp_path / f"job-{job}.out").read_text()
     assert read_metrics(tmp_path / "run")[0]["steps"] == 3
+
+
+def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_path):
+    shutil.copytree(sources["official"], tmp_path / "source")
+    export = (f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
+              f"PREPARE_ARGS=--shard-size {SHARD_MB},"
+              "BENCH_ARGS=--workers 1 --images 32 --batch-size 8 --warmup-batches 1 --modes data --no-dali "
+              "--image-size 32")
+    result = subprocess.run(["sbatch", "--parsable", "--gpus-per-task=0", "--cpus-per-task=2", "--mem-per-cpu=100M",
+                             "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out", export,
+                             "jobs/benchmark.sbatch"], cwd=ROOT, env=slurm, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip().split(";")[0]
+    state = wait_job(slurm, job)
+    log = (tmp_path / f"job-{job}.out").read_text()
+    assert state["JobState"] == "COMPLETED", log
+    assert f"benchmark results: {tmp_path / 'run'}/benchmark.jsonl" in log and "baseline ImageFolder" in log
+    assert (tmp_path / "run" / "benchmark.png").exists()

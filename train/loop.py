@@ -177,6 +177,19 @@ def agree_to_stop(run: Run) -> bool:
 
 # ---------------------------------------------------------------- train and evaluate
 
+def train_step(run: Run, criterion, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on a batch already on the device; returns (loss, logits)."""
+    with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
+        logits = run.step_model(x)
+        loss = criterion(logits, y)
+    run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.scale(loss).backward()
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.scheduler.step()
+    return loss, logits
+
+
 def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, workers: int) -> tuple[int, bool]:
     """Train from `start_step` to the end of the epoch, or until preemption. Returns (steps done, preempted)."""
     run.step_model.train()
@@ -191,14 +204,7 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
         sums.data_wait += time.perf_counter() - fetch_start
         x = to_device(images, run.device, run.config.channels_last)
         y = labels.to(run.device, non_blocking=True)
-        with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
-            logits = run.step_model(x)
-            loss = criterion(logits, y)
-        run.optimizer.zero_grad(set_to_none=True)
-        run.scaler.scale(loss).backward()
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-        run.scheduler.step()
+        loss, logits = train_step(run, criterion, x, y)
         loss_sum += loss.detach().float() * len(y)
         correct += (logits.argmax(1) == y).sum()
         sums.samples += len(y)

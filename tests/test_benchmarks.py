@@ -1,0 +1,62 @@
+"""The benchmarks run end to end on the sample data and report what they promise (tiny sizes:
+these check behaviour, not speed; BENCHMARKS.md has the measured figures)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_module
+from shards.manifest import read_manifest
+from train.bench_loaders import dali_available, dali_batches, dali_loader, time_batches, worker_rss_mb
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_loader_benchmark_reports_ours_baseline_ceiling_model_and_full(prepared, tmp_path):
+    result = run_module("train.benchmark", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
+                        "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch", "resnet18",
+                        "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali")
+    assert result.returncode == 0, result.stderr
+    record = last_json(result.stdout)
+    for key in ("images_per_sec", "baseline_images_per_sec", "decode_ceiling_images_per_sec", "speedup_vs_baseline",
+                "ratio_to_ceiling", "cold_images_per_sec", "worker_rss_mb", "model_images_per_sec",
+                "full_images_per_sec", "workers", "image_stats"):
+        assert key in record, key
+    assert [row["workers"] for row in record["sweep"]] == [1, 2]
+    assert record["workers"] == 2 and record["worker_rss_mb"] > 0
+    assert record["image_stats"]["train_images"] == read_manifest(prepared).splits["train"].samples
+    assert "ours (2 workers, warm)" in result.stdout and "baseline ImageFolder" in result.stdout
+    assert (tmp_path / "benchmark.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "benchmark.jsonl").read_text().splitlines()[-1]) == record
+
+
+def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
+    result = run_module("prepare.benchmark", "--source", sources["official"], "--scratch", tmp_path / "scratch",
+                        "--workers", 1)
+    assert result.returncode == 0, result.stderr
+    record = last_json(result.stdout)
+    assert record["images"] == 210
+    assert set(record["seconds"]) == {"copy", "extract", "prepare"}
+    assert record["prepare_images_per_sec"] > 0 and record["speedup_vs_extract"] > 0
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["prepare-benchmark.jsonl"]  # cleaned up
+
+
+def test_timing_excludes_warm_up_and_needs_enough_batches():
+    batches = [([0] * 4,) for _ in range(5)]
+    rate = time_batches(iter(batches), images=8, warmup=2)
+    assert rate.images == 8
+    with pytest.raises(ValueError, match="fewer batches than the warm-up"):
+        time_batches(iter(batches), images=100, warmup=10)
+    assert worker_rss_mb() == []  # no workers now
+
+
+@pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is an optional extra: pip install nvidia-dali-cuda130")
+def test_dali_reads_the_same_shards(prepared, tmp_path):
+    batches = dali_batches(dali_loader(read_manifest(prepared), prepared, tmp_path, 1, 8, 32))
+    images, labels = next(batches)
+    assert tuple(images.shape) == (8, 32, 32, 3) and str(images.dtype) == "torch.uint8"
+    assert time_batches(batches, 16, 1).per_sec > 0

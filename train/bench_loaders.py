@@ -1,0 +1,192 @@
+"""What the benchmark runs side by side on the same images: our loader, the usual baseline
+(torchvision ImageFolder over extracted JPEGs with the standard transforms), NVIDIA DALI's CPU
+pipeline when installed, and the decode-only ceiling; plus the timing and memory probes."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torchvision import datasets
+from torchvision import transforms as T
+from torchvision.io import decode_jpeg
+
+from shards.manifest import Manifest
+from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, PlannedShards
+from train.transforms import TrainTransform
+
+
+@dataclass(frozen=True)
+class Rate:
+    images: int
+    seconds: float
+
+    @property
+    def per_sec(self) -> float:
+        return self.images / self.seconds if self.seconds > 0 else 0.0
+
+
+def time_batches(batches: Iterable, images: int, warmup: int) -> Rate:
+    """Images/s over `images` images after `warmup` batches (start-up and first fetches excluded)."""
+    counted, start = 0, None
+    for index, batch in enumerate(batches):
+        if index == warmup:
+            start = time.perf_counter()
+        elif index > warmup:
+            counted += len(batch[0])
+        if counted >= images:
+            break
+    if start is None:
+        raise ValueError("fewer batches than the warm-up: use more --images or a smaller --batch-size")
+    return Rate(counted, time.perf_counter() - start)
+
+
+def worker_rss_mb() -> list[float]:
+    """Resident memory of this process's children (the DataLoader workers), in MB."""
+    me, sizes = os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                pages = int(Path(entry.path, "statm").read_text().split()[1])
+                sizes.append(pages * os.sysconf("SC_PAGE_SIZE") / 2**20)
+        except (OSError, ValueError, IndexError):
+            continue
+    return sizes
+
+
+# ---------------------------------------------------------------- ours
+
+class Epochs(IterableDataset):
+    """Consecutive epochs of our planned loader, so one DataLoader streams as many images as asked."""
+
+    def __init__(self, epochs: list[PlannedShards]):
+        self.epochs = epochs
+
+    def __iter__(self):
+        for epoch in self.epochs:
+            yield from epoch
+
+
+def our_loader(manifest: Manifest, root: Path, workers: int, batch: int, size: int, images: int,
+               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1) -> DataLoader:
+    shards = manifest.splits["train"].shards
+    sizes = [s.samples for s in shards]
+    per_epoch = (sum(sizes) // (world_size * batch)) * batch
+    epochs = [PlannedShards([root / s.name for s in shards],
+                            PlanArgs("train", sizes, e, 0, world_size, rank, workers, batch, shuffle_buffer),
+                            TrainTransform(size, seed=0))
+              for e in range(images // max(per_epoch, 1) + 2)]
+    return DataLoader(Epochs(epochs), batch_size=batch, num_workers=workers,
+                      prefetch_factor=4 if workers else None)
+
+
+# ---------------------------------------------------------------- the baseline users run today
+
+def extract_image_folder(manifest: Manifest, root: Path, out: Path) -> Path:
+    """The train shards as train/<wnid>/<key>.JPEG files, as users extract ImageNet today."""
+    import webdataset as wds
+
+    wnid = {c.index: c.wnid for c in manifest.classes}
+    for shard in manifest.splits["train"].shards:
+        for sample in wds.WebDataset(str(root / shard.name), shardshuffle=False):
+            folder = out / wnid[int(sample["cls"])]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{sample['__key__']}.JPEG").write_bytes(sample["jpg"])
+    return out
+
+
+def baseline_loader(folder: Path, workers: int, batch: int, size: int, images: int) -> DataLoader:
+    """torchvision's ImageFolder + RandomResizedCrop, flip, ToTensor, Normalize in a DataLoader."""
+    transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(),
+                           T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    dataset = datasets.ImageFolder(str(folder), transform=transform)
+    sampler = RandomSampler(dataset, num_samples=images + 64 * batch)
+    return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
+                      prefetch_factor=4 if workers else None)
+
+
+# ---------------------------------------------------------------- the decode-only ceiling
+
+def decode_ceiling(jpegs: list[bytes]) -> tuple[str, float]:
+    """Full-resolution decode to RGB of the same images, one core: (fastest decoder, images/s)."""
+    decoders = {
+        "PIL": lambda data: Image.open(io.BytesIO(data)).convert("RGB"),
+        "torchvision.io.decode_jpeg": lambda data: decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8)),
+    }
+    rates = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, decode in decoders.items():
+            for data in jpegs[:10]:
+                decode(data)
+            start = time.perf_counter()
+            for data in jpegs:
+                decode(data)
+            rates[name] = len(jpegs) / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    best = max(rates, key=rates.get)
+    return best, rates[best]
+
+
+# ---------------------------------------------------------------- NVIDIA DALI, the strongest CPU peer
+
+def dali_available() -> bool:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def dali_loader(manifest: Manifest, root: Path, index_dir: Path, threads: int, batch: int, size: int):
+    """DALI reading the same shards: fn.readers.webdataset, image_random_crop on the CPU, resize, flip."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    paths = [str(root / s.name) for s in manifest.splits["train"].shards]
+    index_paths = [str(index_dir / (Path(p).name + ".idx")) for p in paths]
+    for path, index in zip(paths, index_paths):
+        if not Path(index).exists():
+            write_dali_index(Path(path), Path(index))
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipeline():
+        jpegs, labels = fn.readers.webdataset(paths=paths, index_paths=index_paths, ext=["jpg", "cls"],
+                                              random_shuffle=True, initial_fill=1000, name="reader",
+                                              missing_component_behavior="error")
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_x=size, resize_y=size)
+        images = fn.flip(images, horizontal=fn.random.coin_flip())
+        return images, labels
+
+    pipe = pipeline()
+    pipe.build()
+    return DALIGenericIterator([pipe], ["images", "labels"], reader_name="reader")
+
+
+def write_dali_index(shard: Path, index: Path) -> None:
+    """DALI's index of a webdataset tar, written by its own wds2idx tool."""
+    from wds2idx import IndexCreator  # installed with nvidia-dali as the wds2idx command
+
+    with IndexCreator(str(shard), str(index), verbose=False) as creator:
+        creator.create_index()
+
+
+def dali_batches(iterator):
+    """DALI's [{'images': ..., 'labels': ...}] per batch as (images, labels), epoch after epoch."""
+    while True:
+        for outputs in iterator:
+            yield outputs[0]["images"], outputs[0]["labels"]
+        iterator.reset()
