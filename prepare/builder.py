@@ -15,6 +15,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pickle
 import re
 import resource
 import shutil
@@ -201,7 +202,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
     raise_open_file_limit()
     context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
-    with context.Pool(config.workers) if config.workers > 1 else nullpool() as pool:
+    with context.Pool(config.workers) if uses_pool(source, config) else nullpool() as pool:
         for split in SPLITS:
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
@@ -220,6 +221,13 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
+
+
+def uses_pool(source: Source, config: PrepareConfig) -> bool:
+    """Worker processes pay where each image costs real work: re-encoding every image (--resize),
+    or reading a file per image (trees, often on network storage). Checking an archive's JPEG
+    headers costs less than sending the bytes to another process: the main process does it."""
+    return config.workers > 1 and (config.resize is not None or source.layout != "official")
 
 
 @contextmanager
@@ -262,13 +270,12 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
                     result.converted[item.key] = outcome.note
                 b = bucket_of(item.key, config.seed, num_buckets)
                 if spills[b] is None:
-                    spills[b] = spill_writer(work / f"bucket-{b:06d}.tar")
-                spills[b].write(encode_sample(item, stored or item.data, classes[item.wnid], outcome))
+                    spills[b] = spill_writer(work / f"bucket-{b:06d}.spill")
+                write_spill(spills[b], encode_sample(item, stored or item.data, classes[item.wnid], outcome))
                 result.buckets[b].append(item.key)
     for spill in spills:
         if spill is not None:
             spill.close()
-            spill.stream.close()
     expected, got = source.expected_count(split), len(seen)
     if expected is not None and got != expected:
         raise SourceError(f"the {split} source yielded {got} images, its labels list {expected}: "
@@ -279,9 +286,26 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
 
 
 def spill_writer(path: Path):
-    from webdataset import TarWriter  # lazily: see write_tar
+    """Spill files are private scratch, read back only by this run: a stream of pickled sample dicts,
+    several times cheaper than tar members. Only the final shards are tars (webdataset's writer)."""
+    return open(path, "wb")
 
-    return TarWriter(open(path, "wb"), encoder=False, mtime=0)
+
+def write_spill(spill, sample: dict) -> None:
+    pickle.dump(sample, spill, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_spill(path: Path) -> dict[str, dict]:
+    samples = {}
+    if path.exists():
+        with open(path, "rb") as f:
+            while True:
+                try:
+                    sample = pickle.load(f)  # our own scratch file, written above: trusted
+                except EOFError:
+                    return samples
+                samples[sample["__key__"]] = sample
+    return samples
 
 
 def encode_sample(item: Item, data: bytes, label: int, image: Prepared) -> dict:
@@ -379,39 +403,30 @@ def write_shards(split: str, shards: list[tuple[int, list[str]]], buckets: list[
 
 def write_shard(job: ShardJob) -> ShardInfo | None:
     work, dest = Path(job.work), Path(job.dest)
-    samples = read_samples(work / f"bucket-{job.bucket:06d}.tar")
-    incoming = sorted((work / "moved").glob(f"to-{job.bucket:06d}-from-*.tar"))
+    samples = read_spill(work / f"bucket-{job.bucket:06d}.spill")
+    incoming = sorted((work / "moved").glob(f"to-{job.bucket:06d}-from-*.spill"))
     for path in incoming:
-        samples |= read_samples(path)
+        samples |= read_spill(path)
     for receiver in sorted(set(job.outgoing.values())):
-        keys = sorted(k for k, b in job.outgoing.items() if b == receiver)
-        write_tar(work / "moved" / f"to-{receiver:06d}-from-{job.bucket:06d}.tar", (samples[k] for k in keys))
+        with spill_writer(work / "moved" / f"to-{receiver:06d}-from-{job.bucket:06d}.spill") as spill:
+            for key in sorted(k for k, b in job.outgoing.items() if b == receiver):
+                write_spill(spill, samples[key])
     info = None
     if job.index is not None:
         name = shard_name(job.split, job.index)
         partial = work / f"{job.split}-{job.index:06d}.tar.partial"
-        write_tar(partial, (samples[k] for k in job.keys), durable=True)
+        write_tar(partial, (samples[k] for k in job.keys))
         os.replace(partial, dest / name)
         info = ShardInfo(name, len(job.keys), (dest / name).stat().st_size)
-    (work / f"bucket-{job.bucket:06d}.tar").unlink(missing_ok=True)
+    (work / f"bucket-{job.bucket:06d}.spill").unlink(missing_ok=True)
     for path in incoming:
         path.unlink()
     return info
 
 
-def read_samples(path: Path) -> dict[str, dict]:
-    if not path.exists():
-        return {}
-    from webdataset.tariterators import tarfile_samples  # lazily: see write_tar
-
-    # TarWriter leaves out the reader's bookkeeping fields (those starting with "_") except __key__.
-    return {sample["__key__"]: sample for sample in tarfile_samples([{"url": str(path)}])}
-
-
-def write_tar(path: Path, samples: Iterable[dict], durable: bool = False) -> None:
-    """A tar written by webdataset's TarWriter with fixed metadata (mtime 0): same samples, same bytes.
-
-    `durable` fsyncs it, for final shards: the manifest written after them must not outlive them."""
+def write_tar(path: Path, samples: Iterable[dict]) -> None:
+    """A shard written by webdataset's TarWriter with fixed metadata (mtime 0): same samples, same
+    bytes. Fsynced: the manifest written after it must not outlive it."""
     # Imported here, not at the top: webdataset imports torch (2 s), which an idempotent re-run,
     # expected to finish in about a second, never needs.
     from webdataset import TarWriter
@@ -420,9 +435,8 @@ def write_tar(path: Path, samples: Iterable[dict], durable: bool = False) -> Non
         with TarWriter(f, encoder=False, mtime=0) as writer:
             for sample in samples:
                 writer.write(sample)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def log_summary(dest: Path, manifest: Manifest) -> None:

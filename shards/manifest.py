@@ -12,6 +12,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 from shards.layout import MANIFEST_NAME, SPLITS
 
@@ -96,13 +97,19 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
     write_file_atomic(manifest_path(root), manifest.to_json().encode())
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
+def write_file_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Write `data` (bytes, or a function writing to a binary file) to `path` atomically: a temporary
+    file in the same folder, fsync, rename, fsync of the folder. Readers see the old file or the
+    new one, whole, whatever happens (kill -9, power loss). Used for manifests and checkpoints."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes it 0600; other users of the node may read datasets
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from shards.manifest import write_file_atomic
 from train.config import MUST_MATCH_ON_RESUME, TrainConfig
 
 CHECKPOINT_NAME = "last.pt"
@@ -22,18 +21,9 @@ def checkpoint_path(run_dir: str | Path) -> Path:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader sees the old or the new file, whole."""
+    """Atomically (temporary file, fsync, rename): a reader sees the old or the new checkpoint, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_atomic(path, lambda f: torch.save(state, f))
 
 
 def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
