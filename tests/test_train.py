@@ -174,3 +174,13 @@ def test_report_draws_the_metrics(prepared, tmp_path):
     result = run_module("train.report", run)
     assert result.returncode == 0 and (run / "metrics.png").stat().st_size > 10_000
     assert "2 epochs" in result.stdout
+
+
+def test_device_decode_trains_and_evaluates_exactly(prepared, tmp_path):
+    """--decode gpu's whole path (workers crop, the device decodes), on the CPU device."""
+    run = tmp_path / "run"
+    result = run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 3, "--workers", 1,
+                                             "--decode", "gpu", "--device", "cpu"))
+    assert result.returncode == 0, result.stderr
+    (record,) = read_metrics(run)
+    assert record["steps"] == 3 and record["val_images"] == read_manifest(prepared).splits["val"].samples

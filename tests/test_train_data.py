@@ -90,3 +90,23 @@ def test_validation_transform_matches_torchvision_resize_and_centre_crop():
 
 def test_key_hash_is_stable_and_40_bits():
     assert key_hash("n01440764_10026") == key_hash("n01440764_10026") < 1 << 40
+
+
+def test_device_decode_path_matches_the_cpu_path(prepared):
+    """--decode gpu's path, run on the CPU device: the same crops, and nearly the same pixels."""
+    from train.data import collate
+    from train.transforms import TrainCrop, ValCrop
+
+    samples = list(wds.WebDataset(str(shard_paths(prepared, "val")[0]), shardshuffle=False))[:6]
+    cpu = torch.stack([torch.from_numpy(ValTransform(48)(s["jpg"])) for s in samples])
+    encoded, _, _ = collate([(ValCrop(48)(s["jpg"]), 0, 0) for s in samples])
+    device = to_device(encoded, torch.device("cpu"))
+    reference = to_device(cpu, torch.device("cpu"))
+    assert device.shape == reference.shape == (6, 3, 48, 48)
+    assert (device - reference).abs().mean() < 0.1  # normalised units: about 6 of 255 levels
+
+    train, crop = TrainTransform(48, seed=3), TrainCrop(48, seed=3)
+    for s in samples:
+        box, flip = train.crop_and_flip(Image.open(io.BytesIO(s["jpg"])), 2, s["__key__"])
+        encoded = crop(s["jpg"], 2, s["__key__"])
+        assert encoded.box.tolist() == list(box) and encoded.flip == flip

@@ -24,6 +24,7 @@ class TrainConfig:
     workers: int = 1  # DataLoader workers per rank
     device: str | None = None  # cuda when available, else cpu
     image_size: int = 224
+    decode: str = "cpu"  # "gpu": workers only crop; the device decodes (nvJPEG) and resizes
     seed: int = 0
     resume: str | None = None  # "auto", a checkpoint path, or None
     lr: float = 0.1  # per 256 images of global batch: the peak rate is lr * global_batch / 256
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--image-size", type=int, default=d.image_size,
                    help="train crop size; validation resizes to size*256/224 and centre-crops size")
+    p.add_argument("--decode", choices=["cpu", "gpu"], default=d.decode,
+                   help="gpu: batched nvJPEG decode and crop/resize/flip on the device, the workers only draw "
+                        "crops (with --device cpu it runs the same path on the CPU, for testing)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", default=None, help="'auto' (newest checkpoint in --run-dir, if any) or a path")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate per 256 images of global batch")

@@ -16,13 +16,15 @@ import hashlib
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from shards.plan import WorkerPlan, consumed_batches, train_plan, val_plan, worker_count
+from train.transforms import EncodedCrop, crop_resize_flip, decode_on_device
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -87,10 +89,30 @@ def key_hash(key: str) -> int:
 
 
 def decode(samples: Iterable[dict], transform: Callable, epoch: int) -> Iterator[tuple]:
+    """(image, label, key hash): the image a uint8 HWC tensor, or an EncodedCrop for device decode."""
     for sample in samples:
         key = sample["__key__"]
         image = transform(sample["jpg"], epoch, key)
-        yield torch.from_numpy(image), int(sample["cls"]), key_hash(key)
+        yield (torch.from_numpy(image) if isinstance(image, np.ndarray) else image), int(sample["cls"]), key_hash(key)
+
+
+class EncodedBatch(NamedTuple):
+    """A batch for device decode: JPEG bytes per image, crop boxes, flips."""
+    jpegs: list[torch.Tensor]
+    boxes: torch.Tensor
+    flips: torch.Tensor
+    size: int
+
+
+def collate(batch: list[tuple]) -> tuple:
+    """(images, labels, key hashes): images stacked uint8 NHWC, or an EncodedBatch."""
+    images, labels, hashes = zip(*batch)
+    if isinstance(images[0], EncodedCrop):
+        stacked = EncodedBatch([i.data for i in images], torch.stack([i.box for i in images]),
+                               torch.tensor([i.flip for i in images]), images[0].size)
+    else:
+        stacked = torch.stack(images)
+    return stacked, torch.tensor(labels), torch.tensor(hashes)
 
 
 @dataclass(frozen=True)
@@ -138,12 +160,17 @@ def make_loader(dataset: PlannedShards, batch_size: int, num_workers: int, pin_m
     """Batches of (uint8 images NHWC, labels, key hashes). Train plans give every worker whole
     batches, so no batch is partial; validation's last batch per worker may be."""
     return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
-                      prefetch_factor=4 if num_workers else None, persistent_workers=False)
+                      collate_fn=collate, prefetch_factor=4 if num_workers else None, persistent_workers=False)
 
 
-def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True) -> torch.Tensor:
-    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free view)."""
-    images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float()
+def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channels_last: bool = True) -> torch.Tensor:
+    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free
+    view); an EncodedBatch is decoded, cropped, resized and flipped on the device first."""
+    if isinstance(images, EncodedBatch):
+        decoded = decode_on_device(images.jpegs, device)
+        images = crop_resize_flip(decoded, images.boxes, images.flips, images.size)
+    else:
+        images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float()
     mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
     images = (images - mean) / std

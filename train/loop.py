@@ -32,7 +32,7 @@ from train.cluster import DistEnv, cpu_threads, device_for, dist_env, init_distr
 from train.config import TrainConfig
 from train.data import KEY_HASH_BITS, PlanArgs, PlannedShards, make_loader, to_device
 from train.metrics import StepProgress, append_metrics, epoch_line
-from train.transforms import TrainTransform, ValTransform
+from train.transforms import TrainCrop, TrainTransform, ValCrop, ValTransform
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -146,7 +146,10 @@ def loader_for(run: Run, split: str, epoch: int, start_step: int, workers: int):
     shards = run.manifest.splits[split].shards
     args = PlanArgs(split, [s.samples for s in shards], epoch, c.seed, run.env.world_size, run.env.rank, workers,
                     c.batch_size, c.shuffle_buffer, start_step)
-    transform = TrainTransform(c.image_size, c.seed) if split == "train" else ValTransform(c.image_size)
+    if split == "train":
+        transform = (TrainCrop if c.decode == "gpu" else TrainTransform)(c.image_size, c.seed)
+    else:
+        transform = (ValCrop if c.decode == "gpu" else ValTransform)(c.image_size)
     dataset = PlannedShards([Path(c.data) / s.name for s in shards], args, transform)
     return make_loader(dataset, c.batch_size, workers, pin_memory=run.device.type == "cuda")
 

@@ -8,6 +8,10 @@ crop + resize is one `resize(box=...)` call on pillow-simd.
 
 Validation: resize the shorter side to size * 256 / 224, centre crop `size` (torchvision's
 Resize(256) + CenterCrop(224)), in the same single resize.
+
+With --decode gpu the workers only draw the same crop and flip (`TrainCrop`, `ValCrop`); the
+batch is decoded on the device with torchvision's batched `decode_jpeg` (nvJPEG) and cropped,
+resized and flipped there (`decode_on_device`, `crop_resize_flip`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ import io
 import math
 from contextlib import contextmanager
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import RandomResizedCrop
 
 from shards.plan import seeded_rng
@@ -88,10 +96,72 @@ class ValTransform:
     def __init__(self, size: int):
         self.size = size
 
+    @staticmethod
+    def centre_box(width: int, height: int) -> tuple[float, float, float, float]:
+        """The centre crop, in source pixels, that Resize(size*256/224) + CenterCrop(size) keeps."""
+        side = min(width, height) / RESIZE_FOR_CROP
+        left, top = (width - side) / 2, (height - side) / 2
+        return left, top, left + side, top + side
+
     def __call__(self, data: bytes, epoch: int = 0, key: str = "") -> np.ndarray:
         image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        side = min(width, height) / RESIZE_FOR_CROP  # the crop, in source pixels
-        left, top = (width - side) / 2, (height - side) / 2
-        image, box = decode_for_crop(image, (left, top, left + side, top + side), self.size)
+        image, box = decode_for_crop(image, self.centre_box(*image.size), self.size)
         return to_array(image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box))
+
+
+# ---------------------------------------------------------------- --decode gpu: workers crop, the device decodes
+
+class EncodedCrop(NamedTuple):
+    """What a loader worker hands over for device decode: the JPEG bytes, the crop box in source
+    pixels (left, top, right, bottom) and the flip; the device does the decoding and resizing."""
+    data: torch.Tensor  # uint8, the file's bytes
+    box: torch.Tensor  # float32 (4,)
+    flip: bool
+    size: int  # output side in pixels
+
+
+class TrainCrop(TrainTransform):
+    """TrainTransform's crop and flip (same seeded draw per sample), without decoding."""
+
+    def __call__(self, data: bytes, epoch: int, key: str) -> EncodedCrop:
+        box, flip = self.crop_and_flip(Image.open(io.BytesIO(data)), epoch, key)
+        return EncodedCrop(as_tensor(data), torch.tensor(box, dtype=torch.float32), flip, self.size)
+
+
+class ValCrop(ValTransform):
+    """ValTransform's centre crop, without decoding."""
+
+    def __call__(self, data: bytes, epoch: int = 0, key: str = "") -> EncodedCrop:
+        box = self.centre_box(*Image.open(io.BytesIO(data)).size)
+        return EncodedCrop(as_tensor(data), torch.tensor(box, dtype=torch.float32), False, self.size)
+
+
+def as_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a writable copy: torch wants one
+
+
+def decode_on_device(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Batched decode (nvJPEG on a GPU) to CHW uint8 on `device`; an image the batched decoder
+    refuses is decoded alone, and on the CPU if the device refuses it too."""
+    try:
+        return decode_jpeg(jpegs, device=device, mode=ImageReadMode.RGB)
+    except RuntimeError:
+        images = []
+        for data in jpegs:
+            try:
+                images.append(decode_jpeg(data, device=device, mode=ImageReadMode.RGB))
+            except RuntimeError:
+                images.append(decode_jpeg(data, mode=ImageReadMode.RGB).to(device))
+        return images
+
+
+def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:
+    """Crop each CHW uint8 image to its box, resize to size x size (bilinear, antialiased, as PIL
+    does), flip where asked: a float NCHW batch in 0-255 on the images' device."""
+    out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=images[0].device)
+    for i, (image, box, flip) in enumerate(zip(images, boxes.tolist(), flips.tolist())):
+        left, top, right, bottom = (round(v) for v in box)
+        crop = image[:, top:max(bottom, top + 1), left:max(right, left + 1)].unsqueeze(0).float()
+        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
+        out[i] = resized.flip(-1) if flip else resized
+    return out
