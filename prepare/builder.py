@@ -202,12 +202,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
     raise_open_file_limit()
     context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
-    with context.Pool(config.workers) if uses_pool(source, config) else nullpool() as pool:
+    with context.Pool(config.workers) if config.workers > 1 else nullpool() as pool:
         for split in SPLITS:
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
             num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-            result = scatter(source, split, num_buckets, work, config, pool)
+            result = scatter(source, split, num_buckets, work, config, pool if checks_in_pool(source, config) else None)
             shards = deal_into_shards(result.buckets, config.seed)
             infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
@@ -223,11 +223,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
 
 
-def uses_pool(source: Source, config: PrepareConfig) -> bool:
+def checks_in_pool(source: Source, config: PrepareConfig) -> bool:
     """Worker processes pay where each image costs real work: re-encoding every image (--resize),
     or reading a file per image (trees, often on network storage). Checking an archive's JPEG
-    headers costs less than sending the bytes to another process: the main process does it."""
-    return config.workers > 1 and (config.resize is not None or source.layout != "official")
+    headers costs less than sending the bytes to another process (measured: 12.7 s against
+    6.95 s for 10,500 images): the main process does it. Shards are always written in the pool."""
+    return config.resize is not None or source.layout != "official"
 
 
 @contextmanager
