@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace a dataset at --dest that was prepared with other options or is damaged")
     p.add_argument("--workers", type=int, default=available_cpus(),
-                   help="processes that check and re-encode images (default: the CPUs this task was given)")
+                   help="processes that write shards, re-encode images (--resize) and read extracted trees "
+                        "(default: the CPUs this task was given)")
     p.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines when not on a terminal (SLURM logs)")
     return p

@@ -19,8 +19,8 @@ from torchvision import transforms as T
 from torchvision.io import decode_jpeg
 
 from shards.manifest import Manifest
-from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, PlannedShards
-from train.transforms import TrainTransform
+from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, PlannedShards, collate
+from train.transforms import TrainCrop, TrainTransform
 
 
 @dataclass(frozen=True)
@@ -78,15 +78,15 @@ class Epochs(IterableDataset):
 
 
 def our_loader(manifest: Manifest, root: Path, workers: int, batch: int, size: int, images: int,
-               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1) -> DataLoader:
+               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1, decode: str = "cpu") -> DataLoader:
     shards = manifest.splits["train"].shards
     sizes = [s.samples for s in shards]
     per_epoch = (sum(sizes) // (world_size * batch)) * batch
     epochs = [PlannedShards([root / s.name for s in shards],
                             PlanArgs("train", sizes, e, 0, world_size, rank, workers, batch, shuffle_buffer),
-                            TrainTransform(size, seed=0))
+                            (TrainCrop if decode == "gpu" else TrainTransform)(size, seed=0))
               for e in range(images // max(per_epoch, 1) + 2)]
-    return DataLoader(Epochs(epochs), batch_size=batch, num_workers=workers,
+    return DataLoader(Epochs(epochs), batch_size=batch, num_workers=workers, collate_fn=collate,
                       prefetch_factor=4 if workers else None)
 
 

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-batch-size", type=int, default=256, help="batch for the model and full modes")
     p.add_argument("--steps", type=int, default=20, help="timed steps in the model and full modes")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None)
+    p.add_argument("--decode", choices=["cpu", "gpu"], default="cpu",
+                   help="decode path of the full mode (as train --decode); data mode always decodes on the CPU")
     p.add_argument("--no-dali", action="store_true", help="skip DALI even when installed")
     return p
 
@@ -249,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if env.world_size > 1:
         init_distributed(env, device, 120)
     stats, jpegs = image_statistics(manifest, root)
-    extra = {"arch": args.arch, "device": str(device), "world_size": env.world_size, "data": str(root),
+    extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
+             "data": str(root),
              "baseline_data": args.baseline_data or str(root)}
     data, ceiling = None, None
     if "data" in modes:
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if "full" in modes:
         loader = our_loader(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
                             args.model_batch_size * (args.steps + args.warmup_batches + 2), rank=env.rank,
-                            world_size=env.world_size)
+                            world_size=env.world_size, decode=args.decode)
         extra["full_images_per_sec"] = global_rate(measure_model(args, manifest, env, device, loader), env)
     record = summarise(data, ceiling, stats, extra)
     if env.is_main:
