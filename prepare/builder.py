@@ -244,7 +244,7 @@ def raise_open_file_limit() -> None:
 
 
 def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
-    """Stream the split once: check each image (in the pool) and append it to its spill bucket."""
+    """Stream the split once: check each image (in the pool when given one) and spill it to its bucket."""
     classes = source.class_index()
     result = SplitResult([[] for _ in range(num_buckets)])
     seen = set()
