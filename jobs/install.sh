@@ -4,8 +4,8 @@
 # Pillow, so any later `pip install` that touches torchvision may put it back: rerun this script).
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
-#   bash jobs/install.sh --dev    plus pytest, and slurm-wlm + munge for the cluster tests
-#   (NVIDIA DALI, the benchmark's optional peer: .venv/bin/pip install nvidia-dali-cuda130)
+#   bash jobs/install.sh --dev    plus pytest, NVIDIA DALI (the benchmark's optional peer), and
+#                                 slurm-wlm + munge for the cluster tests
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail
@@ -37,7 +37,7 @@ fi
 
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
-if (( dev )); then "${pip[@]}" install -e ".[test]"; else "${pip[@]}" install -e .; fi
+if (( dev )); then "${pip[@]}" install -e ".[test,dali]"; else "${pip[@]}" install -e .; fi
 
 simd_installed() {
   .venv/bin/python -c "import sys; from shards.resources import pil_build; sys.exit(0 if pil_build()[1] else 1)"
