@@ -37,6 +37,7 @@ node_cpus=$(( SRUN_CPUS_PER_TASK * tasks_per_node ))
 log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'StdOut=[^ ]*' | cut -d= -f2 || true)
 echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks"
 echo "  log:         ${log:-see sbatch --output}"
+echo "  code:        $REPO$( [[ -f $REPO/COMMIT ]] && echo " (commit $(cat "$REPO/COMMIT"))" )"
 echo "  data:        $IMAGENET -> ${LOCAL_DISK:-\$SLURM_TMPDIR}/imagenet on each node"
 echo "  metrics:     $RUN_DIR/metrics.jsonl"
 echo "  checkpoints: $RUN_DIR/last.pt"

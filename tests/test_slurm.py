@@ -203,3 +203,28 @@ def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_pa
     assert state["JobState"] == "COMPLETED", log
     assert f"benchmark results: {tmp_path / 'run'}/benchmark.jsonl" in log and "baseline ImageFolder" in log
     assert (tmp_path / "run" / "benchmark.png").exists()
+
+
+def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    shutil.copytree(sources["official"], tmp_path / "source")
+    tracked = clone / "prepare" / "__init__.py"
+    tracked.write_text(tracked.read_text() + "# an edit\n")
+    env = {**slurm, "PYTHON": PY, "CODE_DIR": str(tmp_path / "code")}
+    submit = ["bash", "jobs/submit.sh", "jobs/imagenet-1node.sbatch", "--parsable", "--gpus-per-task=0",
+              "--cpus-per-task=2", "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out",
+              f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
+              f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={TRAIN_CPU} --epochs 1 --batch-size 4 --max-steps 2"]
+    refused = subprocess.run(submit, cwd=clone, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
+    subprocess.run(["git", "checkout", "--", "."], cwd=clone, check=True)
+    result = subprocess.run(submit, cwd=clone, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip().splitlines()[-1].split(";")[0]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+    state = wait_job(slurm, job)
+    log = (tmp_path / f"job-{job}.out").read_text()
+    assert state["JobState"] == "COMPLETED", log
+    assert f"code:        {tmp_path / 'code' / commit} (commit {commit})" in log
+    assert read_metrics(tmp_path / "run")[0]["steps"] == 2
