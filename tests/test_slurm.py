@@ -125,6 +125,9 @@ def wait_job(slurm, job: str, timeout: float = 600) -> dict:
         state = job_state(slurm, job)
         if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             return state
+        if state.get("Reason") in ("PartitionConfig", "BadConstraints", "PartitionNodeLimit"):
+            subprocess.run(["scancel", job], env=slurm)
+            raise AssertionError(f"job {job} can never start on the local cluster: {state}")
         time.sleep(1)
     subprocess.run(["scancel", job], env=slurm)
     raise AssertionError(f"job {job} did not finish in {timeout} s: {job_state(slurm, job)}")
@@ -212,7 +215,8 @@ def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
     tracked = clone / "prepare" / "__init__.py"
     tracked.write_text(tracked.read_text() + "# an edit\n")
     env = {**slurm, "PYTHON": PY, "CODE_DIR": str(tmp_path / "code")}
-    submit = ["bash", "jobs/submit.sh", "jobs/imagenet-1node.sbatch", "--parsable", "--gpus-per-task=0",
+    submit = ["bash", "jobs/submit.sh", "jobs/imagenet-1node.sbatch", "--parsable", "--ntasks-per-node=1",
+              "--gpus-per-task=0",
               "--cpus-per-task=2", "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out",
               f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
               f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={TRAIN_CPU} --epochs 1 --batch-size 4 --max-steps 2"]
