@@ -2,7 +2,6 @@
 these check behaviour, not speed; BENCHMARKS.md has the measured figures)."""
 
 import json
-from pathlib import Path
 
 import pytest
 

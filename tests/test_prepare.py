@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -11,7 +11,7 @@ from PIL import Image
 from torchvision import transforms as T
 
 from shards.manifest import read_manifest
-from shards.plan import buffered_order, consumed_batches, seeded_rng, steps_per_epoch
+from shards.plan import buffered_order, seeded_rng, steps_per_epoch
 from train.data import PlanArgs, PlannedShards, key_hash, make_loader, read_piece, reorder, to_device
 from train.transforms import TrainTransform, ValTransform
 

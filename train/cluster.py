@@ -6,7 +6,6 @@ the rendezvous with a short timeout and an error that names the address and port
 from __future__ import annotations
 
 import datetime
-import os
 import socket
 from dataclasses import dataclass
 
