@@ -12,6 +12,7 @@ DataLoader batches (uint8 NHWC), pins memory; `to_device` normalises on the devi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tarfile
 from dataclasses import dataclass
@@ -163,6 +164,15 @@ def make_loader(dataset: PlannedShards, batch_size: int, num_workers: int, pin_m
                       collate_fn=collate, prefetch_factor=4 if num_workers else None, persistent_workers=False)
 
 
+@functools.lru_cache(maxsize=None)
+def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet mean and std in 0-255 units, made once per device: a tensor built from Python
+    numbers every step would be a blocking host-to-device copy on the hot path."""
+    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+    return mean, std
+
+
 def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channels_last: bool = True) -> torch.Tensor:
     """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free
     view); an EncodedBatch is decoded, cropped, resized and flipped on the device first."""
@@ -171,7 +181,6 @@ def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channel
         images = crop_resize_flip(decoded, images.boxes, images.flips, images.size)
     else:
         images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float()
-    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
-    images = (images - mean) / std
+    mean, std = normalisation(device)
+    images = images.sub_(mean).div_(std)  # in place: `images` is already a float copy of the batch
     return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
