@@ -18,6 +18,7 @@ import argparse
 import csv
 import gzip
 import io
+import multiprocessing
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import scipy.io
 from PIL import Image, ImageDraw, ImageFilter
+
+from shards.resources import available_cpus
 
 # Real ImageNet classes (their wnids, words and the real ILSVRC2012_IDs are not needed: ours are
 # shuffled on purpose). n01751748 is the class of ILSVRC2012_val_00000001; n02105855 holds the PNG.
@@ -103,7 +106,10 @@ def encode(image: Image.Image, fmt: str, quality: int) -> bytes:
     return out.getvalue()
 
 
-def image_bytes(rng, class_number: int, spec: SampleSpec, quirk: str | None = None) -> bytes:
+def image_bytes(spec: SampleSpec, split: str, index: int, class_number: int, quirk: str | None = None) -> bytes:
+    """One image, drawn from its own random stream: the same spec gives the same bytes in any
+    process, so images can be made in parallel."""
+    rng = np.random.default_rng([spec.seed, SPLIT_STREAMS[split], index])
     w = int(rng.integers(spec.max_width * 8 // 10, spec.max_width + 1))
     size = (w, w * 3 // 4) if rng.random() < 0.7 else (w * 3 // 4, w)
     image = photo(rng, class_number, size)
@@ -116,22 +122,40 @@ def image_bytes(rng, class_number: int, spec: SampleSpec, quirk: str | None = No
     return encode(image, "JPEG", spec.quality)
 
 
-def sample_images(spec: SampleSpec = SampleSpec()) -> SampleImages:
-    rng = np.random.default_rng(spec.seed)
-    leaves, internal = synsets(spec.classes, rng)
-    out = SampleImages(leaves, internal)
+SPLIT_STREAMS = {"train": 1, "val": 2}
+
+
+def image_list(spec: SampleSpec, leaves) -> tuple[list[tuple], list[tuple]]:
+    """(key, wnid, class number, quirk) of every train and val image, in archive order."""
+    rng = np.random.default_rng([spec.seed, 0])
     train_quirks = {(0, 0): "cmyk", (1, 1): "gray"}
+    train = []
     for c, (wnid, _, _) in enumerate(leaves):
         for i in range(spec.train_per_class):
             number = 2933 if (wnid == "n02105855" and i == 1) else 10_000 + 37 * i + c
             key = f"{wnid}_{number}"
-            quirk = "png" if key == PNG_KEY else train_quirks.get((c, i))
-            out.train.append((key, wnid, image_bytes(rng, c, spec, quirk)))
+            train.append((key, wnid, c, "png" if key == PNG_KEY else train_quirks.get((c, i))))
     val_classes = rng.permutation(np.repeat(np.arange(spec.classes), spec.val_per_class))
-    for n, c in enumerate(val_classes, start=1):
-        quirk = {2: "cmyk", 3: "gray"}.get(n)
-        out.val.append((f"ILSVRC2012_val_{n:08d}", leaves[c][0], image_bytes(rng, int(c), spec, quirk)))
-    return out
+    val = [(f"ILSVRC2012_val_{n:08d}", leaves[c][0], int(c), {2: "cmyk", 3: "gray"}.get(n))
+           for n, c in enumerate(val_classes, start=1)]
+    return train, val
+
+
+def draw_images(spec: SampleSpec, split: str, rows: list[tuple], workers: int) -> list[tuple[str, str, bytes]]:
+    jobs = [(spec, split, index, c, quirk) for index, (_, _, c, quirk) in enumerate(rows)]
+    if workers > 1 and len(jobs) > 64:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            data = pool.starmap(image_bytes, jobs, chunksize=16)
+    else:
+        data = [image_bytes(*job) for job in jobs]
+    return [(key, wnid, d) for (key, wnid, _, _), d in zip(rows, data)]
+
+
+def sample_images(spec: SampleSpec = SampleSpec(), workers: int = 1) -> SampleImages:
+    leaves, internal = synsets(spec.classes, np.random.default_rng(spec.seed))
+    train, val = image_list(spec, leaves)
+    return SampleImages(leaves, internal, draw_images(spec, "train", train, workers),
+                        draw_images(spec, "val", val, workers))
 
 
 # ---------------------------------------------------------------- layouts
@@ -214,9 +238,9 @@ def write_kaggle(out: Path, images: SampleImages) -> None:
 WRITERS = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle}
 
 
-def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSpec()) -> SampleImages:
+def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSpec(), workers: int = 1) -> SampleImages:
     """Write the sample dataset in `layout` (or every layout in out/<layout> for "all")."""
-    images = sample_images(spec)
+    images = sample_images(spec, workers)
     if layout == "all":
         for name, write in WRITERS.items():
             write(Path(out) / name, images)
@@ -235,11 +259,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--val-per-class", type=int, default=SampleSpec.val_per_class)
     p.add_argument("--max-width", type=int, default=SampleSpec.max_width)
     p.add_argument("--seed", type=int, default=SampleSpec.seed)
+    p.add_argument("--workers", type=int, default=available_cpus(), help="processes drawing images")
     a = p.parse_args(argv)
     if a.classes < 4 or a.train_per_class < 2 or a.val_per_class < 1:
         p.error("need at least 4 classes, 2 train and 1 val image per class (for the quirk images)")
     spec = SampleSpec(a.classes, a.train_per_class, a.val_per_class, a.seed, a.max_width)
-    images = make_sample(a.out, a.layout, spec)
+    images = make_sample(a.out, a.layout, spec, a.workers)
     size = sum(len(d) for _, _, d in images.train + images.val)
     print(f"wrote {len(images.train)} train + {len(images.val)} val images ({size / 1e6:.1f} MB, "
           f"{len(images.classes)} classes) in the {a.layout} layout to {a.out}")
