@@ -110,3 +110,42 @@ def test_device_decode_path_matches_the_cpu_path(prepared):
         box, flip = train.crop_and_flip(Image.open(io.BytesIO(s["jpg"])), 2, s["__key__"])
         encoded = crop(s["jpg"], 2, s["__key__"])
         assert encoded.box.tolist() == list(box) and encoded.flip == flip
+
+
+def fake_batches(count, fail_at=None):
+    for i in range(count):
+        if i == fail_at:
+            raise RuntimeError("a shard holds fewer samples than the manifest lists")
+        yield torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), torch.tensor([i])
+
+
+def test_device_batches_are_to_device_of_each_batch_in_order():
+    from train.data import DeviceBatches
+
+    cpu = torch.device("cpu")
+    with DeviceBatches(fake_batches(7), cpu) as batches:
+        got = list(batches)
+    assert [int(y[0]) for _, y, _ in got] == list(range(7))
+    for (x, _, _), (images, _, _) in zip(got, fake_batches(7)):
+        assert torch.equal(x, to_device(images, cpu))
+
+
+def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
+    from train.data import DeviceBatches
+
+    with DeviceBatches(fake_batches(1000), torch.device("cpu"), depth=2) as batches:
+        for step, _ in enumerate(batches):
+            if step == 3:
+                break
+    assert not batches.thread.is_alive()
+
+
+def test_device_batches_raise_the_loaders_error_in_the_consumer():
+    from train.data import DeviceBatches
+
+    seen = []
+    with pytest.raises(RuntimeError, match="fewer samples than the manifest"):
+        with DeviceBatches(fake_batches(10, fail_at=4), torch.device("cpu")) as batches:
+            for _, y, _ in batches:
+                seen.append(int(y[0]))
+    assert seen == [0, 1, 2, 3] and not batches.thread.is_alive()

@@ -7,14 +7,19 @@ Stages, each a generator over the previous one (webdataset's style):
     decode        JPEG bytes -> uint8 HWC array, label, key hash
 
 and `PlannedShards`, an IterableDataset that asks the plan what its rank and worker read. The
-DataLoader batches (uint8 NHWC), pins memory; `to_device` normalises on the device.
+DataLoader batches (uint8 NHWC), pins memory; `to_device` normalises on the device, and
+`DeviceBatches` does that for the next batches in a background thread (on its own CUDA stream on a
+GPU) while the current one trains.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import queue
 import tarfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
@@ -98,18 +103,26 @@ def decode(samples: Iterable[dict], transform: Callable, epoch: int) -> Iterator
 
 
 class EncodedBatch(NamedTuple):
-    """A batch for device decode: JPEG bytes per image, crop boxes, flips."""
-    jpegs: list[torch.Tensor]
+    """A batch for device decode: every image's JPEG bytes in one flat tensor (one transfer between
+    processes and one pinned copy per batch, not one per image), crop boxes, flips."""
+    data: torch.Tensor  # uint8, the files' bytes end to end
+    offsets: torch.Tensor  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
     boxes: torch.Tensor
     flips: torch.Tensor
     size: int
+
+    @property
+    def jpegs(self) -> list[torch.Tensor]:
+        bounds = self.offsets.tolist()
+        return [self.data[start:stop] for start, stop in zip(bounds, bounds[1:])]
 
 
 def collate(batch: list[tuple]) -> tuple:
     """(images, labels, key hashes): images stacked uint8 NHWC, or an EncodedBatch."""
     images, labels, hashes = zip(*batch)
     if isinstance(images[0], EncodedCrop):
-        stacked = EncodedBatch([i.data for i in images], torch.stack([i.box for i in images]),
+        sizes = torch.tensor([0] + [len(i.data) for i in images])
+        stacked = EncodedBatch(torch.cat([i.data for i in images]), sizes.cumsum(0), torch.stack([i.box for i in images]),
                                torch.tensor([i.flip for i in images]), images[0].size)
     else:
         stacked = torch.stack(images)
@@ -184,3 +197,77 @@ def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channel
     mean, std = normalisation(device)
     images = images.sub_(mean).div_(std)  # in place: `images` is already a float copy of the batch
     return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+class DeviceBatches:
+    """(x, y, key hashes) on the device, `depth` batches ahead of the training step.
+
+    A background thread takes batches from the loader and runs `to_device` on them (the copy of
+    pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
+    overlaps the model's step instead of stalling it: on the model's stream a pageable or
+    in-order copy makes the GPU idle while the host waits for it. The consumer's stream waits on
+    an event per batch. Use as a context manager: leaving it (a finished epoch, a preemption
+    break, an error) stops the thread and drops the batches read ahead.
+    """
+
+    _END = object()
+
+    def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2):
+        self.device, self.channels_last = device, channels_last
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.batches = batches
+
+    def __enter__(self) -> "DeviceBatches":
+        # iter() here, in the calling thread: a DataLoader forks its workers now, never from ours
+        self.thread = threading.Thread(target=self._fill, args=(iter(self.batches),), name="device-batches",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _put(self, item) -> bool:
+        """Queue `item` unless the consumer has left; False once it has."""
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self, batches: Iterator[tuple]) -> None:
+        try:
+            with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
+                for images, labels, hashes in batches:
+                    x = to_device(images, self.device, self.channels_last)
+                    y = labels.to(self.device, non_blocking=True)
+                    ready = None
+                    if self.stream:
+                        ready = torch.cuda.Event()
+                        ready.record(self.stream)
+                    if not self._put((x, y, hashes, ready)):
+                        return
+        except BaseException as error:  # handed to the consumer, raised there
+            self._put(error)
+            return
+        self._put(self._END)
+
+    def __iter__(self) -> Iterator[tuple]:
+        while True:
+            item = self.queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            x, y, hashes, ready = item
+            if ready is not None:
+                consumer = torch.cuda.current_stream(self.device)
+                consumer.wait_event(ready)
+                x.record_stream(consumer)  # made on our stream, freed after the consumer's use
+                y.record_stream(consumer)
+            yield x, y, hashes

@@ -30,7 +30,7 @@ from shards.resources import available_cpus, log_pil_build
 from train.checkpoint import check_resumable, checkpoint_path, find_checkpoint, load_checkpoint, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, device_for, dist_env, init_distributed
 from train.config import TrainConfig
-from train.data import KEY_HASH_BITS, PlanArgs, PlannedShards, make_loader, to_device
+from train.data import KEY_HASH_BITS, DeviceBatches, PlanArgs, PlannedShards, make_loader
 from train.metrics import StepProgress, append_metrics, epoch_line
 from train.transforms import TrainCrop, TrainTransform, ValCrop, ValTransform
 
@@ -116,6 +116,8 @@ def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
 def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: torch.device, control,
               preemption: Preemption) -> Run:
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
     model = build_model(config.arch, manifest.num_classes).to(device)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -203,24 +205,23 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
     progress = StepProgress(run.env.is_main, epoch, start_step, run.steps, run.config.log_every)
     done, preempted = start_step, False
     start = fetch_start = time.perf_counter()
-    for images, labels, key_hashes in loader:
-        sums.data_wait += time.perf_counter() - fetch_start
-        x = to_device(images, run.device, run.config.channels_last)
-        y = labels.to(run.device, non_blocking=True)
-        loss, logits = train_step(run, criterion, x, y)
-        loss_sum += loss.detach().float() * len(y)
-        correct += (logits.argmax(1) == y).sum()
-        sums.samples += len(y)
-        sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
-        done += 1
-        sums.steps_here += 1
-        progress.update(done, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
-        if done >= run.steps:
-            break
-        if agree_to_stop(run):
-            preempted = True
-            break
-        fetch_start = time.perf_counter()
+    with DeviceBatches(loader, run.device, run.config.channels_last) as batches:
+        for x, y, key_hashes in batches:
+            sums.data_wait += time.perf_counter() - fetch_start
+            loss, logits = train_step(run, criterion, x, y)
+            loss_sum += loss.detach().float() * len(y)
+            correct += (logits.argmax(1) == y).sum()
+            sums.samples += len(y)
+            sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
+            done += 1
+            sums.steps_here += 1
+            progress.update(done, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
+            if done >= run.steps:
+                break
+            if agree_to_stop(run):
+                preempted = True
+                break
+            fetch_start = time.perf_counter()
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)
     progress.close()
@@ -237,14 +238,14 @@ def evaluate(run: Run, workers: int) -> dict:
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images
     k = min(5, run.manifest.num_classes)
-    for images, labels, _ in loader_for(run, "val", 0, 0, workers):
-        x = to_device(images, run.device, run.config.channels_last)
-        y = labels.to(run.device, non_blocking=True)
-        with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
-            logits = model(x).float()
-        top = logits.topk(k, dim=1).indices
-        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(), (top[:, 0] == y).sum().double(),
-                             (top == y[:, None]).any(dim=1).sum().double(), torch.tensor(len(y), device=run.device).double()])
+    with DeviceBatches(loader_for(run, "val", 0, 0, workers), run.device, run.config.channels_last) as batches:
+        for x, y, _ in batches:
+            with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
+                logits = model(x).float()
+            top = logits.topk(k, dim=1).indices
+            sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
+                                     (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
+            sums[3] += len(y)
     if run.env.world_size > 1:
         dist.all_reduce(sums)
     loss, top1, top5, count = sums.tolist()

@@ -158,10 +158,11 @@ def decode_on_device(jpegs: list[torch.Tensor], device: torch.device) -> list[to
 def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:
     """Crop each CHW uint8 image to its box, resize to size x size (bilinear, antialiased, as PIL
     does), flip where asked: a float NCHW batch in 0-255 on the images' device."""
-    out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=images[0].device)
-    for i, (image, box, flip) in enumerate(zip(images, boxes.tolist(), flips.tolist())):
+    device = images[0].device
+    out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=device)
+    for i, (image, box) in enumerate(zip(images, boxes.tolist())):
         left, top, right, bottom = (round(v) for v in box)
         crop = image[:, top:max(bottom, top + 1), left:max(right, left + 1)].unsqueeze(0).float()
-        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
-        out[i] = resized.flip(-1) if flip else resized
-    return out
+        out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
+    flip = flips.view(-1, 1, 1, 1).to(device, non_blocking=True)
+    return torch.where(flip, out.flip(-1), out)  # one pass for the batch, not one per flipped image
