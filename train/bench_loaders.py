@@ -78,7 +78,8 @@ class Epochs(IterableDataset):
 
 
 def our_loader(manifest: Manifest, root: Path, workers: int, batch: int, size: int, images: int,
-               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1, decode: str = "cpu") -> DataLoader:
+               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1, decode: str = "cpu",
+               pin_memory: bool = False) -> DataLoader:
     shards = manifest.splits["train"].shards
     sizes = [s.samples for s in shards]
     per_epoch = (sum(sizes) // (world_size * batch)) * batch
@@ -87,7 +88,7 @@ def our_loader(manifest: Manifest, root: Path, workers: int, batch: int, size: i
                             (TrainCrop if decode == "gpu" else TrainTransform)(size, seed=0))
               for e in range(images // max(per_epoch, 1) + 2)]
     return DataLoader(Epochs(epochs), batch_size=batch, num_workers=workers, collate_fn=collate,
-                      prefetch_factor=4 if workers else None)
+                      prefetch_factor=4 if workers else None, pin_memory=pin_memory)
 
 
 # ---------------------------------------------------------------- the baseline users run today

@@ -7,7 +7,9 @@ Modes (--modes, comma-separated):
          and the decode-only ceiling (full-resolution decode, fastest decoder, one core).
   model  synthetic uint8 batches already on the device through the training step: the ceiling
          of the accelerator (or CPU).
-  full   our loader feeding the training step, end to end.
+  feed   our loader onto the device with no model (the host-to-device copy, or with --decode gpu
+         the device decode, in DeviceBatches' background thread): what the data path could feed.
+  full   our loader feeding the training step, end to end, as python -m train runs it.
 
 Prints a table, appends one JSON line to RUN_DIR/benchmark.jsonl and draws RUN_DIR/benchmark.png
 (images/s against worker count, ours and the baseline). Under srun each rank measures its own
@@ -17,6 +19,7 @@ share and images/s are summed over ranks.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -27,6 +30,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -40,7 +44,7 @@ from train.bench_loaders import (
 )
 from train.cluster import device_for, dist_env, init_distributed
 from train.config import TrainConfig
-from train.data import to_device
+from train.data import DeviceBatches, to_device
 from train.loop import Preemption, build_run, train_step
 
 log = logging.getLogger("benchmark")
@@ -54,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the dataset whose images the baseline reads (default --data); give the full-size "
                         "shards here to compare shards made with prepare --resize against the original images")
     p.add_argument("--run-dir", default="runs/benchmark", help="benchmark.jsonl and benchmark.png go here")
-    p.add_argument("--modes", default="data,model,full")
+    p.add_argument("--modes", default="data,model,feed,full")
     p.add_argument("--workers", default=None,
                    help="comma-separated worker counts to sweep (default: 1 up to the task's CPUs)")
     p.add_argument("--images", type=int, default=2000, help="images timed per measurement, after warm-up")
@@ -63,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--arch", default="resnet50", help="model for the model and full modes")
     p.add_argument("--model-batch-size", type=int, default=256, help="batch for the model and full modes")
-    p.add_argument("--steps", type=int, default=20, help="timed steps in the model and full modes")
+    p.add_argument("--steps", type=int, default=20, help="timed steps in the model, feed and full modes")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None)
     p.add_argument("--decode", choices=["cpu", "gpu"], default="cpu",
                    help="decode path of the full mode (as train --decode); data mode always decodes on the CPU")
@@ -129,36 +133,54 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
     return result
 
 
+def timed_steps(batches: Iterable[tuple], step, warmup: int, steps: int, device: torch.device) -> float:
+    """Images/s of `step(x, y)` over `steps` batches after `warmup` (device work finished in both)."""
+    start, counted = None, 0
+    for index, (x, y) in enumerate(batches):
+        if index == warmup:
+            synchronize(device)
+            start = time.perf_counter()
+        step(x, y)
+        if start is not None:
+            counted += len(y)
+        if index + 1 >= warmup + steps:
+            break
+    synchronize(device)
+    if start is None:
+        raise ValueError("fewer batches than the warm-up: lower --warmup-batches")
+    return counted / (time.perf_counter() - start)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def measure_model(args, manifest, env, device, loader=None) -> float:
-    """Images/s of the training step on synthetic uint8 batches (loader None) or on our loader."""
+    """Images/s of the training step on one synthetic batch already on the device (loader None:
+    the ceiling), or fed by our loader through DeviceBatches (end to end)."""
     config = TrainConfig(data=args.data, run_dir=args.run_dir, arch=args.arch, batch_size=args.model_batch_size,
                          image_size=args.image_size, device=device.type, epochs=1, warmup_epochs=0)
     run = build_run(config, env, manifest, device, None if env.world_size == 1 else dist.group.WORLD,
                     Preemption(config.signal))
     run = replace(run, steps=10**9)
-    if loader is None:
-        images = torch.randint(0, 256, (args.model_batch_size, args.image_size, args.image_size, 3), dtype=torch.uint8)
-        labels = torch.randint(0, manifest.num_classes, (args.model_batch_size,))
-        images, labels = images.to(device), labels.to(device)
-        batches = ((images, labels) for _ in iter(int, 1))
-    else:
-        batches = ((images, labels) for images, labels, _ in loader)
     run.step_model.train()
     criterion = torch.nn.CrossEntropyLoss()
-    start, counted = None, 0
-    for step, (images, labels) in enumerate(batches):
-        if step == args.warmup_batches:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-        train_step(run, criterion, to_device(images, device, True), labels.to(device, non_blocking=True))
-        if start is not None and step > args.warmup_batches - 1:
-            counted += len(labels)
-        if step >= args.warmup_batches + args.steps:
-            break
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return counted / (time.perf_counter() - start)
+    step = lambda x, y: train_step(run, criterion, x, y)
+    if loader is None:
+        images = torch.randint(0, 256, (args.model_batch_size, args.image_size, args.image_size, 3), dtype=torch.uint8)
+        x = to_device(images, device)
+        y = torch.randint(0, manifest.num_classes, (args.model_batch_size,), device=device)
+        return timed_steps(itertools.repeat((x, y)), step, args.warmup_batches, args.steps, device)
+    with DeviceBatches(loader, device) as batches:
+        return timed_steps(((x, y) for x, y, _ in batches), step, args.warmup_batches, args.steps, device)
+
+
+def measure_feed(args, device, loader) -> float:
+    """Images/s of our loader onto the device (the copy, or with --decode gpu the device decode),
+    no model: how fast the data path could feed the training step."""
+    with DeviceBatches(loader, device) as batches:
+        return timed_steps(((x, y) for x, y, _ in batches), lambda x, y: None, args.warmup_batches, args.steps, device)
 
 
 def global_rate(value: float, env) -> float:
@@ -209,9 +231,11 @@ def table(record: dict) -> str:
                   f"decode ceiling ({record['decoder']})"
                   + (f", {record['ratio_to_dali']:.2f}x DALI" if "ratio_to_dali" in record else "")
                   + f"; worker RSS {record['worker_rss_mb']:.0f} MB (baseline {record['baseline_worker_rss_mb']:.0f} MB)"]
-    for key in ("model_images_per_sec", "full_images_per_sec"):
+    labels = {"model_images_per_sec": f"model ({record['arch']})", "feed_images_per_sec": f"feed (--decode {record['decode']})",
+              "full_images_per_sec": f"full ({record['arch']}, --decode {record['decode']})"}
+    for key, label in labels.items():
         if key in record:
-            lines.append(f"{key.removesuffix('_images_per_sec') + ' (' + record['arch'] + ')':28s}{record[key]:12.0f}")
+            lines.append(f"{label:28s}{record[key]:12.0f}")
     if "full_images_per_sec" in record and "model_images_per_sec" in record:
         lines.append(f"full / model = {record['full_images_per_sec'] / record['model_images_per_sec']:.2f}")
     return "\n".join(lines)
@@ -268,11 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         ceiling = decode_ceiling(jpegs[:500])
     if "model" in modes:
         extra["model_images_per_sec"] = global_rate(measure_model(args, manifest, env, device), env)
+    feed_loader = lambda: our_loader(manifest, root, max(worker_counts(args.workers)), args.model_batch_size,
+                                     args.image_size, args.model_batch_size * (args.steps + args.warmup_batches + 2),
+                                     rank=env.rank, world_size=env.world_size, decode=args.decode,
+                                     pin_memory=device.type == "cuda")
+    if "feed" in modes:
+        extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed_loader()), env)
     if "full" in modes:
-        loader = our_loader(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
-                            args.model_batch_size * (args.steps + args.warmup_batches + 2), rank=env.rank,
-                            world_size=env.world_size, decode=args.decode)
-        extra["full_images_per_sec"] = global_rate(measure_model(args, manifest, env, device, loader), env)
+        extra["full_images_per_sec"] = global_rate(measure_model(args, manifest, env, device, feed_loader()), env)
     record = summarise(data, ceiling, stats, extra)
     if env.is_main:
         run_dir = Path(args.run_dir)

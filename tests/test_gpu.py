@@ -1,0 +1,69 @@
+"""The CUDA paths, run only where a GPU is present (jobs/gpu_benchmark.sh runs them on a GPU node).
+
+On a machine without CUDA these are reported as skipped, not passed; the CPU tests in
+test_train_data.py and test_train.py cover the same code with the device calls on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import webdataset as wds
+
+from conftest import run_module
+from shards.manifest import read_manifest
+from train.data import collate, to_device
+from train.metrics import read_metrics
+from train.transforms import TrainCrop, TrainTransform, ValCrop, ValTransform, decode_on_device
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = torch.device("cuda")
+
+
+def val_samples(prepared, count):
+    shards = read_manifest(prepared).splits["val"].shards
+    samples = [s for shard in shards for s in wds.WebDataset(str(prepared / shard.name), shardshuffle=False)]
+    return samples[:count]
+
+
+def test_nvjpeg_decodes_every_sample_image_like_the_cpu(prepared):
+    """Batched nvJPEG decode of every val image (CMYK and grayscale quirks included, through the
+    per-image fallback where nvJPEG refuses one): the same pixels as the CPU decoder, nearly."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    samples = val_samples(prepared, 10**6)
+    jpegs = [torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8) for s in samples]
+    on_gpu = decode_on_device(jpegs, CUDA)
+    assert len(on_gpu) == len(samples)
+    for image, data in zip(on_gpu, jpegs):
+        reference = decode_jpeg(data, mode=ImageReadMode.RGB)
+        assert image.device.type == "cuda" and image.shape == reference.shape
+        assert (image.cpu().float() - reference.float()).abs().mean() < 3  # of 255 levels: IDCT rounding
+
+
+@pytest.mark.parametrize("size", [48, 224])
+def test_device_crops_match_the_cpu_transforms(prepared, size):
+    samples = val_samples(prepared, 16)
+    cpu = torch.stack([torch.from_numpy(ValTransform(size)(s["jpg"])) for s in samples])
+    encoded, _, _ = collate([(ValCrop(size)(s["jpg"]), 0, 0) for s in samples])
+    assert (to_device(encoded, CUDA) - to_device(cpu, CUDA)).abs().mean() < 0.1  # normalised units
+
+    train_cpu = torch.stack([torch.from_numpy(TrainTransform(size, 1)(s["jpg"], 0, s["__key__"])) for s in samples])
+    encoded, _, _ = collate([(TrainCrop(size, 1)(s["jpg"], 0, s["__key__"]), 0, 0) for s in samples])
+    assert (to_device(encoded, CUDA) - to_device(train_cpu, CUDA)).abs().mean() < 0.1
+
+
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_training_on_cuda_evaluates_exactly_and_resumes(prepared, tmp_path, decode):
+    run = tmp_path / "run"
+    args = ["train", "--data", prepared, "--run-dir", run, "--arch", "resnet18", "--image-size", "64",
+            "--batch-size", "16", "--workers", "2", "--device", "cuda", "--amp", "bf16", "--decode", decode]
+    first = run_module(*args, "--epochs", "1")
+    assert first.returncode == 0, first.stderr
+    second = run_module(*args, "--epochs", "2", "--resume", "auto")
+    assert second.returncode == 0, second.stderr
+    records = read_metrics(run)
+    manifest = read_manifest(prepared)
+    assert [r["epoch"] for r in records] == [0, 1]
+    assert all(r["val_images"] == manifest.splits["val"].samples for r in records)
+    assert all(r["train_images"] == r["steps"] * 16 for r in records)
