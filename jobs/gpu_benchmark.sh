@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of BENCHMARKS.md, on one GPU node: the benchmark's model, feed and full modes
-# (--decode cpu and --decode gpu), its data mode, the CUDA tests, and a short ResNet-50 training
-# run. A failing step is reported and the next one still runs; the exit status says whether all
-# passed.
+# (--decode cpu and --decode gpu), the GPU data path stage by stage (jobs/gpu_stages.py), the
+# benchmark's data mode, the CUDA tests, and a short ResNet-50 training run. A failing step is
+# reported and the next one still runs; the exit status says whether all passed.
 #
 #   bash jobs/gpu_benchmark.sh                          # on the sample data, made here
 #   DATA=/path/to/shards bash jobs/gpu_benchmark.sh     # on shards made by python -m prepare
@@ -40,6 +40,7 @@ fi
 step "model, feed and full, --decode cpu" bench --modes model,feed,full --decode cpu --workers "$WORKERS" \
     --steps "$STEPS"
 step "feed and full, --decode gpu" bench --modes feed,full --decode gpu --workers "$WORKERS" --steps "$STEPS"
+step "GPU data path, stage by stage" $PYTHON jobs/gpu_stages.py "$DATA"
 step "CUDA tests" $PYTHON -m pytest -q -p no:cacheprovider tests/test_gpu.py
 step "data" bench --modes data --workers "1,$(( (WORKERS + 1) / 2 )),$WORKERS" --images 4000
 step "train resnet50, 2 epochs" $PYTHON -m train --data "$DATA" --run-dir "$SCRATCH/train" --arch resnet50 \
