@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in seconds.items():
         print(f"{name:10s}{s['cold']:9.2f}{s['warm']:9.2f}")
     print(f"prepare: {record['prepare_images_per_sec']:.0f} images/s, {record['prepare_mb_per_sec']:.0f} MB/s warm; "
-          f"{record['speedup_vs_extract']:.2f}x faster than extraction, {record['ratio_to_copy']:.2f}x the copy's time")
+          f"{record['speedup_vs_extract']:.2f}x the speed of extraction (above 1: faster), "
+          f"{record['ratio_to_copy']:.2f}x the copy's time")
     print(json.dumps(record, sort_keys=True))
     with open(args.scratch / "prepare-benchmark.jsonl", "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")

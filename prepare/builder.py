@@ -1,6 +1,7 @@
 """Build the shards: lock, idempotence, scatter (one pass over the source), deal, write, manifest.
 
-    source --(main process reads, pool checks/normalises)--> spill buckets in DEST/.prepare-tmp
+    source --(workers read class tars, or the main process streams; checks)--> spill buckets in
+        DEST/.prepare-tmp (one file per bucket and process)
     spill buckets --(deal_into_shards)--> DEST/{train,val}/*.tar, each written to a temporary name,
     fsynced and renamed --> DEST/manifest.json, written last: the completion marker.
 
@@ -28,7 +29,9 @@ from typing import Iterable, Iterator
 
 from prepare.images import BadImage, Prepared, prepare_image
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
-from prepare.sources import Item, Source, SourceError, detect_layout, fingerprint, open_source
+from prepare.sources import (
+    ClassTar, Item, Source, SourceError, class_tar_items, detect_layout, fingerprint, open_source,
+)
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, find_damage, fsync_dir, manifest_path, read_manifest,
@@ -224,10 +227,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
 
 
 def checks_in_pool(source: Source, config: PrepareConfig) -> bool:
-    """Worker processes pay where each image costs real work: re-encoding every image (--resize),
-    or reading a file per image (trees, often on network storage). Checking an archive's JPEG
-    headers costs less than sending the bytes to another process (measured: 12.7 s against
-    6.95 s for 10,500 images): the main process does it. Shards are always written in the pool."""
+    """For a streamed split (val, trees): worker processes pay where each image costs real work:
+    re-encoding every image (--resize), or reading a file per image (trees, often on network
+    storage). Checking an archive's JPEG headers costs less than sending the bytes to another
+    process (measured: 12.7 s against 6.95 s for 10,500 images): the main process does it. The
+    official train split never streams through here with a pool: workers read its class tars
+    themselves (`scatter_parts`). Shards are always written in the pool."""
     return config.resize is not None or source.layout != "official"
 
 
@@ -243,40 +248,45 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+@dataclass(frozen=True)
+class Scattered:
+    """What the main process learns of one image: enough to account for it, never its bytes."""
+    key: str
+    origin: str
+    size: int  # bytes in the source
+    error: str | None  # why it is unusable (then it was not spilled)
+    note: str | None = None  # how it was normalised, if it was
+
+
 def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
-    """Stream the split once: check each image (in the pool when given one) and spill it to its bucket."""
-    classes = source.class_index()
+    """Read the split once, check each image and spill it to its bucket; account for every image
+    in source order (so bucket key lists, and the shards, are the same for any worker count)."""
+    parts = source.parts(split) if pool is not None else None
+    if parts is not None:
+        images = scatter_parts(parts, source.class_index(), num_buckets, work, config, pool)
+    else:
+        images = scatter_stream(source, split, num_buckets, work, config,
+                                pool if checks_in_pool(source, config) else None)
     result = SplitResult([[] for _ in range(num_buckets)])
     seen = set()
-    spills = [None] * num_buckets
-    batches = batched(source.items(split), BATCH)
-    total_bytes = source.split_bytes(split)
-    with Progress(f"{split}: read", total_bytes, "MB", scale=1 / MB, interval=config.progress_interval) as bar:
-        checked = in_order(pool, 4 * config.workers, check_batch, batches, config.resize, config.quality)
-        for batch, outcomes in checked:
-            for item, (stored, size, outcome) in zip(batch, outcomes):
-                result.source_bytes += size
-                bar.update(size)
-                if item.key in seen:
-                    raise SourceError(f"{item.origin}: a second image with the key {item.key}")
-                seen.add(item.key)
-                if isinstance(outcome, str):
-                    if not config.skip_bad:
-                        raise PrepareError(f"{item.origin} {outcome}. Replace or remove it, or rerun with "
-                                           "--skip-bad to leave it out (it is then listed in the manifest).")
-                    log.warning("skipping %s: %s", item.origin, outcome)
-                    result.skipped[item.key] = outcome
-                    continue
-                if outcome.note:
-                    result.converted[item.key] = outcome.note
-                b = bucket_of(item.key, config.seed, num_buckets)
-                if spills[b] is None:
-                    spills[b] = spill_writer(work / f"bucket-{b:06d}.spill")
-                write_spill(spills[b], encode_sample(item, stored or item.data, classes[item.wnid], outcome))
-                result.buckets[b].append(item.key)
-    for spill in spills:
-        if spill is not None:
-            spill.close()
+    with Progress(f"{split}: read", source.split_bytes(split), "MB", scale=1 / MB,
+                  interval=config.progress_interval) as bar:
+        for image in images:
+            result.source_bytes += image.size
+            bar.update(image.size)
+            if image.key in seen:
+                raise SourceError(f"{image.origin}: a second image with the key {image.key}")
+            seen.add(image.key)
+            if image.error is not None:
+                if not config.skip_bad:
+                    raise PrepareError(f"{image.origin} {image.error}. Replace or remove it, or rerun with "
+                                       "--skip-bad to leave it out (it is then listed in the manifest).")
+                log.warning("skipping %s: %s", image.origin, image.error)
+                result.skipped[image.key] = image.error
+                continue
+            if image.note:
+                result.converted[image.key] = image.note
+            result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
     expected, got = source.expected_count(split), len(seen)
     if expected is not None and got != expected:
         raise SourceError(f"the {split} source yielded {got} images, its labels list {expected}: "
@@ -286,14 +296,91 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
     return result
 
 
-def spill_writer(path: Path):
-    """Spill files are private scratch, read back only by this run: a stream of pickled sample dicts,
+def scatter_stream(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig,
+                   pool) -> Iterator[Scattered]:
+    """The main process reads the split's items in order and spills them; checks run in `pool`
+    when given one (trees, --resize), else here."""
+    classes = source.class_index()
+    with BucketSpills(work) as spills:
+        batches = batched(source.items(split), BATCH)
+        for batch, outcomes in in_order(pool, 4 * config.workers, check_batch, batches, config.resize, config.quality):
+            for item, (stored, size, outcome) in zip(batch, outcomes):
+                if isinstance(outcome, str):
+                    yield Scattered(item.key, item.origin, size, outcome)
+                    continue
+                sample = encode_sample(item, stored or item.data, classes[item.wnid], outcome)
+                spills.write(bucket_of(item.key, config.seed, num_buckets), sample)
+                yield Scattered(item.key, item.origin, size, None, outcome.note)
+
+
+@dataclass(frozen=True)
+class PartJob:
+    """Scatter one class tar of the official train archive, in a worker."""
+    part: ClassTar
+    label: int
+    num_buckets: int
+    seed: int
+    work: str
+    resize: int | None
+    quality: int
+
+
+def scatter_parts(parts: list[ClassTar], classes: dict[str, int], num_buckets: int, work: Path,
+                  config: PrepareConfig, pool) -> Iterator[Scattered]:
+    """Workers read whole class tars at their offsets in the archive, check (or re-encode) every
+    image and spill it to bucket files of their own; what comes back is small, in class order."""
+    jobs = [PartJob(part, classes[part.wnid], num_buckets, config.seed, str(work), config.resize, config.quality)
+            for part in parts]
+    for scattered in pool.imap(scatter_part, jobs):
+        yield from scattered
+
+
+def scatter_part(job: PartJob) -> list[Scattered]:
+    out = []
+    with BucketSpills(Path(job.work), tag=str(os.getpid())) as spills:
+        for item in class_tar_items(job.part):
+            try:
+                prepared = prepare_image(item.data, job.resize, job.quality)
+            except BadImage as exn:
+                out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
+                continue
+            spills.write(bucket_of(item.key, job.seed, job.num_buckets),
+                         encode_sample(item, prepared.data or item.data, job.label, prepared))
+            out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note))
+    return out
+
+
+def spill_path(work: Path, bucket: int, tag: str = "") -> Path:
+    """Bucket `bucket`'s spill file of one process: the main process's has no tag, a worker's has
+    its pid (each process appends only to its own)."""
+    return work / f"bucket-{bucket:06d}{'.' + tag if tag else ''}.spill"
+
+
+def spill_tags(work: Path) -> list[str]:
+    """The tags of the spill files in `work` (one directory listing, after the scatter)."""
+    return sorted({p.name.split(".")[1] if p.name.count(".") == 2 else "" for p in work.glob("bucket-*.spill")})
+
+
+class BucketSpills:
+    """One process's spill files, one per bucket, opened as samples arrive, closed on exit.
+
+    Spill files are private scratch, read back only by this run: streams of pickled sample dicts,
     several times cheaper than tar members. Only the final shards are tars (webdataset's writer)."""
-    return open(path, "wb")
 
+    def __init__(self, work: Path, tag: str = ""):
+        self.work, self.tag, self.files = work, tag, {}
 
-def write_spill(spill, sample: dict) -> None:
-    pickle.dump(sample, spill, protocol=pickle.HIGHEST_PROTOCOL)
+    def write(self, bucket: int, sample: dict) -> None:
+        if bucket not in self.files:
+            self.files[bucket] = open(spill_path(self.work, bucket, self.tag), "ab")
+        pickle.dump(sample, self.files[bucket], protocol=pickle.HIGHEST_PROTOCOL)
+
+    def __enter__(self) -> "BucketSpills":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self.files.values():
+            f.close()
 
 
 def read_spill(path: Path) -> dict[str, dict]:
@@ -376,6 +463,7 @@ class ShardJob:
     outgoing: dict[str, int]  # key -> bucket that receives it
     work: str
     dest: str
+    tags: list[str]  # whose spill files of this bucket to read (see spill_path)
 
 
 def write_shards(split: str, shards: list[tuple[int, list[str]]], buckets: list[list[str]], work: Path,
@@ -386,9 +474,10 @@ def write_shards(split: str, shards: list[tuple[int, list[str]]], buckets: list[
     keys_of = dict(shards)
     moved_to = {k: b for b, keys in shards for k in keys if bucket_of(k, config.seed, len(buckets)) != b}
     givers, receivers = [], []
+    tags = spill_tags(work)
     for b, keys in enumerate(buckets):
         job = ShardJob(split, b, index_of.get(b), keys_of.get(b, []),
-                       {k: moved_to[k] for k in keys if k in moved_to}, str(work), str(dest))
+                       {k: moved_to[k] for k in keys if k in moved_to}, str(work), str(dest), tags)
         if not keys and not job.keys:
             continue
         (receivers if len(job.keys) > len(keys) else givers).append(job)
@@ -404,14 +493,17 @@ def write_shards(split: str, shards: list[tuple[int, list[str]]], buckets: list[
 
 def write_shard(job: ShardJob) -> ShardInfo | None:
     work, dest = Path(job.work), Path(job.dest)
-    samples = read_spill(work / f"bucket-{job.bucket:06d}.spill")
+    spills = [spill_path(work, job.bucket, tag) for tag in job.tags]
+    samples = {}
+    for path in spills:
+        samples |= read_spill(path)
     incoming = sorted((work / "moved").glob(f"to-{job.bucket:06d}-from-*.spill"))
     for path in incoming:
         samples |= read_spill(path)
     for receiver in sorted(set(job.outgoing.values())):
-        with spill_writer(work / "moved" / f"to-{receiver:06d}-from-{job.bucket:06d}.spill") as spill:
+        with open(work / "moved" / f"to-{receiver:06d}-from-{job.bucket:06d}.spill", "wb") as spill:
             for key in sorted(k for k, b in job.outgoing.items() if b == receiver):
-                write_spill(spill, samples[key])
+                pickle.dump(samples[key], spill, protocol=pickle.HIGHEST_PROTOCOL)
     info = None
     if job.index is not None:
         name = shard_name(job.split, job.index)
@@ -419,7 +511,8 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
         write_tar(partial, (samples[k] for k in job.keys))
         os.replace(partial, dest / name)
         info = ShardInfo(name, len(job.keys), (dest / name).stat().st_size)
-    (work / f"bucket-{job.bucket:06d}.spill").unlink(missing_ok=True)
+    for path in spills:
+        path.unlink(missing_ok=True)
     for path in incoming:
         path.unlink()
     return info

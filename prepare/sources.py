@@ -94,6 +94,33 @@ def iterate_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
         raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: copy or download it again") from None
 
 
+@dataclass(frozen=True)
+class ClassTar:
+    """One class's tar inside the official train archive, and where its bytes lie: a worker can
+    read it on its own, so classes are scattered in parallel."""
+    archive: str
+    wnid: str
+    name: str  # member name in the archive, for messages
+    offset: int
+    size: int
+
+
+def class_tar_items(part: ClassTar) -> Iterator[Item]:
+    """The images of one class tar, read at its offset in the archive."""
+    archive = part.archive
+    origin = f"{archive}:{part.name}"
+    with open(archive, "rb") as f:
+        f.seek(part.offset)
+        data = f.read(part.size)
+    if len(data) != part.size:
+        raise SourceError(f"{origin} is truncated: copy or download {archive} again")
+    check_tar_complete(data, origin)
+    for member, image in iterate_tar(io.BytesIO(data), origin):
+        key = image_key(member, origin)
+        if key is not None:
+            yield Item(key, part.wnid, f"{origin}:{member}", data=image)
+
+
 def readable_file(path: Path, what: str) -> Path:
     if not path.is_file():
         raise SourceError(f"{path} not found: {what}")
@@ -117,6 +144,10 @@ class Source:
 
     def expected_count(self, split: str) -> int | None:
         """How many images the split must yield, where the labels say so (the val ground truth)."""
+        return None
+
+    def parts(self, split: str) -> list[ClassTar] | None:
+        """Pieces of the split that workers can read on their own, or None to stream `items`."""
         return None
 
     def class_index(self) -> dict[str, int]:
@@ -185,28 +216,37 @@ class OfficialArchives(Source):
     def items(self, split: str) -> Iterator[Item]:
         return self._train_items() if split == "train" else self._val_items()
 
-    def _train_items(self) -> Iterator[Item]:
+    def parts(self, split: str) -> list[ClassTar] | None:
+        return self.class_tars() if split == "train" else None
+
+    def class_tars(self) -> list[ClassTar]:
+        """The class tars of the train archive, from its headers alone (tarfile in random-access
+        mode seeks over each class's bytes), checked against the devkit's classes."""
         check_tar_file_complete(self.train_tar)
         known = self.class_index()
-        seen = set()
-        with open(self.train_tar, "rb") as outer:
-            for name, data in iterate_tar(outer, str(self.train_tar)):
-                wnid = name.rsplit("/", 1)[-1].removesuffix(".tar")
-                if not name.endswith(".tar") or not WNID.match(wnid):
-                    continue
-                origin = f"{self.train_tar}:{name}"
-                if wnid not in known:
-                    raise SourceError(f"{origin}: class {wnid} is not a leaf synset of the devkit's meta.mat")
-                seen.add(wnid)
-                check_tar_complete(data, origin)
-                for member, image in iterate_tar(io.BytesIO(data), origin):
-                    key = image_key(member, origin)
-                    if key is not None:
-                        yield Item(key, wnid, f"{origin}:{member}", data=image)
-        missing = sorted(set(known) - seen)
+        parts = []
+        try:
+            with tarfile.open(self.train_tar, "r:") as outer:
+                for member in outer:
+                    wnid = member.name.rsplit("/", 1)[-1].removesuffix(".tar")
+                    if not member.isreg() or not member.name.endswith(".tar") or not WNID.match(wnid):
+                        continue
+                    if wnid not in known:
+                        raise SourceError(f"{self.train_tar}:{member.name}: class {wnid} is not a leaf synset of "
+                                          "the devkit's meta.mat")
+                    parts.append(ClassTar(str(self.train_tar), wnid, member.name, member.offset_data, member.size))
+        except (tarfile.TarError, OSError, EOFError) as exn:
+            raise SourceError(f"cannot read {self.train_tar}: {exn}. It is truncated or corrupt: copy or download "
+                              "it again") from None
+        missing = sorted(set(known) - {p.wnid for p in parts})
         if missing:
-            raise SourceError(f"{self.train_tar} holds {len(seen)} class archives, the devkit lists {len(known)} "
+            raise SourceError(f"{self.train_tar} holds {len(parts)} class archives, the devkit lists {len(known)} "
                               f"(missing e.g. {missing[:3]}): the archive is incomplete, download it again")
+        return parts
+
+    def _train_items(self) -> Iterator[Item]:
+        for part in self.class_tars():
+            yield from class_tar_items(part)
 
     def _val_items(self) -> Iterator[Item]:
         check_tar_file_complete(self.val_tar)

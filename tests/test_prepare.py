@@ -226,6 +226,50 @@ def replace_val_image(source: Path, key: str, data: bytes) -> None:
     path.write_bytes(tar_bytes([(name, data if name == f"{key}.JPEG" else body) for name, body in members]))
 
 
+def rewrite_class_tar(source: Path, edit) -> None:
+    """Rewrite the official train archive with `edit(members)` applied to its first class tar."""
+    path = source / "ILSVRC2012_img_train.tar"
+    with tarfile.open(path) as tar:
+        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    name, data = inner[0]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    path.write_bytes(tar_bytes([(name, tar_bytes(edit(members)))] + inner[1:]))
+
+
+def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_path):
+    """With workers each class tar is read, checked and spilled by a worker: a bad image still stops
+    the run by name, --skip-bad still lists it, and the shards equal a one-process run's."""
+    source = copy_official(sources, tmp_path)
+    bad = {}
+
+    def damage(members):
+        name, _ = members[3]
+        bad["key"] = name.rsplit("/", 1)[-1].split(".")[0]
+        return [(n, b"not a jpeg at all" if n == name else body) for n, body in members]
+
+    rewrite_class_tar(source, damage)
+    with pytest.raises(PrepareError, match=f"{bad['key']}.JPEG does not decode.*--skip-bad"):
+        prepare(config(source, tmp_path / "stopped", workers=2))
+    prepare(config(source, tmp_path / "two", workers=2, skip_bad=True))
+    prepare(config(source, tmp_path / "one", workers=1, skip_bad=True))
+    assert list(read_manifest(tmp_path / "two").skipped) == [bad["key"]]
+    assert tree_bytes(tmp_path / "two") == tree_bytes(tmp_path / "one")
+    assert not (tmp_path / "two" / ".prepare-tmp").exists()
+
+
+def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, tmp_path):
+    source = copy_official(sources, tmp_path)
+    path = source / "ILSVRC2012_img_train.tar"
+    with tarfile.open(path) as tar:
+        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    name, data = inner[1]
+    path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
+    with pytest.raises(SourceError, match=f"{name} is truncated"):
+        prepare(config(source, tmp_path / "out", workers=2))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_corrupt_image_stops_the_run_unless_skip_bad(sources, images, tmp_path, damage):
     source = copy_official(sources, tmp_path)
