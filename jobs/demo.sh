@@ -7,7 +7,8 @@ bash jobs/install.sh
 py=.venv/bin/python
 out=${DEMO_DIR:-demo}
 $py -m prepare.sample "$out/source"
-$py -m prepare --source "$out/source" --dest "$out/imagenet" --shard-size 2
+# --force: the demo owns its shards; a demo source from an older version is replaced, not refused
+$py -m prepare --source "$out/source" --dest "$out/imagenet" --shard-size 2 --force
 rm -rf "$out/run"
 $py -m train --data "$out/imagenet" --run-dir "$out/run" --device cpu --arch resnet18 --image-size 64 \
     --epochs 8 --batch-size 32 --lr 0.8 --warmup-epochs 1

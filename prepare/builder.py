@@ -30,7 +30,7 @@ from typing import Iterable, Iterator
 from prepare.images import BadImage, Prepared, prepare_image
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.sources import (
-    ClassTar, Item, Source, SourceError, class_tar_items, detect_layout, fingerprint, open_source,
+    ClassTar, Item, MemberRange, Source, SourceError, detect_layout, fingerprint, open_source,
 )
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
@@ -231,7 +231,7 @@ def checks_in_pool(source: Source, config: PrepareConfig) -> bool:
     re-encoding every image (--resize), or reading a file per image (trees, often on network
     storage). Checking an archive's JPEG headers costs less than sending the bytes to another
     process (measured: 12.7 s against 6.95 s for 10,500 images): the main process does it. The
-    official train split never streams through here with a pool: workers read its class tars
+    official archives never stream through here with a pool: workers read their parts
     themselves (`scatter_parts`). Shards are always written in the pool."""
     return config.resize is not None or source.layout != "official"
 
@@ -315,9 +315,9 @@ def scatter_stream(source: Source, split: str, num_buckets: int, work: Path, con
 
 @dataclass(frozen=True)
 class PartJob:
-    """Scatter one class tar of the official train archive, in a worker."""
-    part: ClassTar
-    label: int
+    """Scatter one part of an archive (a class tar, or a range of val members), in a worker."""
+    part: ClassTar | MemberRange
+    classes: dict[str, int]
     num_buckets: int
     seed: int
     work: str
@@ -325,11 +325,11 @@ class PartJob:
     quality: int
 
 
-def scatter_parts(parts: list[ClassTar], classes: dict[str, int], num_buckets: int, work: Path,
-                  config: PrepareConfig, pool) -> Iterator[Scattered]:
-    """Workers read whole class tars at their offsets in the archive, check (or re-encode) every
-    image and spill it to bucket files of their own; what comes back is small, in class order."""
-    jobs = [PartJob(part, classes[part.wnid], num_buckets, config.seed, str(work), config.resize, config.quality)
+def scatter_parts(parts: list[ClassTar] | list[MemberRange], classes: dict[str, int], num_buckets: int,
+                  work: Path, config: PrepareConfig, pool) -> Iterator[Scattered]:
+    """Workers read whole parts of the archive at their offsets, check (or re-encode) every image
+    and spill it to bucket files of their own; what comes back is small, in archive order."""
+    jobs = [PartJob(part, classes, num_buckets, config.seed, str(work), config.resize, config.quality)
             for part in parts]
     for scattered in pool.imap(scatter_part, jobs):
         yield from scattered
@@ -338,14 +338,14 @@ def scatter_parts(parts: list[ClassTar], classes: dict[str, int], num_buckets: i
 def scatter_part(job: PartJob) -> list[Scattered]:
     out = []
     with BucketSpills(Path(job.work), tag=str(os.getpid())) as spills:
-        for item in class_tar_items(job.part):
+        for item in job.part.items():
             try:
                 prepared = prepare_image(item.data, job.resize, job.quality)
             except BadImage as exn:
                 out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
                 continue
             spills.write(bucket_of(item.key, job.seed, job.num_buckets),
-                         encode_sample(item, prepared.data or item.data, job.label, prepared))
+                         encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
             out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note))
     return out
 

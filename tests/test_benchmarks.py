@@ -15,7 +15,7 @@ def last_json(stdout: str) -> dict:
 
 
 @pytest.mark.slow
-def test_loader_benchmark_reports_ours_baseline_ceiling_model_and_full(prepared, tmp_path):
+def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prepared, tmp_path):
     result = run_module("train.benchmark", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
                         "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch", "resnet18",
                         "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali")
@@ -23,7 +23,7 @@ def test_loader_benchmark_reports_ours_baseline_ceiling_model_and_full(prepared,
     record = last_json(result.stdout)
     for key in ("images_per_sec", "baseline_images_per_sec", "decode_ceiling_images_per_sec", "speedup_vs_baseline",
                 "ratio_to_ceiling", "cold_images_per_sec", "worker_rss_mb", "model_images_per_sec",
-                "full_images_per_sec", "workers", "image_stats"):
+                "feed_images_per_sec", "full_images_per_sec", "workers", "image_stats"):
         assert key in record, key
     assert [row["workers"] for row in record["sweep"]] == [1, 2]
     assert record["workers"] == 2 and record["worker_rss_mb"] > 0

@@ -270,14 +270,28 @@ def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, 
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_val_ranges_cover_the_val_archive_in_order_with_their_labels(sources, images):
+    from prepare.sources import OfficialArchives
+
+    archives = OfficialArchives(sources["official"])
+    ranges = archives.val_ranges(per_range=7)
+    with tarfile.open(archives.val_tar) as tar:
+        names = [m.name for m in tar.getmembers()]
+    assert [len(r.labels) for r in ranges[:-1]] == [7] * (len(ranges) - 1)
+    items = [item for r in ranges for item in r.items()]
+    assert [f"{i.key}.JPEG" for i in items] == names
+    assert {i.key: i.wnid for i in items} == {key: wnid for key, wnid, _ in images.val}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
-def test_a_corrupt_image_stops_the_run_unless_skip_bad(sources, images, tmp_path, damage):
+def test_a_corrupt_image_stops_the_run_unless_skip_bad(sources, images, tmp_path, damage, workers):
     source = copy_official(sources, tmp_path)
     key, _, good = images.val[5]
     replace_val_image(source, key, b"not a jpeg at all" if damage == "garbage" else good[: len(good) // 2])
     with pytest.raises(PrepareError, match=f"ILSVRC2012_img_val.tar:{key}.JPEG does not decode.*--skip-bad"):
-        prepare(config(source, tmp_path / "out"))
-    prepare(config(source, tmp_path / "out", skip_bad=True))
+        prepare(config(source, tmp_path / "out", workers=workers))
+    prepare(config(source, tmp_path / "out", skip_bad=True, workers=workers))
     manifest = read_manifest(tmp_path / "out")
     assert list(manifest.skipped) == [key]
     assert key not in {k for k, _, _ in read_split(tmp_path / "out", "val")}
