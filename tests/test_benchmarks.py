@@ -18,7 +18,8 @@ def last_json(stdout: str) -> dict:
 def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prepared, tmp_path):
     result = run_module("train.benchmark", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
                         "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch", "resnet18",
-                        "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali")
+                        "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali",
+                        "--modes", "data,model,feed,full")
     assert result.returncode == 0, result.stderr
     record = last_json(result.stdout)
     for key in ("images_per_sec", "baseline_images_per_sec", "decode_ceiling_images_per_sec", "speedup_vs_baseline",
@@ -59,3 +60,15 @@ def test_dali_reads_the_same_shards(prepared, tmp_path):
     images, labels = next(batches)
     assert tuple(images.shape) == (8, 32, 32, 3) and str(images.dtype) == "torch.uint8"
     assert time_batches(batches, 16, 1).per_sec > 0
+
+
+def test_model_modes_are_the_default_only_on_a_gpu():
+    import torch
+
+    from train.benchmark import chosen_modes
+
+    assert chosen_modes(None, torch.device("cpu")) == {"data"}
+    assert chosen_modes(None, torch.device("cuda")) == {"data", "model", "feed", "full"}
+    assert chosen_modes("model,full", torch.device("cpu")) == {"model", "full"}
+    with pytest.raises(SystemExit, match="unknown \\['fast'\\]"):
+        chosen_modes("data,fast", torch.device("cpu"))
