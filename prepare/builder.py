@@ -203,6 +203,9 @@ class SplitResult:
 def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
     start = time.monotonic()
     raise_open_file_limit()
+    # webdataset's tar reader and writer, and torch, which it imports (about 2 s), are imported
+    # here, once, before the pool forks: otherwise every worker pays the import on its first task.
+    import webdataset  # noqa: F401
     context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
     with context.Pool(config.workers) if config.workers > 1 else nullpool() as pool:
