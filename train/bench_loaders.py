@@ -154,6 +154,7 @@ def dali_available() -> bool:
 def dali_loader(manifest: Manifest, root: Path, index_dir: Path, threads: int, batch: int, size: int):
     """DALI reading the same shards: fn.readers.webdataset, image_random_crop on the CPU, resize, flip."""
     from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
     paths = [str(root / s.name) for s in manifest.splits["train"].shards]
@@ -174,7 +175,9 @@ def dali_loader(manifest: Manifest, root: Path, index_dir: Path, threads: int, b
 
     pipe = pipeline()
     pipe.build()
-    return DALIGenericIterator([pipe], ["images", "labels"], reader_name="reader")
+    # whole batches only, as ours; the iterator starts its next epoch by itself
+    return DALIGenericIterator([pipe], ["images", "labels"], reader_name="reader", auto_reset=True,
+                               last_batch_policy=LastBatchPolicy.DROP)
 
 
 def write_dali_index(shard: Path, index: Path) -> None:
@@ -186,8 +189,8 @@ def write_dali_index(shard: Path, index: Path) -> None:
 
 
 def dali_batches(iterator):
-    """DALI's [{'images': ..., 'labels': ...}] per batch as (images, labels), epoch after epoch."""
+    """DALI's [{'images': ..., 'labels': ...}] per batch as (images, labels), epoch after epoch (the
+    iterator resets itself at each epoch's end: auto_reset)."""
     while True:
         for outputs in iterator:
             yield outputs[0]["images"], outputs[0]["labels"]
-        iterator.reset()
