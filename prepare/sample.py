@@ -87,7 +87,7 @@ def photo(rng: np.random.Generator, class_number: int, size: tuple[int, int]) ->
         box = sorted(rng.integers(0, w, 2)), sorted(rng.integers(0, h, 2))
         draw.rectangle([box[0][0], box[1][0], box[0][1], box[1][1]], fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
     cx, cy = rng.uniform(0.3, 0.7) * w, rng.uniform(0.3, 0.7) * h
-    r = rng.uniform(0.15, 0.3) * min(w, h)
+    r = rng.uniform(0.25, 0.4) * min(w, h)
     colour = tuple(int(c) for c in np.clip(hue + rng.normal(0, 12, 3), 0, 255))
     if class_number % 3 == 0:
         draw.ellipse([cx - r, cy - r * 0.7, cx + r, cy + r * 0.7], fill=colour)
