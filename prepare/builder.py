@@ -1,7 +1,7 @@
 """Build the shards: lock, idempotence, scatter (one pass over the source), deal, write, manifest.
 
-    source --(workers read class tars, or the main process streams; checks)--> spill buckets in
-        DEST/.prepare-tmp (one file per bucket and process)
+    source parts (class tars, val member ranges, chunks of files) --(each read, checked and
+        spilled by a worker)--> spill buckets in DEST/.prepare-tmp (a file per bucket and process)
     spill buckets --(deal_into_shards)--> DEST/{train,val}/*.tar, each written to a temporary name,
     fsynced and renamed --> DEST/manifest.json, written last: the completion marker.
 
@@ -21,7 +21,6 @@ import re
 import resource
 import shutil
 import time
-from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Iterable, Iterator
 from prepare.images import BadImage, Prepared, prepare_image
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.sources import (
-    ClassTar, Item, MemberRange, Source, SourceError, detect_layout, fingerprint, open_source,
+    Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
@@ -43,7 +42,6 @@ from shards.resources import log_pil_build
 log = logging.getLogger("prepare")
 
 MB = 1 << 20
-BATCH = 32  # images per task sent to a worker: large enough to amortise the IPC, small enough to stream
 SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")
 
 
@@ -213,7 +211,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
             num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-            result = scatter(source, split, num_buckets, work, config, pool if checks_in_pool(source, config) else None)
+            result = scatter(source, split, num_buckets, work, config, pool)
             shards = deal_into_shards(result.buckets, config.seed)
             infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
@@ -227,16 +225,6 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
-
-
-def checks_in_pool(source: Source, config: PrepareConfig) -> bool:
-    """For a streamed split (val, trees): worker processes pay where each image costs real work:
-    re-encoding every image (--resize), or reading a file per image (trees, often on network
-    storage). Checking an archive's JPEG headers costs less than sending the bytes to another
-    process (measured: 12.7 s against 6.95 s for 10,500 images): the main process does it. The
-    official archives never stream through here with a pool: workers read their parts
-    themselves (`scatter_parts`). Shards are always written in the pool."""
-    return config.resize is not None or source.layout != "official"
 
 
 @contextmanager
@@ -264,12 +252,7 @@ class Scattered:
 def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
     """Read the split once, check each image and spill it to its bucket; account for every image
     in source order (so bucket key lists, and the shards, are the same for any worker count)."""
-    parts = source.parts(split) if pool is not None else None
-    if parts is not None:
-        images = scatter_parts(parts, source.class_index(), num_buckets, work, config, pool)
-    else:
-        images = scatter_stream(source, split, num_buckets, work, config,
-                                pool if checks_in_pool(source, config) else None)
+    images = scatter_parts(source.parts(split), source.class_index(), num_buckets, work, config, pool)
     result = SplitResult([[] for _ in range(num_buckets)])
     seen = set()
     with Progress(f"{split}: read", source.split_bytes(split), "MB", scale=1 / MB,
@@ -299,28 +282,11 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
     return result
 
 
-def scatter_stream(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig,
-                   pool) -> Iterator[Scattered]:
-    """The main process reads the split's items in order and spills them; checks run in `pool`
-    when given one (trees, --resize), else here."""
-    classes = source.class_index()
-    with BucketSpills(work) as spills:
-        batches = batched(source.items(split), BATCH)
-        for batch, outcomes in in_order(pool, 4 * config.workers, check_batch, batches, config.resize, config.quality):
-            for item, (stored, size, outcome) in zip(batch, outcomes):
-                if isinstance(outcome, str):
-                    yield Scattered(item.key, item.origin, size, outcome)
-                    continue
-                sample = encode_sample(item, stored or item.data, classes[item.wnid], outcome)
-                spills.write(bucket_of(item.key, config.seed, num_buckets), sample)
-                yield Scattered(item.key, item.origin, size, None, outcome.note)
-
-
 @dataclass(frozen=True)
 class PartJob:
-    """Scatter one part of an archive (a class tar, or a range of val members), in a worker."""
-    part: ClassTar | MemberRange
-    classes: dict[str, int]
+    """Scatter one part of the source (a class tar, a range of val members, a chunk of files)."""
+    part: Part
+    classes: dict[str, int]  # the labels of the part's wnids
     num_buckets: int
     seed: int
     work: str
@@ -328,13 +294,14 @@ class PartJob:
     quality: int
 
 
-def scatter_parts(parts: list[ClassTar] | list[MemberRange], classes: dict[str, int], num_buckets: int,
-                  work: Path, config: PrepareConfig, pool) -> Iterator[Scattered]:
-    """Workers read whole parts of the archive at their offsets, check (or re-encode) every image
-    and spill it to bucket files of their own; what comes back is small, in archive order."""
-    jobs = [PartJob(part, classes, num_buckets, config.seed, str(work), config.resize, config.quality)
-            for part in parts]
-    for scattered in pool.imap(scatter_part, jobs):
+def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, work: Path, config: PrepareConfig,
+                  pool) -> Iterator[Scattered]:
+    """Each part is read where it is scattered, in a worker of `pool` (or here without one): the
+    worker reads it at its offset (or its files), checks or re-encodes every image and spills it
+    to bucket files of its own. Only small outcomes come back, in source order."""
+    jobs = (PartJob(part, {w: classes[w] for w in part.wnids()}, num_buckets, config.seed, str(work), config.resize,
+                    config.quality) for part in parts)
+    for scattered in pool.imap(scatter_part, jobs) if pool else map(scatter_part, jobs):
         yield from scattered
 
 
@@ -354,8 +321,9 @@ def scatter_part(job: PartJob) -> list[Scattered]:
 
 
 def spill_path(work: Path, bucket: int, tag: str = "") -> Path:
-    """Bucket `bucket`'s spill file of one process: the main process's has no tag, a worker's has
-    its pid (each process appends only to its own)."""
+    """Bucket `bucket`'s spill file of one process, tagged with its pid: each process appends only
+    to its own. Files are opened per part and closed after it, so none outlives the scatter (an
+    open handle would keep a removed spill file's space until the pool ends)."""
     return work / f"bucket-{bucket:06d}{'.' + tag if tag else ''}.spill"
 
 
@@ -405,53 +373,6 @@ def encode_sample(item: Item, data: bytes, label: int, image: Prepared) -> dict:
         meta |= {"source_width": image.source_width, "source_height": image.source_height}
     return {"__key__": item.key, "jpg": data, "cls": str(label).encode(),
             "json": json.dumps(meta, sort_keys=True).encode()}
-
-
-def check_batch(batch: list[Item], max_side: int | None, quality: int) -> list[tuple[bytes | None, int, object]]:
-    """In a worker: (bytes to store or None to keep item.data, source size, Prepared or error text)."""
-    results = []
-    for item in batch:
-        data, send_back = item.data, None
-        if data is None:
-            try:
-                data = send_back = Path(item.path).read_bytes()
-            except OSError as exn:
-                raise SourceError(f"cannot read {item.path}: {exn.strerror}") from None
-        try:
-            prepared = prepare_image(data, max_side, quality)
-        except BadImage as exn:
-            results.append((None, len(data), str(exn)))
-            continue
-        results.append((prepared.data or send_back, len(data), prepared))
-    return results
-
-
-def batched(items: Iterable, size: int) -> Iterator[list]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def in_order(pool, window: int, fn, batches: Iterable[list], *args) -> Iterator[tuple[list, list]]:
-    """(batch, fn(batch, *args)) in input order, with at most `window` batches in flight."""
-    if pool is None:
-        for batch in batches:
-            yield batch, fn(batch, *args)
-        return
-    pending = deque()
-    for batch in batches:
-        pending.append((batch, pool.apply_async(fn, (batch, *args))))
-        if len(pending) >= window:
-            batch, done = pending.popleft()
-            yield batch, done.get()
-    while pending:
-        batch, done = pending.popleft()
-        yield batch, done.get()
 
 
 # ---------------------------------------------------------------- dealing spill buckets into shards

@@ -48,12 +48,11 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class Item:
-    """One image to prepare: its key, its wnid, and either its bytes or the file that holds them."""
+    """One image to prepare: its key, its wnid, and its bytes."""
     key: str
     wnid: str
     origin: str  # where it came from, for error messages
-    data: bytes | None = None
-    path: str | None = None
+    data: bytes
 
 
 def image_key(name: str, origin: str) -> str | None:
@@ -104,6 +103,9 @@ class ClassTar:
     offset: int
     size: int
 
+    def wnids(self) -> set[str]:
+        return {self.wnid}
+
     def items(self) -> Iterator[Item]:
         origin = f"{self.archive}:{self.name}"
         data = read_range(self.archive, self.offset, self.size, origin)
@@ -123,6 +125,9 @@ class MemberRange:
     size: int
     labels: dict[str, str]  # key -> wnid, for the images in the range
 
+    def wnids(self) -> set[str]:
+        return set(self.labels.values())
+
     def items(self) -> Iterator[Item]:
         data = read_range(self.archive, self.offset, self.size, self.archive) + TAR_END
         for member, image in iterate_tar(io.BytesIO(data), self.archive):
@@ -133,6 +138,27 @@ class MemberRange:
             if key not in self.labels:
                 raise LabelError(f"{origin}: no ground-truth label in the devkit ({DEVKIT})")
             yield Item(key, self.labels[key], origin, data=image)
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    """Consecutive files of an extracted tree: a worker reads and checks them."""
+    files: tuple[tuple[str, str, str], ...]  # (key, wnid, path)
+
+    def wnids(self) -> set[str]:
+        return {wnid for _, wnid, _ in self.files}
+
+    def items(self) -> Iterator[Item]:
+        for key, wnid, path in self.files:
+            try:
+                data = Path(path).read_bytes()
+            except OSError as exn:
+                raise SourceError(f"cannot read {path}: {exn.strerror}") from None
+            yield Item(key, wnid, path, data)
+
+
+Part = ClassTar | MemberRange | FileChunk
+FILES_PER_CHUNK = 1024  # tree files per part: each part opens up to one spill file per bucket
 
 
 def read_range(archive: str, offset: int, size: int, origin: str) -> bytes:
@@ -169,8 +195,14 @@ class Source:
     root: Path
     classes: list[ClassInfo]
 
-    def items(self, split: str) -> Iterator[Item]:
+    def parts(self, split: str) -> list[Part]:
+        """The split as pieces that a worker reads on its own (each with `items()`), in order."""
         raise NotImplementedError
+
+    def items(self, split: str) -> Iterator[Item]:
+        """Every image of the split, in order, read here (builder.py hands the parts to workers)."""
+        for part in self.parts(split):
+            yield from part.items()
 
     def split_bytes(self, split: str) -> int:
         """Bytes of a split in the source (exact for archives, estimated for trees)."""
@@ -178,11 +210,6 @@ class Source:
 
     def expected_count(self, split: str) -> int | None:
         """How many images the split must yield, where the labels say so (the val ground truth)."""
-        return None
-
-    def parts(self, split: str) -> list[ClassTar] | list[MemberRange] | None:
-        """Pieces of the split that workers can read on their own (each with an `items()`), or
-        None to stream `items`."""
         return None
 
     def class_index(self) -> dict[str, int]:
@@ -247,11 +274,6 @@ class OfficialArchives(Source):
 
     def expected_count(self, split: str) -> int | None:
         return len(self.val_wnids) if split == "val" else None
-
-    def items(self, split: str) -> Iterator[Item]:
-        """One process reads the parts in order (with workers, each reads its own: builder.py)."""
-        for part in self.parts(split):
-            yield from part.items()
 
     def parts(self, split: str) -> list[ClassTar] | list[MemberRange]:
         return self.class_tars() if split == "train" else self.val_ranges()
@@ -346,9 +368,9 @@ class TreeSource(Source):
     def expected_count(self, split: str) -> int | None:
         return len(self.listing[split])
 
-    def items(self, split: str) -> Iterator[Item]:
-        for key, wnid, path in self.listing[split]:
-            yield Item(key, wnid, str(path), path=str(path))
+    def parts(self, split: str) -> list[FileChunk]:
+        rows = [(key, wnid, str(path)) for key, wnid, path in self.listing[split]]
+        return [FileChunk(tuple(rows[i:i + FILES_PER_CHUNK])) for i in range(0, len(rows), FILES_PER_CHUNK)]
 
 
 def labelled_flat_folder(folder: Path, labels: dict[str, str], labels_file: str) -> list[tuple[str, str, Path]]:
