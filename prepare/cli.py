@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace a dataset at --dest that was prepared with other options or is damaged")
     p.add_argument("--workers", type=int, default=available_cpus(),
-                   help="processes that read the archives' parts, check and re-encode images (--resize), read "
-                        "extracted trees and write shards (default: the CPUs this task was given)")
+                   help="processes that read the source's parts, check and re-encode images (--resize) and "
+                        "write shards (default: the CPUs this task was given)")
     p.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines when not on a terminal (SLURM logs)")
     return p
