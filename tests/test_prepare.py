@@ -258,6 +258,17 @@ def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_pat
     assert not (tmp_path / "two" / ".prepare-tmp").exists()
 
 
+@pytest.mark.parametrize("layout", ["imagefolder", "kaggle"])
+def test_trees_read_in_many_chunks_give_the_same_bytes_with_any_worker_count(sources, tmp_path, monkeypatch, layout):
+    from prepare import sources as source_module
+
+    monkeypatch.setattr(source_module, "FILES_PER_CHUNK", 16)  # many parts from the small sample
+    prepare(config(sources[layout], tmp_path / "one", workers=1))
+    prepare(config(sources[layout], tmp_path / "two", workers=2))
+    assert tree_bytes(tmp_path / "two") == tree_bytes(tmp_path / "one")
+    assert not (tmp_path / "two" / ".prepare-tmp").exists()
+
+
 def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, tmp_path):
     source = copy_official(sources, tmp_path)
     path = source / "ILSVRC2012_img_train.tar"
