@@ -233,7 +233,8 @@ def nullpool():
 
 
 def raise_open_file_limit() -> None:
-    """One spill file per shard stays open while the source streams (700 for ImageNet's train)."""
+    """A process scattering a part keeps up to one spill file per bucket open (700 for ImageNet's
+    train); the workers inherit the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

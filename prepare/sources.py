@@ -304,9 +304,9 @@ class OfficialArchives(Source):
         for member in archive_members(self.val_tar):
             start = member.offset if start is None else start
             end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-            stem = member.name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-            if stem in self.val_wnids:
-                labels[stem] = self.val_wnids[stem]
+            key = image_key(member.name, f"{self.val_tar}:{member.name}")
+            if key in self.val_wnids:
+                labels[key] = self.val_wnids[key]
             count += 1
             if count == per_range:
                 ranges.append(MemberRange(str(self.val_tar), start, end - start, labels))

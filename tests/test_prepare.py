@@ -219,22 +219,23 @@ def test_truncated_archives_are_named(sources, tmp_path, archive, cut):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def tar_members(fileobj) -> list[tuple[str, bytes]]:
+    with tarfile.open(fileobj=fileobj) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
 def replace_val_image(source: Path, key: str, data: bytes) -> None:
     path = source / "ILSVRC2012_img_val.tar"
-    with tarfile.open(path) as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    members = tar_members(io.BytesIO(path.read_bytes()))
     path.write_bytes(tar_bytes([(name, data if name == f"{key}.JPEG" else body) for name, body in members]))
 
 
 def rewrite_class_tar(source: Path, edit) -> None:
-    """Rewrite the official train archive with `edit(members)` applied to its first class tar."""
+    """Rewrite the official train archive's first class tar as the bytes `edit(members)` returns."""
     path = source / "ILSVRC2012_img_train.tar"
-    with tarfile.open(path) as tar:
-        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    inner = tar_members(io.BytesIO(path.read_bytes()))
     name, data = inner[0]
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    path.write_bytes(tar_bytes([(name, tar_bytes(edit(members)))] + inner[1:]))
+    path.write_bytes(tar_bytes([(name, edit(tar_members(io.BytesIO(data))))] + inner[1:]))
 
 
 def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_path):
@@ -246,7 +247,7 @@ def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_pat
     def damage(members):
         name, _ = members[3]
         bad["key"] = name.rsplit("/", 1)[-1].split(".")[0]
-        return [(n, b"not a jpeg at all" if n == name else body) for n, body in members]
+        return tar_bytes([(n, b"not a jpeg at all" if n == name else body) for n, body in members])
 
     rewrite_class_tar(source, damage)
     with pytest.raises(PrepareError, match=f"{bad['key']}.JPEG does not decode.*--skip-bad"):
@@ -272,8 +273,7 @@ def test_trees_read_in_many_chunks_give_the_same_bytes_with_any_worker_count(sou
 def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, tmp_path):
     source = copy_official(sources, tmp_path)
     path = source / "ILSVRC2012_img_train.tar"
-    with tarfile.open(path) as tar:
-        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    inner = tar_members(io.BytesIO(path.read_bytes()))
     name, data = inner[1]
     path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
     with pytest.raises(SourceError, match=f"{name} is truncated"):
@@ -346,22 +346,20 @@ def test_dest_inside_the_source_and_foreign_files_are_refused(sources, tmp_path)
 
 def test_hostile_member_names_never_become_paths(sources, images, tmp_path):
     source = copy_official(sources, tmp_path)
-    path = source / "ILSVRC2012_img_train.tar"
-    with tarfile.open(path) as tar:
-        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    name, data = inner[0]
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    evil = io.BytesIO()
-    with tarfile.open(fileobj=evil, mode="w") as tar:
-        for member, body in members + [("../../../escaped.JPEG", members[0][1])]:
-            info = tarfile.TarInfo(member)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-        link = tarfile.TarInfo("link.JPEG")
-        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-        tar.addfile(link)
-    path.write_bytes(tar_bytes([(name, evil.getvalue())] + inner[1:]))
+
+    def add_escape_and_link(members):
+        evil = io.BytesIO()
+        with tarfile.open(fileobj=evil, mode="w") as tar:
+            for member, body in members + [("../../../escaped.JPEG", members[0][1])]:
+                info = tarfile.TarInfo(member)
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+            link = tarfile.TarInfo("link.JPEG")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(link)
+        return evil.getvalue()
+
+    rewrite_class_tar(source, add_escape_and_link)
     before = set(tmp_path.parent.rglob("*"))
     dest = tmp_path / "out"
     prepare(config(source, dest))

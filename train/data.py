@@ -122,7 +122,8 @@ def collate(batch: list[tuple]) -> tuple:
     images, labels, hashes = zip(*batch)
     if isinstance(images[0], EncodedCrop):
         sizes = torch.tensor([0] + [len(i.data) for i in images])
-        stacked = EncodedBatch(torch.cat([i.data for i in images]), sizes.cumsum(0), torch.stack([i.box for i in images]),
+        data = torch.frombuffer(bytearray(b"".join(i.data for i in images)), dtype=torch.uint8)  # one copy, writable
+        stacked = EncodedBatch(data, sizes.cumsum(0), torch.stack([i.box for i in images]),
                                torch.tensor([i.flip for i in images]), images[0].size)
     else:
         stacked = torch.stack(images)

@@ -114,7 +114,7 @@ class ValTransform:
 class EncodedCrop(NamedTuple):
     """What a loader worker hands over for device decode: the JPEG bytes, the crop box in source
     pixels (left, top, right, bottom) and the flip; the device does the decoding and resizing."""
-    data: torch.Tensor  # uint8, the file's bytes
+    data: bytes  # the file, as read: collate joins a batch's files into one tensor
     box: torch.Tensor  # float32 (4,)
     flip: bool
     size: int  # output side in pixels
@@ -125,7 +125,7 @@ class TrainCrop(TrainTransform):
 
     def __call__(self, data: bytes, epoch: int, key: str) -> EncodedCrop:
         box, flip = self.crop_and_flip(Image.open(io.BytesIO(data)), epoch, key)
-        return EncodedCrop(as_tensor(data), torch.tensor(box, dtype=torch.float32), flip, self.size)
+        return EncodedCrop(data, torch.tensor(box, dtype=torch.float32), flip, self.size)
 
 
 class ValCrop(ValTransform):
@@ -133,11 +133,7 @@ class ValCrop(ValTransform):
 
     def __call__(self, data: bytes, epoch: int = 0, key: str = "") -> EncodedCrop:
         box = self.centre_box(*Image.open(io.BytesIO(data)).size)
-        return EncodedCrop(as_tensor(data), torch.tensor(box, dtype=torch.float32), False, self.size)
-
-
-def as_tensor(data: bytes) -> torch.Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a writable copy: torch wants one
+        return EncodedCrop(data, torch.tensor(box, dtype=torch.float32), False, self.size)
 
 
 def decode_on_device(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
