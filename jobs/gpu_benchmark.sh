@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of BENCHMARKS.md, on one GPU node: the benchmark's model, feed and full modes
-# (--decode cpu and --decode gpu), the GPU data path stage by stage (jobs/gpu_stages.py), the
+# (--decode cpu and --decode gpu), the GPU data path stage by stage (train/bench/stages.py), the
 # benchmark's data mode, the CUDA tests, and a short ResNet-50 training run. A failing step is
 # reported and the next one still runs; the exit status says whether all passed.
 #
@@ -25,7 +25,7 @@ step() {  # step NAME COMMAND...: run it, note a failure, go on
     echo "== $(date +%T) $name"
     "$@" || { echo "!! $name failed"; failed+=("$name"); }
 }
-bench() { $PYTHON -m train.benchmark --data "$DATA" --run-dir "$OUT" --no-dali "$@"; }
+bench() { $PYTHON -m train.bench --data "$DATA" --run-dir "$OUT" --no-dali "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 $PYTHON -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
@@ -40,7 +40,7 @@ fi
 step "model, feed and full, --decode cpu" bench --modes model,feed,full --decode cpu --workers "$WORKERS" \
     --steps "$STEPS"
 step "feed and full, --decode gpu" bench --modes feed,full --decode gpu --workers "$WORKERS" --steps "$STEPS"
-step "GPU data path, stage by stage" $PYTHON jobs/gpu_stages.py "$DATA"
+step "GPU data path, stage by stage" $PYTHON -m train.bench.stages "$DATA"
 step "CUDA tests" $PYTHON -m pytest -q -p no:cacheprovider tests/test_gpu.py
 step "data" bench --modes data --workers "1,$(( (WORKERS + 1) / 2 )),$WORKERS" --images 4000
 step "train resnet50, 2 epochs" $PYTHON -m train --data "$DATA" --run-dir "$SCRATCH/train" --arch resnet50 \

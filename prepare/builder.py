@@ -11,6 +11,7 @@ again, and since every byte depends only on (source, options), it writes the sam
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -206,7 +207,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
     import webdataset  # noqa: F401
     context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
-    with context.Pool(config.workers) if config.workers > 1 else nullpool() as pool:
+    with context.Pool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for split in SPLITS:
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
@@ -225,11 +226,6 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> 
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
-
-
-@contextmanager
-def nullpool():
-    yield None
 
 
 def raise_open_file_limit() -> None:
@@ -274,6 +270,7 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
             if image.note:
                 result.converted[image.key] = image.note
             result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
+        bar.finish()
     expected, got = source.expected_count(split), len(seen)
     if expected is not None and got != expected:
         raise SourceError(f"the {split} source yielded {got} images, its labels list {expected}: "

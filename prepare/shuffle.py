@@ -67,7 +67,6 @@ def deal_into_shards(buckets: list[list[str]], seed: int) -> list[tuple[int, lis
     return shards
 
 
-def shard_count(split_bytes: int, shard_bytes: float, max_count: int | None = None) -> int:
-    """How many shards of about `shard_bytes` hold `split_bytes` (at least one, at most `max_count`)."""
-    count = max(1, round(split_bytes / shard_bytes))
-    return min(count, max_count) if max_count else count
+def shard_count(split_bytes: int, shard_bytes: float) -> int:
+    """How many shards of about `shard_bytes` hold `split_bytes` (at least one)."""
+    return max(1, round(split_bytes / shard_bytes))

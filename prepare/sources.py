@@ -56,7 +56,11 @@ class Item:
 
 
 def image_key(name: str, origin: str) -> str | None:
-    """Sample key of an archive member or file name; None for what is not an image."""
+    """Sample key of an archive member or file name; None for what is not an image. A member name
+    that is absolute or climbs with '..' is refused: no official archive has one."""
+    if name.startswith("/") or ".." in name.split("/"):
+        raise SourceError(f"{origin}: the member name {name!r} is unsafe (an absolute path, or one that climbs "
+                          "with '..') and was refused. The official archives have none: use them as downloaded.")
     base = name.rsplit("/", 1)[-1]
     stem, dot, suffix = base.rpartition(".")
     if not dot or "." + suffix.lower() not in IMAGE_SUFFIXES:
@@ -190,7 +194,7 @@ def readable_file(path: Path, what: str) -> Path:
 
 
 class Source:
-    """A layout's classes, labels and items. Subclasses fill in `items` and the bookkeeping."""
+    """A layout's classes, labels and parts. Subclasses fill in `parts` and the bookkeeping."""
     layout: str
     root: Path
     classes: list[ClassInfo]
@@ -198,11 +202,6 @@ class Source:
     def parts(self, split: str) -> list[Part]:
         """The split as pieces that a worker reads on its own (each with `items()`), in order."""
         raise NotImplementedError
-
-    def items(self, split: str) -> Iterator[Item]:
-        """Every image of the split, in order, read here (builder.py hands the parts to workers)."""
-        for part in self.parts(split):
-            yield from part.items()
 
     def split_bytes(self, split: str) -> int:
         """Bytes of a split in the source (exact for archives, estimated for trees)."""
@@ -263,7 +262,7 @@ class OfficialArchives(Source):
         self.root = root
         self.train_tar, self.val_tar, self.devkit_path = (readable_file(root / n, why) for n, why in OFFICIAL_FILES.items())
         self.devkit: Devkit = read_devkit(self.devkit_path)
-        # The devkit's leaves are the train classes; `items("train")` checks the archive agrees.
+        # The devkit's leaves are the train classes; `class_tars` checks the archive agrees.
         leaves = leaf_synsets(self.devkit.synsets)
         self.classes = class_table([s.wnid for s in leaves], {s.wnid: s.words for s in leaves})
         self.val_wnids = val_wnids_from_devkit(self.devkit)

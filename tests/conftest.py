@@ -53,5 +53,5 @@ def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedPr
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every shard and the sample list of a prepared dataset, for byte-for-byte comparison."""
+    """Every shard of a prepared dataset, for byte-for-byte comparison."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/*.tar"))}

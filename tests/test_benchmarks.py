@@ -7,7 +7,8 @@ import pytest
 
 from conftest import run_module
 from shards.manifest import read_manifest
-from train.bench_loaders import dali_available, dali_batches, dali_loader, time_batches, worker_rss_mb
+from train.bench.loaders import dali_available, dali_batches, dali_loader, worker_rss_mb
+from train.bench.measure import time_batches
 
 
 def last_json(stdout: str) -> dict:
@@ -16,7 +17,7 @@ def last_json(stdout: str) -> dict:
 
 @pytest.mark.slow
 def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prepared, tmp_path):
-    result = run_module("train.benchmark", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
+    result = run_module("train.bench", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
                         "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch", "resnet18",
                         "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali",
                         "--modes", "data,model,feed,full")
@@ -34,6 +35,7 @@ def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prep
     assert json.loads((tmp_path / "benchmark.jsonl").read_text().splitlines()[-1]) == record
 
 
+@pytest.mark.slow
 def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
     result = run_module("prepare.benchmark", "--source", sources["official"], "--scratch", tmp_path / "scratch",
                         "--workers", 1)
@@ -46,7 +48,7 @@ def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
 
 
 def test_timing_excludes_warm_up_and_needs_enough_batches():
-    batches = [([0] * 4,) for _ in range(5)]
+    batches = [([0] * 4, [0] * 4) for _ in range(5)]
     rate = time_batches(iter(batches), images=8, warmup=2)
     assert rate.images == 8
     with pytest.raises(ValueError, match="fewer batches than the warm-up"):
@@ -65,10 +67,22 @@ def test_dali_reads_the_same_shards(prepared, tmp_path):
 def test_model_modes_are_the_default_only_on_a_gpu():
     import torch
 
-    from train.benchmark import chosen_modes
+    from train.bench.cli import chosen_modes
 
     assert chosen_modes(None, torch.device("cpu")) == {"data"}
     assert chosen_modes(None, torch.device("cuda")) == {"data", "model", "feed", "full"}
     assert chosen_modes("model,full", torch.device("cpu")) == {"model", "full"}
     with pytest.raises(SystemExit, match="unknown \\['fast'\\]"):
         chosen_modes("data,fast", torch.device("cpu"))
+
+
+def test_the_plot_of_one_worker_count_has_integer_ticks_and_the_ceiling():
+    from train.bench.report import figure
+
+    fig = figure({"sweep": [{"workers": 2, "ours": 500.0, "baseline": 400.0}], "decode_ceiling_per_core": 700.0,
+                  "decoder": "PIL"})
+    ax = fig.axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    (ceiling,) = [line for line in ax.get_lines() if line.get_label().startswith("decode ceiling")]
+    assert list(ceiling.get_xdata()) == [0, 2] and list(ceiling.get_ydata()) == [0, 1400.0]

@@ -46,6 +46,12 @@ def test_a_plain_process_is_rank_zero_of_one():
 
 
 def test_cpu_threads_are_shared_unless_slurm_gave_each_task_its_own():
+    assert cpu_threads(dist_env(SRUN), 16) == 8
+    assert cpu_threads(dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "16"}), 16) == 16
+
+
+def test_the_job_is_read_with_the_ranks():
     env = dist_env(SRUN)
-    assert cpu_threads(env, 16, {}) == 8
-    assert cpu_threads(env, 16, {"SLURM_CPUS_PER_TASK": "16"}) == 16
+    assert (env.job_id, env.job_tasks, env.cpus_per_task) == ("4242", 8, False)
+    alone = dist_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURMD_NODENAME": "gpu3"})
+    assert (alone.launcher, alone.job_tasks, alone.node) == ("single", 4, "gpu3")

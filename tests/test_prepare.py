@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,6 +104,7 @@ def test_same_source_and_seed_give_byte_identical_shards_with_any_worker_count(s
     assert tree_bytes(tmp_path / "seed1") != tree_bytes(prepared)
 
 
+@pytest.mark.slow
 def test_a_rerun_verifies_in_about_a_second_and_other_options_refuse(sources, tmp_path):
     dest = tmp_path / "imagenet"
     args = ["prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB]
@@ -344,29 +346,44 @@ def test_dest_inside_the_source_and_foreign_files_are_refused(sources, tmp_path)
     assert (dest / "train" / "thesis.pdf").read_bytes() == b"precious"
 
 
-def test_hostile_member_names_never_become_paths(sources, images, tmp_path):
-    source = copy_official(sources, tmp_path)
-
-    def add_escape_and_link(members):
-        evil = io.BytesIO()
-        with tarfile.open(fileobj=evil, mode="w") as tar:
-            for member, body in members + [("../../../escaped.JPEG", members[0][1])]:
+def rewrite_with_extra_members(source: Path, names: list[str], link: bool = False) -> None:
+    """Add members named `names` (copies of the first image) to the first class tar, and a
+    symlink member to /etc/passwd if `link`."""
+    def add(members):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for member, body in members + [(name, members[0][1]) for name in names]:
                 info = tarfile.TarInfo(member)
                 info.size = len(body)
                 tar.addfile(info, io.BytesIO(body))
-            link = tarfile.TarInfo("link.JPEG")
-            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-            tar.addfile(link)
-        return evil.getvalue()
+            if link:
+                info = tarfile.TarInfo("link.JPEG")
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+        return out.getvalue()
 
-    rewrite_class_tar(source, add_escape_and_link)
+    rewrite_class_tar(source, add)
+
+
+@pytest.mark.parametrize("name", ["../../../escaped.JPEG", "/abs/escaped.JPEG"])
+def test_unsafe_member_names_are_refused_by_name_and_never_become_paths(sources, tmp_path, name):
+    source = copy_official(sources, tmp_path)
+    rewrite_with_extra_members(source, [name])
     before = set(tmp_path.parent.rglob("*"))
     dest = tmp_path / "out"
-    prepare(config(source, dest))
+    with pytest.raises(SourceError, match=f"member name {re.escape(repr(name))} is unsafe .* and was refused"):
+        prepare(config(source, dest, workers=2))
     created = set(tmp_path.parent.rglob("*")) - before
     assert all(dest in p.parents or p == dest for p in created), [p for p in created if dest not in p.parents]
-    keys = {k for k, _, _ in read_split(dest, "train")}
-    assert "escaped" in keys and "link" not in keys  # a sample key inside a shard, never a path
+    assert not (dest / "manifest.json").exists()
+
+
+def test_links_in_archives_are_ignored(sources, tmp_path):
+    source = copy_official(sources, tmp_path)
+    rewrite_with_extra_members(source, [], link=True)
+    dest = tmp_path / "out"
+    prepare(config(source, dest))
+    assert "link" not in {k for k, _, _ in read_split(dest, "train")}
 
 
 def test_imagefolder_with_flat_val_reads_labels_from_the_devkit(sources, images, tmp_path):
@@ -404,3 +421,12 @@ def test_manifest_records_counts_and_speed(prepared, images):
     stats = read_manifest(prepared).stats
     assert stats["samples"] == len(images.train) + len(images.val)
     assert stats["images_per_sec"] > 0 and stats["mb_per_sec"] > 0 and stats["source_bytes"] > 0
+
+
+def test_the_last_progress_line_of_a_read_says_100_percent(sources, tmp_path, capsys):
+    """Image bytes are counted against the archive's size, which also holds tar headers and padding."""
+    prepare(config(sources["official"], tmp_path / "out", progress_interval=3600))
+    err = capsys.readouterr().err
+    for split in ("train", "val"):
+        last = [line for line in err.splitlines() if line.startswith(f"{split}: read")][-1]
+        assert "(100%)" in last, last

@@ -1,7 +1,8 @@
 """Real multi-process DDP training on gloo (CPU), on the prepared sample data.
 
 Ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), one
-process each; tests/test_slurm.py does the same through a real srun.
+process each; tests/test_slurm.py does the same through a real srun. Every test here starts
+training processes (10-60 s each): all are `slow`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from shards.plan import steps_per_epoch
 from train.checkpoint import checkpoint_path, load_checkpoint
 from train.cluster import free_port
 from train.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
 
 # Small and fast on two CPU cores: resnet18 on 32-px crops.
 FAST = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "4", "--log-every", "1", "--warmup-epochs", "1",
@@ -74,7 +77,6 @@ def train_args(prepared: Path, run_dir: Path, *extra) -> list:
     return ["--data", prepared, "--run-dir", run_dir, *FAST, *extra]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("world,workers", [(1, 0), (2, 3), (3, 1), (4, 2)])
 def test_every_world_size_and_worker_count_trains_equal_steps_and_evaluates_exactly(prepared, tmp_path, world,
                                                                                     workers):
@@ -90,7 +92,6 @@ def test_every_world_size_and_worker_count_trains_equal_steps_and_evaluates_exac
         assert key in record
 
 
-@pytest.mark.slow
 def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(prepared, tmp_path):
     args = ["--epochs", 2, "--workers", 2, "--batch-size", 6]
     reference = Ranks(2, train_args(prepared, tmp_path / "ref", *args), tmp_path / "ref-logs")
@@ -103,21 +104,21 @@ def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(pr
     assert first.wait() == [0, 0], first.text()
     state = load_checkpoint(checkpoint_path(run))
     steps = read_metrics(tmp_path / "ref")[0]["steps"]
-    assert state["epoch"] == 0 and 4 <= state["step"] < steps, state["step"]
+    assert state.epoch == 0 and 4 <= state.step < steps, state.step
     assert read_metrics(run) == []
 
     second = Ranks(2, train_args(prepared, run, *args, "--resume", "auto"), tmp_path / "b")
     assert second.wait() == [0, 0], second.text()
-    assert f"resumed from {checkpoint_path(run)} at epoch 0 step {state['step']}" in second.text()
+    assert f"resumed from {checkpoint_path(run)} at epoch 0 step {state.step}" in second.text()
     ours, theirs = read_metrics(run), read_metrics(tmp_path / "ref")
-    assert [r["resumed_at_step"] for r in ours] == [state["step"], 0]
+    assert [r["resumed_at_step"] for r in ours] == [state.step, 0]
     for a, b in zip(ours, theirs):
         assert (a["train_images"], a["train_key_hash"], a["val_images"]) == \
                (b["train_images"], b["train_key_hash"], b["val_images"])
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
     final, reference_final = load_checkpoint(checkpoint_path(run)), load_checkpoint(checkpoint_path(tmp_path / "ref"))
-    for name, tensor in reference_final["model"].items():
-        assert torch.allclose(final["model"][name].float(), tensor.float(), atol=1e-4), name
+    for name, tensor in reference_final.model.items():
+        assert torch.allclose(final.model[name].float(), tensor.float(), atol=1e-4), name
 
 
 def test_a_missing_dataset_fails_fast_with_the_prepare_command(tmp_path):
@@ -136,7 +137,6 @@ def test_a_peer_that_never_arrives_fails_within_the_timeout_naming_the_address(p
     assert time.monotonic() - start < 45
 
 
-@pytest.mark.slow
 def test_a_killed_rank_makes_the_others_fail_quickly(prepared, tmp_path):
     ranks = Ranks(2, train_args(prepared, tmp_path / "run", "--epochs", 3, "--workers", 1, "--dist-timeout", 20),
                   tmp_path)

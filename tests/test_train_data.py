@@ -37,7 +37,8 @@ def test_reorder_follows_the_plan_and_skips_what_was_consumed():
 
 def loader_key_hashes(prepared, workers, start_step=0, epoch=0, batch=4):
     sizes = [s.samples for s in read_manifest(prepared).splits["train"].shards]
-    args = PlanArgs("train", sizes, epoch, 0, 1, 0, workers, batch, 8, start_step)
+    args = PlanArgs(split="train", shard_sizes=sizes, epoch=epoch, seed=0, world_size=1, rank=0, num_workers=workers,
+                    batch_size=batch, shuffle_buffer=8, start_step=start_step)
     dataset = PlannedShards(shard_paths(prepared), args, ValTransform(32))
     return [batch_hashes.tolist() for _, _, batch_hashes in make_loader(dataset, batch, workers, False)]
 
@@ -53,7 +54,8 @@ def test_a_resumed_loader_yields_exactly_the_batches_not_yet_taken(prepared, wor
 
 def test_batches_are_uint8_nhwc_and_normalised_on_the_device(prepared):
     sizes = [s.samples for s in read_manifest(prepared).splits["val"].shards]
-    args = PlanArgs("val", sizes, 0, 0, 1, 0, 0, 8, 1)
+    args = PlanArgs(split="val", shard_sizes=sizes, epoch=0, seed=0, world_size=1, rank=0, num_workers=0, batch_size=8,
+                    shuffle_buffer=1)
     images, labels, _ = next(iter(make_loader(PlannedShards(shard_paths(prepared, "val"), args, ValTransform(32)),
                                               8, 0, False)))
     assert images.dtype == torch.uint8 and images.shape == (8, 32, 32, 3) and labels.dtype == torch.int64

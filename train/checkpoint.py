@@ -1,7 +1,10 @@
-"""Checkpoints: written atomically by rank 0, loaded safely (weights_only), checked before resuming."""
+"""Checkpoints: one typed definition of what `last.pt` holds, how it is checked before a resume and
+how it is restored. Written atomically by rank 0, loaded safely (weights_only)."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -16,14 +19,84 @@ class ResumeError(RuntimeError):
     """The checkpoint cannot continue this run: the message says why and what to do."""
 
 
+@dataclass(kw_only=True)
+class Checkpoint:
+    """Everything needed to continue a run exactly, at an epoch's end or in its middle."""
+    model: dict  # state_dict of the unwrapped model
+    optimizer: dict
+    scheduler: dict
+    scaler: dict
+    epoch: int  # the epoch to run (next, or the one interrupted)
+    step: int  # steps of `epoch` already taken; 0 at an epoch boundary
+    world_size: int
+    num_workers: int  # loader workers of the interrupted epoch: its read plan depends on them
+    ranks: list[dict]  # per rank {"rng": rng_state(), "sums": EpochSums as a dict}; read only mid-epoch
+    config: dict  # TrainConfig.to_dict() of the run that wrote it
+
+    def to_state(self) -> dict:
+        """A plain dict for torch.save (not dataclasses.asdict: that would deep-copy every tensor)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_state(cls, state: dict, path: Path) -> "Checkpoint":
+        missing = [f.name for f in fields(cls) if f.name not in state]
+        if missing:
+            raise ResumeError(f"{path} is not a checkpoint of this trainer (no {', '.join(missing)}): "
+                              "use another --run-dir, or start without --resume")
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
+
+    @property
+    def mid_epoch(self) -> bool:
+        return self.step > 0
+
+    def check_resumable(self, config: TrainConfig, world_size: int) -> None:
+        """Refuse checkpoints of another model or dataset, or a mid-epoch state another world size cannot continue."""
+        saved = TrainConfig.from_dict(self.config)
+        diffs = [f"{name}: checkpoint {getattr(saved, name)!r}, now {getattr(config, name)!r}"
+                 for name in MUST_MATCH_ON_RESUME if getattr(saved, name) != getattr(config, name)]
+        if diffs:
+            raise ResumeError(f"the checkpoint belongs to another run ({'; '.join(diffs)}): use another --run-dir, "
+                              "or the settings it was made with")
+        if self.mid_epoch and self.world_size != world_size:
+            raise ResumeError(f"the checkpoint stopped mid-epoch with {self.world_size} ranks; this run has "
+                              f"{world_size}. Resume with {self.world_size} tasks so the epoch's remaining "
+                              "samples are read exactly.")
+
+    def restore(self, model: torch.nn.Module, optimizer, scheduler, scaler, rank: int, device: torch.device) -> dict:
+        """Load the training state; mid-epoch, also this rank's RNG state. Returns this rank's
+        epoch sums (empty at an epoch boundary)."""
+        model.load_state_dict(self.model)
+        optimizer.load_state_dict(self.optimizer)
+        scheduler.load_state_dict(self.scheduler)
+        scaler.load_state_dict(self.scaler)
+        if not self.mid_epoch:
+            return {}
+        set_rng_state(self.ranks[rank]["rng"], device)
+        return self.ranks[rank]["sums"]
+
+
+def rng_state(device: torch.device) -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 def checkpoint_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINT_NAME
 
 
-def save_checkpoint(path: Path, state: dict) -> None:
+def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Atomically (temporary file, fsync, rename): a reader sees the old or the new checkpoint, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(path, lambda f: torch.save(state, f))
+    write_file_atomic(path, lambda f: torch.save(checkpoint.to_state(), f))
 
 
 def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
@@ -39,20 +112,6 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     return path
 
 
-def load_checkpoint(path: Path) -> dict:
+def load_checkpoint(path: Path) -> Checkpoint:
     # weights_only: a checkpoint on shared storage must not be able to run code when loaded.
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def check_resumable(state: dict, config: TrainConfig, world_size: int) -> None:
-    """Refuse checkpoints of another model or dataset, or a mid-epoch state another world size cannot continue."""
-    saved = TrainConfig.from_dict(state["config"])
-    diffs = [f"{name}: checkpoint {getattr(saved, name)!r}, now {getattr(config, name)!r}"
-             for name in MUST_MATCH_ON_RESUME if getattr(saved, name) != getattr(config, name)]
-    if diffs:
-        raise ResumeError(f"the checkpoint belongs to another run ({'; '.join(diffs)}): use another --run-dir, "
-                          "or the settings it was made with")
-    if state["step"] > 0 and state["world_size"] != world_size:
-        raise ResumeError(f"the checkpoint stopped mid-epoch with {state['world_size']} ranks; this run has "
-                          f"{world_size}. Resume with {state['world_size']} tasks so the epoch's remaining "
-                          "samples are read exactly.")
+    return Checkpoint.from_state(torch.load(path, map_location="cpu", weights_only=True), path)

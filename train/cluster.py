@@ -20,8 +20,9 @@ class ClusterError(RuntimeError):
     """The environment describes no consistent distributed job."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DistEnv:
+    """Everything training reads from its environment, read once (by `dist_env`)."""
     rank: int
     world_size: int
     local_rank: int
@@ -30,6 +31,9 @@ class DistEnv:
     launcher: str  # "slurm", "torchrun" or "single"
     node: str  # this node's name, for messages
     local_world_size: int = 1  # tasks on this node
+    job_id: str | None = None  # the SLURM job, for requeueing it
+    job_tasks: int = 1  # tasks of the SLURM job (more than world_size: python -m train run without srun)
+    cpus_per_task: bool = False  # SLURM gave each task its own CPUs (--cpus-per-task)
 
     @property
     def is_main(self) -> bool:
@@ -60,16 +64,19 @@ def dist_env(environ: dict) -> DistEnv:
     torchrun's variables win (and MASTER_ADDR/MASTER_PORT override SLURM's derived ones); under
     srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess.
     """
-    node = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    job = {"node": environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
+           "job_id": environ.get("SLURM_JOB_ID"), "job_tasks": int(environ.get("SLURM_NTASKS", 1)),
+           "cpus_per_task": "SLURM_CPUS_PER_TASK" in environ}
     present = [v for v in TORCHRUN_VARS[:3] if v in environ]
     if present:
         if len(present) < 3:
             missing = [v for v in TORCHRUN_VARS[:3] if v not in environ]
             raise ClusterError(f"{', '.join(present)} set but not {', '.join(missing)}: "
                                "launch with torchrun, srun, or neither")
-        return DistEnv(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["LOCAL_RANK"]),
-                       environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", 29500)),
-                       "torchrun", node, int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])))
+        return DistEnv(rank=int(environ["RANK"]), world_size=int(environ["WORLD_SIZE"]),
+                       local_rank=int(environ["LOCAL_RANK"]), master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
+                       master_port=int(environ.get("MASTER_PORT", 29500)), launcher="torchrun",
+                       local_world_size=int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])), **job)
     if "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ:
         world = int(environ.get("SLURM_STEP_NUM_TASKS") or environ["SLURM_NTASKS"])
         nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
@@ -77,15 +84,17 @@ def dist_env(environ: dict) -> DistEnv:
         port = int(environ.get("MASTER_PORT") or slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])))
         per_node = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "1"))
         local_world = per_node[int(environ.get("SLURM_NODEID", 0))] if per_node else 1
-        return DistEnv(int(environ["SLURM_PROCID"]), world, int(environ.get("SLURM_LOCALID", 0)), addr, port,
-                       "slurm", node, local_world)
-    return DistEnv(0, 1, 0, "127.0.0.1", 0, "single", node)
+        return DistEnv(rank=int(environ["SLURM_PROCID"]), world_size=world,
+                       local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr, master_port=port,
+                       launcher="slurm", local_world_size=local_world, **job)
+    return DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+                   **job)
 
 
-def cpu_threads(env: DistEnv, cpus: int, environ: dict) -> int:
+def cpu_threads(env: DistEnv, cpus: int) -> int:
     """Intra-op threads per rank: its CPUs, shared with the other ranks of the node unless SLURM
     already gave each task its own (--cpus-per-task)."""
-    if "SLURM_CPUS_PER_TASK" in environ:
+    if env.cpus_per_task:
         return cpus
     return max(1, cpus // env.local_world_size)
 

@@ -10,6 +10,11 @@ from pathlib import Path
 from shards.layout import default_dest
 from shards.resources import available_cpus
 
+class ConfigError(Exception):
+    """A setting that cannot work (an unknown model, a batch larger than the data): the message says
+    which one and what to change."""
+
+
 # Settings that change what a checkpoint means: resuming with other values is refused.
 MUST_MATCH_ON_RESUME = ("arch", "image_size", "seed", "batch_size", "dataset_id")
 

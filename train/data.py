@@ -29,8 +29,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
+from shards.manifest import DatasetNotReady
 from shards.plan import WorkerPlan, consumed_batches, train_plan, val_plan, worker_count
-from train.transforms import EncodedCrop, crop_resize_flip, decode_on_device
+from train.transforms import (
+    EncodedCrop, TrainCrop, TrainTransform, ValCrop, ValTransform, crop_resize_flip, decode_on_device,
+)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -79,8 +82,8 @@ def reorder(samples: Iterable[dict], order: tuple[int, ...], skip: int) -> Itera
             try:
                 index, sample = next(source)
             except StopIteration:
-                raise RuntimeError("a shard holds fewer samples than the manifest lists: the dataset is "
-                                   "damaged; rerun prepare with --force on this node") from None
+                raise DatasetNotReady("a shard holds fewer samples than the manifest lists: the dataset is "
+                                      "damaged; rerun prepare with --force on this node") from None
             if index not in skipped:
                 held[index] = sample
         yield held.pop(position)
@@ -130,7 +133,7 @@ def collate(batch: list[tuple]) -> tuple:
     return stacked, torch.tensor(labels), torch.tensor(hashes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanArgs:
     """What the read plan needs besides the worker id (see shards.plan)."""
     split: str
@@ -169,6 +172,21 @@ class PlannedShards(IterableDataset):
         skip = consumed_batches(self.args.start_step, self.args.num_workers, worker) * self.args.batch_size
         samples = read_pieces(plan, self.shard_paths)
         return decode(reorder(samples, plan.order, skip), self.transform, self.args.epoch)
+
+
+def make_transform(split: str, decode: str, image_size: int, seed: int) -> Callable:
+    """Train: RandomResizedCrop + flip; val: resize + centre crop. With --decode gpu the workers
+    only draw the crop (and flip) and the device decodes."""
+    if split == "train":
+        return (TrainCrop if decode == "gpu" else TrainTransform)(image_size, seed)
+    return (ValCrop if decode == "gpu" else ValTransform)(image_size)
+
+
+def planned_loader(shard_paths: list[Path], args: PlanArgs, *, image_size: int, decode: str,
+                   pin_memory: bool) -> DataLoader:
+    """The batches this rank reads in one epoch of `args.split`, decoded by `args.num_workers` workers."""
+    transform = make_transform(args.split, decode, image_size, args.seed)
+    return make_loader(PlannedShards(shard_paths, args, transform), args.batch_size, args.num_workers, pin_memory)
 
 
 def make_loader(dataset: PlannedShards, batch_size: int, num_workers: int, pin_memory: bool) -> DataLoader:

@@ -7,10 +7,9 @@ unwrapped module, so uneven per-rank batch counts issue no collectives.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import os
-import random
 import signal
 import subprocess
 import time
@@ -26,13 +25,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from shards.manifest import Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
+from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
-from train.checkpoint import check_resumable, checkpoint_path, find_checkpoint, load_checkpoint, save_checkpoint
-from train.cluster import DistEnv, cpu_threads, device_for, dist_env, init_distributed
-from train.config import TrainConfig
-from train.data import KEY_HASH_BITS, DeviceBatches, PlanArgs, PlannedShards, make_loader
-from train.metrics import StepProgress, append_metrics, epoch_line
-from train.transforms import TrainCrop, TrainTransform, ValCrop, ValTransform
+from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
+from train.config import ConfigError, TrainConfig
+from train.data import KEY_HASH_BITS, DeviceBatches, PlanArgs, planned_loader
+from train.metrics import append_metrics, epoch_line
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -62,7 +61,7 @@ class Preemption:
         self.requested = True
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     """Everything the epoch functions need, built once in `main`."""
     config: TrainConfig
@@ -82,12 +81,15 @@ class Run:
 
 # ---------------------------------------------------------------- set-up
 
-def build_model(arch: str, num_classes: int) -> torch.nn.Module:
+def build_model(arch: str, num_classes: int, device: torch.device, channels_last: bool) -> torch.nn.Module:
+    """A torchvision classification model with fresh weights, on `device`."""
     try:
-        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
     except ValueError:
         names = torchvision.models.list_models(module=torchvision.models)
-        raise ValueError(f"--arch {arch}: not a torchvision classification model; e.g. {', '.join(names[:8])} ...") from None
+        raise ConfigError(f"--arch {arch}: not a torchvision classification model; e.g. {', '.join(names[:8])} ...") from None
+    model = model.to(device)
+    return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -95,6 +97,18 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+    """SGD with Nesterov momentum, no decay on norm layers and biases; `lr` is the peak rate."""
+    return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=True)
+
+
+def step_module(model: torch.nn.Module, world_size: int, device: torch.device, compile: bool) -> torch.nn.Module:
+    """What training steps call: DDP-wrapped across ranks, and compiled if asked."""
+    if world_size > 1:
+        model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    return torch.compile(model) if compile else model
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int):
@@ -118,42 +132,32 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
-    model = build_model(config.arch, manifest.num_classes).to(device)
-    if config.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = build_model(config.arch, manifest.num_classes, device, config.channels_last)
     global_batch = config.batch_size * env.world_size
     steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, config.batch_size)
     if steps == 0:
-        raise ValueError(f"{manifest.splits['train'].samples} training samples make no global batch of "
-                         f"{global_batch} ({env.world_size} ranks x --batch-size {config.batch_size}): lower --batch-size")
+        raise ConfigError(f"{manifest.splits['train'].samples} training samples make no global batch of "
+                          f"{global_batch} ({env.world_size} ranks x --batch-size {config.batch_size}): lower --batch-size")
     if config.max_steps:
         steps = min(steps, config.max_steps)
-    optimizer = torch.optim.SGD(parameter_groups(model, config.weight_decay), lr=config.lr * global_batch / 256,
-                                momentum=config.momentum, nesterov=True)
+    optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay)
     schedule = warmup_cosine(round(config.warmup_epochs * steps), config.epochs * steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     amp_dtype = amp_dtype_for(config.amp, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    step_model = model
-    if env.world_size > 1:
-        step_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-    if config.compile:
-        step_model = torch.compile(step_model)
-    return Run(config, env, manifest, device, model, step_model, optimizer, scheduler, scaler, amp_dtype, steps,
-               control, preemption)
+    return Run(config=config, env=env, manifest=manifest, device=device, model=model,
+               step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
+               scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
+               scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
+               steps=steps, control=control, preemption=preemption)
 
 
 def loader_for(run: Run, split: str, epoch: int, start_step: int, workers: int):
     c = run.config
     shards = run.manifest.splits[split].shards
-    args = PlanArgs(split, [s.samples for s in shards], epoch, c.seed, run.env.world_size, run.env.rank, workers,
-                    c.batch_size, c.shuffle_buffer, start_step)
-    if split == "train":
-        transform = (TrainCrop if c.decode == "gpu" else TrainTransform)(c.image_size, c.seed)
-    else:
-        transform = (ValCrop if c.decode == "gpu" else ValTransform)(c.image_size)
-    dataset = PlannedShards([Path(c.data) / s.name for s in shards], args, transform)
-    return make_loader(dataset, c.batch_size, workers, pin_memory=run.device.type == "cuda")
+    args = PlanArgs(split=split, shard_sizes=[s.samples for s in shards], epoch=epoch, seed=c.seed,
+                    world_size=run.env.world_size, rank=run.env.rank, num_workers=workers, batch_size=c.batch_size,
+                    shuffle_buffer=c.shuffle_buffer, start_step=start_step)
+    return planned_loader([Path(c.data) / s.name for s in shards], args, image_size=c.image_size, decode=c.decode,
+                          pin_memory=run.device.type == "cuda")
 
 
 # ---------------------------------------------------------------- collectives
@@ -182,16 +186,24 @@ def agree_to_stop(run: Run) -> bool:
 
 # ---------------------------------------------------------------- train and evaluate
 
-def train_step(run: Run, criterion, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step on a batch already on the device; returns (loss, logits)."""
-    with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
-        logits = run.step_model(x)
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, criterion, x: torch.Tensor,
+               y: torch.Tensor, *, amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+               scheduler=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on a batch already on the device; returns (loss, logits). The benchmark
+    calls it too, with a model and optimiser of its own."""
+    with torch.autocast(x.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        logits = model(x)
         loss = criterion(logits, y)
-    run.optimizer.zero_grad(set_to_none=True)
-    run.scaler.scale(loss).backward()
-    run.scaler.step(run.optimizer)
-    run.scaler.update()
-    run.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
     return loss, logits
 
 
@@ -200,22 +212,25 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
     run.step_model.train()
     loader = loader_for(run, "train", epoch, start_step, workers)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=run.config.label_smoothing)
+    step = functools.partial(train_step, run.step_model, run.optimizer, criterion, amp_dtype=run.amp_dtype,
+                             scaler=run.scaler, scheduler=run.scheduler)
     loss_sum = torch.zeros((), device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
-    progress = StepProgress(run.env.is_main, epoch, start_step, run.steps, run.config.log_every)
+    progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=start_step,
+                        enabled=run.env.is_main)
     done, preempted = start_step, False
     start = fetch_start = time.perf_counter()
-    with DeviceBatches(loader, run.device, run.config.channels_last) as batches:
+    with DeviceBatches(loader, run.device, run.config.channels_last) as batches, progress:
         for x, y, key_hashes in batches:
             sums.data_wait += time.perf_counter() - fetch_start
-            loss, logits = train_step(run, criterion, x, y)
+            loss, logits = step(x, y)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()
             sums.samples += len(y)
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
             done += 1
             sums.steps_here += 1
-            progress.update(done, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
+            progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
             if done >= run.steps:
                 break
             if agree_to_stop(run):
@@ -224,7 +239,6 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
             fetch_start = time.perf_counter()
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)
-    progress.close()
     sums.loss += loss_sum.item()
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
@@ -258,20 +272,6 @@ def evaluate(run: Run, workers: int) -> dict:
 
 # ---------------------------------------------------------------- checkpoints
 
-def rng_state(device: torch.device) -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
 def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     """Every rank's RNG state and epoch sums, so a resumed epoch continues each rank exactly."""
     mine = {"rng": rng_state(run.device), "sums": asdict(sums)}
@@ -286,39 +286,25 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, workers: int) -> None
     """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk."""
     ranks = gather_rank_states(run, sums)
     if run.env.is_main:
-        state = {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-                 "scheduler": run.scheduler.state_dict(), "scaler": run.scaler.state_dict(),
-                 "epoch": epoch, "step": step, "world_size": run.env.world_size, "num_workers": workers,
-                 "ranks": ranks, "config": run.config.to_dict()}
-        save_checkpoint(checkpoint_path(run.config.run_dir), state)
-        log.info("checkpoint: epoch %d step %d -> %s", epoch, step, checkpoint_path(run.config.run_dir))
+        path = checkpoint_path(run.config.run_dir)
+        save_checkpoint(path, Checkpoint(
+            model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
+            scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size,
+            num_workers=workers, ranks=ranks, config=run.config.to_dict()))
+        log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
 
 
-def restore(run: Run, state: dict) -> tuple[int, int, EpochSums, int]:
-    """Load a checkpoint into the run; returns (epoch, step, sums, workers of that epoch)."""
-    run.model.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.scaler.load_state_dict(state["scaler"])
-    epoch, step = state["epoch"], state["step"]
-    mine = state["ranks"][run.env.rank] if step > 0 else {"sums": {}}
-    if step > 0:
-        set_rng_state(mine["rng"], run.device)
-    return epoch, step, EpochSums(**mine["sums"]), state["num_workers"]
-
-
-def requeue_job() -> None:
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
+def requeue_job(job_id: str | None) -> None:
+    if not job_id:
         log.warning("--requeue outside SLURM: nothing to requeue; resume with --resume auto")
         return
-    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
     if result.returncode:
-        log.error("scontrol requeue %s failed: %s", job, result.stderr.strip())
+        log.error("scontrol requeue %s failed: %s", job_id, result.stderr.strip())
     else:
-        log.info("requeued SLURM job %s; it resumes from the checkpoint when it starts again", job)
+        log.info("requeued SLURM job %s; it resumes from the checkpoint when it starts again", job_id)
 
 
 # ---------------------------------------------------------------- the run
@@ -338,16 +324,15 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
             "world_size": world, "batch_size": run.config.batch_size}
 
 
-def main(config: TrainConfig) -> int:
-    env = dist_env(os.environ)
+def main(config: TrainConfig, env: DistEnv) -> int:
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
     device = device_for(env, config.device)
-    torch.set_num_threads(cpu_threads(env, available_cpus(), os.environ))
+    torch.set_num_threads(cpu_threads(env, available_cpus()))
     config = replace(config, dataset_id=manifest.dataset_id())
     preemption = Preemption(config.signal)  # before loader workers fork: they inherit the harmless handler
-    if env.launcher == "single" and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        log.warning("SLURM_NTASKS=%s but this process is not an srun step: training as ONE process. "
-                    "Run it as `srun python -m train` to use every task.", os.environ["SLURM_NTASKS"])
+    if env.launcher == "single" and env.job_tasks > 1:
+        log.warning("SLURM_NTASKS=%d but this process is not an srun step: training as ONE process. "
+                    "Run it as `srun python -m train` to use every task.", env.job_tasks)
     if env.is_main:
         log_pil_build(log)
         log.info("%s: %d ranks (%s launcher), device %s, %d train / %d val samples, %d classes", config.arch,
@@ -365,18 +350,26 @@ def main(config: TrainConfig) -> int:
             dist.destroy_process_group()
 
 
+def resume(run: Run) -> tuple[int, int, EpochSums, int]:
+    """(epoch, step, this rank's sums, loader workers of that epoch) to start from: a checkpoint's,
+    when --resume finds one, else the beginning."""
+    config = run.config
+    path = find_checkpoint(config.run_dir, config.resume)
+    if path is None:
+        return 0, 0, EpochSums(), config.workers
+    checkpoint = load_checkpoint(path)
+    checkpoint.check_resumable(config, run.env.world_size)
+    sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device)
+    if run.env.is_main:
+        log.info("resumed from %s at epoch %d step %d", path, checkpoint.epoch, checkpoint.step)
+    # a mid-epoch plan depends on the worker count: finish that epoch with the same count
+    workers = checkpoint.num_workers if checkpoint.mid_epoch else config.workers
+    return checkpoint.epoch, checkpoint.step, EpochSums(**sums), workers
+
+
 def train(run: Run) -> int:
     config = run.config
-    start_epoch, start_step, sums, workers = 0, 0, EpochSums(), config.workers
-    checkpoint = find_checkpoint(config.run_dir, config.resume)
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint)
-        check_resumable(state, config, run.env.world_size)
-        start_epoch, start_step, sums, saved_workers = restore(run, state)
-        if start_step > 0:
-            workers = saved_workers  # the epoch's plan depends on it: finish the epoch with the same count
-        if run.env.is_main:
-            log.info("resumed from %s at epoch %d step %d", checkpoint, start_epoch, start_step)
+    start_epoch, start_step, sums, workers = resume(run)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     for epoch in range(start_epoch, config.epochs):
@@ -388,7 +381,7 @@ def train(run: Run) -> int:
             if run.env.is_main:
                 log.info("preempted at epoch %d step %d/%d; resume with --resume auto", epoch, done, run.steps)
                 if config.requeue:
-                    requeue_job()
+                    requeue_job(run.env.job_id)
             return 0
         record = epoch_record(run, epoch, done, sums, evaluate(run, config.workers), start_step)
         if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none

@@ -1,14 +1,10 @@
-"""Per-epoch records (metrics.jsonl + console) and step progress (tqdm on a terminal, lines in logs)."""
+"""Per-epoch records: metrics.jsonl and the console line."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
-from typing import Callable
-
-from tqdm import tqdm
 
 METRICS_NAME = "metrics.jsonl"
 
@@ -34,31 +30,3 @@ def epoch_line(record: dict) -> str:
             f"val top-1 {record['val_top1']:.2f}% top-5 {record['val_top5']:.2f}% on {record['val_images']} images | "
             f"{record['images_per_sec']:.0f} img/s ({record['images_per_sec_per_gpu']:.0f} per rank), "
             f"data wait {100 * record['data_wait_fraction']:.0f}%")
-
-
-class StepProgress:
-    """Rank 0's progress through an epoch: a tqdm bar on a terminal, else a line every `every` steps."""
-
-    def __init__(self, enabled: bool, epoch: int, start: int, total: int, every: int, stream=None):
-        self.stream = stream or sys.stderr
-        self.enabled, self.epoch, self.total, self.every = enabled, epoch, total, every
-        self.bar = None
-        if enabled and self.stream.isatty():
-            self.bar = tqdm(total=total, initial=start, desc=f"epoch {epoch}", unit="step", file=self.stream,
-                            dynamic_ncols=True)
-
-    def update(self, step: int, values: Callable[[], dict]) -> None:
-        """`step` steps done; `values` is called for only when a line is due (it may sync the device)."""
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(1)
-            if step % self.every == 0:
-                self.bar.set_postfix(values())
-        elif step % self.every == 0 or step == self.total:
-            text = " ".join(f"{k} {v}" for k, v in values().items())
-            print(f"epoch {self.epoch} step {step}/{self.total} {text}", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

@@ -1,6 +1,6 @@
 """Host and device time of each stage of the GPU data path, one batch of 256 train images.
 
-    python jobs/gpu_stages.py DATA      # DATA: shards made by python -m prepare
+    python -m train.bench.stages DATA      # DATA: shards made by python -m prepare
 
 Host time is the call's own time; wall time is to the end of the device's work (synchronised).
 """
@@ -12,10 +12,9 @@ from pathlib import Path
 import torch
 import webdataset as wds
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shards.manifest import read_manifest  # noqa: E402
-from train.data import collate, to_device  # noqa: E402
-from train.transforms import TrainCrop, TrainTransform, crop_resize_flip, decode_on_device  # noqa: E402
+from shards.manifest import read_manifest
+from train.data import collate, to_device
+from train.transforms import TrainCrop, TrainTransform, crop_resize_flip, decode_on_device
 
 BATCH = 256
 

@@ -1,51 +1,27 @@
 """What the benchmark runs side by side on the same images: our loader, the usual baseline
 (torchvision ImageFolder over extracted JPEGs with the standard transforms), NVIDIA DALI's CPU
-pipeline when installed, and the decode-only ceiling; plus the timing and memory probes."""
+pipeline when installed, and the decode-only ceiling; plus the workers' memory probe."""
 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterator
 
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler
 from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.io import decode_jpeg
 
 from shards.manifest import Manifest
-from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, PlannedShards, collate
-from train.transforms import TrainCrop, TrainTransform
-
-
-@dataclass(frozen=True)
-class Rate:
-    images: int
-    seconds: float
-
-    @property
-    def per_sec(self) -> float:
-        return self.images / self.seconds if self.seconds > 0 else 0.0
-
-
-def time_batches(batches: Iterable, images: int, warmup: int) -> Rate:
-    """Images/s over `images` images after `warmup` batches (start-up and first fetches excluded)."""
-    counted, start = 0, None
-    for index, batch in enumerate(batches):
-        if index == warmup:
-            start = time.perf_counter()
-        elif index > warmup:
-            counted += len(batch[0])
-        if counted >= images:
-            break
-    if start is None:
-        raise ValueError("fewer batches than the warm-up: use more --images or a smaller --batch-size")
-    return Rate(counted, time.perf_counter() - start)
+from shards.plan import steps_per_epoch
+from train.config import ConfigError
+from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, planned_loader
 
 
 def worker_rss_mb() -> list[float]:
@@ -66,29 +42,19 @@ def worker_rss_mb() -> list[float]:
 
 # ---------------------------------------------------------------- ours
 
-class Epochs(IterableDataset):
-    """Consecutive epochs of our planned loader, so one DataLoader streams as many images as asked."""
-
-    def __init__(self, epochs: list[PlannedShards]):
-        self.epochs = epochs
-
-    def __iter__(self):
-        for epoch in self.epochs:
-            yield from epoch
-
-
-def our_loader(manifest: Manifest, root: Path, workers: int, batch: int, size: int, images: int,
-               shuffle_buffer: int = 1000, rank: int = 0, world_size: int = 1, decode: str = "cpu",
-               pin_memory: bool = False) -> DataLoader:
+def our_batches(manifest: Manifest, root: Path, workers: int, batch: int, size: int, *, rank: int = 0,
+                world_size: int = 1, decode: str = "cpu", pin_memory: bool = False,
+                shuffle_buffer: int = 1000) -> Iterator[tuple]:
+    """Our training loader, epoch after epoch (seed 0), as python -m train reads it."""
     shards = manifest.splits["train"].shards
     sizes = [s.samples for s in shards]
-    per_epoch = (sum(sizes) // (world_size * batch)) * batch
-    epochs = [PlannedShards([root / s.name for s in shards],
-                            PlanArgs("train", sizes, e, 0, world_size, rank, workers, batch, shuffle_buffer),
-                            (TrainCrop if decode == "gpu" else TrainTransform)(size, seed=0))
-              for e in range(images // max(per_epoch, 1) + 2)]
-    return DataLoader(Epochs(epochs), batch_size=batch, num_workers=workers, collate_fn=collate,
-                      prefetch_factor=4 if workers else None, pin_memory=pin_memory)
+    if steps_per_epoch(sum(sizes), world_size, batch) == 0:
+        raise ConfigError(f"{sum(sizes)} training samples make no batch of {batch} per rank: lower --batch-size")
+    for epoch in itertools.count():
+        args = PlanArgs(split="train", shard_sizes=sizes, epoch=epoch, seed=0, world_size=world_size, rank=rank,
+                        num_workers=workers, batch_size=batch, shuffle_buffer=shuffle_buffer)
+        yield from planned_loader([root / s.name for s in shards], args, image_size=size, decode=decode,
+                                  pin_memory=pin_memory)
 
 
 # ---------------------------------------------------------------- the baseline users run today

@@ -1,0 +1,52 @@
+"""The checkpoint's one schema: what it holds, what it refuses to resume, what it restores."""
+
+import pytest
+import torch
+
+from train.checkpoint import Checkpoint, ResumeError, load_checkpoint, rng_state, save_checkpoint
+from train.config import TrainConfig
+
+
+def checkpoint(model: torch.nn.Module, **changes) -> Checkpoint:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    values = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                  scaler=torch.amp.GradScaler("cpu", enabled=False).state_dict(), epoch=2, step=5, world_size=2,
+                  num_workers=3, ranks=[{"rng": rng_state(torch.device("cpu")), "sums": {"samples": 40}}] * 2,
+                  config=TrainConfig("data", "run", arch="resnet18").to_dict())
+    return Checkpoint(**(values | changes))
+
+
+def test_a_saved_checkpoint_loads_as_the_same_schema(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    save_checkpoint(tmp_path / "last.pt", checkpoint(model))
+    loaded = load_checkpoint(tmp_path / "last.pt")
+    assert (loaded.epoch, loaded.step, loaded.world_size, loaded.num_workers) == (2, 5, 2, 3)
+    assert loaded.mid_epoch and torch.equal(loaded.model["weight"], model.weight.detach())
+
+
+def test_a_file_of_another_trainer_is_refused_by_name(tmp_path):
+    torch.save({"model": {}, "epoch": 1}, tmp_path / "other.pt")
+    with pytest.raises(ResumeError, match="not a checkpoint of this trainer .*optimizer"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_resume_refuses_another_model_and_mid_epoch_another_world_size():
+    saved = checkpoint(torch.nn.Linear(3, 2))
+    with pytest.raises(ResumeError, match="arch: checkpoint 'resnet18', now 'resnet50'"):
+        saved.check_resumable(TrainConfig("data", "run", arch="resnet50"), world_size=2)
+    with pytest.raises(ResumeError, match="stopped mid-epoch with 2 ranks; this run has 4"):
+        saved.check_resumable(TrainConfig("data", "run", arch="resnet18"), world_size=4)
+    at_boundary = checkpoint(torch.nn.Linear(3, 2), step=0)
+    at_boundary.check_resumable(TrainConfig("data", "run", arch="resnet18"), world_size=4)
+
+
+def test_restore_loads_the_weights_and_this_ranks_sums():
+    model = torch.nn.Linear(3, 2)
+    saved = checkpoint(model)
+    fresh = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    sums = saved.restore(fresh, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False), rank=1,
+                         device=torch.device("cpu"))
+    assert sums == {"samples": 40} and torch.equal(fresh.weight, model.weight)
