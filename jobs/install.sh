@@ -4,7 +4,7 @@
 # Pillow, so any later `pip install` that touches torchvision may put it back: rerun this script).
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
-#   bash jobs/install.sh --dev    plus pytest, NVIDIA DALI (the benchmark's optional peer), and
+#   bash jobs/install.sh --dev    plus pytest, the benchmark's peers (NVIDIA DALI, simplejpeg), and
 #                                 slurm-wlm + munge for the cluster tests
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 dev=0
 [[ "${1:-}" == "--dev" ]] && dev=1
 python=${PYTHON:-python3}
-packages=(libjpeg62-turbo-dev zlib1g-dev gcc)   # pillow-simd compiles against these
+packages=(libjpeg62-turbo-dev zlib1g-dev gcc python3-dev)   # pillow-simd and the native decoder compile against these
 (( dev )) && packages+=(slurm-wlm munge)
 
 if command -v dpkg-query >/dev/null; then
@@ -37,7 +37,14 @@ fi
 
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
-if (( dev )); then "${pip[@]}" install -e ".[test,dali]"; else "${pip[@]}" install -e .; fi
+extras=""
+(( dev )) && extras="[test,bench]"
+# Builds the native decoder (train/_jpegcrop.c) too: a failed build stops here, never a slow fall-back later.
+"${pip[@]}" install -e ".$extras" || {
+  echo "install.sh: pip install failed (above). If it is the native decoder train/_jpegcrop.c, it needs gcc," \
+       "the Python headers and libjpeg-turbo's (Debian: libjpeg62-turbo-dev, python3-dev)" >&2
+  exit 1
+}
 
 simd_installed() {
   .venv/bin/python -c "import sys; from shards.resources import pil_build; sys.exit(0 if pil_build()[1] else 1)"
@@ -50,4 +57,8 @@ if ! simd_installed; then
   CC="$cc" "${pip[@]}" install --no-binary pillow-simd "pillow-simd>=9.0"
 fi
 simd_installed || { echo "install.sh: pillow-simd did not end up as the PIL that imports" >&2; exit 1; }
-.venv/bin/python -c "from shards.resources import pil_build; print('install.sh: ready;', pil_build()[0])"
+.venv/bin/python -c "from train import decoder" || {
+  echo "install.sh: the native decoder train._jpegcrop does not import (above): rerun after fixing the build" >&2
+  exit 1
+}
+.venv/bin/python -c "from shards.resources import pil_build; from train.decoder import NAME; print('install.sh: ready;', pil_build()[0] + ';', NAME)"

@@ -17,12 +17,19 @@ if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
 fi
 commit=$(git rev-parse HEAD)
 code=${CODE_DIR:-$PWD/runs/code}/$commit
+PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 if [[ ! -d $code ]]; then
+  rm -rf "$code.partial"
   mkdir -p "$code.partial"
   git archive "$commit" | tar -x -C "$code.partial"
   echo "$commit" > "$code.partial/COMMIT"
+  # the native decoder of this commit, built beside its source (git holds no binaries)
+  (cd "$code.partial" && "$PYTHON" -W ignore -c "from setuptools import setup; setup()" -q build_ext --inplace) || {
+    echo "submit.sh: building the native decoder of commit $commit failed (above): run jobs/install.sh first" >&2
+    exit 1
+  }
   mv "$code.partial" "$code"
 fi
-export REPO=$code PYTHON=${PYTHON:-$PWD/.venv/bin/python}
+export REPO=$code PYTHON
 echo "submit.sh: code at commit $commit in $code"
 sbatch --chdir="$PWD" "$@" "$code/$script"

@@ -1,140 +1,190 @@
-"""The loader's stages on real shards: seeking into a shard, the planned order, resume, transforms."""
+"""The loader on real shards: the sample table, the planned order, resume, any thread count, the
+PIL fallback, damaged samples, and the batches' way onto the device."""
+
+from __future__ import annotations
 
 import io
-from collections import Counter
+import logging
 
 import numpy as np
 import pytest
 import torch
 import webdataset as wds
 from PIL import Image
-from torchvision import transforms as T
 
+from jpegs import jpeg
 from shards.manifest import read_manifest
-from shards.plan import buffered_order, seeded_rng, steps_per_epoch
-from train.data import PlanArgs, PlannedShards, key_hash, make_loader, read_piece, reorder, to_device
-from train.transforms import TrainTransform, ValTransform
+from shards.plan import steps_per_epoch
+from train.data import Batch, DeviceBatches, Loader, PlanArgs, ShardSet, key_hash, to_device
+from train.decoder import pil_decode_crop
+from train.transforms import centre_crops
 
 
-def shard_paths(prepared, split="train"):
-    return [prepared / s.name for s in read_manifest(prepared).splits[split].shards]
+def shard_set(prepared, split="train") -> ShardSet:
+    shards = read_manifest(prepared).splits[split].shards
+    return ShardSet([prepared / s.name for s in shards], [s.samples for s in shards])
 
 
-def test_read_piece_seeks_to_the_exact_samples(prepared):
-    path = shard_paths(prepared)[0]
-    everything = [s["__key__"] for s in wds.WebDataset(str(path), shardshuffle=False)]
-    assert [s["__key__"] for s in read_piece(path, 0, len(everything))] == everything
-    assert [s["__key__"] for s in read_piece(path, 3, 7)] == everything[3:7]
-    assert [s["__key__"] for s in read_piece(path, len(everything) - 1, len(everything))] == everything[-1:]
-
-
-def test_reorder_follows_the_plan_and_skips_what_was_consumed():
-    order = buffered_order(20, 5, seeded_rng(3))
-    samples = [{"i": i} for i in range(20)]
-    assert [s["i"] for s in reorder(iter(samples), order, 0)] == list(order)
-    assert [s["i"] for s in reorder(iter(samples), order, 7)] == list(order[7:])
-
-
-def loader_key_hashes(prepared, workers, start_step=0, epoch=0, batch=4):
-    sizes = [s.samples for s in read_manifest(prepared).splits["train"].shards]
-    args = PlanArgs(split="train", shard_sizes=sizes, epoch=epoch, seed=0, world_size=1, rank=0, num_workers=workers,
+def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, world_size=1, rank=0) -> PlanArgs:
+    return PlanArgs(split=split, shard_sizes=shards.sizes, epoch=epoch, seed=0, world_size=world_size, rank=rank,
                     batch_size=batch, shuffle_buffer=8, start_step=start_step)
-    dataset = PlannedShards(shard_paths(prepared), args, ValTransform(32))
-    return [batch_hashes.tolist() for _, _, batch_hashes in make_loader(dataset, batch, workers, False)]
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
-def test_a_resumed_loader_yields_exactly_the_batches_not_yet_taken(prepared, workers):
-    full = loader_key_hashes(prepared, workers)
-    total = sum(s.samples for s in read_manifest(prepared).splits["train"].shards)
-    assert len(full) == steps_per_epoch(total, 1, 4)
+def epoch_batches(shards: ShardSet, threads: int, size=32, **plan) -> list[Batch]:
+    """Every batch of an epoch, copied out of the ring buffers (a batch is valid until the next)."""
+    batch = plan.get("batch", 4)
+    with Loader(shards, batch_size=batch, image_size=size, threads=threads) as loader:
+        return [Batch(b.images.clone(), b.labels, b.key_hashes, b.bad) for b in loader.epoch(plan_args(shards, **plan))]
+
+
+def test_the_sample_table_matches_what_webdataset_reads(prepared):
+    shards = shard_set(prepared)
+    shards.ensure_indexed(np.arange(sum(shards.sizes)))
+    samples = [s for path in shards.paths for s in wds.WebDataset(str(path), shardshuffle=False)]
+    assert shards.labels.tolist() == [int(s["cls"]) for s in samples]
+    assert [int(h) >> 24 for h in shards.hashes] == [key_hash(s["__key__"]) for s in samples]
+    images = shards.images(np.arange(len(samples)))
+    assert all(bytes(images.data(i)) == s["jpg"] for i, s in enumerate(samples))
+    assert shards.describe(5) == f"{shards.paths[0]}: {samples[5]['__key__']}"
+
+
+def test_validation_reads_every_sample_once_with_its_label(prepared):
+    shards = shard_set(prepared, "val")
+    got = epoch_batches(shards, threads=2, split="val", batch=4)
+    expected = {key_hash(s["__key__"]): int(s["cls"]) for p in shards.paths for s in wds.WebDataset(str(p), shardshuffle=False)}
+    hashes = [h for b in got for h in b.key_hashes.tolist()]
+    labels = [y for b in got for y in b.labels.tolist()]
+    assert sorted(hashes) == sorted(expected) and dict(zip(hashes, labels)) == expected
+    assert [len(b.labels) for b in got][:-1] == [4] * (len(got) - 1)  # a last partial batch
+
+
+def test_validation_pixels_are_the_centre_crop(prepared):
+    shards = shard_set(prepared, "val")
+    (first, *_) = epoch_batches(shards, threads=1, split="val", batch=4, size=48)
+    for i in range(4):
+        data = bytes(shards.images(np.array([i])).data(0))
+        width, height = Image.open(io.BytesIO(data)).size
+        box = centre_crops(np.array([width]), np.array([height]))[0]
+        reference = pil_decode_crop(data, tuple(box.tolist()), False, 48)
+        assert np.abs(first.images[i].numpy().astype(int) - reference).max() <= 2
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_resumed_epoch_yields_exactly_the_batches_not_yet_taken(prepared, threads):
+    shards = shard_set(prepared)
+    full = epoch_batches(shards, threads)
+    assert len(full) == steps_per_epoch(sum(shards.sizes), 1, 4)
     for step in (1, 5, len(full) - 1):
-        assert loader_key_hashes(prepared, workers, start_step=step) == full[step:]
+        resumed = epoch_batches(shards, threads, start_step=step)
+        assert [b.key_hashes.tolist() for b in resumed] == [b.key_hashes.tolist() for b in full[step:]]
+        assert all(torch.equal(a.images, b.images) for a, b in zip(resumed, full[step:]))
+
+
+def test_batches_are_the_same_pixels_for_any_thread_count(prepared):
+    shards = shard_set(prepared)
+    one, many = epoch_batches(shards, 1, epoch=2), epoch_batches(shards, 5, epoch=2)
+    assert [b.key_hashes.tolist() for b in one] == [b.key_hashes.tolist() for b in many]
+    assert all(torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) for a, b in zip(one, many))
+    other_epoch = epoch_batches(shards, 1, epoch=3)
+    assert [b.key_hashes.tolist() for b in other_epoch] != [b.key_hashes.tolist() for b in one]
+
+
+def test_ranks_read_disjoint_samples(prepared):
+    shards = shard_set(prepared)
+    seen = [set(h for b in epoch_batches(shards, 2, world_size=3, rank=r) for h in b.key_hashes.tolist())
+            for r in range(3)]
+    assert not (seen[0] & seen[1] or seen[1] & seen[2] or seen[0] & seen[2])
+    assert sum(map(len, seen)) == 3 * steps_per_epoch(sum(shards.sizes), 3, 4) * 4
+
+
+def test_leaving_an_epoch_early_and_starting_another(prepared):
+    shards = shard_set(prepared)
+    with Loader(shards, batch_size=4, image_size=32, threads=2) as loader:
+        batches = loader.epoch(plan_args(shards))
+        next(batches)
+        batches.close()  # a preemption: the queued decodes are dropped
+        assert len(list(loader.epoch(plan_args(shards, epoch=1)))) == steps_per_epoch(sum(shards.sizes), 1, 4)
+
+
+def write_shard(path, samples: list[tuple[str, bytes, int]]) -> None:
+    with wds.TarWriter(str(path), encoder=False) as writer:
+        for key, data, label in samples:
+            writer.write({"__key__": key, "jpg": data, "cls": str(label).encode(), "json": b"{}"})
+
+
+def cmyk(data: bytes) -> bytes:
+    out = io.BytesIO()
+    Image.open(io.BytesIO(data)).convert("CMYK").save(out, "JPEG")
+    return out.getvalue()
+
+
+def test_images_the_decoder_refuses_go_through_pil_counted_and_logged_once(tmp_path, caplog):
+    good = [jpeg(seed=s) for s in range(6)]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", cmyk(d) if i in (1, 4) else d, i) for i, d in enumerate(good)])
+    shards = ShardSet([tmp_path / "s.tar"], [6])
+    with caplog.at_level(logging.WARNING, logger="train"), \
+            Loader(shards, batch_size=3, image_size=40, threads=2) as loader:
+        batches = [b.images.clone() for b in loader.epoch(plan_args(shards, split="val", batch=3))]
+        assert loader.fallbacks == 2
+    assert caplog.text.count("decoded by the PIL path") == 1
+    pixels = torch.cat(batches)
+    for i in (1, 4):
+        width, height = Image.open(io.BytesIO(good[i])).size
+        box = centre_crops(np.array([width]), np.array([height]))[0]
+        reference = pil_decode_crop(cmyk(good[i]), tuple(box.tolist()), False, 40)
+        assert np.abs(pixels[i].numpy().astype(int) - reference).max() <= 2
+
+
+def test_a_damaged_sample_is_left_out_and_named(tmp_path):
+    good = [jpeg(seed=s) for s in range(6)]
+    middle = len(good[2]) // 3  # inside the rows the centre crop decodes
+    broken = good[2][:middle] + b"\xff\xd9" + good[2][middle + 2:]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 2 else d, i) for i, d in enumerate(good)])
+    shards = ShardSet([tmp_path / "s.tar"], [6])
+    with Loader(shards, batch_size=3, image_size=40, threads=2) as loader:
+        batches = list(loader.epoch(plan_args(shards, split="val", batch=3)))
+    assert [len(b.labels) for b in batches] == [2, 3]
+    assert batches[0].labels.tolist() == [0, 1] and batches[0].bad == ((f"{tmp_path / 's.tar'}: k2", "damaged JPEG data"),)
 
 
 def test_batches_are_uint8_nhwc_and_normalised_on_the_device(prepared):
-    sizes = [s.samples for s in read_manifest(prepared).splits["val"].shards]
-    args = PlanArgs(split="val", shard_sizes=sizes, epoch=0, seed=0, world_size=1, rank=0, num_workers=0, batch_size=8,
-                    shuffle_buffer=1)
-    images, labels, _ = next(iter(make_loader(PlannedShards(shard_paths(prepared, "val"), args, ValTransform(32)),
-                                              8, 0, False)))
-    assert images.dtype == torch.uint8 and images.shape == (8, 32, 32, 3) and labels.dtype == torch.int64
-    x = to_device(images, torch.device("cpu"))
+    (batch, *_) = epoch_batches(shard_set(prepared, "val"), 1, split="val", batch=8)
+    assert batch.images.dtype == torch.uint8 and batch.images.shape == (8, 32, 32, 3) and batch.labels.dtype == torch.int64
+    x = to_device(batch.images, torch.device("cpu"))
     assert x.shape == (8, 3, 32, 32) and x.is_contiguous(memory_format=torch.channels_last)
     assert -3 < float(x.mean()) < 3
 
 
-def jpeg(size=(400, 300)):
-    rng = np.random.default_rng(0)
-    image = Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
-    out = io.BytesIO()
-    image.save(out, "JPEG", quality=95)
-    return out.getvalue(), image
-
-
-def test_train_augmentation_is_a_function_of_seed_epoch_and_key():
-    data, _ = jpeg()
-    transform = TrainTransform(64, seed=0)
-    a = transform(data, 0, "k1")
-    assert a.shape == (64, 64, 3) and a.dtype == np.uint8
-    assert np.array_equal(a, transform(data, 0, "k1"))
-    assert not np.array_equal(a, transform(data, 1, "k1"))
-    flips = Counter(transform.crop_and_flip(Image.open(io.BytesIO(data)), 0, f"k{i}")[1] for i in range(400))
-    assert 150 < flips[True] < 250
-
-
-def test_validation_transform_matches_torchvision_resize_and_centre_crop():
-    data, _ = jpeg((500, 375))
-    ours = ValTransform(224)(data).astype(np.float32)
-    reference = T.Compose([T.Resize(256), T.CenterCrop(224)])(Image.open(io.BytesIO(data)).convert("RGB"))
-    assert np.abs(ours - np.asarray(reference, dtype=np.float32)).mean() < 2.0  # 8-bit levels
-
-
-def test_key_hash_is_stable_and_40_bits():
-    assert key_hash("n01440764_10026") == key_hash("n01440764_10026") < 1 << 40
-
-
-def test_device_decode_path_matches_the_cpu_path(prepared):
-    """--decode gpu's path, run on the CPU device: the same crops, and nearly the same pixels."""
-    from train.data import collate
-    from train.transforms import TrainCrop, ValCrop
-
-    samples = list(wds.WebDataset(str(shard_paths(prepared, "val")[0]), shardshuffle=False))[:6]
-    cpu = torch.stack([torch.from_numpy(ValTransform(48)(s["jpg"])) for s in samples])
-    encoded, _, _ = collate([(ValCrop(48)(s["jpg"]), 0, 0) for s in samples])
-    device = to_device(encoded, torch.device("cpu"))
-    reference = to_device(cpu, torch.device("cpu"))
+def test_device_decode_batches_carry_the_same_crops(prepared):
+    """--decode gpu's path, on the CPU device: the threads only draw crops; the device decodes."""
+    shards = shard_set(prepared, "val")
+    cpu = epoch_batches(shards, 1, split="val", batch=6, size=48)[0]
+    with Loader(shards, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
+        encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
+    assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
+    device = to_device(encoded.images, torch.device("cpu"))
+    reference = to_device(cpu.images, torch.device("cpu"))
     assert device.shape == reference.shape == (6, 3, 48, 48)
     assert (device - reference).abs().mean() < 0.1  # normalised units: about 6 of 255 levels
-
-    train, crop = TrainTransform(48, seed=3), TrainCrop(48, seed=3)
-    for s in samples:
-        box, flip = train.crop_and_flip(Image.open(io.BytesIO(s["jpg"])), 2, s["__key__"])
-        encoded = crop(s["jpg"], 2, s["__key__"])
-        assert encoded.box.tolist() == list(box) and encoded.flip == flip
 
 
 def fake_batches(count, fail_at=None):
     for i in range(count):
         if i == fail_at:
             raise RuntimeError("a shard holds fewer samples than the manifest lists")
-        yield torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), torch.tensor([i])
+        yield Batch(torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), torch.tensor([i]))
 
 
 def test_device_batches_are_to_device_of_each_batch_in_order():
-    from train.data import DeviceBatches
-
     cpu = torch.device("cpu")
     with DeviceBatches(fake_batches(7), cpu) as batches:
         got = list(batches)
-    assert [int(y[0]) for _, y, _ in got] == list(range(7))
-    for (x, _, _), (images, _, _) in zip(got, fake_batches(7)):
-        assert torch.equal(x, to_device(images, cpu))
+    assert [int(b.labels[0]) for b in got] == list(range(7))
+    for b, original in zip(got, fake_batches(7)):
+        assert torch.equal(b.images, to_device(original.images, cpu))
 
 
 def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
-    from train.data import DeviceBatches
-
     with DeviceBatches(fake_batches(1000), torch.device("cpu"), depth=2) as batches:
         for step, _ in enumerate(batches):
             if step == 3:
@@ -143,11 +193,9 @@ def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
 
 
 def test_device_batches_raise_the_loaders_error_in_the_consumer():
-    from train.data import DeviceBatches
-
     seen = []
     with pytest.raises(RuntimeError, match="fewer samples than the manifest"):
         with DeviceBatches(fake_batches(10, fail_at=4), torch.device("cpu")) as batches:
-            for _, y, _ in batches:
-                seen.append(int(y[0]))
+            for b in batches:
+                seen.append(int(b.labels[0]))
     assert seen == [0, 1, 2, 3] and not batches.thread.is_alive()

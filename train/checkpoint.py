@@ -29,7 +29,6 @@ class Checkpoint:
     epoch: int  # the epoch to run (next, or the one interrupted)
     step: int  # steps of `epoch` already taken; 0 at an epoch boundary
     world_size: int
-    num_workers: int  # loader workers of the interrupted epoch: its read plan depends on them
     ranks: list[dict]  # per rank {"rng": rng_state(), "sums": EpochSums as a dict}; read only mid-epoch
     config: dict  # TrainConfig.to_dict() of the run that wrote it
 

@@ -26,10 +26,10 @@ class TrainConfig:
     arch: str = "resnet50"
     epochs: int = 90
     batch_size: int = 256  # per rank
-    workers: int = 1  # DataLoader workers per rank
+    workers: int = 1  # decoding threads per rank
     device: str | None = None  # cuda when available, else cpu
     image_size: int = 224
-    decode: str = "cpu"  # "gpu": workers only crop; the device decodes (nvJPEG) and resizes
+    decode: str = "cpu"  # "gpu": the threads only draw crops; the device decodes (nvJPEG) and resizes
     seed: int = 0
     resume: str | None = None  # "auto", a checkpoint path, or None
     lr: float = 0.1  # per 256 images of global batch: the peak rate is lr * global_batch / 256
@@ -71,12 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
     p.add_argument("--workers", type=int, default=max(1, available_cpus() - 1),
-                   help="DataLoader workers per rank (default: the task's CPUs minus one for the main process)")
+                   help="decoding threads per rank (default: the task's CPUs minus one, for the training thread); "
+                        "batches are the same for any count")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--image-size", type=int, default=d.image_size,
                    help="train crop size; validation resizes to size*256/224 and centre-crops size")
     p.add_argument("--decode", choices=["cpu", "gpu"], default=d.decode,
-                   help="gpu: batched nvJPEG decode and crop/resize/flip on the device, the workers only draw "
+                   help="gpu: batched nvJPEG decode and crop/resize/flip on the device, the threads only draw "
                         "crops (with --device cpu it runs the same path on the CPU, for testing)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", default=None, help="'auto' (newest checkpoint in --run-dir, if any) or a path")
@@ -106,7 +107,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.workers < 0:
-        parser.error("--workers must be 0 (load in the main process) or more")
+        parser.error("--workers must be 0 or more (0 and 1 both decode in one thread)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
         parser.error(f"--signal {args.signal}: no such signal")
     values = {k: v for k, v in vars(args).items()}

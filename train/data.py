@@ -1,117 +1,171 @@
-"""The loader: executes the read plan of `shards.plan` with webdataset's tar reader.
+"""The loader: executes the read plan of `shards.plan` over memory-mapped shards, in threads.
 
-Stages, each a generator over the previous one (webdataset's style):
+    ShardSet       a split's shards, memory-mapped; where each sample's JPEG and label lie and its
+                   key's hash, read once per shard from its tar headers (natively) when first needed
+    Loader         per epoch, the plan's samples in the plan's order, cut into batches; per batch a
+                   few numpy calls draw every crop and flip, and a thread pool decodes chunks of it
+                   with the crop-region decoder (train/decoder.py, GIL released) straight into a
+                   ring of pinned batch buffers. No worker processes, no pickling of images.
+    DeviceBatches  the next batches copied (or, with --decode gpu, decoded) onto the device in a
+                   background thread, on a CUDA stream of its own, while the current one trains
 
-    read_pieces   samples [start, stop) of each planned shard piece, seeking to `start`
-    reorder       the planned shuffle-buffer order; drops already-consumed samples undecoded
-    decode        JPEG bytes -> uint8 HWC array, label, key hash
-
-and `PlannedShards`, an IterableDataset that asks the plan what its rank and worker read. The
-DataLoader batches (uint8 NHWC), pins memory; `to_device` normalises on the device, and
-`DeviceBatches` does that for the next batches in a background thread (on its own CUDA stream on a
-GPU) while the current one trains.
+Every rank reads its plan as one stream (worker 0 of 1), so the pixels of every batch depend only
+on (seed, epoch, rank, world size, batch size), never on the thread count, and a resume at step k
+starts at sample k x batch size of the same order.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
+import io
+import logging
+import mmap
 import queue
-import tarfile
+import resource
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from shards.manifest import DatasetNotReady
-from shards.plan import WorkerPlan, consumed_batches, train_plan, val_plan, worker_count
-from train.transforms import (
-    EncodedCrop, TrainCrop, TrainTransform, ValCrop, ValTransform, crop_resize_flip, decode_on_device,
-)
+from shards.plan import WorkerPlan, train_plan, val_plan
+from train import decoder
+from train.decoder import Images
+from train.transforms import centre_crops, crop_resize_flip, decode_on_device, train_crops
+
+log = logging.getLogger("train")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def sample_offsets(path: Path) -> list[int]:
-    """Byte offset of each sample's first member in a shard, from the tar headers alone."""
-    offsets, last = [], None
-    with tarfile.open(path, "r:") as tar:  # random-access mode: seeks over member data
-        for member in tar:
-            key = member.name.split(".", 1)[0]
-            if key != last:
-                offsets.append(member.offset)
-                last = key
-    return offsets
-
-
-def read_piece(path: Path, start: int, stop: int) -> Iterator[dict]:
-    """Samples [start, stop) of one shard, via webdataset's tar reader, seeking to `start`."""
-    with open(path, "rb") as stream:
-        if start > 0:
-            stream.seek(sample_offsets(path)[start])
-        files = tar_file_expander([{"url": str(path), "stream": stream}])
-        for index, sample in enumerate(group_by_keys(files), start=start):
-            if index >= stop:
-                return
-            yield sample
-
-
-def read_pieces(plan: WorkerPlan, shard_paths: list[Path]) -> Iterator[dict]:
-    for piece in plan.pieces:
-        yield from read_piece(shard_paths[piece.shard], piece.start, piece.stop)
-
-
-def reorder(samples: Iterable[dict], order: tuple[int, ...], skip: int) -> Iterator[dict]:
-    """Emit `samples` (positions 0, 1, ...) in `order`, the first `skip` emissions left out.
-
-    The plan guarantees that order[k] is among the first k + buffer samples read, so at most a
-    buffer's worth is held. Left-out samples are dropped as they are read, never decoded.
-    """
-    skipped = set(order[:skip])
-    held = {}
-    source = enumerate(samples)
-    for position in order[skip:]:
-        while position not in held:
-            try:
-                index, sample = next(source)
-            except StopIteration:
-                raise DatasetNotReady("a shard holds fewer samples than the manifest lists: the dataset is "
-                                      "damaged; rerun prepare with --force on this node") from None
-            if index not in skipped:
-                held[index] = sample
-        yield held.pop(position)
-
-
 KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
+CHUNK = 32  # images per decode task: a batch spreads over every thread, each task's overhead is small
 
 
-def key_hash(key: str) -> int:
+def key_hash64(key: bytes | str) -> int:
+    """A 64-bit hash of a sample key: the seed of its augmentation."""
+    data = key.encode() if isinstance(key, str) else bytes(key)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def key_hash(key: bytes | str) -> int:
     """A 40-bit hash of a sample key: summed over an epoch, it tells which samples were read."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=5).digest(), "big")
+    return key_hash64(key) >> (64 - KEY_HASH_BITS)
 
 
-def decode(samples: Iterable[dict], transform: Callable, epoch: int) -> Iterator[tuple]:
-    """(image, label, key hash): the image a uint8 HWC tensor, or an EncodedCrop for device decode."""
-    for sample in samples:
-        key = sample["__key__"]
-        image = transform(sample["jpg"], epoch, key)
-        yield (torch.from_numpy(image) if isinstance(image, np.ndarray) else image), int(sample["cls"]), key_hash(key)
+# ---------------------------------------------------------------- the shards, indexed once
 
+class ShardSet:
+    """A split's shards, memory-mapped, with a table of every sample (global id = the shard's first
+    id + the sample's position in it): where its JPEG lies, its label, its key's hash. A shard is
+    indexed when a batch first needs it: the first epoch spreads the cost (about 10 us a sample)."""
+
+    def __init__(self, paths: list[Path], sizes: list[int]):
+        self.paths, self.sizes = list(paths), list(sizes)
+        self.first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        total = int(self.first[-1])
+        self.shard = np.repeat(np.arange(len(paths), dtype=np.int32), sizes)
+        self.key_at, self.jpg_at, self.jpg_len = (np.zeros(total, np.int64) for _ in range(3))
+        self.labels = np.zeros(total, np.int64)
+        self.hashes = np.zeros(total, np.uint64)
+        self.maps: list[mmap.mmap | None] = [None] * len(paths)
+        self.indexed = np.zeros(len(paths), bool)
+        raise_open_file_limit()  # a map keeps its file open: one per shard
+
+    def ids(self, plan: WorkerPlan) -> np.ndarray:
+        """Global sample ids of a plan, in its emission order."""
+        runs = [np.arange(p.start, p.stop, dtype=np.int64) + self.first[p.shard] for p in plan.pieces]
+        read = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+        return read[np.asarray(plan.order, dtype=np.int64)]
+
+    def ensure_indexed(self, ids: np.ndarray) -> None:
+        shards = self.shard[ids]
+        if self.indexed[shards].all():
+            return
+        for shard in np.unique(shards[~self.indexed[shards]]).tolist():
+            self.index(shard)
+
+    def index(self, shard: int) -> None:
+        path, count = self.paths[shard], self.sizes[shard]
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            rows = decoder.tar_index(data)
+        except ValueError as exn:
+            raise DatasetNotReady(f"shard {path} is damaged: {exn}. Rerun prepare with --force on this node") from None
+        if len(rows) != count or (rows[:, 2] < 0).any() or (rows[:, 4] < 0).any():
+            raise DatasetNotReady(f"shard {path} holds {len(rows)} samples (some without .jpg or .cls), the "
+                                  f"manifest lists {count}: the dataset is damaged; rerun prepare with --force "
+                                  "on this node")
+        at = slice(self.first[shard], self.first[shard] + count)
+        self.key_at[at], self.jpg_at[at], self.jpg_len[at] = rows[:, 0], rows[:, 2], rows[:, 3]
+        self.labels[at] = [int(data[a:a + n]) for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
+        self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
+        self.maps[shard] = data
+        self.indexed[shard] = True
+
+    def images(self, ids: np.ndarray) -> Images:
+        return Images(tuple(self.maps), self.shard[ids], self.jpg_at[ids], self.jpg_len[ids])
+
+    def describe(self, sample: int) -> str:
+        """'train/train-000003.tar: n01440764_10026', for messages."""
+        shard = int(self.shard[sample])
+        at = int(self.key_at[sample])
+        key = bytes(self.maps[shard][at:at + 100]).split(b"\0", 1)[0].decode(errors="replace").split(".", 1)[0]
+        return f"{self.paths[shard]}: {key}"
+
+    def close(self) -> None:
+        for data in self.maps:
+            if data is not None:
+                data.close()
+        self.maps = [None] * len(self.paths)
+        self.indexed[:] = False
+
+
+def raise_open_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# ---------------------------------------------------------------- what the read plan asks for
+
+@dataclass(frozen=True, kw_only=True)
+class PlanArgs:
+    """What the read plan needs (see shards.plan); the rank reads it as one stream."""
+    split: str
+    shard_sizes: list[int]
+    epoch: int
+    seed: int
+    world_size: int
+    rank: int
+    batch_size: int
+    shuffle_buffer: int
+    start_step: int = 0  # resume: batches of this epoch the rank already took
+
+
+def plan_for(args: PlanArgs) -> WorkerPlan:
+    if args.split == "val":
+        return val_plan(args.shard_sizes, world_size=args.world_size, rank=args.rank, num_workers=1, worker=0)
+    return train_plan(args.shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size, rank=args.rank,
+                      num_workers=1, worker=0, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer)
+
+
+# ---------------------------------------------------------------- batches
 
 class EncodedBatch(NamedTuple):
-    """A batch for device decode: every image's JPEG bytes in one flat tensor (one transfer between
-    processes and one pinned copy per batch, not one per image), crop boxes, flips."""
+    """A batch for device decode: every image's JPEG bytes in one flat tensor (one pinned copy per
+    batch), crop boxes and flips."""
     data: torch.Tensor  # uint8, the files' bytes end to end
     offsets: torch.Tensor  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
-    boxes: torch.Tensor
-    flips: torch.Tensor
+    boxes: torch.Tensor  # float32 (n, 4)
+    flips: torch.Tensor  # bool (n,)
     size: int
 
     @property
@@ -119,82 +173,178 @@ class EncodedBatch(NamedTuple):
         bounds = self.offsets.tolist()
         return [self.data[start:stop] for start, stop in zip(bounds, bounds[1:])]
 
-
-def collate(batch: list[tuple]) -> tuple:
-    """(images, labels, key hashes): images stacked uint8 NHWC, or an EncodedBatch."""
-    images, labels, hashes = zip(*batch)
-    if isinstance(images[0], EncodedCrop):
-        sizes = torch.tensor([0] + [len(i.data) for i in images])
-        data = torch.frombuffer(bytearray(b"".join(i.data for i in images)), dtype=torch.uint8)  # one copy, writable
-        stacked = EncodedBatch(data, sizes.cumsum(0), torch.stack([i.box for i in images]),
-                               torch.tensor([i.flip for i in images]), images[0].size)
-    else:
-        stacked = torch.stack(images)
-    return stacked, torch.tensor(labels), torch.tensor(hashes)
+    def __len__(self) -> int:
+        return len(self.boxes)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlanArgs:
-    """What the read plan needs besides the worker id (see shards.plan)."""
-    split: str
-    shard_sizes: list[int]
-    epoch: int
-    seed: int
-    world_size: int
-    rank: int
-    num_workers: int
-    batch_size: int
-    shuffle_buffer: int
-    start_step: int = 0  # resume: batches of this epoch the rank already took
+class Batch(NamedTuple):
+    """What the loader yields: images (uint8 NHWC, a view of a pinned ring buffer, valid until the
+    next batch is asked for; or an EncodedBatch), labels, key hashes, and the samples left out."""
+    images: torch.Tensor | EncodedBatch
+    labels: torch.Tensor  # int64
+    key_hashes: torch.Tensor  # int64, KEY_HASH_BITS bits
+    bad: tuple = ()  # (sample, why) of the samples that failed to decode, left out of this batch
 
 
-def plan_for(args: PlanArgs, worker: int) -> WorkerPlan:
-    if args.split == "val":
-        return val_plan(args.shard_sizes, world_size=args.world_size, rank=args.rank,
-                        num_workers=args.num_workers, worker=worker)
-    return train_plan(args.shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size,
-                      rank=args.rank, num_workers=args.num_workers, worker=worker, batch_size=args.batch_size,
-                      shuffle_buffer=args.shuffle_buffer)
+@dataclass
+class Chunk:
+    """Up to CHUNK images of a batch and their crops: one decode task, into slots [first, first + n)."""
+    first: int
+    images: Images
+    hashes: np.ndarray
+    boxes: np.ndarray  # float32 (n, 4)
+    flips: np.ndarray  # bool (n,)
+    status: np.ndarray  # per image: decoder.DECODED or why not (from the header, then the decode)
+    fallbacks: int = 0  # decoded by the PIL path
 
 
-class PlannedShards(IterableDataset):
-    """The samples this rank's DataLoader worker reads, as its plan says, decoded."""
+class Loader:
+    """Batches of one split for this rank, decoded by `threads` threads (see the module doc).
 
-    def __init__(self, shard_paths: list[Path], args: PlanArgs, transform: Callable):
-        self.shard_paths, self.args, self.transform = shard_paths, args, transform
+    `epoch()` returns the epoch's batches. The pinned ring of `ring` batch buffers and the thread
+    pool live as long as the Loader: `close()` it (or use it as a context manager)."""
 
-    def __iter__(self):
-        info = get_worker_info()
-        # The DataLoader asks its workers round-robin starting from worker 0; a loader resumed at
-        # step k must start from plan worker k % W to hand out batches in the original order.
-        worker = ((info.id if info else 0) + self.args.start_step) % worker_count(self.args.num_workers)
-        plan = plan_for(self.args, worker)
-        skip = consumed_batches(self.args.start_step, self.args.num_workers, worker) * self.args.batch_size
-        samples = read_pieces(plan, self.shard_paths)
-        return decode(reorder(samples, plan.order, skip), self.transform, self.args.epoch)
+    def __init__(self, shards: ShardSet, *, batch_size: int, image_size: int, threads: int, decode: str = "cpu",
+                 pin_memory: bool = False, ring: int = 4):
+        self.shards, self.batch_size, self.size, self.decode = shards, batch_size, image_size, decode
+        self.threads, self.pin_memory, self.ring_size = max(1, threads), pin_memory, ring
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
+        self.ring: list[torch.Tensor] = []
+        self.fallbacks = 0  # images decoded by the PIL path, over the Loader's life
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def describe(self) -> str:
+        return f"decoder: {decoder.NAME}, {self.threads} threads" if self.decode == "cpu" else \
+            f"decoder: the device's (--decode gpu), crops drawn by {self.threads} threads"
+
+    def memory_bytes(self) -> int:
+        """What the loader holds: its ring of batch buffers and the split's sample table."""
+        table = sum(a.nbytes for a in (self.shards.shard, self.shards.key_at, self.shards.jpg_at,
+                                       self.shards.jpg_len, self.shards.labels, self.shards.hashes))
+        return sum(t.numel() for t in self.ring) + table
+
+    def epoch(self, args: PlanArgs) -> Iterator[Batch]:
+        """The rank's batches of an epoch from `args.start_step` on: whole batches in training,
+        and a last partial one in validation."""
+        ids = self.shards.ids(plan_for(args))[args.start_step * args.batch_size:]
+        batches = [ids[i:i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
+        augment = (args.seed, args.epoch) if args.split == "train" else None
+        return self._decoded(batches, augment)
+
+    def _decoded(self, batches: list[np.ndarray], augment: tuple[int, int] | None) -> Iterator[Batch]:
+        """Batch k decodes into ring slot k mod R; R - 1 batches decode ahead of the one the caller
+        holds, and a slot is reused only once the caller has asked for the batch after it."""
+        if not self.ring and self.decode == "cpu":
+            self.ring = [torch.empty((self.batch_size, self.size, self.size, 3), dtype=torch.uint8,
+                                     pin_memory=self.pin_memory) for _ in range(self.ring_size)]
+        in_flight: collections.deque = collections.deque()
+        submitted = 0
+        try:
+            for k in range(len(batches)):
+                while submitted < len(batches) and submitted < k + self.ring_size:
+                    in_flight.append(self._submit(batches[submitted], submitted % self.ring_size, augment))
+                    submitted += 1
+                yield self._finish(*in_flight.popleft())
+        finally:
+            for _, chunks, futures, _ in in_flight:  # the caller left early: stop what is queued
+                for f in futures:
+                    f.cancel()
+            for _, chunks, futures, _ in in_flight:
+                for f in futures:
+                    if not f.cancelled():
+                        f.exception()  # wait: a running task still writes into its ring slot
+
+    def _submit(self, ids: np.ndarray, slot: int, augment) -> tuple:
+        """Read the batch's image sizes from their headers and draw every crop at once (a few
+        numpy calls for the batch), then queue its decode in chunks."""
+        self.shards.ensure_indexed(ids)
+        images = self.shards.images(ids)
+        hashes = self.shards.hashes[ids]
+        dims, status = decoder.image_sizes(images)
+        if augment is None:
+            boxes, flips = centre_crops(dims[:, 0], dims[:, 1]), np.zeros(len(ids), bool)
+        else:
+            boxes, flips = train_crops(hashes, dims[:, 0], dims[:, 1], *augment)
+        chunks = [Chunk(first, images[first:first + CHUNK], hashes[first:first + CHUNK],
+                        boxes[first:first + CHUNK], flips[first:first + CHUNK], status[first:first + CHUNK])
+                  for first in range(0, len(ids), CHUNK)]
+        futures = []
+        if self.decode == "cpu":
+            futures = [self.pool.submit(self._decode_chunk, chunk, self.ring[slot].numpy(), augment)
+                       for chunk in chunks]
+        return ids, chunks, futures, slot
+
+    def _decode_chunk(self, chunk: Chunk, out: np.ndarray, augment) -> None:
+        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
+        chunk.status = np.where(chunk.status != decoder.DECODED, chunk.status, decoded)
+        for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
+            chunk.status[i] = self._pil_fallback(chunk, i, out, augment)
+
+    def _pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, augment) -> int:
+        """The PIL path for an image the native decoder refuses: same crop rule, same slot."""
+        from PIL import Image
+
+        data = chunk.images.data(i)
+        try:
+            width, height = Image.open(io.BytesIO(data)).size
+            one = np.array([width]), np.array([height])
+            if augment is None:
+                box, flip = centre_crops(*one)[0], False
+            else:
+                boxes, flips = train_crops(chunk.hashes[i:i + 1], *one, *augment)
+                box, flip = boxes[0], bool(flips[0])
+            out[chunk.first + i] = decoder.pil_decode_crop(data, tuple(box.tolist()), flip, self.size)
+        except (OSError, ValueError, SyntaxError):
+            return decoder.CORRUPT
+        chunk.fallbacks += 1
+        return decoder.DECODED
+
+    def _finish(self, ids: np.ndarray, chunks: list[Chunk], futures: list[Future], slot: int) -> Batch:
+        for f in futures:
+            f.result()  # a task's exception (a bug) is raised here, in the caller
+        status = np.concatenate([c.status for c in chunks])
+        fallbacks = sum(c.fallbacks for c in chunks)
+        if fallbacks:
+            if not self.fallbacks:
+                log.warning("decoder: %d image(s) of this batch decoded by the PIL path (a JPEG the crop-region "
+                            "decoder refuses: CMYK, 12-bit, ...); further ones are only counted", fallbacks)
+            self.fallbacks += fallbacks
+        good = status == decoder.DECODED
+        keep = np.flatnonzero(good)
+        bad = tuple((self.shards.describe(int(ids[i])), decoder.WHY.get(int(status[i]), "undecodable"))
+                    for i in np.flatnonzero(~good).tolist())
+        labels = torch.from_numpy(self.shards.labels[ids[keep]])
+        hashes = torch.from_numpy((self.shards.hashes[ids[keep]] >> np.uint64(64 - KEY_HASH_BITS)).astype(np.int64))
+        if self.decode == "gpu":
+            return Batch(self._encoded(chunks, keep), labels, hashes, bad)
+        images = self.ring[slot]
+        if len(keep) < len(ids):  # close the gaps, in order: the batch stays one view of its slot
+            images[:len(keep)] = images[torch.from_numpy(keep)]
+        return Batch(images[:len(keep)], labels, hashes, bad)
+
+    def _encoded(self, chunks: list[Chunk], keep: np.ndarray) -> EncodedBatch:
+        parts = [c.images for c in chunks]
+        which = np.concatenate([p.which for p in parts])[keep]
+        offsets = np.concatenate([p.offsets for p in parts])[keep]
+        lengths = np.concatenate([p.lengths for p in parts])[keep]
+        images = Images(parts[0].buffers, which, offsets, lengths)
+        data = torch.empty(int(lengths.sum()), dtype=torch.uint8, pin_memory=self.pin_memory)
+        decoder.gather(images, data.numpy())
+        bounds = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+        boxes = torch.from_numpy(np.concatenate([c.boxes for c in chunks])[keep])
+        flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
+        return EncodedBatch(data, bounds, boxes, flips, self.size)
 
 
-def make_transform(split: str, decode: str, image_size: int, seed: int) -> Callable:
-    """Train: RandomResizedCrop + flip; val: resize + centre crop. With --decode gpu the workers
-    only draw the crop (and flip) and the device decodes."""
-    if split == "train":
-        return (TrainCrop if decode == "gpu" else TrainTransform)(image_size, seed)
-    return (ValCrop if decode == "gpu" else ValTransform)(image_size)
-
-
-def planned_loader(shard_paths: list[Path], args: PlanArgs, *, image_size: int, decode: str,
-                   pin_memory: bool) -> DataLoader:
-    """The batches this rank reads in one epoch of `args.split`, decoded by `args.num_workers` workers."""
-    transform = make_transform(args.split, decode, image_size, args.seed)
-    return make_loader(PlannedShards(shard_paths, args, transform), args.batch_size, args.num_workers, pin_memory)
-
-
-def make_loader(dataset: PlannedShards, batch_size: int, num_workers: int, pin_memory: bool) -> DataLoader:
-    """Batches of (uint8 images NHWC, labels, key hashes). Train plans give every worker whole
-    batches, so no batch is partial; validation's last batch per worker may be."""
-    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
-                      collate_fn=collate, prefetch_factor=4 if num_workers else None, persistent_workers=False)
-
+# ---------------------------------------------------------------- onto the device
 
 @functools.lru_cache(maxsize=None)
 def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,14 +369,15 @@ def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channel
 
 
 class DeviceBatches:
-    """(x, y, key hashes) on the device, `depth` batches ahead of the training step.
+    """Batch(x, y, key hashes, bad) on the device, `depth` batches ahead of the training step.
 
     A background thread takes batches from the loader and runs `to_device` on them (the copy of
     pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
     overlaps the model's step instead of stalling it: on the model's stream a pageable or
-    in-order copy makes the GPU idle while the host waits for it. The consumer's stream waits on
-    an event per batch. Use as a context manager: leaving it (a finished epoch, a preemption
-    break, an error) stops the thread and drops the batches read ahead.
+    in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
+    to finish before asking the loader for the next batch, which frees the host buffer for reuse;
+    the consumer's stream waits on an event per batch. Use as a context manager: leaving it (a
+    finished epoch, a preemption break, an error) stops the thread and drops the batches read ahead.
     """
 
     _END = object()
@@ -239,9 +390,7 @@ class DeviceBatches:
         self.batches = batches
 
     def __enter__(self) -> "DeviceBatches":
-        # iter() here, in the calling thread: a DataLoader forks its workers now, never from ours
-        self.thread = threading.Thread(target=self._fill, args=(iter(self.batches),), name="device-batches",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._fill, args=(self.batches,), name="device-batches", daemon=True)
         self.thread.start()
         return self
 
@@ -259,34 +408,41 @@ class DeviceBatches:
                 continue
         return False
 
-    def _fill(self, batches: Iterator[tuple]) -> None:
+    def _fill(self, batches: Iterable[tuple]) -> None:
+        iterator = iter(batches)
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                for images, labels, hashes in batches:
+                for batch in iterator:
+                    images, labels, hashes, *rest = batch
                     x = to_device(images, self.device, self.channels_last)
                     y = labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
-                    if not self._put((x, y, hashes, ready)):
+                        ready.synchronize()  # the host buffer is read: the loader may reuse it
+                    if not self._put((Batch(x, y, hashes, *rest), ready)):
                         return
         except BaseException as error:  # handed to the consumer, raised there
             self._put(error)
             return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()  # a generator's cleanup (the loader's queued work) runs in this thread
         self._put(self._END)
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[Batch]:
         while True:
             item = self.queue.get()
             if item is self._END:
                 return
             if isinstance(item, BaseException):
                 raise item
-            x, y, hashes, ready = item
+            batch, ready = item
             if ready is not None:
                 consumer = torch.cuda.current_stream(self.device)
                 consumer.wait_event(ready)
-                x.record_stream(consumer)  # made on our stream, freed after the consumer's use
-                y.record_stream(consumer)
-            yield x, y, hashes
+                batch.images.record_stream(consumer)  # made on our stream, freed after the consumer's use
+                batch.labels.record_stream(consumer)
+            yield batch

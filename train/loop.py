@@ -23,14 +23,15 @@ import torch.nn.functional as F
 import torchvision
 from torch.nn.parallel import DistributedDataParallel
 
-from shards.manifest import Manifest, read_complete_manifest
+from shards.manifest import DatasetNotReady, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
 from train.config import ConfigError, TrainConfig
-from train.data import KEY_HASH_BITS, DeviceBatches, PlanArgs, planned_loader
+from shards.layout import SPLITS
+from train.data import KEY_HASH_BITS, DeviceBatches, Loader, PlanArgs, ShardSet
 from train.metrics import append_metrics, epoch_line
 
 log = logging.getLogger("train")
@@ -75,6 +76,7 @@ class Run:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
+    loaders: dict[str, Loader]  # per split: the threads and pinned buffers that decode its batches
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
 
@@ -147,17 +149,31 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, control=control, preemption=preemption)
+               steps=steps, loaders=build_loaders(config, manifest, device), control=control, preemption=preemption)
 
 
-def loader_for(run: Run, split: str, epoch: int, start_step: int, workers: int):
+def build_loaders(config: TrainConfig, manifest: Manifest, device: torch.device) -> dict[str, Loader]:
+    loaders = {}
+    for split in SPLITS:
+        shards = manifest.splits[split].shards
+        shard_set = ShardSet([Path(config.data) / s.name for s in shards], [s.samples for s in shards])
+        loaders[split] = Loader(shard_set, batch_size=config.batch_size, image_size=config.image_size,
+                                threads=config.workers, decode=config.decode, pin_memory=device.type == "cuda")
+    return loaders
+
+
+def loader_for(run: Run, split: str, epoch: int, start_step: int):
     c = run.config
-    shards = run.manifest.splits[split].shards
-    args = PlanArgs(split=split, shard_sizes=[s.samples for s in shards], epoch=epoch, seed=c.seed,
-                    world_size=run.env.world_size, rank=run.env.rank, num_workers=workers, batch_size=c.batch_size,
+    args = PlanArgs(split=split, shard_sizes=[s.samples for s in run.manifest.splits[split].shards], epoch=epoch,
+                    seed=c.seed, world_size=run.env.world_size, rank=run.env.rank, batch_size=c.batch_size,
                     shuffle_buffer=c.shuffle_buffer, start_step=start_step)
-    return planned_loader([Path(c.data) / s.name for s in shards], args, image_size=c.image_size, decode=c.decode,
-                          pin_memory=run.device.type == "cuda")
+    return run.loaders[split].epoch(args)
+
+
+def refuse_bad_samples(bad: tuple) -> None:
+    if bad:
+        raise DatasetNotReady(f"{len(bad)} sample(s) do not decode ({'; '.join(f'{s}: {why}' for s, why in bad[:3])}): "
+                              "the dataset is damaged; rerun prepare with --force on this node")
 
 
 # ---------------------------------------------------------------- collectives
@@ -207,10 +223,10 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, criteri
     return loss, logits
 
 
-def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, workers: int) -> tuple[int, bool]:
+def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> tuple[int, bool]:
     """Train from `start_step` to the end of the epoch, or until preemption. Returns (steps done, preempted)."""
     run.step_model.train()
-    loader = loader_for(run, "train", epoch, start_step, workers)
+    loader = loader_for(run, "train", epoch, start_step)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=run.config.label_smoothing)
     step = functools.partial(train_step, run.step_model, run.optimizer, criterion, amp_dtype=run.amp_dtype,
                              scaler=run.scaler, scheduler=run.scheduler)
@@ -221,8 +237,9 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
     done, preempted = start_step, False
     start = fetch_start = time.perf_counter()
     with DeviceBatches(loader, run.device, run.config.channels_last) as batches, progress:
-        for x, y, key_hashes in batches:
+        for x, y, key_hashes, bad in batches:
             sums.data_wait += time.perf_counter() - fetch_start
+            refuse_bad_samples(bad)
             loss, logits = step(x, y)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()
@@ -246,14 +263,15 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums, work
 
 
 @torch.no_grad()
-def evaluate(run: Run, workers: int) -> dict:
+def evaluate(run: Run) -> dict:
     """Top-1/top-5 over every validation sample exactly once across ranks (asserted)."""
     model = run.model  # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images
     k = min(5, run.manifest.num_classes)
-    with DeviceBatches(loader_for(run, "val", 0, 0, workers), run.device, run.config.channels_last) as batches:
-        for x, y, _ in batches:
+    with DeviceBatches(loader_for(run, "val", 0, 0), run.device, run.config.channels_last) as batches:
+        for x, y, _, bad in batches:
+            refuse_bad_samples(bad)
             with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
                 logits = model(x).float()
             top = logits.topk(k, dim=1).indices
@@ -282,15 +300,15 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     return states
 
 
-def save(run: Run, epoch: int, step: int, sums: EpochSums, workers: int) -> None:
+def save(run: Run, epoch: int, step: int, sums: EpochSums) -> None:
     """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk."""
     ranks = gather_rank_states(run, sums)
     if run.env.is_main:
         path = checkpoint_path(run.config.run_dir)
         save_checkpoint(path, Checkpoint(
             model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
-            scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size,
-            num_workers=workers, ranks=ranks, config=run.config.to_dict()))
+            scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size, ranks=ranks,
+            config=run.config.to_dict()))
         log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
@@ -329,7 +347,7 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
     config = replace(config, dataset_id=manifest.dataset_id())
-    preemption = Preemption(config.signal)  # before loader workers fork: they inherit the harmless handler
+    preemption = Preemption(config.signal)
     if env.launcher == "single" and env.job_tasks > 1:
         log.warning("SLURM_NTASKS=%d but this process is not an srun step: training as ONE process. "
                     "Run it as `srun python -m train` to use every task.", env.job_tasks)
@@ -342,51 +360,54 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     if env.world_size > 1:
         init_distributed(env, device, config.dist_timeout)
         control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
+    run = None
     try:
         run = build_run(config, env, manifest, device, control, preemption)
+        if env.is_main:
+            log.info("%s", run.loaders["train"].describe())
         return train(run)
     finally:
+        for loader in run.loaders.values() if run else ():
+            loader.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def resume(run: Run) -> tuple[int, int, EpochSums, int]:
-    """(epoch, step, this rank's sums, loader workers of that epoch) to start from: a checkpoint's,
-    when --resume finds one, else the beginning."""
+def resume(run: Run) -> tuple[int, int, EpochSums]:
+    """(epoch, step, this rank's sums) to start from: a checkpoint's, when --resume finds one, else
+    the beginning. The read plan does not depend on the thread count: any --workers resumes."""
     config = run.config
     path = find_checkpoint(config.run_dir, config.resume)
     if path is None:
-        return 0, 0, EpochSums(), config.workers
+        return 0, 0, EpochSums()
     checkpoint = load_checkpoint(path)
     checkpoint.check_resumable(config, run.env.world_size)
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", path, checkpoint.epoch, checkpoint.step)
-    # a mid-epoch plan depends on the worker count: finish that epoch with the same count
-    workers = checkpoint.num_workers if checkpoint.mid_epoch else config.workers
-    return checkpoint.epoch, checkpoint.step, EpochSums(**sums), workers
+    return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
 
 
 def train(run: Run) -> int:
     config = run.config
-    start_epoch, start_step, sums, workers = resume(run)
+    start_epoch, start_step, sums = resume(run)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     for epoch in range(start_epoch, config.epochs):
         if start_step == 0:
             torch.manual_seed(seeded_rng(config.seed, "train", epoch, run.env.rank).getrandbits(63))
-        done, preempted = train_one_epoch(run, epoch, start_step, sums, workers)
+        done, preempted = train_one_epoch(run, epoch, start_step, sums)
         if preempted:
-            save(run, epoch, done, sums, workers)
+            save(run, epoch, done, sums)
             if run.env.is_main:
                 log.info("preempted at epoch %d step %d/%d; resume with --resume auto", epoch, done, run.steps)
                 if config.requeue:
                     requeue_job(run.env.job_id)
             return 0
-        record = epoch_record(run, epoch, done, sums, evaluate(run, config.workers), start_step)
+        record = epoch_record(run, epoch, done, sums, evaluate(run), start_step)
         if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none
             append_metrics(config.run_dir, record)
             log.info("%s", epoch_line(record))
-        save(run, epoch + 1, 0, EpochSums(), config.workers)
-        start_step, sums, workers = 0, EpochSums(), config.workers
+        save(run, epoch + 1, 0, EpochSums())
+        start_step, sums = 0, EpochSums()
     return 0

@@ -1,144 +1,109 @@
-"""CPU decode and augmentation to uint8 HWC arrays; normalisation happens later, on the device.
+"""Which crop and which flip: pure functions of (seed, epoch, sample key), drawn for a whole batch.
 
-Train: torchvision's RandomResizedCrop parameters and a horizontal flip, drawn from a random
-stream seeded by (seed, epoch, sample key), so a sample's augmentation does not depend on which
-worker decodes it or on whether the run was resumed. The JPEG is decoded with PIL's `draft`
-(DCT-domain downscale by 2, 4 or 8) whenever the crop is at least twice the output size, and
-crop + resize is one `resize(box=...)` call on pillow-simd.
+Train: torchvision's RandomResizedCrop (scale 0.08-1, aspect ratio 3/4-4/3, ten tries, then the
+centre crop) and a horizontal flip with probability 1/2, vectorised over the batch with numpy. The
+random numbers come from a counter-based generator (splitmix64) keyed by the sample's 64-bit key
+hash and a per-epoch seed, so a sample's augmentation does not depend on which thread decodes it,
+on the batch it falls in, or on a resume.
 
-Validation: resize the shorter side to size * 256 / 224, centre crop `size` (torchvision's
-Resize(256) + CenterCrop(224)), in the same single resize.
+Validation: resize the shorter side to size * 256 / 224 and centre-crop `size` (torchvision's
+Resize(256) + CenterCrop(224)): the box in source pixels, resized to size x size in one step.
 
-With --decode gpu the workers only draw the same crop and flip (`TrainCrop`, `ValCrop`); the
-batch is decoded on the device with torchvision's batched `decode_jpeg` (nvJPEG) and cropped,
-resized and flipped there (`decode_on_device`, `crop_resize_flip`).
+Boxes are (left, top, right, bottom) in source pixels, float32; the decoder (train/decoder.py)
+or the device (`crop_resize_flip`) resizes each box to size x size.
 """
 
 from __future__ import annotations
 
-import io
 import math
-from contextlib import contextmanager
-
-from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
-from torchvision.io import ImageReadMode, decode_jpeg
-from torchvision.transforms import RandomResizedCrop
 
 from shards.plan import seeded_rng
 
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 RESIZE_FOR_CROP = 256 / 224
+TRIES = 10  # RandomResizedCrop's attempts before the centre-crop fallback
+DRAWS = 2 * TRIES + 3  # uniforms per sample: (area, log ratio) per try, top, left, flip
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def decode_for_crop(image: Image.Image, box: tuple[float, float, float, float], size: int) -> tuple[Image.Image, tuple]:
-    """Decode the (lazily opened) image as small as the crop `box` allows while keeping the crop
-    at least `size` px, and return it with the box in its pixels."""
-    width, height = image.size
-    shrink = min((box[2] - box[0]) / size, (box[3] - box[1]) / size)
-    if shrink >= 2 and image.format == "JPEG":
-        image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
-    fx, fy = width / image.size[0], height / image.size[1]
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    return image, (box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy)
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """Vigna's splitmix64 finaliser, element-wise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
-def to_array(image: Image.Image) -> np.ndarray:
-    return np.asarray(image, dtype=np.uint8).copy()  # writable, owned: safe to hand to torch
+def epoch_key(seed: int, epoch: int) -> np.uint64:
+    """The augmentation stream of an epoch (independent of the read plan's streams)."""
+    return np.uint64(seeded_rng(seed, "augment", epoch).getrandbits(64))
 
 
-@contextmanager
-def seeded_cpu_rng(seed: int):
-    """Seed torch's CPU generator for a block, then restore it (torch.random.fork_rng does the same
-    at 30x the cost, about 200 us per sample, as it also saves every accelerator's state)."""
-    generator = torch.default_generator
-    state = generator.get_state()
-    generator.manual_seed(seed)
-    try:
-        yield
-    finally:
-        generator.set_state(state)
+def uniforms(key_hashes: np.ndarray, seed: int, epoch: int, count: int) -> np.ndarray:
+    """(n, count) float64 in [0, 1): draw j of sample i depends only on (seed, epoch, its key, j)."""
+    streams = splitmix64(key_hashes.astype(np.uint64) ^ epoch_key(seed, epoch))
+    counters = np.arange(count, dtype=np.uint64) * _GOLDEN
+    bits = splitmix64(streams[:, None] ^ counters[None, :])
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
-class TrainTransform:
-    """JPEG bytes -> (size, size, 3) uint8: RandomResizedCrop(size) + horizontal flip."""
+def random_resized_crops(widths: np.ndarray, heights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """torchvision's RandomResizedCrop.get_params for a batch, from u = uniforms(..., DRAWS).
 
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed = size, seed
-
-    def crop_and_flip(self, image: Image.Image, epoch: int, key: str) -> tuple[tuple[int, int, int, int], bool]:
-        """torchvision's RandomResizedCrop.get_params (it reads only the size), seeded per sample."""
-        generator_seed = seeded_rng(self.seed, "augment", epoch, key).getrandbits(63)
-        with seeded_cpu_rng(generator_seed):
-            top, left, h, w = RandomResizedCrop.get_params(image, list(SCALE), list(RATIO))
-            flip = bool(torch.rand(1) < 0.5)
-        return (left, top, left + w, top + h), flip
-
-    def __call__(self, data: bytes, epoch: int, key: str) -> np.ndarray:
-        image = Image.open(io.BytesIO(data))  # reads the header only
-        box, flip = self.crop_and_flip(image, epoch, key)
-        image, box = decode_for_crop(image, box, self.size)
-        image = image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box)
-        if flip:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        return to_array(image)
-
-
-class ValTransform:
-    """JPEG bytes -> (size, size, 3) uint8: Resize(size * 256/224) + CenterCrop(size)."""
-
-    def __init__(self, size: int):
-        self.size = size
-
-    @staticmethod
-    def centre_box(width: int, height: int) -> tuple[float, float, float, float]:
-        """The centre crop, in source pixels, that Resize(size*256/224) + CenterCrop(size) keeps."""
-        side = min(width, height) / RESIZE_FOR_CROP
-        left, top = (width - side) / 2, (height - side) / 2
-        return left, top, left + side, top + side
-
-    def __call__(self, data: bytes, epoch: int = 0, key: str = "") -> np.ndarray:
-        image = Image.open(io.BytesIO(data))
-        image, box = decode_for_crop(image, self.centre_box(*image.size), self.size)
-        return to_array(image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box))
+    Returns float32 (n, 4) boxes (left, top, right, bottom) with integer corners, as torchvision's.
+    """
+    w, h = widths.astype(np.float64)[:, None], heights.astype(np.float64)[:, None]
+    area = w * h * (SCALE[0] + (SCALE[1] - SCALE[0]) * u[:, :TRIES])
+    log_lo, log_hi = math.log(RATIO[0]), math.log(RATIO[1])
+    aspect = np.exp(log_lo + (log_hi - log_lo) * u[:, TRIES:2 * TRIES])
+    cw, ch = np.rint(np.sqrt(area * aspect)), np.rint(np.sqrt(area / aspect))  # round half to even, as round()
+    fits = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+    first = fits.argmax(axis=1)
+    rows = np.arange(len(u))
+    found = fits[rows, first]
+    cw, ch = cw[rows, first], ch[rows, first]
+    w, h = w[:, 0], h[:, 0]
+    top = np.floor(u[:, 2 * TRIES] * (h - ch + 1))
+    left = np.floor(u[:, 2 * TRIES + 1] * (w - cw + 1))
+    # none of the ten fit: the centre crop, clamped to the aspect ratios
+    in_ratio = w / h
+    fw = np.where(in_ratio > RATIO[1], np.rint(h * RATIO[1]), w)
+    fh = np.where(in_ratio < RATIO[0], np.rint(w / RATIO[0]), h)
+    cw, ch = np.where(found, cw, fw), np.where(found, ch, fh)
+    top = np.where(found, top, (h - ch) // 2)
+    left = np.where(found, left, (w - cw) // 2)
+    return np.stack([left, top, left + cw, top + ch], axis=1).astype(np.float32)
 
 
-# ---------------------------------------------------------------- --decode gpu: workers crop, the device decodes
-
-class EncodedCrop(NamedTuple):
-    """What a loader worker hands over for device decode: the JPEG bytes, the crop box in source
-    pixels (left, top, right, bottom) and the flip; the device does the decoding and resizing."""
-    data: bytes  # the file, as read: collate joins a batch's files into one tensor
-    box: torch.Tensor  # float32 (4,)
-    flip: bool
-    size: int  # output side in pixels
+def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray, seed: int,
+                epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """RandomResizedCrop boxes (float32 (n, 4)) and horizontal flips (bool (n,)) for a batch."""
+    u = uniforms(key_hashes, seed, epoch, DRAWS)
+    return random_resized_crops(widths, heights, u), u[:, 2 * TRIES + 2] < 0.5
 
 
-class TrainCrop(TrainTransform):
-    """TrainTransform's crop and flip (same seeded draw per sample), without decoding."""
+def centre_crops(widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
+    """The centre crop, in source pixels, that Resize(size*256/224) + CenterCrop(size) keeps."""
+    w, h = widths.astype(np.float64), heights.astype(np.float64)
+    side = np.minimum(w, h) / RESIZE_FOR_CROP
+    left, top = (w - side) / 2, (h - side) / 2
+    return np.stack([left, top, left + side, top + side], axis=1).astype(np.float32)
 
-    def __call__(self, data: bytes, epoch: int, key: str) -> EncodedCrop:
-        box, flip = self.crop_and_flip(Image.open(io.BytesIO(data)), epoch, key)
-        return EncodedCrop(data, torch.tensor(box, dtype=torch.float32), flip, self.size)
 
-
-class ValCrop(ValTransform):
-    """ValTransform's centre crop, without decoding."""
-
-    def __call__(self, data: bytes, epoch: int = 0, key: str = "") -> EncodedCrop:
-        box = self.centre_box(*Image.open(io.BytesIO(data)).size)
-        return EncodedCrop(data, torch.tensor(box, dtype=torch.float32), False, self.size)
-
+# ---------------------------------------------------------------- --decode gpu: the device decodes
 
 def decode_on_device(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Batched decode (nvJPEG on a GPU) to CHW uint8 on `device`; an image the batched decoder
     refuses is decoded alone, and on the CPU if the device refuses it too."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
     try:
         return decode_jpeg(jpegs, device=device, mode=ImageReadMode.RGB)
     except RuntimeError:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import train.bench
 from shards.manifest import read_complete_manifest
 from shards.resources import available_cpus, log_pil_build
-from train.bench.loaders import decode_ceiling, extract_image_folder, our_batches
+from train.bench.loaders import Ours, extract_image_folder
 from train.bench.measure import global_rate, measure_data, measure_feed, measure_full, measure_model
 from train.bench.report import plot, summarise, table
 from train.cluster import device_for, dist_env, init_distributed
@@ -98,29 +98,27 @@ def main(argv: list[str] | None = None) -> int:
     stats, jpegs = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
              "data": str(root), "baseline_data": args.baseline_data or str(root)}
-    data, ceiling = None, None
+    data = None
     if "data" in modes:
         baseline_root = Path(args.baseline_data or args.data)
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
             folder = extract_image_folder(read_complete_manifest(baseline_root), baseline_root, Path(tmp) / "imagefolder")
-            data = measure_data(args, manifest, root, env, worker_counts(args.workers), folder)
+            data = measure_data(args, manifest, root, env, worker_counts(args.workers), folder, jpegs[:300])
         for row in data["sweep"]:
-            for key in ("ours", "baseline", "dali"):
+            for key in ("ours", "pil", "baseline", "dali"):
                 if key in row:
                     row[key] = global_rate(row[key], env)
         data["cold"] = {k: global_rate(v, env) for k, v in data["cold"].items()}
-        ceiling = decode_ceiling(jpegs[:500])
     num_classes = manifest.num_classes
     if "model" in modes:
         extra["model_images_per_sec"] = global_rate(measure_model(args, num_classes, env, device), env)
-    feed = lambda: our_batches(manifest, root, max(worker_counts(args.workers)), args.model_batch_size,
-                               args.image_size, rank=env.rank, world_size=env.world_size, decode=args.decode,
-                               pin_memory=device.type == "cuda")
+    feed = lambda: Ours(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
+                        rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=device.type == "cuda")
     if "feed" in modes:
         extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed()), env)
     if "full" in modes:
         extra["full_images_per_sec"] = global_rate(measure_full(args, num_classes, env, device, feed()), env)
-    record = summarise(data, ceiling, stats, extra)
+    record = summarise(data, stats, extra)
     if env.is_main:
         run_dir = Path(args.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)

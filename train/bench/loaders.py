@@ -4,24 +4,19 @@ pipeline when installed, and the decode-only ceiling; plus the workers' memory p
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
-import time
 from pathlib import Path
 from typing import Iterator
 
-import torch
-from PIL import Image
 from torch.utils.data import DataLoader, RandomSampler
 from torchvision import datasets
 from torchvision import transforms as T
-from torchvision.io import decode_jpeg
 
 from shards.manifest import Manifest
 from shards.plan import steps_per_epoch
 from train.config import ConfigError
-from train.data import IMAGENET_MEAN, IMAGENET_STD, PlanArgs, planned_loader
+from train.data import IMAGENET_MEAN, IMAGENET_STD, Loader, PlanArgs, ShardSet
 
 
 def worker_rss_mb() -> list[float]:
@@ -42,19 +37,33 @@ def worker_rss_mb() -> list[float]:
 
 # ---------------------------------------------------------------- ours
 
-def our_batches(manifest: Manifest, root: Path, workers: int, batch: int, size: int, *, rank: int = 0,
-                world_size: int = 1, decode: str = "cpu", pin_memory: bool = False,
-                shuffle_buffer: int = 1000) -> Iterator[tuple]:
-    """Our training loader, epoch after epoch (seed 0), as python -m train reads it."""
-    shards = manifest.splits["train"].shards
-    sizes = [s.samples for s in shards]
-    if steps_per_epoch(sum(sizes), world_size, batch) == 0:
-        raise ConfigError(f"{sum(sizes)} training samples make no batch of {batch} per rank: lower --batch-size")
-    for epoch in itertools.count():
-        args = PlanArgs(split="train", shard_sizes=sizes, epoch=epoch, seed=0, world_size=world_size, rank=rank,
-                        num_workers=workers, batch_size=batch, shuffle_buffer=shuffle_buffer)
-        yield from planned_loader([root / s.name for s in shards], args, image_size=size, decode=decode,
-                                  pin_memory=pin_memory)
+class Ours:
+    """Our training loader (train.data.Loader), epoch after epoch (seed 0), as python -m train reads
+    it; iterate it for batches, `close()` it after."""
+
+    def __init__(self, manifest: Manifest, root: Path, threads: int, batch: int, size: int, *, rank: int = 0,
+                 world_size: int = 1, decode: str = "cpu", pin_memory: bool = False, shuffle_buffer: int = 1000):
+        shards = manifest.splits["train"].shards
+        self.sizes = [s.samples for s in shards]
+        if steps_per_epoch(sum(self.sizes), world_size, batch) == 0:
+            raise ConfigError(f"{sum(self.sizes)} training samples make no batch of {batch} per rank: lower --batch-size")
+        self.shards = ShardSet([root / s.name for s in shards], self.sizes)
+        self.loader = Loader(self.shards, batch_size=batch, image_size=size, threads=threads, decode=decode,
+                             pin_memory=pin_memory)
+        self.rank, self.world_size, self.batch, self.shuffle_buffer = rank, world_size, batch, shuffle_buffer
+
+    def __iter__(self) -> Iterator[tuple]:
+        for epoch in itertools.count():
+            yield from self.loader.epoch(PlanArgs(
+                split="train", shard_sizes=self.sizes, epoch=epoch, seed=0, world_size=self.world_size,
+                rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer))
+
+    def memory_mb(self) -> float:
+        return self.loader.memory_bytes() / 2**20
+
+    def close(self) -> None:
+        self.loader.close()
+        self.shards.close()
 
 
 # ---------------------------------------------------------------- the baseline users run today
@@ -80,31 +89,6 @@ def baseline_loader(folder: Path, workers: int, batch: int, size: int, images: i
     sampler = RandomSampler(dataset, num_samples=images + 64 * batch)
     return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,
                       prefetch_factor=4 if workers else None)
-
-
-# ---------------------------------------------------------------- the decode-only ceiling
-
-def decode_ceiling(jpegs: list[bytes]) -> tuple[str, float]:
-    """Full-resolution decode to RGB of the same images, one core: (fastest decoder, images/s)."""
-    decoders = {
-        "PIL": lambda data: Image.open(io.BytesIO(data)).convert("RGB"),
-        "torchvision.io.decode_jpeg": lambda data: decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8)),
-    }
-    rates = {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for name, decode in decoders.items():
-            for data in jpegs[:10]:
-                decode(data)
-            start = time.perf_counter()
-            for data in jpegs:
-                decode(data)
-            rates[name] = len(jpegs) / (time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(threads)
-    best = max(rates, key=rates.get)
-    return best, rates[best]
 
 
 # ---------------------------------------------------------------- NVIDIA DALI, the strongest CPU peer

@@ -3,6 +3,7 @@ measurement, and the sum over ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import tempfile
@@ -15,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from shards.resources import evict_from_page_cache
-from train.bench.loaders import (
-    baseline_loader, dali_available, dali_batches, dali_loader, our_batches, worker_rss_mb,
-)
+from train.bench.decoders import decode_ceiling
+from train.bench.loaders import Ours, baseline_loader, dali_available, dali_batches, dali_loader, worker_rss_mb
+from train.bench.pil_loader import pil_batches
 from train.data import DeviceBatches, to_device
 from train.loop import amp_dtype_for, build_model, build_optimizer, step_module, train_step
 
@@ -65,37 +66,56 @@ def device_sync(device: torch.device) -> Callable[[], None]:
 
 # ---------------------------------------------------------------- data mode
 
-def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path) -> dict:
-    """Ours and the baseline at each worker count (warm), plus one cold pass each at the largest."""
+@contextlib.contextmanager
+def streaming(ours: Ours):
+    """Our loader's batches; afterwards the loader's threads, buffers and maps are released."""
+    batches = iter(ours)
+    try:
+        yield batches
+    finally:
+        batches.close()
+        ours.close()
+
+
+def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path, jpegs: list[bytes]) -> dict:
+    """At each worker (or thread) count, warm: ours, today's PIL path, the ImageFolder baseline and
+    DALI when installed; plus one cold pass each of ours and the baseline at the largest count.
+    The decode ceiling (the fastest full decode of `jpegs`, in w threads) is measured right after ours.
+    Memory: ours is what the loader holds (ring of batch buffers and sample table: no workers);
+    the others' is the largest resident size of their worker processes."""
     shards = [root / s.name for s in manifest.splits["train"].shards]
     baseline_files = sorted(folder.rglob("*.JPEG"))
-    ours_of = lambda w: our_batches(manifest, root, w, args.batch_size, args.image_size, rank=env.rank,
-                                    world_size=env.world_size)
+    ours_of = lambda w: Ours(manifest, root, w, args.batch_size, args.image_size, rank=env.rank,
+                             world_size=env.world_size)
     base_of = lambda w: baseline_loader(folder, w, args.batch_size, args.image_size, args.images)
+    rate = lambda batches: time_batches(batches, args.images, args.warmup_batches).per_sec
     top = max(workers_list)
     result = {"cold": {}, "sweep": []}
     evict_from_page_cache(shards)
-    result["cold"]["ours"] = time_batches(ours_of(top), args.images, args.warmup_batches).per_sec
+    with streaming(ours_of(top)) as batches:
+        result["cold"]["ours"] = rate(batches)
     evict_from_page_cache(baseline_files)
-    result["cold"]["baseline"] = time_batches(base_of(top), args.images, args.warmup_batches).per_sec
+    result["cold"]["baseline"] = rate(base_of(top))
     for w in workers_list:
-        ours_iter = iter(ours_of(w))
-        ours = time_batches(ours_iter, args.images, args.warmup_batches)
-        ours_rss = worker_rss_mb()
-        del ours_iter
-        base_iter = iter(base_of(w))
-        base = time_batches(base_iter, args.images, args.warmup_batches)
-        base_rss = worker_rss_mb()
-        del base_iter
-        row = {"workers": w, "ours": ours.per_sec, "baseline": base.per_sec,
-               "ours_worker_rss_mb": max(ours_rss, default=0.0), "baseline_worker_rss_mb": max(base_rss, default=0.0)}
+        row = {"workers": w}
+        ours = ours_of(w)
+        with streaming(ours) as batches:
+            row["ours"], row["ours_memory_mb"] = rate(batches), ours.memory_mb()
+        # right after ours, as the machine is now: these shared VMs change speed from minute to minute
+        row["ceiling_decoder"], row["ceiling_per_core"] = decode_ceiling(jpegs, threads=w)
+        for name, loader in (("pil", pil_batches(manifest, root, w, args.batch_size, args.image_size)),
+                             ("baseline", base_of(w))):
+            batches = iter(loader)
+            row[name] = rate(batches)
+            row[f"{name}_worker_rss_mb"] = max(worker_rss_mb(), default=0.0)
+            del batches  # its workers stop
         if dali_available() and not args.no_dali:
             with tempfile.TemporaryDirectory() as index_dir:
                 dali = dali_loader(manifest, root, Path(index_dir), w, args.batch_size, args.image_size)
-                row["dali"] = time_batches(dali_batches(dali), args.images, args.warmup_batches).per_sec
+                row["dali"] = rate(dali_batches(dali))
         result["sweep"].append(row)
-        log.info("data, %d workers: ours %.0f img/s, baseline %.0f%s", w, row["ours"], row["baseline"],
-                 f", DALI {row['dali']:.0f}" if "dali" in row else "")
+        log.info("data, %d workers: ours %.0f img/s, PIL path %.0f, baseline %.0f%s", w, row["ours"], row["pil"],
+                 row["baseline"], f", DALI {row['dali']:.0f}" if "dali" in row else "")
     return result
 
 
@@ -125,18 +145,18 @@ def measure_model(args, num_classes: int, env, device: torch.device) -> float:
                         device_sync(device)).per_sec
 
 
-def measure_full(args, num_classes: int, env, device: torch.device, batches: Iterable[tuple]) -> float:
+def measure_full(args, num_classes: int, env, device: torch.device, ours: Ours) -> float:
     """Images/s of the training step fed by our loader through DeviceBatches, end to end."""
     step = training_step(args, num_classes, env, device)
-    with DeviceBatches(batches, device) as on_device:
+    with streaming(ours) as batches, DeviceBatches(batches, device) as on_device:
         return time_batches(on_device, args.steps * args.model_batch_size, args.warmup_batches, step,
                             device_sync(device)).per_sec
 
 
-def measure_feed(args, device: torch.device, batches: Iterable[tuple]) -> float:
+def measure_feed(args, device: torch.device, ours: Ours) -> float:
     """Images/s of our loader onto the device (the copy, or with --decode gpu the device decode),
     no model: how fast the data path could feed the training step."""
-    with DeviceBatches(batches, device) as on_device:
+    with streaming(ours) as batches, DeviceBatches(batches, device) as on_device:
         return time_batches(on_device, args.steps * args.model_batch_size, args.warmup_batches, lambda b: None,
                             device_sync(device)).per_sec
 

@@ -10,23 +10,22 @@ import time
 from pathlib import Path
 
 import torch
-import webdataset as wds
 
 from shards.manifest import read_manifest
-from train.data import collate, to_device
-from train.transforms import TrainCrop, TrainTransform, crop_resize_flip, decode_on_device
+from train.data import Loader, PlanArgs, ShardSet, to_device
+from train.transforms import crop_resize_flip, decode_on_device
 
 BATCH = 256
 
 
-def first_samples(root: Path, count: int) -> list[dict]:
-    samples = []
-    for shard in read_manifest(root).splits["train"].shards:
-        for sample in wds.WebDataset(str(root / shard.name), shardshuffle=False):
-            samples.append(sample)
-            if len(samples) == count:
-                return samples
-    return samples
+def first_batch(root: Path, decode: str):
+    shards = read_manifest(root).splits["train"].shards
+    shard_set = ShardSet([root / s.name for s in shards], [s.samples for s in shards])
+    args = PlanArgs(split="train", shard_sizes=shard_set.sizes, epoch=0, seed=0, world_size=1, rank=0,
+                    batch_size=BATCH, shuffle_buffer=1000)
+    with Loader(shard_set, batch_size=BATCH, image_size=224, threads=4, decode=decode, pin_memory=True) as loader:
+        batch = next(loader.epoch(args))
+        return batch.images.clone() if decode == "cpu" else batch.images
 
 
 def report(name: str, call, repeats: int = 10) -> None:
@@ -44,9 +43,7 @@ def report(name: str, call, repeats: int = 10) -> None:
 
 def main(root: Path) -> None:
     device = torch.device("cuda")
-    samples = first_samples(root, BATCH)
-    encoded, _, _ = collate([(TrainCrop(224, 0)(s["jpg"], 0, s["__key__"]), 0, 0) for s in samples])
-    decoded = collate([(torch.from_numpy(TrainTransform(224, 0)(s["jpg"], 0, s["__key__"])), 0, 0) for s in samples])[0]
+    encoded, decoded = first_batch(root, "gpu"), first_batch(root, "cpu")
     pinned = decoded.pin_memory()
     on_device = decode_on_device(encoded.jpegs, device)
     print(torch.cuda.get_device_name(device), f"batch {BATCH}")
