@@ -46,7 +46,7 @@ def first_batch(prepared, split: str, size: int, decode: str):
     shard_set = ShardSet([prepared / s.name for s in shards], [s.samples for s in shards])
     args = PlanArgs(split=split, shard_sizes=shard_set.sizes, epoch=0, seed=1, world_size=1, rank=0, batch_size=16,
                     shuffle_buffer=8)
-    with Loader(shard_set, batch_size=16, image_size=size, threads=2, decode=decode, pin_memory=True) as loader:
+    with Loader({split: shard_set}, batch_size=16, image_size=size, threads=2, decode=decode, pin_memory=True) as loader:
         batch = next(loader.epoch(args))
         return to_device(batch.images, CUDA)
 

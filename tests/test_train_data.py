@@ -33,7 +33,7 @@ def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, w
 def epoch_batches(shards: ShardSet, threads: int, size=32, **plan) -> list[Batch]:
     """Every batch of an epoch, copied out of the ring buffers (a batch is valid until the next)."""
     batch = plan.get("batch", 4)
-    with Loader(shards, batch_size=batch, image_size=size, threads=threads) as loader:
+    with Loader({plan.get("split", "train"): shards}, batch_size=batch, image_size=size, threads=threads) as loader:
         return [Batch(b.images.clone(), b.labels, b.key_hashes, b.bad) for b in loader.epoch(plan_args(shards, **plan))]
 
 
@@ -61,6 +61,7 @@ def test_validation_reads_every_sample_once_with_its_label(prepared):
 def test_validation_pixels_are_the_centre_crop(prepared):
     shards = shard_set(prepared, "val")
     (first, *_) = epoch_batches(shards, threads=1, split="val", batch=4, size=48)
+    shards.ensure_indexed(np.arange(4))  # the loader closed its shard sets; map them again
     for i in range(4):
         data = bytes(shards.images(np.array([i])).data(0))
         width, height = Image.open(io.BytesIO(data)).size
@@ -99,7 +100,7 @@ def test_ranks_read_disjoint_samples(prepared):
 
 def test_leaving_an_epoch_early_and_starting_another(prepared):
     shards = shard_set(prepared)
-    with Loader(shards, batch_size=4, image_size=32, threads=2) as loader:
+    with Loader({"train": shards}, batch_size=4, image_size=32, threads=2) as loader:
         batches = loader.epoch(plan_args(shards))
         next(batches)
         batches.close()  # a preemption: the queued decodes are dropped
@@ -123,7 +124,7 @@ def test_images_the_decoder_refuses_go_through_pil_counted_and_logged_once(tmp_p
     write_shard(tmp_path / "s.tar", [(f"k{i}", cmyk(d) if i in (1, 4) else d, i) for i, d in enumerate(good)])
     shards = ShardSet([tmp_path / "s.tar"], [6])
     with caplog.at_level(logging.WARNING, logger="train"), \
-            Loader(shards, batch_size=3, image_size=40, threads=2) as loader:
+            Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
         batches = [b.images.clone() for b in loader.epoch(plan_args(shards, split="val", batch=3))]
         assert loader.fallbacks == 2
     assert caplog.text.count("decoded by the PIL path") == 1
@@ -141,7 +142,7 @@ def test_a_damaged_sample_is_left_out_and_named(tmp_path):
     broken = good[2][:middle] + b"\xff\xd9" + good[2][middle + 2:]
     write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 2 else d, i) for i, d in enumerate(good)])
     shards = ShardSet([tmp_path / "s.tar"], [6])
-    with Loader(shards, batch_size=3, image_size=40, threads=2) as loader:
+    with Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
         batches = list(loader.epoch(plan_args(shards, split="val", batch=3)))
     assert [len(b.labels) for b in batches] == [2, 3]
     assert batches[0].labels.tolist() == [0, 1] and batches[0].bad == ((f"{tmp_path / 's.tar'}: k2", "damaged JPEG data"),)
@@ -159,7 +160,7 @@ def test_device_decode_batches_carry_the_same_crops(prepared):
     """--decode gpu's path, on the CPU device: the threads only draw crops; the device decodes."""
     shards = shard_set(prepared, "val")
     cpu = epoch_batches(shards, 1, split="val", batch=6, size=48)[0]
-    with Loader(shards, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
+    with Loader({"val": shards}, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
         encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
     assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
     device = to_device(encoded.images, torch.device("cpu"))

@@ -199,14 +199,15 @@ class Chunk:
 
 
 class Loader:
-    """Batches of one split for this rank, decoded by `threads` threads (see the module doc).
+    """Batches of the splits' shards for this rank, decoded by `threads` threads (see the module doc).
 
-    `epoch()` returns the epoch's batches. The pinned ring of `ring` batch buffers and the thread
-    pool live as long as the Loader: `close()` it (or use it as a context manager)."""
+    `epoch()` returns an epoch's batches of one split. The thread pool and the pinned ring of
+    `ring` batch buffers serve every split (one epoch at a time) and live as long as the Loader:
+    `close()` it (or use it as a context manager); it closes the shard sets too."""
 
-    def __init__(self, shards: ShardSet, *, batch_size: int, image_size: int, threads: int, decode: str = "cpu",
-                 pin_memory: bool = False, ring: int = 4):
-        self.shards, self.batch_size, self.size, self.decode = shards, batch_size, image_size, decode
+    def __init__(self, splits: dict[str, ShardSet], *, batch_size: int, image_size: int, threads: int,
+                 decode: str = "cpu", pin_memory: bool = False, ring: int = 4):
+        self.splits, self.batch_size, self.size, self.decode = splits, batch_size, image_size, decode
         self.threads, self.pin_memory, self.ring_size = max(1, threads), pin_memory, ring
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
         self.ring: list[torch.Tensor] = []
@@ -220,26 +221,29 @@ class Loader:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        for shards in self.splits.values():
+            shards.close()
 
     def describe(self) -> str:
         return f"decoder: {decoder.NAME}, {self.threads} threads" if self.decode == "cpu" else \
             f"decoder: the device's (--decode gpu), crops drawn by {self.threads} threads"
 
     def memory_bytes(self) -> int:
-        """What the loader holds: its ring of batch buffers and the split's sample table."""
-        table = sum(a.nbytes for a in (self.shards.shard, self.shards.key_at, self.shards.jpg_at,
-                                       self.shards.jpg_len, self.shards.labels, self.shards.hashes))
-        return sum(t.numel() for t in self.ring) + table
+        """What the loader holds: its ring of batch buffers and the splits' sample tables."""
+        tables = sum(a.nbytes for s in self.splits.values()
+                     for a in (s.shard, s.key_at, s.jpg_at, s.jpg_len, s.labels, s.hashes))
+        return sum(t.numel() for t in self.ring) + tables
 
     def epoch(self, args: PlanArgs) -> Iterator[Batch]:
         """The rank's batches of an epoch from `args.start_step` on: whole batches in training,
         and a last partial one in validation."""
-        ids = self.shards.ids(plan_for(args))[args.start_step * args.batch_size:]
+        shards = self.splits[args.split]
+        ids = shards.ids(plan_for(args))[args.start_step * args.batch_size:]
         batches = [ids[i:i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
         augment = (args.seed, args.epoch) if args.split == "train" else None
-        return self._decoded(batches, augment)
+        return self._decoded(shards, batches, augment)
 
-    def _decoded(self, batches: list[np.ndarray], augment: tuple[int, int] | None) -> Iterator[Batch]:
+    def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None) -> Iterator[Batch]:
         """Batch k decodes into ring slot k mod R; R - 1 batches decode ahead of the one the caller
         holds, and a slot is reused only once the caller has asked for the batch after it."""
         if not self.ring and self.decode == "cpu":
@@ -250,24 +254,24 @@ class Loader:
         try:
             for k in range(len(batches)):
                 while submitted < len(batches) and submitted < k + self.ring_size:
-                    in_flight.append(self._submit(batches[submitted], submitted % self.ring_size, augment))
+                    in_flight.append(self._submit(shards, batches[submitted], submitted % self.ring_size, augment))
                     submitted += 1
                 yield self._finish(*in_flight.popleft())
         finally:
-            for _, chunks, futures, _ in in_flight:  # the caller left early: stop what is queued
+            for _, _, _, futures, _ in in_flight:  # the caller left early: stop what is queued
                 for f in futures:
                     f.cancel()
-            for _, chunks, futures, _ in in_flight:
+            for _, _, _, futures, _ in in_flight:
                 for f in futures:
                     if not f.cancelled():
                         f.exception()  # wait: a running task still writes into its ring slot
 
-    def _submit(self, ids: np.ndarray, slot: int, augment) -> tuple:
+    def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> tuple:
         """Read the batch's image sizes from their headers and draw every crop at once (a few
         numpy calls for the batch), then queue its decode in chunks."""
-        self.shards.ensure_indexed(ids)
-        images = self.shards.images(ids)
-        hashes = self.shards.hashes[ids]
+        shards.ensure_indexed(ids)
+        images = shards.images(ids)
+        hashes = shards.hashes[ids]
         dims, status = decoder.image_sizes(images)
         if augment is None:
             boxes, flips = centre_crops(dims[:, 0], dims[:, 1]), np.zeros(len(ids), bool)
@@ -280,7 +284,7 @@ class Loader:
         if self.decode == "cpu":
             futures = [self.pool.submit(self._decode_chunk, chunk, self.ring[slot].numpy(), augment)
                        for chunk in chunks]
-        return ids, chunks, futures, slot
+        return shards, ids, chunks, futures, slot
 
     def _decode_chunk(self, chunk: Chunk, out: np.ndarray, augment) -> None:
         decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
@@ -307,7 +311,7 @@ class Loader:
         chunk.fallbacks += 1
         return decoder.DECODED
 
-    def _finish(self, ids: np.ndarray, chunks: list[Chunk], futures: list[Future], slot: int) -> Batch:
+    def _finish(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], futures: list[Future], slot: int) -> Batch:
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
@@ -319,10 +323,10 @@ class Loader:
             self.fallbacks += fallbacks
         good = status == decoder.DECODED
         keep = np.flatnonzero(good)
-        bad = tuple((self.shards.describe(int(ids[i])), decoder.WHY.get(int(status[i]), "undecodable"))
+        bad = tuple((shards.describe(int(ids[i])), decoder.WHY.get(int(status[i]), "undecodable"))
                     for i in np.flatnonzero(~good).tolist())
-        labels = torch.from_numpy(self.shards.labels[ids[keep]])
-        hashes = torch.from_numpy((self.shards.hashes[ids[keep]] >> np.uint64(64 - KEY_HASH_BITS)).astype(np.int64))
+        labels = torch.from_numpy(shards.labels[ids[keep]])
+        hashes = torch.from_numpy((shards.hashes[ids[keep]] >> np.uint64(64 - KEY_HASH_BITS)).astype(np.int64))
         if self.decode == "gpu":
             return Batch(self._encoded(chunks, keep), labels, hashes, bad)
         images = self.ring[slot]

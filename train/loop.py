@@ -76,7 +76,7 @@ class Run:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
-    loaders: dict[str, Loader]  # per split: the threads and pinned buffers that decode its batches
+    loader: Loader  # the threads and pinned buffers that decode both splits' batches
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
 
@@ -149,17 +149,14 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, loaders=build_loaders(config, manifest, device), control=control, preemption=preemption)
+               steps=steps, loader=build_loader(config, manifest, device), control=control, preemption=preemption)
 
 
-def build_loaders(config: TrainConfig, manifest: Manifest, device: torch.device) -> dict[str, Loader]:
-    loaders = {}
-    for split in SPLITS:
-        shards = manifest.splits[split].shards
-        shard_set = ShardSet([Path(config.data) / s.name for s in shards], [s.samples for s in shards])
-        loaders[split] = Loader(shard_set, batch_size=config.batch_size, image_size=config.image_size,
-                                threads=config.workers, decode=config.decode, pin_memory=device.type == "cuda")
-    return loaders
+def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) -> Loader:
+    splits = {split: ShardSet([Path(config.data) / s.name for s in manifest.splits[split].shards],
+                              [s.samples for s in manifest.splits[split].shards]) for split in SPLITS}
+    return Loader(splits, batch_size=config.batch_size, image_size=config.image_size, threads=config.workers,
+                  decode=config.decode, pin_memory=device.type == "cuda")
 
 
 def loader_for(run: Run, split: str, epoch: int, start_step: int):
@@ -167,7 +164,7 @@ def loader_for(run: Run, split: str, epoch: int, start_step: int):
     args = PlanArgs(split=split, shard_sizes=[s.samples for s in run.manifest.splits[split].shards], epoch=epoch,
                     seed=c.seed, world_size=run.env.world_size, rank=run.env.rank, batch_size=c.batch_size,
                     shuffle_buffer=c.shuffle_buffer, start_step=start_step)
-    return run.loaders[split].epoch(args)
+    return run.loader.epoch(args)
 
 
 def refuse_bad_samples(bad: tuple) -> None:
@@ -364,11 +361,11 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
-            log.info("%s", run.loaders["train"].describe())
+            log.info("%s", run.loader.describe())
         return train(run)
     finally:
-        for loader in run.loaders.values() if run else ():
-            loader.close()
+        if run is not None:
+            run.loader.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

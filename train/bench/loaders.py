@@ -47,8 +47,7 @@ class Ours:
         self.sizes = [s.samples for s in shards]
         if steps_per_epoch(sum(self.sizes), world_size, batch) == 0:
             raise ConfigError(f"{sum(self.sizes)} training samples make no batch of {batch} per rank: lower --batch-size")
-        self.shards = ShardSet([root / s.name for s in shards], self.sizes)
-        self.loader = Loader(self.shards, batch_size=batch, image_size=size, threads=threads, decode=decode,
+        self.loader = Loader({"train": ShardSet([root / s.name for s in shards], self.sizes)}, batch_size=batch, image_size=size, threads=threads, decode=decode,
                              pin_memory=pin_memory)
         self.rank, self.world_size, self.batch, self.shuffle_buffer = rank, world_size, batch, shuffle_buffer
 
@@ -63,7 +62,6 @@ class Ours:
 
     def close(self) -> None:
         self.loader.close()
-        self.shards.close()
 
 
 # ---------------------------------------------------------------- the baseline users run today
