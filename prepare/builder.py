@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -22,20 +23,23 @@ import re
 import resource
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from prepare.images import BadImage, Prepared, prepare_image
+from prepare.labels import LabelError
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
+from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
 from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
-    DatasetNotReady, Manifest, ShardInfo, SplitInfo, find_damage, fsync_dir, manifest_path, read_manifest,
-    write_manifest,
+    DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
+    read_manifest, write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import log_pil_build
@@ -60,6 +64,7 @@ class PrepareConfig:
     quality: int = 90  # JPEG quality of re-encoded images
     skip_bad: bool = False
     force: bool = False
+    verify: bool = False  # read every shard of an existing dataset against its checksums
     workers: int = 1
     progress_interval: float = 10.0
 
@@ -78,17 +83,50 @@ def prepare(config: PrepareConfig) -> Manifest:
                 "options": config.output_options()}
     make_dest(dest)
     with exclusive_lock(dest):
-        existing = verified_existing(dest, identity, config.force)
+        existing, damaged = verified_existing(dest, identity, config)
         if existing is not None:
             return existing
         remove_incomplete(dest)
         source = open_source(source_root)
-        check_free_space(dest, source, config)
-        manifest = build(source, dest, config, identity)
-        write_manifest(dest, manifest)
-        shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+        manifest = build_or_clean_up(source, dest, config, identity)
     log_summary(dest, manifest)
+    if damaged is not None:
+        report_rebuild(damaged, manifest)
     return manifest
+
+
+def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+    """Build and write the manifest; on any failure remove what this run wrote (spills, shards)
+    before the error leaves, and name a full disk in one line."""
+    state = RunState(free_at_start=free_bytes(dest))
+    try:
+        manifest = build(source, dest, config, identity, state)
+        state.during = "writing the manifest"
+        write_manifest(dest, manifest)
+    except BaseException as exn:
+        remove_this_run(dest)
+        if is_out_of_space(exn):
+            raise PrepareError(out_of_space_message(dest, state.during, state.needed, state.free_at_start)) from None
+        raise
+    shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+    return manifest
+
+
+@dataclass
+class RunState:
+    """Where a build is, for the message if the disk fills."""
+    free_at_start: int
+    during: str = "starting"
+    needed: int = 0  # bytes, the largest estimate so far
+
+
+def remove_this_run(dest: Path) -> None:
+    """What a failed run wrote: its scratch and its shards (remove_incomplete emptied the shard
+    folders before it started, so whatever is there now is this run's)."""
+    shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+    for split in SPLITS:
+        for path in (dest / split).glob("*.tar"):
+            path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- refusals and idempotence
@@ -123,33 +161,79 @@ def exclusive_lock(dest: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def verified_existing(dest: Path, identity: dict, force: bool) -> Manifest | None:
-    """The manifest of a complete dataset made from the same source and options, else None.
+def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tuple[Manifest | None, Manifest | None]:
+    """(the manifest of a complete dataset made from the same source and options, None), or
+    (None, the damaged dataset's manifest when --verify is rebuilding it), or (None, None).
 
-    Refuses (unless --force) to replace a dataset made with other options or found damaged; with
-    --force, removes its manifest first so nothing mistakes the rebuild for complete.
+    Shards are checked by size (fast), and with --verify by their checksums too. Refuses (unless
+    --force, or --verify for a damaged one) to replace a dataset made with other options or found
+    damaged; the manifest goes first, so nothing mistakes the rebuild for complete.
     """
     try:
         manifest = read_manifest(dest)
     except DatasetNotReady:
-        return None
+        return None, None
     old = {"source": manifest.source, "options": manifest.options}
-    problems = find_damage(dest, manifest) if old == identity else []
-    if old == identity and not problems:
-        log.info("%s already holds this dataset (%d train + %d val samples, %d shards verified); nothing to do",
+    same = old == identity
+    problems = find_damage(dest, manifest) if same else []
+    if same and not problems and config.verify:
+        problems = verify_checksums(dest, manifest, config.workers)
+    if same and not problems:
+        log.info("%s already holds this dataset (%d train + %d val samples, %d shards %s); nothing to do",
                  dest, manifest.splits["train"].samples, manifest.splits["val"].samples,
-                 sum(len(s.shards) for s in manifest.splits.values()))
-        return manifest
-    if not force:
+                 sum(len(s.shards) for s in manifest.splits.values()),
+                 "verified by checksum" if config.verify else "present at their sizes")
+        return manifest, None
+    for problem in problems:
+        log.error("damaged: %s", problem)
+    rebuild = same and config.verify
+    if not (config.force or rebuild):
         if problems:
             reason = "is damaged: " + "; ".join(problems[:3])
+            remedy = "Rerun with --verify to rebuild it (the same bytes), or --force to replace it"
         else:
             reason = "was prepared differently: " + "; ".join(describe_difference(old, identity))
-        raise PrepareError(f"{dest} {reason}. Rerun with --force to replace it, or choose another --dest.")
-    log.warning("--force: replacing the dataset in %s", dest)
+            remedy = "Rerun with --force to replace it"
+        raise PrepareError(f"{dest} {reason}. {remedy}, or choose another --dest.")
+    log.warning("%s: %s the dataset in %s", "--verify" if rebuild else "--force",
+                "rebuilding" if rebuild else "replacing", dest)
     manifest_path(dest).unlink()
     fsync_dir(dest)
-    return None
+    return None, manifest if rebuild else None
+
+
+def verify_checksums(dest: Path, manifest: Manifest, workers: int) -> list[str]:
+    """Read every shard, `workers` at a time, against the manifest's checksums; log the speed."""
+    shards = [s for split in SPLITS for s in manifest.splits[split].shards]
+    if any(not s.sha256 for s in shards):
+        raise PrepareError(f"{dest} was prepared before shards had checksums: nothing to verify them against. "
+                           "Rerun with --force to rebuild it with checksums.")
+    start = time.monotonic()
+    total = sum(s.bytes for s in shards)
+    problems = []
+    with Progress("verify", total, "MB", scale=1 / MB, interval=10) as bar, \
+            ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib and reads release the GIL
+        for shard, problem in zip(shards, pool.map(lambda s: checksum_problem(dest, s), shards)):
+            bar.update(shard.bytes)
+            if problem:
+                problems.append(problem)
+    elapsed = max(time.monotonic() - start, 1e-9)
+    rate = total / elapsed / 1e9
+    log.info("verified %d shards, %.2f GB in %.1f s: %.2f GB/s with %d workers (ImageNet's 150 GB: about %.0f min)",
+             len(shards), total / 1e9, elapsed, rate, workers, 150 / rate / 60)
+    return problems
+
+
+def report_rebuild(damaged: Manifest, rebuilt: Manifest) -> None:
+    """The rebuilt shards should be the recorded bytes: every byte depends only on source and options."""
+    before = {s.name: s.sha256 for split in SPLITS for s in damaged.splits[split].shards}
+    after = {s.name: s.sha256 for split in SPLITS for s in rebuilt.splits[split].shards}
+    if before == after:
+        log.info("rebuilt: every shard has the bytes its checksum recorded")
+    else:
+        changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+        log.warning("rebuilt, but %d shard(s) differ from the recorded checksums (e.g. %s): the source read "
+                    "differently this time; the new manifest records the new bytes", len(changed), changed[0])
 
 
 def describe_difference(old: dict, new: dict) -> list[str]:
@@ -180,13 +264,15 @@ def remove_incomplete(dest: Path) -> None:
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 
 
-def check_free_space(dest: Path, source: Source, config: PrepareConfig) -> None:
-    """Shards take about the source's size; spill files are removed as shards are written."""
-    need = int(sum(source.split_bytes(s) for s in SPLITS) * 1.05 + 4 * config.shard_size_mb * MB)
-    free = shutil.disk_usage(dest).free
-    if free < need:
-        raise PrepareError(f"{dest} has {free / 1e9:.1f} GB free; prepare needs about {need / 1e9:.1f} GB "
-                           "(the size of the source). Free space, choose another --dest, or use --resize.")
+def check_free_space(dest: Path, needed: int, what: str, state: RunState) -> None:
+    """Refuse to start a phase that cannot fit: `needed` bytes more on --dest (and a margin)."""
+    needed += MARGIN
+    state.needed = max(state.needed, needed)
+    free = free_bytes(dest)
+    if free < needed:
+        raise PrepareError(f"{dest} has {free / 1e9:.2f} GB free; {what} needs about {needed / 1e9:.2f} GB more "
+                           "(the images once as spill files, then as shards with tar headers). Free space, choose "
+                           "another --dest, or shrink the images with --resize.")
 
 
 # ---------------------------------------------------------------- the build
@@ -199,21 +285,31 @@ class SplitResult:
     source_bytes: int = 0
 
 
-def build(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState) -> Manifest:
     start = time.monotonic()
     raise_open_file_limit()
     # webdataset's tar reader and writer, and torch, which it imports (about 2 s), are imported
     # here, once, before the pool forks: otherwise every worker pays the import on its first task.
     import webdataset  # noqa: F401
     context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
+    shard_bytes = config.shard_size_mb * MB
+    estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
+                                    config.workers) for split in SPLITS}
+    check_free_space(dest, sum(estimate.values()), "the dataset (estimated from the source)", state)
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
     with context.Pool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-        for split in SPLITS:
+        for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
-            num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
+            num_buckets = shard_count(source.split_bytes(split), shard_bytes)
+            state.during = f"spilling the {split} images"
             result = scatter(source, split, num_buckets, work, config, pool)
             shards = deal_into_shards(result.buckets, config.seed)
+            # exact now: the tar overhead of these samples, the shards in flight, the splits to come
+            count = sum(map(len, result.buckets))
+            check_free_space(dest, space_needed(0, count, shard_bytes, config.workers)
+                             + sum(estimate[s] for s in SPLITS[i + 1:]), f"writing the {split} shards", state)
+            state.during = f"writing the {split} shards"
             infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
             converted |= result.converted
@@ -307,15 +403,32 @@ def scatter_part(job: PartJob) -> list[Scattered]:
     out = []
     with BucketSpills(Path(job.work), tag=str(os.getpid())) as spills:
         for item in job.part.items():
-            try:
-                prepared = prepare_image(item.data, job.resize, job.quality)
-            except BadImage as exn:
-                out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
-                continue
-            spills.write(bucket_of(item.key, job.seed, job.num_buckets),
-                         encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
-            out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note))
+            with failures_named(item.origin):
+                try:
+                    prepared = prepare_image(item.data, job.resize, job.quality)
+                except BadImage as exn:
+                    out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
+                    continue
+                spills.write(bucket_of(item.key, job.seed, job.num_buckets),
+                             encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
+                out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note))
     return out
+
+
+@contextmanager
+def failures_named(what: str):
+    """In a worker: an unexpected failure becomes one line naming the image or shard it was on.
+    Errors that already say what to do, and a full disk (named by the main process), pass."""
+    try:
+        yield
+    except (PrepareError, SourceError, LabelError):
+        raise
+    except OSError as exn:
+        if is_out_of_space(exn):
+            raise
+        raise PrepareError(f"{what}: {exn.strerror or exn} (a worker failed there)") from None
+    except Exception as exn:
+        raise PrepareError(f"{what}: {type(exn).__name__}: {exn} (a worker failed there)") from None
 
 
 def spill_path(work: Path, bucket: int, tag: str = "") -> Path:
@@ -430,9 +543,10 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
     if job.index is not None:
         name = shard_name(job.split, job.index)
         partial = work / f"{job.split}-{job.index:06d}.tar.partial"
-        write_tar(partial, (samples[k] for k in job.keys))
-        os.replace(partial, dest / name)
-        info = ShardInfo(name, len(job.keys), (dest / name).stat().st_size)
+        with failures_named(str(dest / name)):
+            checksum = write_tar(partial, (samples[k] for k in job.keys))
+            os.replace(partial, dest / name)
+        info = ShardInfo(name, len(job.keys), (dest / name).stat().st_size, checksum)
     for path in spills:
         path.unlink(missing_ok=True)
     for path in incoming:
@@ -440,19 +554,39 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
     return info
 
 
-def write_tar(path: Path, samples: Iterable[dict]) -> None:
+def write_tar(path: Path, samples: Iterable[dict]) -> str:
     """A shard written by webdataset's TarWriter with fixed metadata (mtime 0): same samples, same
-    bytes. Fsynced: the manifest written after it must not outlive it."""
+    bytes. Fsynced: the manifest written after it must not outlive it. Returns its SHA-256,
+    computed from the bytes as they are written (no second read)."""
     # Imported here, not at the top: webdataset imports torch (2 s), which an idempotent re-run,
     # expected to finish in about a second, never needs.
     from webdataset import TarWriter
 
     with open(path, "wb") as f:
-        with TarWriter(f, encoder=False, mtime=0) as writer:
+        hashing = HashingWriter(f)
+        with TarWriter(hashing, encoder=False, mtime=0) as writer:
             for sample in samples:
                 writer.write(sample)
         f.flush()
         os.fsync(f.fileno())
+    return hashing.digest.hexdigest()
+
+
+class HashingWriter:
+    """A binary file's write(), hashing the bytes on their way."""
+
+    def __init__(self, f):
+        self.f, self.digest = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        pass  # the caller owns the file
 
 
 def log_summary(dest: Path, manifest: Manifest) -> None:

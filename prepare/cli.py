@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out images that do not decode (listed in the manifest) instead of stopping")
     p.add_argument("--force", action="store_true",
                    help="replace a dataset at --dest that was prepared with other options or is damaged")
+    p.add_argument("--verify", action="store_true",
+                   help="read every shard of the dataset at --dest against its checksums (in parallel) and rebuild "
+                        "it, to the same bytes, if one is damaged; without it a rerun checks shard sizes only")
     p.add_argument("--workers", type=int, default=available_cpus(),
                    help="processes that read the source's parts, check and re-encode images (--resize) and "
                         "write shards (default: the CPUs this task was given)")
@@ -58,6 +61,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--shard-size and --workers must be positive")
     return PrepareConfig(source=args.source, dest=args.dest, seed=args.seed, shard_size_mb=args.shard_size,
                          resize=args.resize, quality=args.quality, skip_bad=args.skip_bad, force=args.force,
+                         verify=args.verify,
                          workers=args.workers, progress_interval=args.progress_interval)
 
 

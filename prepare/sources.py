@@ -211,6 +211,10 @@ class Source:
         """How many images the split must yield, where the labels say so (the val ground truth)."""
         return None
 
+    def estimated_count(self, split: str) -> int:
+        """About how many images the split holds, before reading it (for the disk-space check)."""
+        raise NotImplementedError
+
     def class_index(self) -> dict[str, int]:
         return {c.wnid: c.index for c in self.classes}
 
@@ -273,6 +277,17 @@ class OfficialArchives(Source):
 
     def expected_count(self, split: str) -> int | None:
         return len(self.val_wnids) if split == "val" else None
+
+    def estimated_count(self, split: str) -> int:
+        """val: the ground truth's count; train: the first class tar's count, scaled by bytes."""
+        if split == "val":
+            return len(self.val_wnids)
+        first = self.class_tars()[0]
+        with open(self.train_tar, "rb") as f:
+            f.seek(first.offset)
+            with tarfile.open(fileobj=f, mode="r:") as inner:  # its headers only: seeks over the images
+                count = sum(1 for member in inner if member.isreg())
+        return round(count * self.split_bytes("train") / max(first.size, 1))
 
     def parts(self, split: str) -> list[ClassTar] | list[MemberRange]:
         return self.class_tars() if split == "train" else self.val_ranges()
@@ -365,6 +380,9 @@ class TreeSource(Source):
         return self._bytes[split]
 
     def expected_count(self, split: str) -> int | None:
+        return len(self.listing[split])
+
+    def estimated_count(self, split: str) -> int:
         return len(self.listing[split])
 
     def parts(self, split: str) -> list[FileChunk]:

@@ -23,11 +23,17 @@ class DatasetNotReady(RuntimeError):
     """No complete prepared dataset where one was expected."""
 
 
+class DamagedData(Exception):
+    """A prepared dataset's bytes are damaged (more samples failed to decode than allowed, or a
+    shard fails its checksum): the message names the shard and what to do."""
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     name: str  # relative to the dataset root, e.g. "train/train-000003.tar"
     samples: int
     bytes: int
+    sha256: str = ""  # hex digest of the file, computed as it was written ("" in datasets made before)
 
 
 @dataclass(frozen=True)
@@ -82,9 +88,12 @@ class Manifest:
         return len(self.classes)
 
     def dataset_id(self) -> str:
-        """A short fingerprint of what the shards hold: checkpoints refuse to resume on another dataset."""
-        content = json.dumps([self.options, [asdict(c) for c in self.classes],
-                              {name: asdict(split) for name, split in self.splits.items()}], sort_keys=True)
+        """A short fingerprint of what the shards hold: checkpoints refuse to resume on another dataset.
+        (Shard names, counts and sizes, not checksums: datasets made before checksums keep their id.)"""
+        splits = {name: {"samples": split.samples, "bytes": split.bytes,
+                         "shards": [{"name": s.name, "samples": s.samples, "bytes": s.bytes} for s in split.shards]}
+                  for name, split in self.splits.items()}
+        content = json.dumps([self.options, [asdict(c) for c in self.classes], splits], sort_keys=True)
         return hashlib.blake2b(content.encode(), digest_size=8).hexdigest()
 
 
@@ -161,6 +170,27 @@ def find_damage(root: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
+def file_sha256(path: Path, chunk: int = 4 << 20) -> str:
+    """The SHA-256 of a file, read in chunks (hashlib releases the GIL: threads hash in parallel).
+    The same digest as `sha256sum` prints."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checksum_problem(root: Path, shard: ShardInfo) -> str | None:
+    """Why a shard's bytes are not the ones its manifest recorded, or None when they are."""
+    try:
+        actual = file_sha256(Path(root) / shard.name)
+    except FileNotFoundError:
+        return f"{shard.name} is missing"
+    if actual != shard.sha256:
+        return f"{shard.name} fails its checksum (sha256 {actual[:16]}..., the manifest recorded {shard.sha256[:16]}...)"
+    return None
+
+
 def read_complete_manifest(root: Path) -> Manifest:
     """The manifest, after checking that every shard it lists is present (what `train` calls)."""
     manifest = read_manifest(root)
@@ -168,6 +198,7 @@ def read_complete_manifest(root: Path) -> Manifest:
     if problems:
         raise DatasetNotReady(
             f"the dataset at {root} is damaged: {'; '.join(problems[:5])}"
-            f"{' ...' if len(problems) > 5 else ''}. Rerun prepare with --force on this node."
+            f"{' ...' if len(problems) > 5 else ''}. Rerun prepare with --verify on this node: it rebuilds "
+            "damaged shards."
         )
     return manifest

@@ -55,3 +55,27 @@ def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedPr
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every shard of a prepared dataset, for byte-for-byte comparison."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/*.tar"))}
+
+
+def damage_jpeg(shard: Path, sample: int) -> str:
+    """Overwrite 200 bytes at the start of the entropy-coded data of sample `sample`'s JPEG with
+    bogus markers, in place (the shard keeps its size, so a stat-only check passes): every crop's
+    decode reads through them, and libjpeg (ours, and torchvision's for --decode gpu) reports the
+    damage. Returns the sample's key."""
+    from train.decoder import tar_index
+
+    data = bytearray(shard.read_bytes())
+    key_at, key_len, jpg_at, jpg_len, _, _ = tar_index(bytes(data))[sample].tolist()
+    jpeg = bytes(data[jpg_at:jpg_at + jpg_len])
+    sos = jpeg.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")  # first byte of the entropy-coded data
+    data[jpg_at + start + 8:jpg_at + start + 208] = b"\xff\x05" * 100
+    shard.write_bytes(bytes(data))
+    return data[key_at:key_at + key_len].decode()
+
+
+def copy_dataset(prepared: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(prepared, to)
+    return to

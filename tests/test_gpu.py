@@ -12,9 +12,9 @@ import webdataset as wds
 
 from conftest import run_module
 from shards.manifest import read_manifest
-from train.data import Loader, PlanArgs, ShardSet, to_device
+from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
 from train.metrics import read_metrics
-from train.transforms import decode_on_device
+from train.transforms import DeviceDecoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -33,7 +33,8 @@ def test_nvjpeg_decodes_every_sample_image_like_the_cpu(prepared):
 
     samples = val_samples(prepared, 10**6)
     jpegs = [torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8) for s in samples]
-    on_gpu = decode_on_device(jpegs, CUDA)
+    decoder = DeviceDecoder()
+    on_gpu = decoder.decode(jpegs, CUDA)
     assert len(on_gpu) == len(samples)
     for image, data in zip(on_gpu, jpegs):
         reference = decode_jpeg(data, mode=ImageReadMode.RGB)
@@ -48,6 +49,8 @@ def first_batch(prepared, split: str, size: int, decode: str):
                     shuffle_buffer=8)
     with Loader({split: shard_set}, batch_size=16, image_size=size, threads=2, decode=decode, pin_memory=True) as loader:
         batch = next(loader.epoch(args))
+        if decode == "gpu":
+            return decode_to_device(batch.images, CUDA, DeviceDecoder())[0]
         return to_device(batch.images, CUDA)
 
 

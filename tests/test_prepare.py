@@ -317,7 +317,8 @@ def test_not_enough_space_is_refused_before_writing(sources, tmp_path):
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount]).returncode:
         pytest.skip("needs root and mount to make a small filesystem (CI runs as root)")
     try:
-        with pytest.raises(PrepareError, match=r"has 0.0 GB free; prepare needs about .* GB"):
+        with pytest.raises(PrepareError, match=r"has 0.00 GB free; the dataset \(estimated from the source\) needs "
+                                               r"about .* GB more"):
             prepare(config(sources["official"], mount / "imagenet"))
         assert not any((mount / "imagenet" / "train").iterdir())
     finally:
@@ -430,3 +431,131 @@ def test_the_last_progress_line_of_a_read_says_100_percent(sources, tmp_path, ca
     for split in ("train", "val"):
         last = [line for line in err.splitlines() if line.startswith(f"{split}: read")][-1]
         assert "(100%)" in last, last
+
+
+# ---------------------------------------------------------------- checksums, --verify, full disks, failing workers
+
+def test_the_manifest_records_each_shards_sha256_as_sha256sum_computes_it(prepared):
+    shards = [s for split in ("train", "val") for s in read_manifest(prepared).splits[split].shards]
+    listing = subprocess.run(["sha256sum", *[prepared / s.name for s in shards]], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert [s.sha256 for s in shards] == listing[::2]
+
+
+def flip_bytes(path: Path, count: int = 2000) -> None:
+    """Invert `count` bytes in the middle of a file, in place: its size stays the same."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + count] = bytes(b ^ 0xFF for b in data[middle:middle + count])
+    path.write_bytes(bytes(data))
+
+
+def test_verify_finds_a_damaged_shard_by_name_and_rebuilds_the_same_bytes(sources, tmp_path, caplog):
+    dest = tmp_path / "imagenet"
+    args = ["prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB]
+    assert run_module(*args).returncode == 0
+    before = tree_bytes(dest)
+    victim = read_manifest(dest).splits["train"].shards[1].name
+    flip_bytes(dest / victim)
+    quick = run_module(*args)  # sizes only: the damage goes unseen
+    assert quick.returncode == 0 and "present at their sizes" in quick.stderr
+    verified = run_module(*args, "--verify")
+    assert verified.returncode == 0, verified.stderr
+    assert f"damaged: {victim} fails its checksum" in verified.stderr
+    assert "rebuilt: every shard has the bytes its checksum recorded" in verified.stderr
+    assert tree_bytes(dest) == before
+    again = run_module(*args, "--verify")
+    assert "verified by checksum" in again.stderr and re.search(r"verified \d+ shards, .* GB/s", again.stderr)
+
+
+def test_verify_needs_checksums(sources, tmp_path):
+    dest = tmp_path / "imagenet"
+    prepare(config(sources["official"], dest))
+    manifest = json.loads((dest / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            shard.pop("sha256")  # as datasets made before checksums
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PrepareError, match="prepared before shards had checksums.*--force"):
+        prepare(config(sources["official"], dest, verify=True))
+    prepare(config(sources["official"], dest))  # without --verify it is still complete
+
+
+def test_the_space_estimate_counts_the_tar_overhead(prepared, images):
+    from prepare.space import tar_bytes
+
+    manifest = read_manifest(prepared)
+    for split, rows in (("train", images.train), ("val", images.val)):
+        stored = [s for s in read_split_bytes(prepared, split)]
+        actual = manifest.splits[split].bytes
+        estimate = tar_bytes(sum(stored), len(stored))
+        assert abs(estimate - actual) < 0.05 * actual, (split, estimate, actual)
+        assert actual > 1.3 * sum(stored)  # small images: the headers and padding are a third and more
+
+
+def read_split_bytes(dest: Path, split: str) -> list[int]:
+    urls = [str(dest / s.name) for s in read_manifest(dest).splits[split].shards]
+    return [len(s["jpg"]) for s in wds.WebDataset(urls, shardshuffle=False)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_failing_on_an_image_is_one_line_naming_it(sources, tmp_path, monkeypatch, workers):
+    import prepare.builder as builder
+
+    real = builder.prepare_image
+
+    def fails_on_one(data, *args):
+        if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
+            raise RuntimeError("something unexpected")
+        return real(data, *args)
+
+    monkeypatch.setattr(builder, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
+    dest = tmp_path / "out"
+    with pytest.raises(PrepareError, match=r"ILSVRC2012_img_\w+\.tar:.*\.JPEG: RuntimeError: something unexpected "
+                                           r"\(a worker failed there\)"):
+        prepare(config(sources["official"], dest, workers=workers))
+    assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
+
+
+def small_tmpfs(path: Path, megabytes: int):
+    """Mount a tmpfs of `megabytes` at `path` (root only); the reason when it cannot be done."""
+    path.mkdir(parents=True)
+    if os.geteuid() != 0:
+        return "needs root to mount a small file system"
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", path],
+                            capture_output=True, text=True)
+    return result.stderr.strip() or "mount failed" if result.returncode else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["spilling", "writing shards"])
+def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothing(tmp_path, when):
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
+    mount = tmp_path / "local"
+    reason = small_tmpfs(mount, 80)
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the full-disk test, but: {reason}")
+        pytest.skip(reason)
+    try:
+        dest = mount / "imagenet"
+        proc = subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
+                                 "--shard-size", "1", "--workers", "1"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        started = (lambda: any((dest / ".prepare-tmp" / "train").glob("bucket-*"))) if when == "spilling" else \
+            (lambda: any((dest / "train").glob("*.tar")))
+        deadline = time.monotonic() + 120
+        while not started() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        # the other job: fills what is left of the file system
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        stderr = proc.communicate(timeout=120)[1]
+        assert proc.returncode == 2, stderr
+        errors = [line for line in stderr.splitlines() if " ERROR " in line]
+        assert len(errors) == 1 and f"{dest} ran out of space while" in errors[0], stderr
+        assert "GB free at the start" in errors[0] and "--resize" in errors[0]
+        assert "Traceback" not in stderr
+        left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+        assert left == [".prepare.lock", "train", "val"], left
+    finally:
+        subprocess.run(["umount", mount], check=True)

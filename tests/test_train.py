@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_module
+from conftest import ROOT, copy_dataset, damage_jpeg, run_module
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
 from train.checkpoint import checkpoint_path, load_checkpoint
@@ -184,3 +184,42 @@ def test_device_decode_trains_and_evaluates_exactly(prepared, tmp_path):
     assert result.returncode == 0, result.stderr
     (record,) = read_metrics(run)
     assert record["steps"] == 3 and record["val_images"] == read_manifest(prepared).splits["val"].samples
+
+
+def damaged_copy(prepared: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """The sample dataset with two train JPEGs and one val JPEG damaged in place."""
+    data = copy_dataset(prepared, tmp_path / "data")
+    manifest = read_manifest(data)
+    train_shard, val_shard = (data / manifest.splits[s].shards[0].name for s in ("train", "val"))
+    keys = [damage_jpeg(train_shard, 1), damage_jpeg(train_shard, 5), damage_jpeg(val_shard, 2)]
+    return data, keys
+
+
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])  # gpu: the device-decode path, on the CPU device
+def test_damaged_samples_are_left_out_named_and_counted_on_every_rank(prepared, tmp_path, decode):
+    data, keys = damaged_copy(prepared, tmp_path)
+    ranks = Ranks(2, train_args(data, tmp_path / "run", "--epochs", 2, "--workers", 1, "--decode", decode,
+                                "--device", "cpu"), tmp_path)
+    assert ranks.wait() == [0, 0], ranks.text()
+    manifest = read_manifest(data)
+    steps = steps_per_epoch(manifest.splits["train"].samples, 2, 4)
+    for record in read_metrics(tmp_path / "run"):
+        assert record["steps"] == steps  # a left-out sample never changes the number of steps
+        assert record["bad_samples"] == 2 and record["train_images"] == steps * 2 * 4 - 2
+        assert record["val_bad_samples"] == 1
+        assert record["val_images"] + record["val_bad_samples"] == manifest.splits["val"].samples
+        assert record["pil_fallbacks"] == 0 and record["device_decode_fallbacks"] == 0
+    text = ranks.text()
+    assert all(f": {key} (damaged JPEG data" in text for key in keys), text
+    assert "--verify" in text
+
+
+def test_more_bad_samples_than_allowed_stop_the_run_in_one_line(prepared, tmp_path):
+    data, keys = damaged_copy(prepared, tmp_path)
+    result = run_module("train", *train_args(data, tmp_path / "run", "--epochs", 1, "--workers", 1,
+                                             "--max-bad-samples", 0))
+    assert result.returncode == 2, result.stderr
+    error = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(error) == 1 and "more than --max-bad-samples 0" in error[0]
+    assert read_manifest(data).splits["train"].shards[0].name in error[0] and "--verify" in error[0]
+    assert "Traceback" not in result.stderr

@@ -15,9 +15,9 @@ from PIL import Image
 from jpegs import jpeg
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
-from train.data import Batch, DeviceBatches, Loader, PlanArgs, ShardSet, key_hash, to_device
+from train.data import Batch, DeviceBatches, Loader, PlanArgs, ShardSet, decode_to_device, key_hash, to_device
 from train.decoder import pil_decode_crop
-from train.transforms import centre_crops
+from train.transforms import DeviceDecoder, centre_crops
 
 
 def shard_set(prepared, split="train") -> ShardSet:
@@ -163,8 +163,9 @@ def test_device_decode_batches_carry_the_same_crops(prepared):
     with Loader({"val": shards}, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
         encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
     assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
-    device = to_device(encoded.images, torch.device("cpu"))
+    device, kept, bad = decode_to_device(encoded.images, torch.device("cpu"), DeviceDecoder())
     reference = to_device(cpu.images, torch.device("cpu"))
+    assert kept == list(range(6)) and bad == ()
     assert device.shape == reference.shape == (6, 3, 48, 48)
     assert (device - reference).abs().mean() < 0.1  # normalised units: about 6 of 255 levels
 
@@ -200,3 +201,22 @@ def test_device_batches_raise_the_loaders_error_in_the_consumer():
             for b in batches:
                 seen.append(int(b.labels[0]))
     assert seen == [0, 1, 2, 3] and not batches.thread.is_alive()
+
+
+def test_device_decode_leaves_out_what_no_decoder_takes_and_says_so_once(tmp_path, caplog):
+    """--decode gpu on the CPU device: the batched decode fails on a damaged JPEG, the batch is
+    decoded image by image (logged once), the damaged sample is left out and named."""
+    good = [jpeg(seed=s) for s in range(6)]
+    broken = good[3][: len(good[3]) // 2]  # the header is whole: the loader's size check passes it
+    write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 3 else d, i) for i, d in enumerate(good)])
+    shards = ShardSet([tmp_path / "s.tar"], [6])
+    decoder = DeviceDecoder()
+    with caplog.at_level(logging.WARNING, logger="train"), \
+            Loader({"val": shards}, batch_size=3, image_size=40, threads=2, decode="gpu") as loader, \
+            DeviceBatches(loader.epoch(plan_args(shards, split="val", batch=3)), torch.device("cpu"),
+                          decoder=decoder) as batches:
+        got = list(batches)
+    assert [len(b.labels) for b in got] == [3, 2] and got[1].labels.tolist() == [4, 5]
+    assert got[1].bad == ((f"{tmp_path / 's.tar'}: k3", "damaged JPEG data (no decoder takes it)"),)
+    assert got[1].images.shape == (2, 3, 40, 40)
+    assert caplog.text.count("the batched decode failed") == 1

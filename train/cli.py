@@ -6,13 +6,14 @@ import logging
 import os
 import sys
 
-from shards.manifest import DatasetNotReady
+from shards.manifest import DamagedData, DatasetNotReady
 from train.checkpoint import ResumeError
 from train.cluster import ClusterError, DistEnv, dist_env
 from train.config import ConfigError, build_parser, config_from_args
 
-# The user's mistakes and the environment's: one line, exit 2. Anything else keeps its traceback.
-USER_ERRORS = (ConfigError, DatasetNotReady, ClusterError, ResumeError)
+# The user's mistakes and the environment's (damaged data included): one line, exit 2. Anything else
+# keeps its traceback.
+USER_ERRORS = (ConfigError, DatasetNotReady, DamagedData, ClusterError, ResumeError)
 
 
 def setup_logging(env: DistEnv) -> None:

@@ -46,6 +46,7 @@ class TrainConfig:
     requeue: bool = False  # after a preemption checkpoint, `scontrol requeue` the SLURM job
     dist_timeout: float = 120.0  # seconds for the rendezvous and for any collective to complete
     max_steps: int = 0  # stop each epoch after this many steps (0: all); for smoke tests only
+    max_bad_samples: int = 100  # per epoch and split, over all ranks: more stops the run
     dataset_id: str = ""  # filled from the manifest: which dataset the run trains on
 
     def to_dict(self) -> dict:
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
                    help="seconds to wait for peers at start-up and in any collective")
     p.add_argument("--max-steps", type=int, default=0, help="cap steps per epoch (smoke tests)")
+    p.add_argument("--max-bad-samples", type=int, default=d.max_bad_samples,
+                   help="samples that fail to decode are left out, named and counted; more than this many in one "
+                        "epoch's training or validation (all ranks) stops the run (0: stop at the first)")
     return p
 
 
@@ -106,6 +110,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_bad_samples < 0:
+        parser.error("--max-bad-samples must be 0 or more")
     if args.workers < 0:
         parser.error("--workers must be 0 or more (0 and 1 both decode in one thread)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):

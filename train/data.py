@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from shards.manifest import DatasetNotReady
 from shards.plan import WorkerPlan, train_plan, val_plan
 from train import decoder
 from train.decoder import Images
-from train.transforms import centre_crops, crop_resize_flip, decode_on_device, train_crops
+from train.transforms import DeviceDecoder, centre_crops, crop_resize_flip, train_crops
 
 log = logging.getLogger("train")
 
@@ -98,11 +98,12 @@ class ShardSet:
         try:
             rows = decoder.tar_index(data)
         except ValueError as exn:
-            raise DatasetNotReady(f"shard {path} is damaged: {exn}. Rerun prepare with --force on this node") from None
+            raise DatasetNotReady(f"shard {path} is damaged: {exn}. Rerun prepare with --verify on this node: it "
+                                  "rebuilds damaged shards") from None
         if len(rows) != count or (rows[:, 2] < 0).any() or (rows[:, 4] < 0).any():
             raise DatasetNotReady(f"shard {path} holds {len(rows)} samples (some without .jpg or .cls), the "
-                                  f"manifest lists {count}: the dataset is damaged; rerun prepare with --force "
-                                  "on this node")
+                                  f"manifest lists {count}: the dataset is damaged; rerun prepare with --verify "
+                                  "on this node: it rebuilds damaged shards")
         at = slice(self.first[shard], self.first[shard] + count)
         self.key_at[at], self.jpg_at[at], self.jpg_len[at] = rows[:, 0], rows[:, 2], rows[:, 3]
         self.labels[at] = [int(data[a:a + n]) for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
@@ -167,6 +168,7 @@ class EncodedBatch(NamedTuple):
     boxes: torch.Tensor  # float32 (n, 4)
     flips: torch.Tensor  # bool (n,)
     size: int
+    describe: Callable[[int], str]  # image i's shard and key, for messages
 
     @property
     def jpegs(self) -> list[torch.Tensor]:
@@ -328,13 +330,13 @@ class Loader:
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy((shards.hashes[ids[keep]] >> np.uint64(64 - KEY_HASH_BITS)).astype(np.int64))
         if self.decode == "gpu":
-            return Batch(self._encoded(chunks, keep), labels, hashes, bad)
+            return Batch(self._encoded(chunks, keep, lambda i: shards.describe(int(ids[keep[i]]))), labels, hashes, bad)
         images = self.ring[slot]
         if len(keep) < len(ids):  # close the gaps, in order: the batch stays one view of its slot
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return Batch(images[:len(keep)], labels, hashes, bad)
 
-    def _encoded(self, chunks: list[Chunk], keep: np.ndarray) -> EncodedBatch:
+    def _encoded(self, chunks: list[Chunk], keep: np.ndarray, describe: Callable[[int], str]) -> EncodedBatch:
         parts = [c.images for c in chunks]
         which = np.concatenate([p.which for p in parts])[keep]
         offsets = np.concatenate([p.offsets for p in parts])[keep]
@@ -345,7 +347,7 @@ class Loader:
         bounds = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
         boxes = torch.from_numpy(np.concatenate([c.boxes for c in chunks])[keep])
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
-        return EncodedBatch(data, bounds, boxes, flips, self.size)
+        return EncodedBatch(data, bounds, boxes, flips, self.size, describe)
 
 
 # ---------------------------------------------------------------- onto the device
@@ -359,16 +361,29 @@ def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, std
 
 
-def to_device(images: torch.Tensor | EncodedBatch, device: torch.device, channels_last: bool = True) -> torch.Tensor:
-    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free
-    view); an EncodedBatch is decoded, cropped, resized and flipped on the device first."""
-    if isinstance(images, EncodedBatch):
-        decoded = decode_on_device(images.jpegs, device)
-        images = crop_resize_flip(decoded, images.boxes, images.flips, images.size)
-    else:
-        images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float()
-    mean, std = normalisation(device)
-    images = images.sub_(mean).div_(std)  # in place: `images` is already a float copy of the batch
+def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True) -> torch.Tensor:
+    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free view)."""
+    return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last)
+
+
+def decode_to_device(batch: EncodedBatch, device: torch.device, decoder: DeviceDecoder,
+                     channels_last: bool = True) -> tuple[torch.Tensor, list[int], tuple]:
+    """An EncodedBatch decoded, cropped, resized and flipped on the device, normalised: (x, the
+    images kept, (sample, why) of those no decoder took)."""
+    images = decoder.decode(batch.jpegs, device)
+    kept = [i for i, image in enumerate(images) if image is not None]
+    bad = tuple((batch.describe(i), "damaged JPEG data (no decoder takes it)") for i, image in enumerate(images)
+                if image is None)
+    if not kept:
+        return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
+    x = crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size)
+    return normalise(x, channels_last), kept, bad
+
+
+def normalise(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """Float NCHW in 0-255 -> ImageNet-normalised, in place (`images` is already a float copy)."""
+    mean, std = normalisation(images.device)
+    images = images.sub_(mean).div_(std)
     return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
@@ -386,8 +401,10 @@ class DeviceBatches:
 
     _END = object()
 
-    def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2):
+    def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2,
+                 decoder: DeviceDecoder | None = None):
         self.device, self.channels_last = device, channels_last
+        self.decoder = decoder or DeviceDecoder()  # for --decode gpu batches
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
@@ -416,16 +433,20 @@ class DeviceBatches:
         iterator = iter(batches)
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                for batch in iterator:
-                    images, labels, hashes, *rest = batch
-                    x = to_device(images, self.device, self.channels_last)
+                for images, labels, hashes, *bad in iterator:
+                    bad = tuple(bad[0]) if bad else ()
+                    if isinstance(images, EncodedBatch):
+                        x, kept, lost = decode_to_device(images, self.device, self.decoder, self.channels_last)
+                        labels, hashes, bad = labels[kept], hashes[kept], bad + lost
+                    else:
+                        x = to_device(images, self.device, self.channels_last)
                     y = labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                         ready.synchronize()  # the host buffer is read: the loader may reuse it
-                    if not self._put((Batch(x, y, hashes, *rest), ready)):
+                    if not self._put((Batch(x, y, hashes, bad), ready)):
                         return
         except BaseException as error:  # handed to the consumer, raised there
             self._put(error)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import torchvision
 from torch.nn.parallel import DistributedDataParallel
 
-from shards.manifest import DatasetNotReady, Manifest, read_complete_manifest
+from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
@@ -33,6 +33,7 @@ from train.config import ConfigError, TrainConfig
 from shards.layout import SPLITS
 from train.data import KEY_HASH_BITS, DeviceBatches, Loader, PlanArgs, ShardSet
 from train.metrics import append_metrics, epoch_line
+from train.transforms import DeviceDecoder
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -45,6 +46,7 @@ class EpochSums:
     correct: int = 0
     samples: int = 0
     key_hash: int = 0  # sum of the key hashes of the samples read, mod KEY_HASH_MOD
+    bad_samples: int = 0  # samples that failed to decode, left out of their batches
     data_wait: float = 0.0  # seconds spent waiting for the loader
     elapsed: float = 0.0  # seconds of the epoch in this process
     steps_here: int = 0  # steps run by this process (images/s excludes those before a resume)
@@ -77,6 +79,7 @@ class Run:
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
     loader: Loader  # the threads and pinned buffers that decode both splits' batches
+    device_decoder: DeviceDecoder  # --decode gpu: the device's decode, and its count of CPU fallbacks
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
 
@@ -149,7 +152,8 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, loader=build_loader(config, manifest, device), control=control, preemption=preemption)
+               steps=steps, loader=build_loader(config, manifest, device), device_decoder=DeviceDecoder(),
+               control=control, preemption=preemption)
 
 
 def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) -> Loader:
@@ -167,10 +171,20 @@ def loader_for(run: Run, split: str, epoch: int, start_step: int):
     return run.loader.epoch(args)
 
 
-def refuse_bad_samples(bad: tuple) -> None:
-    if bad:
-        raise DatasetNotReady(f"{len(bad)} sample(s) do not decode ({'; '.join(f'{s}: {why}' for s, why in bad[:3])}): "
-                              "the dataset is damaged; rerun prepare with --force on this node")
+def leave_out(bad: tuple, config: TrainConfig, count: int) -> None:
+    """Warn of each sample that failed to decode (the loader left it out of its batch)."""
+    for sample, why in bad:
+        log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset with "
+                    "`python -m prepare --source ... --dest %s --verify`", sample, why, count, config.data)
+
+
+def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
+    """Stop the run, on every rank alike (`total` is summed over ranks), past --max-bad-samples."""
+    if total > limit:
+        where = f"; the last on this rank: {last[0]} ({last[1]})" if last else "; see the other ranks' warnings"
+        raise DamagedData(f"{total} {split} samples failed to decode this epoch, more than --max-bad-samples {limit}"
+                          f"{where}. The node's disk or dataset is damaged: run prepare with --verify on this node "
+                          "(it finds and rebuilds damaged shards), or raise --max-bad-samples")
 
 
 # ---------------------------------------------------------------- collectives
@@ -192,9 +206,12 @@ def all_reduce_int(value: int, run: Run) -> int:
     return int(tensor.item())
 
 
-def agree_to_stop(run: Run) -> bool:
-    """True on every rank if any rank received the preemption signal (one tiny gloo all-reduce)."""
-    return all_reduce([float(run.preemption.requested)], run, op=dist.ReduceOp.MAX)[0] > 0
+def agree(run: Run, bad_samples: int, tiny_batch: bool) -> tuple[bool, int, bool]:
+    """One tiny gloo all-reduce per step, so that every rank decides alike: (has any rank received
+    the preemption signal, samples left out this epoch on all ranks, is any rank's batch too small
+    to train on)."""
+    preempt, bad, tiny = all_reduce([float(run.preemption.requested), bad_samples, float(tiny_batch)], run)
+    return preempt > 0, int(bad), tiny > 0
 
 
 # ---------------------------------------------------------------- train and evaluate
@@ -231,12 +248,21 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> t
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=start_step,
                         enabled=run.env.is_main)
-    done, preempted = start_step, False
+    done, preempted, last_bad = start_step, False, ()
     start = fetch_start = time.perf_counter()
-    with DeviceBatches(loader, run.device, run.config.channels_last) as batches, progress:
+    with DeviceBatches(loader, run.device, run.config.channels_last, decoder=run.device_decoder) as batches, progress:
         for x, y, key_hashes, bad in batches:
             sums.data_wait += time.perf_counter() - fetch_start
-            refuse_bad_samples(bad)
+            sums.bad_samples += len(bad)
+            leave_out(bad, run.config, sums.bad_samples)
+            last_bad = bad[-1] if bad else last_bad
+            preempted, bad_total, tiny = agree(run, sums.bad_samples, len(y) < 2)
+            check_bad_samples(bad_total, run.config.max_bad_samples, "training", last_bad)
+            if tiny:  # batch norm cannot train on one sample: only damage leaves a batch this small
+                raise DamagedData(f"a training batch kept fewer than 2 of its {run.config.batch_size} samples: "
+                                  "the dataset is damaged; run prepare with --verify on this node")
+            if preempted:
+                break  # before the step: the batch is read again on resume
             loss, logits = step(x, y)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()
@@ -246,9 +272,6 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> t
             sums.steps_here += 1
             progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
             if done >= run.steps:
-                break
-            if agree_to_stop(run):
-                preempted = True
                 break
             fetch_start = time.perf_counter()
     if run.device.type == "cuda":
@@ -264,11 +287,17 @@ def evaluate(run: Run) -> dict:
     """Top-1/top-5 over every validation sample exactly once across ranks (asserted)."""
     model = run.model  # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
     model.eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images
+    sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
     k = min(5, run.manifest.num_classes)
-    with DeviceBatches(loader_for(run, "val", 0, 0), run.device, run.config.channels_last) as batches:
+    last_bad = ()
+    with DeviceBatches(loader_for(run, "val", 0, 0), run.device, run.config.channels_last,
+                       decoder=run.device_decoder) as batches:
         for x, y, _, bad in batches:
-            refuse_bad_samples(bad)
+            sums[4] += len(bad)
+            leave_out(bad, run.config, int(sums[4]))
+            last_bad = bad[-1] if bad else last_bad
+            if not len(y):
+                continue
             with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
                 logits = model(x).float()
             top = logits.topk(k, dim=1).indices
@@ -277,12 +306,15 @@ def evaluate(run: Run) -> dict:
             sums[3] += len(y)
     if run.env.world_size > 1:
         dist.all_reduce(sums)
-    loss, top1, top5, count = sums.tolist()
+    loss, top1, top5, count, bad = sums.tolist()
+    check_bad_samples(int(bad), run.config.max_bad_samples, "validation", last_bad)
     expected = run.manifest.splits["val"].samples
-    if int(count) != expected:
-        raise RuntimeError(f"evaluated {int(count)} validation images, the manifest lists {expected}")
+    if int(count + bad) != expected:
+        raise RuntimeError(f"evaluated {int(count)} validation images and left out {int(bad)}, the manifest lists "
+                           f"{expected}")
+    count = max(count, 1)
     return {"val_loss": loss / count, "val_top1": 100 * top1 / count, "val_top5": 100 * top5 / count,
-            "val_images": int(count)}
+            "val_images": int(sums[3]), "val_bad_samples": int(bad)}
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -326,13 +358,15 @@ def requeue_job(job_id: str | None) -> None:
 
 def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, resumed_at: int) -> dict:
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
-    loss, correct, samples, wait, elapsed = all_reduce(
-        [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed], run)
+    loss, correct, samples, wait, elapsed, bad, pil, device = all_reduce(
+        [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, run.loader.fallbacks,
+         run.device_decoder.fallbacks], run)
     world = run.env.world_size
     images_here = sums.steps_here * run.config.batch_size * world
     mean_elapsed = elapsed / world
     return {"epoch": epoch, "step": (epoch + 1) * run.steps, "steps": done, "resumed_at_step": resumed_at,
             "train_loss": loss / samples, "train_top1": 100 * correct / samples, "train_images": int(samples),
+            "bad_samples": int(bad), "pil_fallbacks": int(pil), "device_decode_fallbacks": int(device),
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
             "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": run.scheduler.get_last_lr()[0],

@@ -15,6 +15,7 @@ or the device (`crop_resize_flip`) resizes each box to size x size.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -22,6 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from shards.plan import seeded_rng
+
+log = logging.getLogger("train")
 
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
@@ -99,21 +102,43 @@ def centre_crops(widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- --decode gpu: the device decodes
 
-def decode_on_device(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Batched decode (nvJPEG on a GPU) to CHW uint8 on `device`; an image the batched decoder
-    refuses is decoded alone, and on the CPU if the device refuses it too."""
-    from torchvision.io import ImageReadMode, decode_jpeg
+class DeviceDecoder:
+    """--decode gpu's decoder for a run: batched (nvJPEG on a GPU). Where the batched call fails
+    (an image it refuses, CUDA out of memory: any RuntimeError) it decodes image by image, and on
+    the CPU where the device refuses one; the first time is logged, the images decoded on the CPU
+    are counted (`fallbacks`). An image no decoder takes comes back as None: damaged."""
 
-    try:
-        return decode_jpeg(jpegs, device=device, mode=ImageReadMode.RGB)
-    except RuntimeError:
+    def __init__(self):
+        self.fallbacks = 0
+        self.logged = False
+
+    def decode(self, jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        try:
+            return decode_jpeg(jpegs, device=device, mode=ImageReadMode.RGB)
+        except RuntimeError as exn:
+            self._note(exn)
         images = []
         for data in jpegs:
             try:
                 images.append(decode_jpeg(data, device=device, mode=ImageReadMode.RGB))
+                continue
             except RuntimeError:
+                pass
+            try:
                 images.append(decode_jpeg(data, mode=ImageReadMode.RGB).to(device))
+                self.fallbacks += 1
+            except RuntimeError:
+                images.append(None)
         return images
+
+    def _note(self, exn: RuntimeError) -> None:
+        if not self.logged:
+            self.logged = True
+            log.warning("--decode gpu: the batched decode failed (%s); decoding that batch image by image, on the "
+                        "CPU where the device refuses one. Logged once; images decoded on the CPU are counted in "
+                        "metrics.jsonl (device_decode_fallbacks)", str(exn).splitlines()[0] if str(exn) else exn)
 
 
 def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from shards.manifest import read_manifest
-from train.data import Loader, PlanArgs, ShardSet, to_device
-from train.transforms import crop_resize_flip, decode_on_device
+from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
+from train.transforms import DeviceDecoder, crop_resize_flip
 
 BATCH = 256
 
@@ -45,11 +45,12 @@ def main(root: Path) -> None:
     device = torch.device("cuda")
     encoded, decoded = first_batch(root, "gpu"), first_batch(root, "cpu")
     pinned = decoded.pin_memory()
-    on_device = decode_on_device(encoded.jpegs, device)
+    decoder = DeviceDecoder()
+    on_device = decoder.decode(encoded.jpegs, device)
     print(torch.cuda.get_device_name(device), f"batch {BATCH}")
-    report("nvJPEG batched decode", lambda: decode_on_device(encoded.jpegs, device))
+    report("nvJPEG batched decode", lambda: decoder.decode(encoded.jpegs, device))
     report("crop + resize + flip", lambda: crop_resize_flip(on_device, encoded.boxes, encoded.flips, 224))
-    report("to_device, --decode gpu batch", lambda: to_device(encoded, device))
+    report("decode_to_device, --decode gpu batch", lambda: decode_to_device(encoded, device, decoder))
     report("to_device, uint8 batch, pageable", lambda: to_device(decoded, device))
     report("to_device, uint8 batch, pinned", lambda: to_device(pinned, device))
 

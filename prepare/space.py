@@ -1,0 +1,52 @@
+"""Disk space on --dest: what prepare needs there, as pure functions, and the file system's answer.
+
+While prepare runs, --dest holds every image once as spill files, and then, shard by shard, the
+shards that replace them. A shard is larger than its images: every sample is three tar members
+(.cls, .jpg, .json), each with a 512-byte header and padded to a 512-byte block. So the peak is
+the spills, plus the tar overhead of every shard written so far, plus the shards being written
+(one per worker) while their spills still exist.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+BLOCK = 512
+# Per sample: three headers, the .cls and .json contents padded to a block each, and on average
+# half a block of padding after the JPEG.
+TAR_OVERHEAD = 3 * BLOCK + 2 * BLOCK + BLOCK // 2
+SPILL_OVERHEAD = 200  # a pickled sample's keys, label and metadata around the JPEG bytes
+MARGIN = 16 << 20  # once per check: the manifest, file-system slack
+
+
+def tar_bytes(image_bytes: int, samples: int) -> int:
+    """About how large the shards of `samples` images of `image_bytes` bytes in all will be."""
+    return image_bytes + samples * TAR_OVERHEAD
+
+
+def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: int) -> int:
+    """The peak of spills and shards for a split of `samples` images (`image_bytes` in all).
+
+    >>> space_needed(4500 * 1000, 1000, 1e6, 1) > 1.5 * 4500 * 1000   # small images: tar doubles them
+    True
+    """
+    spills = image_bytes + samples * SPILL_OVERHEAD
+    in_flight = int(2 * workers * shard_bytes)  # shards being written beside their spills, moved samples
+    return spills + samples * TAR_OVERHEAD + in_flight
+
+
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def is_out_of_space(exn: BaseException) -> bool:
+    return isinstance(exn, OSError) and exn.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space_message(dest: Path, during: str, needed: int, free_at_start: int) -> str:
+    return (f"{dest} ran out of space while {during}: prepare needs about {needed / 1e9:.2f} GB there and the "
+            f"file system had {free_at_start / 1e9:.2f} GB free at the start ({free_bytes(dest) / 1e9:.2f} GB now: "
+            "other jobs may be writing to it). What this run wrote is removed. Free space, choose another --dest "
+            "(node-local disk with room for the dataset), or shrink the images with --resize.")
