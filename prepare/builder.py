@@ -219,7 +219,7 @@ def verify_checksums(dest: Path, manifest: Manifest, workers: int) -> list[str]:
                 problems.append(problem)
     elapsed = max(time.monotonic() - start, 1e-9)
     rate = total / elapsed / 1e9
-    log.info("verified %d shards, %.2f GB in %.1f s: %.2f GB/s with %d workers (ImageNet's 150 GB: about %.0f min)",
+    log.info("verified %d shards, %.2f GB in %.1f s: %.2f GB/s, %d reading at once (ImageNet's 150 GB: about %.0f min)",
              len(shards), total / 1e9, elapsed, rate, workers, 150 / rate / 60)
     return problems
 
