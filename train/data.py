@@ -26,7 +26,7 @@ import mmap
 import queue
 import resource
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
@@ -188,6 +188,15 @@ class Batch(NamedTuple):
     bad: tuple = ()  # (sample, why) of the samples that failed to decode, left out of this batch
 
 
+class InFlight(NamedTuple):
+    """A batch whose decode is queued: its samples, chunks, their futures, its ring slot."""
+    shards: ShardSet
+    ids: np.ndarray
+    chunks: list
+    futures: list
+    slot: int
+
+
 @dataclass
 class Chunk:
     """Up to CHUNK images of a batch and their crops: one decode task, into slots [first, first + n)."""
@@ -245,30 +254,31 @@ class Loader:
         augment = (args.seed, args.epoch) if args.split == "train" else None
         return self._decoded(shards, batches, augment)
 
-    def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None) -> Iterator[Batch]:
+    def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None
+                 ) -> Iterator[Batch]:
         """Batch k decodes into ring slot k mod R; R - 1 batches decode ahead of the one the caller
         holds, and a slot is reused only once the caller has asked for the batch after it."""
         if not self.ring and self.decode == "cpu":
             self.ring = [torch.empty((self.batch_size, self.size, self.size, 3), dtype=torch.uint8,
                                      pin_memory=self.pin_memory) for _ in range(self.ring_size)]
-        in_flight: collections.deque = collections.deque()
+        in_flight: collections.deque[InFlight] = collections.deque()
         submitted = 0
         try:
             for k in range(len(batches)):
                 while submitted < len(batches) and submitted < k + self.ring_size:
                     in_flight.append(self._submit(shards, batches[submitted], submitted % self.ring_size, augment))
                     submitted += 1
-                yield self._finish(*in_flight.popleft())
+                yield self._finish(in_flight.popleft())
         finally:
-            for _, _, _, futures, _ in in_flight:  # the caller left early: stop what is queued
-                for f in futures:
+            for batch in in_flight:  # the caller left early: stop what is queued
+                for f in batch.futures:
                     f.cancel()
-            for _, _, _, futures, _ in in_flight:
-                for f in futures:
+            for batch in in_flight:
+                for f in batch.futures:
                     if not f.cancelled():
                         f.exception()  # wait: a running task still writes into its ring slot
 
-    def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> tuple:
+    def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> InFlight:
         """Read the batch's image sizes from their headers and draw every crop at once (a few
         numpy calls for the batch), then queue its decode in chunks."""
         shards.ensure_indexed(ids)
@@ -286,7 +296,7 @@ class Loader:
         if self.decode == "cpu":
             futures = [self.pool.submit(self._decode_chunk, chunk, self.ring[slot].numpy(), augment)
                        for chunk in chunks]
-        return shards, ids, chunks, futures, slot
+        return InFlight(shards, ids, chunks, futures, slot)
 
     def _decode_chunk(self, chunk: Chunk, out: np.ndarray, augment) -> None:
         decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
@@ -313,7 +323,8 @@ class Loader:
         chunk.fallbacks += 1
         return decoder.DECODED
 
-    def _finish(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], futures: list[Future], slot: int) -> Batch:
+    def _finish(self, batch: InFlight) -> Batch:
+        shards, ids, chunks, futures, slot = batch
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
