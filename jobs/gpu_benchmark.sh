@@ -27,6 +27,11 @@ step() {  # step NAME COMMAND...: run it, note a failure, go on
 }
 bench() { $PYTHON -m train.bench --data "$DATA" --run-dir "$OUT" --no-dali "$@"; }
 
+# The native decoder, built here when the checkout carried none for this machine (gcc and the
+# libjpeg-turbo headers are needed: jobs/install.sh installs them).
+$PYTHON -c "import train.decoder" 2>/dev/null ||
+    $PYTHON -W ignore -c "from setuptools import setup; setup()" -q build_ext --inplace || exit
+$PYTHON -c "from train.decoder import NAME; print(NAME)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 $PYTHON -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
 echo "cpus $CPUS, loader workers $WORKERS"
