@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import pickle
 import re
-import resource
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +41,7 @@ from shards.manifest import (
     read_manifest, write_manifest,
 )
 from shards.progress import Progress
-from shards.resources import log_pil_build
+from shards.resources import log_pil_build, raise_open_file_limit
 
 log = logging.getLogger("prepare")
 
@@ -322,14 +321,6 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
-
-
-def raise_open_file_limit() -> None:
-    """A process scattering a part keeps up to one spill file per bucket open (700 for ImageNet's
-    train); the workers inherit the limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 @dataclass(frozen=True)

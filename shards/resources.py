@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 
 
 def available_cpus(environ=os.environ) -> int:
@@ -16,6 +17,14 @@ def available_cpus(environ=os.environ) -> int:
     if granted.isdigit() and int(granted) > 0:
         cpus = min(cpus, int(granted))
     return max(1, cpus)
+
+
+def raise_open_file_limit() -> None:
+    """Lift the soft limit on open files to the hard one: prepare's workers keep a spill file per
+    bucket open (700 for ImageNet's train), train keeps a memory map (and its file) per shard."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def pil_build() -> tuple[str, bool]:

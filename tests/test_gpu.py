@@ -43,9 +43,8 @@ def test_nvjpeg_decodes_every_sample_image_like_the_cpu(prepared):
 
 
 def first_batch(prepared, split: str, size: int, decode: str):
-    shards = read_manifest(prepared).splits[split].shards
-    shard_set = ShardSet([prepared / s.name for s in shards], [s.samples for s in shards])
-    args = PlanArgs(split=split, shard_sizes=shard_set.sizes, epoch=0, seed=1, world_size=1, rank=0, batch_size=16,
+    shard_set = ShardSet.of(prepared, read_manifest(prepared), split)
+    args = PlanArgs(split=split, epoch=0, seed=1, world_size=1, rank=0, batch_size=16,
                     shuffle_buffer=8)
     with Loader({split: shard_set}, batch_size=16, image_size=size, threads=2, decode=decode, pin_memory=True) as loader:
         batch = next(loader.epoch(args))

@@ -21,12 +21,11 @@ from train.transforms import DeviceDecoder, centre_crops
 
 
 def shard_set(prepared, split="train") -> ShardSet:
-    shards = read_manifest(prepared).splits[split].shards
-    return ShardSet([prepared / s.name for s in shards], [s.samples for s in shards])
+    return ShardSet.of(prepared, read_manifest(prepared), split)
 
 
 def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, world_size=1, rank=0) -> PlanArgs:
-    return PlanArgs(split=split, shard_sizes=shards.sizes, epoch=epoch, seed=0, world_size=world_size, rank=rank,
+    return PlanArgs(split=split, epoch=epoch, seed=0, world_size=world_size, rank=rank,
                     batch_size=batch, shuffle_buffer=8, start_step=start_step)
 
 

@@ -24,7 +24,6 @@ import io
 import logging
 import mmap
 import queue
-import resource
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,11 +33,12 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 import torch
 
-from shards.manifest import DatasetNotReady
+from shards.manifest import DatasetNotReady, Manifest
 from shards.plan import WorkerPlan, train_plan, val_plan
+from shards.resources import raise_open_file_limit
 from train import decoder
 from train.decoder import Images
-from train.transforms import DeviceDecoder, centre_crops, crop_resize_flip, train_crops
+from train.transforms import DeviceDecoder, crop_resize_flip, crops
 
 log = logging.getLogger("train")
 
@@ -77,6 +77,12 @@ class ShardSet:
         self.maps: list[mmap.mmap | None] = [None] * len(paths)
         self.indexed = np.zeros(len(paths), bool)
         raise_open_file_limit()  # a map keeps its file open: one per shard
+
+    @classmethod
+    def of(cls, root: Path, manifest: Manifest, split: str) -> "ShardSet":
+        """The shards of `split` of the dataset at `root`, as its manifest lists them."""
+        shards = manifest.splits[split].shards
+        return cls([Path(root) / s.name for s in shards], [s.samples for s in shards])
 
     def ids(self, plan: WorkerPlan) -> np.ndarray:
         """Global sample ids of a plan, in its emission order."""
@@ -129,19 +135,12 @@ class ShardSet:
         self.indexed[:] = False
 
 
-def raise_open_file_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 # ---------------------------------------------------------------- what the read plan asks for
 
 @dataclass(frozen=True, kw_only=True)
 class PlanArgs:
-    """What the read plan needs (see shards.plan); the rank reads it as one stream."""
+    """What the read plan needs besides the shard sizes (see shards.plan); the rank reads it as one stream."""
     split: str
-    shard_sizes: list[int]
     epoch: int
     seed: int
     world_size: int
@@ -151,10 +150,10 @@ class PlanArgs:
     start_step: int = 0  # resume: batches of this epoch the rank already took
 
 
-def plan_for(args: PlanArgs) -> WorkerPlan:
+def plan_for(args: PlanArgs, shard_sizes: list[int]) -> WorkerPlan:
     if args.split == "val":
-        return val_plan(args.shard_sizes, world_size=args.world_size, rank=args.rank, num_workers=1, worker=0)
-    return train_plan(args.shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size, rank=args.rank,
+        return val_plan(shard_sizes, world_size=args.world_size, rank=args.rank, num_workers=1, worker=0)
+    return train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size, rank=args.rank,
                       num_workers=1, worker=0, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer)
 
 
@@ -174,9 +173,6 @@ class EncodedBatch(NamedTuple):
     def jpegs(self) -> list[torch.Tensor]:
         bounds = self.offsets.tolist()
         return [self.data[start:stop] for start, stop in zip(bounds, bounds[1:])]
-
-    def __len__(self) -> int:
-        return len(self.boxes)
 
 
 class Batch(NamedTuple):
@@ -249,7 +245,7 @@ class Loader:
         """The rank's batches of an epoch from `args.start_step` on: whole batches in training,
         and a last partial one in validation."""
         shards = self.splits[args.split]
-        ids = shards.ids(plan_for(args))[args.start_step * args.batch_size:]
+        ids = shards.ids(plan_for(args, shards.sizes))[args.start_step * args.batch_size:]
         batches = [ids[i:i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
         augment = (args.seed, args.epoch) if args.split == "train" else None
         return self._decoded(shards, batches, augment)
@@ -285,10 +281,7 @@ class Loader:
         images = shards.images(ids)
         hashes = shards.hashes[ids]
         dims, status = decoder.image_sizes(images)
-        if augment is None:
-            boxes, flips = centre_crops(dims[:, 0], dims[:, 1]), np.zeros(len(ids), bool)
-        else:
-            boxes, flips = train_crops(hashes, dims[:, 0], dims[:, 1], *augment)
+        boxes, flips = crops(hashes, dims[:, 0], dims[:, 1], augment)
         chunks = [Chunk(first, images[first:first + CHUNK], hashes[first:first + CHUNK],
                         boxes[first:first + CHUNK], flips[first:first + CHUNK], status[first:first + CHUNK])
                   for first in range(0, len(ids), CHUNK)]
@@ -311,13 +304,8 @@ class Loader:
         data = chunk.images.data(i)
         try:
             width, height = Image.open(io.BytesIO(data)).size
-            one = np.array([width]), np.array([height])
-            if augment is None:
-                box, flip = centre_crops(*one)[0], False
-            else:
-                boxes, flips = train_crops(chunk.hashes[i:i + 1], *one, *augment)
-                box, flip = boxes[0], bool(flips[0])
-            out[chunk.first + i] = decoder.pil_decode_crop(data, tuple(box.tolist()), flip, self.size)
+            boxes, flips = crops(chunk.hashes[i:i + 1], np.array([width]), np.array([height]), augment)
+            out[chunk.first + i] = decoder.pil_decode_crop(data, tuple(boxes[0].tolist()), bool(flips[0]), self.size)
         except (OSError, ValueError, SyntaxError):
             return decoder.CORRUPT
         chunk.fallbacks += 1
@@ -341,24 +329,21 @@ class Loader:
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy((shards.hashes[ids[keep]] >> np.uint64(64 - KEY_HASH_BITS)).astype(np.int64))
         if self.decode == "gpu":
-            return Batch(self._encoded(chunks, keep, lambda i: shards.describe(int(ids[keep[i]]))), labels, hashes, bad)
+            return Batch(self._encoded(shards, ids[keep], chunks, keep), labels, hashes, bad)
         images = self.ring[slot]
         if len(keep) < len(ids):  # close the gaps, in order: the batch stays one view of its slot
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return Batch(images[:len(keep)], labels, hashes, bad)
 
-    def _encoded(self, chunks: list[Chunk], keep: np.ndarray, describe: Callable[[int], str]) -> EncodedBatch:
-        parts = [c.images for c in chunks]
-        which = np.concatenate([p.which for p in parts])[keep]
-        offsets = np.concatenate([p.offsets for p in parts])[keep]
-        lengths = np.concatenate([p.lengths for p in parts])[keep]
-        images = Images(parts[0].buffers, which, offsets, lengths)
-        data = torch.empty(int(lengths.sum()), dtype=torch.uint8, pin_memory=self.pin_memory)
+    def _encoded(self, shards: ShardSet, kept: np.ndarray, chunks: list[Chunk], keep: np.ndarray) -> EncodedBatch:
+        """The kept samples' JPEG bytes end to end in one (pinned) tensor, with their crops."""
+        images = shards.images(kept)
+        data = torch.empty(int(images.lengths.sum()), dtype=torch.uint8, pin_memory=self.pin_memory)
         decoder.gather(images, data.numpy())
-        bounds = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+        bounds = torch.from_numpy(np.concatenate([[0], np.cumsum(images.lengths)]))
         boxes = torch.from_numpy(np.concatenate([c.boxes for c in chunks])[keep])
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
-        return EncodedBatch(data, bounds, boxes, flips, self.size, describe)
+        return EncodedBatch(data, bounds, boxes, flips, self.size, lambda i: shards.describe(int(kept[i])))
 
 
 # ---------------------------------------------------------------- onto the device

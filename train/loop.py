@@ -157,17 +157,15 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
 
 
 def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) -> Loader:
-    splits = {split: ShardSet([Path(config.data) / s.name for s in manifest.splits[split].shards],
-                              [s.samples for s in manifest.splits[split].shards]) for split in SPLITS}
+    splits = {split: ShardSet.of(Path(config.data), manifest, split) for split in SPLITS}
     return Loader(splits, batch_size=config.batch_size, image_size=config.image_size, threads=config.workers,
                   decode=config.decode, pin_memory=device.type == "cuda")
 
 
 def loader_for(run: Run, split: str, epoch: int, start_step: int):
     c = run.config
-    args = PlanArgs(split=split, shard_sizes=[s.samples for s in run.manifest.splits[split].shards], epoch=epoch,
-                    seed=c.seed, world_size=run.env.world_size, rank=run.env.rank, batch_size=c.batch_size,
-                    shuffle_buffer=c.shuffle_buffer, start_step=start_step)
+    args = PlanArgs(split=split, epoch=epoch, seed=c.seed, world_size=run.env.world_size, rank=run.env.rank,
+                    batch_size=c.batch_size, shuffle_buffer=c.shuffle_buffer, start_step=start_step)
     return run.loader.epoch(args)
 
 

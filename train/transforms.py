@@ -92,6 +92,15 @@ def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
     return random_resized_crops(widths, heights, u), u[:, 2 * TRIES + 2] < 0.5
 
 
+def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
+          augment: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(boxes, flips) for a batch: train_crops with augment = (seed, epoch), else the validation
+    centre crop and no flips."""
+    if augment is None:
+        return centre_crops(widths, heights), np.zeros(len(widths), bool)
+    return train_crops(key_hashes, widths, heights, *augment)
+
+
 def centre_crops(widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
     """The centre crop, in source pixels, that Resize(size*256/224) + CenterCrop(size) keeps."""
     w, h = widths.astype(np.float64), heights.astype(np.float64)

@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--image-size", type=int, default=224)
     args = p.parse_args(argv)
-    shards = read_complete_manifest(args.data).splits["train"].shards
-    shard_set = ShardSet([args.data / s.name for s in shards], [s.samples for s in shards])
+    shard_set = ShardSet.of(args.data, read_complete_manifest(args.data), "train")
     ids = np.arange(min(args.images, sum(shard_set.sizes)))
     shard_set.ensure_indexed(ids)
     result = candidates(shard_set.images(ids), shard_set.hashes[ids], args.image_size)

@@ -43,18 +43,17 @@ class Ours:
 
     def __init__(self, manifest: Manifest, root: Path, threads: int, batch: int, size: int, *, rank: int = 0,
                  world_size: int = 1, decode: str = "cpu", pin_memory: bool = False, shuffle_buffer: int = 1000):
-        shards = manifest.splits["train"].shards
-        self.sizes = [s.samples for s in shards]
-        if steps_per_epoch(sum(self.sizes), world_size, batch) == 0:
-            raise ConfigError(f"{sum(self.sizes)} training samples make no batch of {batch} per rank: lower --batch-size")
-        self.loader = Loader({"train": ShardSet([root / s.name for s in shards], self.sizes)}, batch_size=batch, image_size=size, threads=threads, decode=decode,
-                             pin_memory=pin_memory)
+        samples = manifest.splits["train"].samples
+        if steps_per_epoch(samples, world_size, batch) == 0:
+            raise ConfigError(f"{samples} training samples make no batch of {batch} per rank: lower --batch-size")
+        self.loader = Loader({"train": ShardSet.of(root, manifest, "train")}, batch_size=batch, image_size=size,
+                             threads=threads, decode=decode, pin_memory=pin_memory)
         self.rank, self.world_size, self.batch, self.shuffle_buffer = rank, world_size, batch, shuffle_buffer
 
     def __iter__(self) -> Iterator[tuple]:
         for epoch in itertools.count():
             yield from self.loader.epoch(PlanArgs(
-                split="train", shard_sizes=self.sizes, epoch=epoch, seed=0, world_size=self.world_size,
+                split="train", epoch=epoch, seed=0, world_size=self.world_size,
                 rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer))
 
     def memory_mb(self) -> float:

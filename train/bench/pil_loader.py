@@ -11,7 +11,6 @@ the same shards; the product does not use it.
 from __future__ import annotations
 
 import io
-import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -26,6 +25,7 @@ from webdataset.tariterators import group_by_keys, tar_file_expander
 from shards.manifest import Manifest
 from shards.plan import consumed_batches, seeded_rng, train_plan, worker_count
 from train.data import key_hash
+from train.decoder import pil_decode_crop
 from train.transforms import RATIO, SCALE
 
 
@@ -95,20 +95,8 @@ class TrainTransform:
         return (left, top, left + w, top + h), flip
 
     def __call__(self, data: bytes, epoch: int, key: str) -> np.ndarray:
-        image = Image.open(io.BytesIO(data))  # reads the header only
-        box, flip = self.crop_and_flip(image, epoch, key)
-        width, height = image.size
-        shrink = min((box[2] - box[0]) / self.size, (box[3] - box[1]) / self.size)
-        if shrink >= 2 and image.format == "JPEG":
-            image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
-        fx, fy = width / image.size[0], height / image.size[1]
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-        image = image.resize((self.size, self.size), Image.Resampling.BILINEAR,
-                             box=(box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy))
-        if flip:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        return np.asarray(image, dtype=np.uint8).copy()
+        box, flip = self.crop_and_flip(Image.open(io.BytesIO(data)), epoch, key)  # reads the header only
+        return pil_decode_crop(data, box, flip, self.size).copy()  # writable, owned: safe to hand to torch
 
 
 class PlannedShards(IterableDataset):

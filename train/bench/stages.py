@@ -19,11 +19,10 @@ BATCH = 256
 
 
 def first_batch(root: Path, decode: str):
-    shards = read_manifest(root).splits["train"].shards
-    shard_set = ShardSet([root / s.name for s in shards], [s.samples for s in shards])
-    args = PlanArgs(split="train", shard_sizes=shard_set.sizes, epoch=0, seed=0, world_size=1, rank=0,
-                    batch_size=BATCH, shuffle_buffer=1000)
-    with Loader({"train": shard_set}, batch_size=BATCH, image_size=224, threads=4, decode=decode, pin_memory=True) as loader:
+    shard_set = ShardSet.of(root, read_manifest(root), "train")
+    args = PlanArgs(split="train", epoch=0, seed=0, world_size=1, rank=0, batch_size=BATCH, shuffle_buffer=1000)
+    with Loader({"train": shard_set}, batch_size=BATCH, image_size=224, threads=4, decode=decode,
+                pin_memory=True) as loader:
         batch = next(loader.epoch(args))
         return batch.images.clone() if decode == "cpu" else batch.images
 
