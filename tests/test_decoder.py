@@ -107,6 +107,26 @@ def test_what_it_does_not_take_is_refused_and_damage_is_reported():
                                decoder.DECODED]
 
 
+def bogus_markers(data: bytes) -> bytes:
+    """The first 200 bytes of entropy-coded data overwritten with reserved markers (0xFF05)."""
+    sos = data.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+    return data[:start + 8] + b"\xff\x05" * 100 + data[start + 208:]
+
+
+def test_the_marker_check_finds_markers_in_entropy_data_and_files_cut_short():
+    """--decode gpu's check (its decoders may decode through such damage). An early EOI is
+    structurally whole and passes: only a decode finds it (or prepare --verify)."""
+    good = [jpeg(), jpeg(progressive=True), jpeg(restart=2), jpeg(mode="L"), jpeg(exif=True), jpeg(subsampling=0),
+            cmyk_jpeg(), jpeg() + b"trailing bytes after EOI"]
+    bad = [bogus_markers(good[0]), bogus_markers(good[1]), good[1][: len(good[1]) * 2 // 3], good[2][:-2]]
+    images = as_images(good + bad + [damaged(good[0])])
+    _, plain = image_sizes(images)
+    _, checked = image_sizes(images, check_markers=True)
+    assert plain.tolist() == [decoder.DECODED] * 13
+    assert checked.tolist() == [decoder.DECODED] * 8 + [decoder.CORRUPT] * 4 + [decoder.DECODED]
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="SSE2 and AVX2 are x86's")
 def test_the_sse2_and_avx2_resizers_give_the_same_bytes():
     from train import _jpegcrop

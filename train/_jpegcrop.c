@@ -11,6 +11,7 @@
  * data is damaged: the caller leaves the sample out); 3 not a JPEG at all.
  */
 #define PY_SSIZE_T_CLEAN
+#define Py_LIMITED_API 0x030B0000 /* the stable ABI of 3.11 (buffers entered it then): one build serves 3.11 and later */
 #include <Python.h>
 
 #include <math.h>
@@ -505,6 +506,8 @@ static int decode_one(context *x, const job *j) {
     return status;
 }
 
+static int markers_whole(const uint8_t *data, size_t length);
+
 static int header_size(struct jpeg_decompress_struct *c, const uint8_t *data, size_t length, int32_t *dims) {
     jpeg_mem_src(c, data, (unsigned long)length);
     jpeg_read_header(c, TRUE);
@@ -513,7 +516,7 @@ static int header_size(struct jpeg_decompress_struct *c, const uint8_t *data, si
     return OK;
 }
 
-static int read_size(context *x, const uint8_t *data, size_t length, int32_t *dims) {
+static int read_size(context *x, const uint8_t *data, size_t length, int32_t *dims, int check_markers) {
     int status;
     if (length < 4 || data[0] != 0xFF || data[1] != 0xD8)
         return NOT_JPEG;
@@ -523,7 +526,54 @@ static int read_size(context *x, const uint8_t *data, size_t length, int32_t *di
     else
         status = header_size(&x->c, data, length, dims);
     jpeg_abort_decompress(&x->c);
+    if (status == OK && check_markers)
+        status = markers_whole(data, length);
     return status;
+}
+
+/* Is the marker structure whole? Walks the segments from SOI to EOI and scans each entropy-coded
+ * segment for the markers that may appear inside it (stuffed 0xFF00, restarts, fill bytes):
+ * damage that overwrote entropy data with markers, or a file cut short, is CORRUPT. A cheap check
+ * (memchr over the file) for --decode gpu, whose decoders may decode through such damage. */
+static int markers_whole(const uint8_t *data, size_t length) {
+    size_t i = 2; /* after SOI */
+    for (;;) {
+        while (i < length && data[i] != 0xFF) /* extraneous bytes before a marker: harmless, as in libjpeg */
+            i++;
+        while (i < length && data[i] == 0xFF) /* fill bytes */
+            i++;
+        if (i >= length)
+            return CORRUPT; /* no EOI: cut short */
+        uint8_t marker = data[i++];
+        if (marker == 0xD9)
+            return OK;
+        if ((marker >= 0xD0 && marker <= 0xD7) || marker == 0x01 || marker == 0x00)
+            continue; /* no length */
+        if (marker < 0xC0 || i + 2 > length)
+            return CORRUPT; /* reserved: not written by an encoder */
+        i += ((size_t)data[i] << 8) | data[i + 1];
+        if (marker != 0xDA)
+            continue;
+        for (;;) { /* entropy-coded data up to the next marker that ends it */
+            const uint8_t *ff = i < length ? memchr(data + i, 0xFF, length - i) : NULL;
+            if (!ff)
+                return CORRUPT;
+            i = (size_t)(ff - data) + 1;
+            while (i < length && data[i] == 0xFF)
+                i++;
+            if (i >= length)
+                return CORRUPT;
+            uint8_t next = data[i];
+            if (next == 0x00 || (next >= 0xD0 && next <= 0xD7)) {
+                i++;
+                continue;
+            }
+            if (next < 0xC0)
+                return CORRUPT;
+            i = (size_t)(ff - data);
+            break; /* EOI, or the tables and header of the next scan */
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ a shard's index */
@@ -647,7 +697,7 @@ static int image_pointers(PyObject *buffers, const int32_t *which, const int64_t
         PyErr_SetString(PyExc_TypeError, "buffers must be a tuple");
         return -1;
     }
-    s->count = PyTuple_GET_SIZE(buffers);
+    s->count = PyTuple_Size(buffers);
     s->views = PyMem_Calloc(s->count ? s->count : 1, sizeof(Py_buffer));
     s->held = PyMem_Calloc(s->count ? s->count : 1, sizeof(int));
     if (!s->views || !s->held) {
@@ -661,7 +711,7 @@ static int image_pointers(PyObject *buffers, const int32_t *which, const int64_t
             return -1;
         }
         if (!s->held[b]) {
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(buffers, b), &s->views[b], PyBUF_SIMPLE) < 0)
+            if (PyObject_GetBuffer(PyTuple_GetItem(buffers, b), &s->views[b], PyBUF_SIMPLE) < 0)
                 return -1;
             s->held[b] = 1;
         }
@@ -721,7 +771,9 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *buffers, *which, *offsets, *lengths, *dims_o, *status_o, *result = NULL;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OnOOOOO", &buffers, &n, &which, &offsets, &lengths, &dims_o, &status_o))
+    int check_markers = 0;
+    if (!PyArg_ParseTuple(args, "OnOOOOO|p", &buffers, &n, &which, &offsets, &lengths, &dims_o, &status_o,
+                          &check_markers))
         return NULL;
     image_args a = {0};
     Py_buffer dims = {0}, status = {0};
@@ -731,7 +783,8 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args) {
         context x;
         open_context(&x);
         for (Py_ssize_t i = 0; i < n; i++)
-            ((int32_t *)status.buf)[i] = read_size(&x, a.data[i], image_length(&a, i), (int32_t *)dims.buf + 2 * i);
+            ((int32_t *)status.buf)[i] = read_size(&x, a.data[i], image_length(&a, i), (int32_t *)dims.buf + 2 * i,
+                                                    check_markers);
         close_context(&x);
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
@@ -816,25 +869,23 @@ static PyObject *py_tar_index(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     int64_t capacity = view.len / 1536 + 1; /* a sample is at least three 512-byte blocks... */
-    PyObject *table = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(sizeof(int64_t) * FIELDS * capacity));
+    int64_t *out = PyMem_Malloc(sizeof(int64_t) * FIELDS * capacity);
     int64_t n = -1, bad = 0;
     const char *why = NULL;
-    if (table) {
-        int64_t *out = (int64_t *)PyBytes_AS_STRING(table);
+    if (out) {
         Py_BEGIN_ALLOW_THREADS
         n = walk_tar(view.buf, view.len, out, capacity, &bad, &why);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&view);
-    if (!table)
-        return NULL;
-    if (n < 0) {
-        Py_DECREF(table);
+    if (!out)
+        return PyErr_NoMemory();
+    PyObject *table = NULL;
+    if (n < 0)
         PyErr_Format(PyExc_ValueError, "%s (at byte %lld)", why, (long long)bad);
-        return NULL;
-    }
-    if (_PyBytes_Resize(&table, (Py_ssize_t)(sizeof(int64_t) * FIELDS * n)) < 0)
-        return NULL;
+    else
+        table = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(sizeof(int64_t) * FIELDS * n));
+    PyMem_Free(out);
     return table;
 }
 
@@ -861,8 +912,9 @@ static PyMethodDef methods[] = {
      "(consecutive members KEY.ext) of a tar in memory; -1 where a sample lacks the member. ValueError, with "
      "the byte offset, for a damaged header."},
     {"image_sizes", py_image_sizes, METH_VARARGS,
-     "image_sizes(buffers, n, which, offsets, lengths, dims, status): width and height of n JPEGs from their "
-     "headers into dims (int32 n x 2); status (int32 n) 0 or the failure. The GIL is released."},
+     "image_sizes(buffers, n, which, offsets, lengths, dims, status, check_markers=False): width and height of n "
+     "JPEGs from their headers into dims (int32 n x 2); status (int32 n) 0 or the failure, CORRUPT also where "
+     "check_markers finds the marker structure broken. The GIL is released."},
     {"decode_crops", py_decode_crops, METH_VARARGS,
      "decode_crops(buffers, n, which, offsets, lengths, boxes, flips, out, first, size, status): decode each "
      "image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where flips (uint8) "

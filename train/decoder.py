@@ -53,11 +53,15 @@ class Images:
         return memoryview(self.buffers[self.which[i]])[start:start + int(self.lengths[i])]
 
 
-def image_sizes(images: Images) -> tuple[np.ndarray, np.ndarray]:
-    """(widths and heights as int32 (n, 2), status int32 (n,)) from the JPEG headers."""
+def image_sizes(images: Images, check_markers: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(widths and heights as int32 (n, 2), status int32 (n,)) from the JPEG headers. With
+    `check_markers`, an image whose marker structure is broken (entropy data overwritten with
+    markers, a file cut short) is CORRUPT too: a scan of the whole file, for decoders that would
+    decode through such damage."""
     n = len(images)
     dims, status = np.zeros((n, 2), np.int32), np.zeros(n, np.int32)
-    _jpegcrop.image_sizes(images.buffers, n, images.which, images.offsets, images.lengths, dims, status)
+    _jpegcrop.image_sizes(images.buffers, n, images.which, images.offsets, images.lengths, dims, status,
+                          check_markers)
     return dims, status
 
 
