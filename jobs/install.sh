@@ -4,15 +4,23 @@
 # Pillow, so any later `pip install` that touches torchvision may put it back: rerun this script).
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
-#   bash jobs/install.sh --dev    plus pytest, the benchmark's peers (NVIDIA DALI, simplejpeg), and
-#                                 slurm-wlm + munge for the cluster tests
+#   bash jobs/install.sh --gpu    plus NVIDIA nvImageCodec, for train --decode gpu
+#   bash jobs/install.sh --dev    plus pytest, nvImageCodec, the benchmark's peers (NVIDIA DALI,
+#                                 simplejpeg), and slurm-wlm + munge for the cluster tests
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
-[[ "${1:-}" == "--dev" ]] && dev=1
+gpu=0
+for arg in "$@"; do
+  case $arg in
+    --dev) dev=1 ;;
+    --gpu) gpu=1 ;;
+    *) echo "install.sh: unknown option $arg (--dev, --gpu)" >&2; exit 2 ;;
+  esac
+done
 python=${PYTHON:-python3}
 packages=(libjpeg62-turbo-dev zlib1g-dev gcc python3-dev)   # pillow-simd and the native decoder compile against these
 (( dev )) && packages+=(slurm-wlm munge)
@@ -38,7 +46,8 @@ fi
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 extras=""
-(( dev )) && extras="[test,bench]"
+(( gpu )) && extras="[gpu]"
+(( dev )) && extras="[test,bench,gpu]"
 # Builds the native decoder (train/_jpegcrop.c) too: a failed build stops here, never a slow fall-back later.
 "${pip[@]}" install -e ".$extras" || {
   echo "install.sh: pip install failed (above). If it is the native decoder train/_jpegcrop.c, it needs gcc," \

@@ -14,7 +14,7 @@ from conftest import run_module
 from shards.manifest import read_manifest
 from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
 from train.metrics import read_metrics
-from train.transforms import DeviceDecoder
+from train.device_decode import DeviceDecoder, crop_resize_flip
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -26,20 +26,37 @@ def val_samples(prepared, count):
     return samples[:count]
 
 
-def test_nvjpeg_decodes_every_sample_image_like_the_cpu(prepared):
-    """Batched nvJPEG decode of every val image (CMYK and grayscale quirks included, through the
-    per-image fallback where nvJPEG refuses one): the same pixels as the CPU decoder, nearly."""
-    from torchvision.io import ImageReadMode, decode_jpeg
+def test_nvimgcodec_decodes_every_sample_images_window_like_pil(prepared):
+    """Batched region decode on the GPU of every val image (the CMYK and grayscale quirks
+    included): the window's pixels as PIL decodes them, nearly (IDCT and upsampling rounding)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
 
     samples = val_samples(prepared, 10**6)
-    jpegs = [torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8) for s in samples]
+    blobs = [s["jpg"] for s in samples]
+    sizes = [Image.open(io.BytesIO(b)).size for b in blobs]
+    windows = np.array([[w // 5, h // 7, w - w // 9, h - h // 3] for w, h in sizes])
     decoder = DeviceDecoder()
-    on_gpu = decoder.decode(jpegs, CUDA)
-    assert len(on_gpu) == len(samples)
-    for image, data in zip(on_gpu, jpegs):
-        reference = decode_jpeg(data, mode=ImageReadMode.RGB)
-        assert image.device.type == "cuda" and image.shape == reference.shape
-        assert (image.cpu().float() - reference.float()).abs().mean() < 3  # of 255 levels: IDCT rounding
+    on_gpu = decoder.decode(blobs, windows, CUDA)
+    assert len(on_gpu) == len(samples) and decoder.fallbacks == 0
+    for image, blob, (left, top, right, bottom) in zip(on_gpu, blobs, windows.tolist()):
+        reference = np.asarray(Image.open(io.BytesIO(blob)).convert("RGB"))[top:bottom, left:right]
+        assert image.device.type == "cuda" and tuple(image.shape) == reference.shape
+        assert np.abs(image.cpu().numpy().astype(int) - reference).mean() < 3  # of 255 levels
+
+
+def test_batched_resize_on_the_gpu_matches_the_cpu():
+    """fp16 matrix products on the GPU against float32 on the CPU: the same pixels, nearly."""
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=generator)
+              for h, w in [(217, 333), (480, 640), (31, 17), (300, 200)]]
+    boxes = torch.tensor([[10.5, 3, 300, 200], [0, 0, 640, 480], [2, 2, 15, 30], [50, 60, 51, 61]])
+    flips = torch.tensor([False, True, True, False])
+    cpu = crop_resize_flip(images, boxes, flips, 224)
+    gpu = crop_resize_flip([i.to(CUDA) for i in images], boxes, flips, 224).cpu()
+    assert (gpu - cpu).abs().max() < 0.6
 
 
 def first_batch(prepared, split: str, size: int, decode: str):

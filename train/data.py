@@ -6,8 +6,9 @@
                    few numpy calls draw every crop and flip, and a thread pool decodes chunks of it
                    with the crop-region decoder (train/decoder.py, GIL released) straight into a
                    ring of pinned batch buffers. No worker processes, no pickling of images.
-    DeviceBatches  the next batches copied (or, with --decode gpu, decoded) onto the device in a
-                   background thread, on a CUDA stream of its own, while the current one trains
+    DeviceBatches  the next batches copied (or, with --decode gpu, decoded: train/device_decode.py)
+                   onto the device in a background thread, on a CUDA stream of its own, while the
+                   current one trains
 
 Every rank reads its plan as one stream (worker 0 of 1), so the pixels of every batch depend only
 on (seed, epoch, rank, world size, batch size), never on the thread count, and a resume at step k
@@ -38,7 +39,8 @@ from shards.plan import WorkerPlan, train_plan, val_plan
 from shards.resources import raise_open_file_limit
 from train import decoder
 from train.decoder import Images
-from train.transforms import DeviceDecoder, crop_resize_flip, crops
+from train.device_decode import DeviceDecoder, crop_resize_flip
+from train.transforms import crops, decode_windows
 
 log = logging.getLogger("train")
 
@@ -160,17 +162,18 @@ def plan_for(args: PlanArgs, shard_sizes: list[int]) -> WorkerPlan:
 # ---------------------------------------------------------------- batches
 
 class EncodedBatch(NamedTuple):
-    """A batch for device decode: every image's JPEG bytes in one flat tensor (one pinned copy per
-    batch), crop boxes and flips."""
-    data: torch.Tensor  # uint8, the files' bytes end to end
-    offsets: torch.Tensor  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
-    boxes: torch.Tensor  # float32 (n, 4)
+    """A batch for --decode gpu: every image's bytes end to end in one array, the window of each
+    to decode (transforms.decode_windows), its crop box inside that window, and its flip."""
+    data: np.ndarray  # uint8, the files' bytes end to end
+    offsets: np.ndarray  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
+    windows: np.ndarray  # int32 (n, 4): left, top, right, bottom in the image
+    boxes: torch.Tensor  # float32 (n, 4): the crop, in the window's pixels
     flips: torch.Tensor  # bool (n,)
     size: int
     describe: Callable[[int], str]  # image i's shard and key, for messages
 
     @property
-    def jpegs(self) -> list[torch.Tensor]:
+    def jpegs(self) -> list[np.ndarray]:
         bounds = self.offsets.tolist()
         return [self.data[start:stop] for start, stop in zip(bounds, bounds[1:])]
 
@@ -195,13 +198,15 @@ class InFlight(NamedTuple):
 
 @dataclass
 class Chunk:
-    """Up to CHUNK images of a batch and their crops: one decode task, into slots [first, first + n)."""
+    """Up to CHUNK images of a batch, one task, for slots [first, first + n): the task reads their
+    headers, draws their crops and, with --decode cpu, decodes them."""
     first: int
     images: Images
     hashes: np.ndarray
-    boxes: np.ndarray  # float32 (n, 4)
-    flips: np.ndarray  # bool (n,)
-    status: np.ndarray  # per image: decoder.DECODED or why not (from the header, then the decode)
+    dims: np.ndarray | None = None  # int32 (n, 2): width, height
+    boxes: np.ndarray | None = None  # float32 (n, 4)
+    flips: np.ndarray | None = None  # bool (n,)
+    status: np.ndarray | None = None  # per image: decoder.DECODED (or, before the decode, fine so far) or why not
     fallbacks: int = 0  # decoded by the PIL path
 
 
@@ -233,7 +238,7 @@ class Loader:
 
     def describe(self) -> str:
         return f"decoder: {decoder.NAME}, {self.threads} threads" if self.decode == "cpu" else \
-            f"decoder: the device's (--decode gpu), crops drawn by {self.threads} threads"
+            f"decoder: on the device (--decode gpu); headers, marker checks and crops by {self.threads} threads"
 
     def memory_bytes(self) -> int:
         """What the loader holds: its ring of batch buffers and the splits' sample tables."""
@@ -275,37 +280,49 @@ class Loader:
                         f.exception()  # wait: a running task still writes into its ring slot
 
     def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> InFlight:
-        """Read the batch's image sizes from their headers and draw every crop at once (a few
-        numpy calls for the batch), then queue its decode in chunks."""
+        """Queue the batch's tasks, a chunk each: headers, crops drawn for the chunk at once (a few
+        numpy calls), and with --decode cpu the decode into the batch's ring slot."""
         shards.ensure_indexed(ids)
-        images = shards.images(ids)
-        hashes = shards.hashes[ids]
-        dims, status = decoder.image_sizes(images)
-        boxes, flips = crops(hashes, dims[:, 0], dims[:, 1], augment)
-        chunks = [Chunk(first, images[first:first + CHUNK], hashes[first:first + CHUNK],
-                        boxes[first:first + CHUNK], flips[first:first + CHUNK], status[first:first + CHUNK])
+        images, hashes = shards.images(ids), shards.hashes[ids]
+        chunks = [Chunk(first, images[first:first + CHUNK], hashes[first:first + CHUNK])
                   for first in range(0, len(ids), CHUNK)]
-        futures = []
         if self.decode == "cpu":
-            futures = [self.pool.submit(self._decode_chunk, chunk, self.ring[slot].numpy(), augment)
-                       for chunk in chunks]
+            futures = [self.pool.submit(self._decode_chunk, c, self.ring[slot].numpy(), augment) for c in chunks]
+        else:
+            futures = [self.pool.submit(self._draw_crops, c, augment, True) for c in chunks]
         return InFlight(shards, ids, chunks, futures, slot)
 
-    def _decode_chunk(self, chunk: Chunk, out: np.ndarray, augment) -> None:
-        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
-        chunk.status = np.where(chunk.status != decoder.DECODED, chunk.status, decoded)
-        for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
-            chunk.status[i] = self._pil_fallback(chunk, i, out, augment)
+    def _draw_crops(self, chunk: Chunk, augment, check_markers: bool = False) -> None:
+        """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk.
+        With `check_markers` (--decode gpu) a JPEG whose marker structure is broken is CORRUPT."""
+        chunk.dims, chunk.status = decoder.image_sizes(chunk.images, check_markers)
+        for i in np.flatnonzero(chunk.status == decoder.NOT_JPEG).tolist():
+            chunk.status[i] = self._pil_size(chunk, i)
+        chunk.boxes, chunk.flips = crops(chunk.hashes, chunk.dims[:, 0], chunk.dims[:, 1], augment)
 
-    def _pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, augment) -> int:
-        """The PIL path for an image the native decoder refuses: same crop rule, same slot."""
+    def _pil_size(self, chunk: Chunk, i: int) -> int:
+        """The size of an image that is not a JPEG, from PIL: NOT_JPEG (PIL decodes it), or CORRUPT."""
         from PIL import Image
 
-        data = chunk.images.data(i)
         try:
-            width, height = Image.open(io.BytesIO(data)).size
-            boxes, flips = crops(chunk.hashes[i:i + 1], np.array([width]), np.array([height]), augment)
-            out[chunk.first + i] = decoder.pil_decode_crop(data, tuple(boxes[0].tolist()), bool(flips[0]), self.size)
+            chunk.dims[i] = Image.open(io.BytesIO(chunk.images.data(i))).size
+        except (OSError, ValueError, SyntaxError):
+            return decoder.CORRUPT
+        return decoder.NOT_JPEG
+
+    def _decode_chunk(self, chunk: Chunk, out: np.ndarray, augment) -> None:
+        self._draw_crops(chunk, augment)
+        fine = chunk.status == decoder.DECODED
+        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
+        chunk.status = np.where(fine, decoded, chunk.status)
+        for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
+            chunk.status[i] = self._pil_fallback(chunk, i, out)
+
+    def _pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray) -> int:
+        """The PIL path for an image the native decoder refuses: same crop, same slot."""
+        try:
+            out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
+                                                           bool(chunk.flips[i]), self.size)
         except (OSError, ValueError, SyntaxError):
             return decoder.CORRUPT
         chunk.fallbacks += 1
@@ -316,6 +333,8 @@ class Loader:
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
+        if self.decode == "gpu":  # what is not a JPEG goes to the device decoder too (or its PIL fallback)
+            status = np.where(status == decoder.NOT_JPEG, decoder.DECODED, status)
         fallbacks = sum(c.fallbacks for c in chunks)
         if fallbacks:
             if not self.fallbacks:
@@ -336,14 +355,16 @@ class Loader:
         return Batch(images[:len(keep)], labels, hashes, bad)
 
     def _encoded(self, shards: ShardSet, kept: np.ndarray, chunks: list[Chunk], keep: np.ndarray) -> EncodedBatch:
-        """The kept samples' JPEG bytes end to end in one (pinned) tensor, with their crops."""
+        """The kept samples' bytes end to end in one array, with their windows and crops."""
         images = shards.images(kept)
-        data = torch.empty(int(images.lengths.sum()), dtype=torch.uint8, pin_memory=self.pin_memory)
-        decoder.gather(images, data.numpy())
-        bounds = torch.from_numpy(np.concatenate([[0], np.cumsum(images.lengths)]))
-        boxes = torch.from_numpy(np.concatenate([c.boxes for c in chunks])[keep])
+        data = np.empty(int(images.lengths.sum()), np.uint8)
+        decoder.gather(images, data)
+        dims = np.concatenate([c.dims for c in chunks])[keep]
+        boxes = np.concatenate([c.boxes for c in chunks])[keep]
+        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], self.size)
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
-        return EncodedBatch(data, bounds, boxes, flips, self.size, lambda i: shards.describe(int(kept[i])))
+        return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
+                            flips, self.size, lambda i: shards.describe(int(kept[i])))
 
 
 # ---------------------------------------------------------------- onto the device
@@ -366,7 +387,7 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, decoder: DeviceD
                      channels_last: bool = True) -> tuple[torch.Tensor, list[int], tuple]:
     """An EncodedBatch decoded, cropped, resized and flipped on the device, normalised: (x, the
     images kept, (sample, why) of those no decoder took)."""
-    images = decoder.decode(batch.jpegs, device)
+    images = decoder.decode(batch.jpegs, batch.windows, device)
     kept = [i for i, image in enumerate(images) if image is not None]
     bad = tuple((batch.describe(i), "damaged JPEG data (no decoder takes it)") for i, image in enumerate(images)
                 if image is None)
@@ -400,7 +421,7 @@ class DeviceBatches:
     def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2,
                  decoder: DeviceDecoder | None = None):
         self.device, self.channels_last = device, channels_last
-        self.decoder = decoder or DeviceDecoder()  # for --decode gpu batches
+        self.decoder = decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
@@ -432,6 +453,7 @@ class DeviceBatches:
                 for images, labels, hashes, *bad in iterator:
                     bad = tuple(bad[0]) if bad else ()
                     if isinstance(images, EncodedBatch):
+                        self.decoder = self.decoder or DeviceDecoder()
                         x, kept, lost = decode_to_device(images, self.device, self.decoder, self.channels_last)
                         labels, hashes, bad = labels[kept], hashes[kept], bad + lost
                     else:

@@ -33,7 +33,7 @@ from train.config import ConfigError, TrainConfig
 from shards.layout import SPLITS
 from train.data import KEY_HASH_BITS, DeviceBatches, Loader, PlanArgs, ShardSet
 from train.metrics import append_metrics, epoch_line
-from train.transforms import DeviceDecoder
+from train.device_decode import DeviceDecoder
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -79,7 +79,7 @@ class Run:
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
     loader: Loader  # the threads and pinned buffers that decode both splits' batches
-    device_decoder: DeviceDecoder  # --decode gpu: the device's decode, and its count of CPU fallbacks
+    device_decoder: DeviceDecoder | None  # --decode gpu: the device's decoder, and its count of PIL fallbacks
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
 
@@ -152,8 +152,18 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, loader=build_loader(config, manifest, device), device_decoder=DeviceDecoder(),
+               steps=steps, loader=build_loader(config, manifest, device), device_decoder=device_decoder_for(config),
                control=control, preemption=preemption)
+
+
+def device_decoder_for(config: TrainConfig) -> DeviceDecoder | None:
+    """--decode gpu's decoder; a ConfigError saying what to install where nvImageCodec is missing."""
+    if config.decode != "gpu":
+        return None
+    try:
+        return DeviceDecoder()
+    except ImportError as exn:
+        raise ConfigError(str(exn)) from None
 
 
 def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) -> Loader:
@@ -358,7 +368,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
     loss, correct, samples, wait, elapsed, bad, pil, device = all_reduce(
         [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, run.loader.fallbacks,
-         run.device_decoder.fallbacks], run)
+         run.device_decoder.fallbacks if run.device_decoder else 0], run)
     world = run.env.world_size
     images_here = sums.steps_here * run.config.batch_size * world
     mean_elapsed = elapsed / world
@@ -393,7 +403,7 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
-            log.info("%s", run.loader.describe())
+            log.info("%s%s", run.loader.describe(), f", {run.device_decoder.describe()}" if run.device_decoder else "")
         return train(run)
     finally:
         if run is not None:

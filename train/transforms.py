@@ -10,21 +10,17 @@ Validation: resize the shorter side to size * 256 / 224 and centre-crop `size` (
 Resize(256) + CenterCrop(224)): the box in source pixels, resized to size x size in one step.
 
 Boxes are (left, top, right, bottom) in source pixels, float32; the decoder (train/decoder.py)
-or the device (`crop_resize_flip`) resizes each box to size x size.
+or the device (train/device_decode.py, which decodes each box's `decode_windows`) resizes each box
+to size x size.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from shards.plan import seeded_rng
-
-log = logging.getLogger("train")
 
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
@@ -109,55 +105,19 @@ def centre_crops(widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
     return np.stack([left, top, left + side, top + side], axis=1).astype(np.float32)
 
 
-# ---------------------------------------------------------------- --decode gpu: the device decodes
-
-class DeviceDecoder:
-    """--decode gpu's decoder for a run: batched (nvJPEG on a GPU). Where the batched call fails
-    (an image it refuses, CUDA out of memory: any RuntimeError) it decodes image by image, and on
-    the CPU where the device refuses one; the first time is logged, the images decoded on the CPU
-    are counted (`fallbacks`). An image no decoder takes comes back as None: damaged."""
-
-    def __init__(self):
-        self.fallbacks = 0
-        self.logged = False
-
-    def decode(self, jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        try:
-            return decode_jpeg(jpegs, device=device, mode=ImageReadMode.RGB)
-        except RuntimeError as exn:
-            self._note(exn)
-        images = []
-        for data in jpegs:
-            try:
-                images.append(decode_jpeg(data, device=device, mode=ImageReadMode.RGB))
-                continue
-            except RuntimeError:
-                pass
-            try:
-                images.append(decode_jpeg(data, mode=ImageReadMode.RGB).to(device))
-                self.fallbacks += 1
-            except RuntimeError:
-                images.append(None)
-        return images
-
-    def _note(self, exn: RuntimeError) -> None:
-        if not self.logged:
-            self.logged = True
-            log.warning("--decode gpu: the batched decode failed (%s); decoding that batch image by image, on the "
-                        "CPU where the device refuses one. Logged once; images decoded on the CPU are counted in "
-                        "metrics.jsonl (device_decode_fallbacks)", str(exn).splitlines()[0] if str(exn) else exn)
-
-
-def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:
-    """Crop each CHW uint8 image to its box, resize to size x size (bilinear, antialiased, as PIL
-    does), flip where asked: a float NCHW batch in 0-255 on the images' device."""
-    device = images[0].device
-    out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=device)
-    for i, (image, box) in enumerate(zip(images, boxes.tolist())):
-        left, top, right, bottom = (round(v) for v in box)
-        crop = image[:, top:max(bottom, top + 1), left:max(right, left + 1)].unsqueeze(0).float()
-        out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
-    flip = flips.view(-1, 1, 1, 1).to(device, non_blocking=True)
-    return torch.where(flip, out.flip(-1), out)  # one pass for the batch, not one per flipped image
+def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, size: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """What --decode gpu decodes of each image: (windows int32 (n, 4), boxes float32 (n, 4) within
+    them). A window is the box grown by the resize filter's support (max(1, box / size) source
+    pixels) plus one pixel for the chroma upsampling at its edges, clamped to the image, so that
+    resizing the box inside its window gives what resizing it inside the whole image gives."""
+    w, h = widths.astype(np.float64), heights.astype(np.float64)
+    margin_x = np.ceil(np.maximum((boxes[:, 2] - boxes[:, 0]) / size, 1)) + 1
+    margin_y = np.ceil(np.maximum((boxes[:, 3] - boxes[:, 1]) / size, 1)) + 1
+    left = np.clip(np.floor(boxes[:, 0]) - margin_x, 0, w)
+    top = np.clip(np.floor(boxes[:, 1]) - margin_y, 0, h)
+    right = np.clip(np.ceil(boxes[:, 2]) + margin_x, 0, w)
+    bottom = np.clip(np.ceil(boxes[:, 3]) + margin_y, 0, h)
+    windows = np.stack([left, top, right, bottom], axis=1).astype(np.int32)
+    inside = boxes - np.stack([left, top, left, top], axis=1)
+    return windows, inside.astype(np.float32)

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ import torch
 from shards.manifest import read_complete_manifest
 from train.data import ShardSet
 from train.decoder import Images, decode_crops, image_sizes
+from train.device_decode import quiet_stderr
 from train.transforms import train_crops
 
 
@@ -70,18 +70,6 @@ def nvimgcodec_cpu():
     except ImportError:
         return None
     return nvimgcodec, decoder
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    saved = os.dup(2)
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def one_core(function: Callable[[], None], count: int, repeats: int = 3) -> float:

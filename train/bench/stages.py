@@ -9,13 +9,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from shards.manifest import read_manifest
 from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
-from train.transforms import DeviceDecoder, crop_resize_flip
+from train.device_decode import OPTIONS, DeviceDecoder, crop_resize_flip
 
 BATCH = 256
+VARIANTS = {"GPU Huffman": OPTIONS + " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0",
+            "simple upsampling": ":fancy_upsampling=0"}
 
 
 def first_batch(root: Path, decode: str):
@@ -41,14 +44,26 @@ def report(name: str, call, repeats: int = 10) -> None:
 
 
 def main(root: Path) -> None:
+    from torchvision.io import ImageReadMode, decode_jpeg
+
     device = torch.device("cuda")
     encoded, decoded = first_batch(root, "gpu"), first_batch(root, "cpu")
     pinned = decoded.pin_memory()
     decoder = DeviceDecoder()
-    on_device = decoder.decode(encoded.jpegs, device)
-    print(torch.cuda.get_device_name(device), f"batch {BATCH}")
-    report("nvJPEG batched decode", lambda: decoder.decode(encoded.jpegs, device))
-    report("crop + resize + flip", lambda: crop_resize_flip(on_device, encoded.boxes, encoded.flips, 224))
+    jpegs = encoded.jpegs
+    windows = decoder.decode(jpegs, encoded.windows, device)
+    whole = [torch.from_numpy(j.copy()) for j in jpegs]
+    print(torch.cuda.get_device_name(device), f"batch {BATCH}", decoder.describe())
+    report("torchvision decode_jpeg, whole images", lambda: decode_jpeg(whole, device=device, mode=ImageReadMode.RGB))
+    report("nvImageCodec code streams (host)", lambda: decoder.code_streams(jpegs, encoded.windows))
+    report("nvImageCodec region decode", lambda: decoder.decode(jpegs, encoded.windows, device))
+    sizes = [decoder.module.CodeStream(np.frombuffer(j, np.uint8)) for j in jpegs]
+    everything = np.array([[0, 0, s.width, s.height] for s in sizes])
+    report("nvImageCodec whole images", lambda: decoder.decode(jpegs, everything, device))
+    for name, options in VARIANTS.items():
+        variant = DeviceDecoder(options)
+        report(f"nvImageCodec region decode, {name}", lambda: variant.decode(jpegs, encoded.windows, device))
+    report("crop + resize + flip, batched", lambda: crop_resize_flip(windows, encoded.boxes, encoded.flips, 224))
     report("decode_to_device, --decode gpu batch", lambda: decode_to_device(encoded, device, decoder))
     report("to_device, uint8 batch, pageable", lambda: to_device(decoded, device))
     report("to_device, uint8 batch, pinned", lambda: to_device(pinned, device))
