@@ -15,7 +15,8 @@ from PIL import Image
 from jpegs import jpeg
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
-from train.data import Batch, DeviceBatches, Loader, PlanArgs, ShardSet, decode_to_device, key_hash, to_device
+from train.data import (Batch, DeviceBatches, Loader, PlanArgs, ShardSet, chunk_size, decode_to_device, key_hash,
+                        to_device)
 from train.decoder import pil_decode_crop
 from train.device_decode import DeviceDecoder
 from train.transforms import centre_crops
@@ -81,9 +82,16 @@ def test_a_resumed_epoch_yields_exactly_the_batches_not_yet_taken(prepared, thre
         assert all(torch.equal(a.images, b.images) for a, b in zip(resumed, full[step:]))
 
 
+@pytest.mark.parametrize("batch, threads, chunk", [(64, 2, 32), (64, 15, 5), (256, 15, 18), (512, 4, 32), (8, 16, 4),
+                                                  (3, 1, 4)])
+def test_each_batch_spreads_over_every_thread_in_chunks_of_4_to_32(batch, threads, chunk):
+    assert chunk_size(batch, threads) == chunk
+
+
 def test_batches_are_the_same_pixels_for_any_thread_count(prepared):
+    """One thread decodes a batch of 12 in one task, five in three: the same pixels."""
     shards = shard_set(prepared)
-    one, many = epoch_batches(shards, 1, epoch=2), epoch_batches(shards, 5, epoch=2)
+    one, many = epoch_batches(shards, 1, epoch=2, batch=12), epoch_batches(shards, 5, epoch=2, batch=12)
     assert [b.key_hashes.tolist() for b in one] == [b.key_hashes.tolist() for b in many]
     assert all(torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) for a, b in zip(one, many))
     other_epoch = epoch_batches(shards, 1, epoch=3)

@@ -2,10 +2,11 @@
 
     ShardSet       a split's shards, memory-mapped; where each sample's JPEG and label lie and its
                    key's hash, read once per shard from its tar headers (natively) when first needed
-    Loader         per epoch, the plan's samples in the plan's order, cut into batches; per batch a
-                   few numpy calls draw every crop and flip, and a thread pool decodes chunks of it
-                   with the crop-region decoder (train/decoder.py, GIL released) straight into a
-                   ring of pinned batch buffers. No worker processes, no pickling of images.
+    Loader         per epoch, the plan's samples in the plan's order, cut into batches; a thread
+                   pool takes each batch in chunks (one per thread): reads the headers, draws every
+                   crop and flip of the chunk in a few numpy calls, and decodes it with the
+                   crop-region decoder (train/decoder.py, GIL released) straight into a ring of
+                   pinned batch buffers. No worker processes, no pickling of images.
     DeviceBatches  the next batches copied (or, with --decode gpu, decoded: train/device_decode.py)
                    onto the device in a background thread, on a CUDA stream of its own, while the
                    current one trains
@@ -47,7 +48,7 @@ log = logging.getLogger("train")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
-CHUNK = 32  # images per decode task: a batch spreads over every thread, each task's overhead is small
+CHUNK = (4, 32)  # images per decode task, at least and at most: see chunk_size
 
 
 def key_hash64(key: bytes | str) -> int:
@@ -159,6 +160,14 @@ def plan_for(args: PlanArgs, shard_sizes: list[int]) -> WorkerPlan:
                       num_workers=1, worker=0, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer)
 
 
+def chunk_size(batch_size: int, threads: int) -> int:
+    """Images per decode task: each batch spread over every thread. Tasks in flight are capped by
+    the ring (its batches x tasks per batch), and threads beyond them idle: fixed chunks of 32 in
+    batches of 64 kept 8 of 15 threads busy. At least CHUNK[0] images keep a task's own cost (a
+    header pass and a few numpy calls, tens of microseconds) small against its decodes."""
+    return max(CHUNK[0], min(CHUNK[1], -(-batch_size // threads)))
+
+
 # ---------------------------------------------------------------- batches
 
 class EncodedBatch(NamedTuple):
@@ -198,7 +207,7 @@ class InFlight(NamedTuple):
 
 @dataclass
 class Chunk:
-    """Up to CHUNK images of a batch, one task, for slots [first, first + n): the task reads their
+    """Up to chunk_size images of a batch, one task, for slots [first, first + n): the task reads their
     headers, draws their crops and, with --decode cpu, decodes them."""
     first: int
     images: Images
@@ -221,6 +230,7 @@ class Loader:
                  decode: str = "cpu", pin_memory: bool = False, ring: int = 4):
         self.splits, self.batch_size, self.size, self.decode = splits, batch_size, image_size, decode
         self.threads, self.pin_memory, self.ring_size = max(1, threads), pin_memory, ring
+        self.chunk = chunk_size(batch_size, self.threads)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
         self.ring: list[torch.Tensor] = []
         self.fallbacks = 0  # images decoded by the PIL path, over the Loader's life
@@ -284,8 +294,8 @@ class Loader:
         numpy calls), and with --decode cpu the decode into the batch's ring slot."""
         shards.ensure_indexed(ids)
         images, hashes = shards.images(ids), shards.hashes[ids]
-        chunks = [Chunk(first, images[first:first + CHUNK], hashes[first:first + CHUNK])
-                  for first in range(0, len(ids), CHUNK)]
+        chunks = [Chunk(first, images[first:first + self.chunk], hashes[first:first + self.chunk])
+                  for first in range(0, len(ids), self.chunk)]
         if self.decode == "cpu":
             futures = [self.pool.submit(self._decode_chunk, c, self.ring[slot].numpy(), augment) for c in chunks]
         else:
