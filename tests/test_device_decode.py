@@ -14,7 +14,7 @@ from PIL import Image
 
 from jpegs import as_images, jpeg, photo
 from train import decoder
-from train.device_decode import DeviceDecoder, crop_resize_flip, resize_groups, resize_weights
+from train.device_decode import GROUP_BYTES, DeviceDecoder, crop_resize_flip, resize_groups, resize_weights
 from train.transforms import centre_crops, decode_windows, train_crops
 
 CPU = torch.device("cpu")
@@ -35,21 +35,14 @@ def pil_reference(blob: bytes, box, flip: bool, size: int) -> np.ndarray:
     return np.asarray(image)
 
 
-def device_path(blobs: list[bytes], boxes: np.ndarray, flips: np.ndarray, size: int, budget=None) -> np.ndarray:
+def device_path(blobs: list[bytes], boxes: np.ndarray, flips: np.ndarray, size: int,
+                group_bytes: int = GROUP_BYTES) -> np.ndarray:
     """The --decode gpu path on the CPU device: windows, region decode, batched resize; NHWC float."""
     dims, status = decoder.image_sizes(as_images(blobs), check_markers=True)
     assert (status == decoder.DECODED).all()
     windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size)
     images = DeviceDecoder().decode(blobs, windows, CPU)
-    if budget:
-        import train.device_decode as module
-
-        saved, module.GROUP_BYTES = module.GROUP_BYTES, budget
-    try:
-        x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size)
-    finally:
-        if budget:
-            module.GROUP_BYTES = saved
+    x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size, group_bytes)
     assert x.shape == (len(blobs), 3, size, size) and x.is_contiguous(memory_format=torch.channels_last)
     return x.permute(0, 2, 3, 1).numpy()
 
@@ -86,7 +79,7 @@ def test_groups_padded_to_one_size_give_the_same_pixels_as_one_group():
     dims, _ = decoder.image_sizes(as_images(blobs))
     boxes, flips = train_crops(np.arange(6, dtype=np.uint64), dims[:, 0], dims[:, 1], 0, 0)
     one = device_path(blobs, boxes, flips, 64)
-    many = device_path(blobs, boxes, flips, 64, budget=1)  # every image a group of its own
+    many = device_path(blobs, boxes, flips, 64, group_bytes=1)  # every image a group of its own
     assert np.abs(one - many).max() < 1e-3
 
 

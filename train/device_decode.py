@@ -166,7 +166,8 @@ def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_B
     return groups
 
 
-def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:
+def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int,
+                     group_bytes: int = GROUP_BYTES) -> torch.Tensor:
     """Each HWC uint8 image's box (float (n, 4) left, top, right, bottom in its own pixels) resized
     to size x size as PIL's bilinear resize(box=...) does, flipped where `flips`: float NCHW
     (channels_last memory) in 0-255 on the images' device. Per group of windows: one padded copy,
@@ -177,7 +178,7 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
     widths = np.array([image.shape[1] for image in images])
     boxes, flips = boxes.to(device, torch.float32), flips.to(device)
     out = torch.empty((len(images), size, size, 3), dtype=dtype, device=device)  # NHWC
-    for group in resize_groups(heights, widths):
+    for group in resize_groups(heights, widths, group_bytes):
         h, w = int(heights[group].max()), int(widths[group].max())
         padded = torch.empty((len(group), h, w, 3), dtype=torch.uint8, device=device)  # outside each window: weight 0
         for k, i in enumerate(group.tolist()):
