@@ -32,9 +32,9 @@ step() {  # step NAME COMMAND...: run it within the budget left, note a failure,
     timeout "$(( BUDGET - SECONDS ))" "$@" || { echo "!! $name failed"; failed+=("$name"); }
 }
 
-# The native decoder, built here when the checkout carried none for this machine (gcc and the
+# The native modules, built here when the checkout carried none for this machine (gcc and the
 # libjpeg-turbo headers are needed: jobs/install.sh installs them).
-$PYTHON -c "import train.decoder" 2>/dev/null ||
+$PYTHON -c "import train.decoder, train.shard_index" 2>/dev/null ||
     $PYTHON -W ignore -c "from setuptools import setup; setup()" -q build_ext --inplace || exit
 $PYTHON -c "from train.decoder import NAME; print(NAME)"
 $PYTHON -c "from train.device_decode import DeviceDecoder; print(DeviceDecoder().describe())" ||

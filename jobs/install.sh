@@ -6,7 +6,8 @@
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
 #   bash jobs/install.sh --gpu    plus NVIDIA nvImageCodec, for train --decode gpu
 #   bash jobs/install.sh --dev    plus pytest, nvImageCodec, the benchmark's peers (NVIDIA DALI,
-#                                 simplejpeg), and slurm-wlm + munge for the cluster tests
+#                                 simplejpeg), slurm-wlm + munge for the cluster tests, and
+#                                 libjpeg-turbo-progs (cjpeg: the tests' arithmetic-coded and 4x2 JPEGs)
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail
@@ -23,7 +24,7 @@ for arg in "$@"; do
 done
 python=${PYTHON:-python3}
 packages=(libjpeg62-turbo-dev zlib1g-dev gcc python3-dev)   # pillow-simd and the native decoder compile against these
-(( dev )) && packages+=(slurm-wlm munge)
+(( dev )) && packages+=(slurm-wlm munge libjpeg-turbo-progs)
 
 if command -v dpkg-query >/dev/null; then
   missing=()
@@ -48,9 +49,10 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 extras=""
 (( gpu )) && extras="[gpu]"
 (( dev )) && extras="[test,bench,gpu]"
-# Builds the native decoder (train/_jpegcrop.c) too: a failed build stops here, never a slow fall-back later.
+# Builds the native code (train/native/: the crop-region decoder, the shard index) too: a failed build
+# stops here, never a slow fall-back later.
 "${pip[@]}" install -e ".$extras" || {
-  echo "install.sh: pip install failed (above). If it is the native decoder train/_jpegcrop.c, it needs gcc," \
+  echo "install.sh: pip install failed (above). If it is the native code in train/native/, it needs gcc," \
        "the Python headers and libjpeg-turbo's (Debian: libjpeg62-turbo-dev, python3-dev)" >&2
   exit 1
 }
@@ -66,8 +68,8 @@ if ! simd_installed; then
   CC="$cc" "${pip[@]}" install --no-binary pillow-simd "pillow-simd>=9.0"
 fi
 simd_installed || { echo "install.sh: pillow-simd did not end up as the PIL that imports" >&2; exit 1; }
-.venv/bin/python -c "from train import decoder" || {
-  echo "install.sh: the native decoder train._jpegcrop does not import (above): rerun after fixing the build" >&2
+.venv/bin/python -c "from train import decoder, shard_index" || {
+  echo "install.sh: the native modules train._jpegcrop and train._tarindex do not import (above): rerun after fixing the build" >&2
   exit 1
 }
 .venv/bin/python -c "from shards.resources import pil_build; from train.decoder import NAME; print('install.sh: ready;', pil_build()[0] + ';', NAME)"

@@ -9,7 +9,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
+
+from shards.limits import MAX_PIXELS, oversized, too_many_pixels
 
 # Trailing bytes a complete JPEG may carry after its end-of-image marker (seen in ImageNet).
 _TRAILING = b"\0\r\n \xff"
@@ -43,11 +45,16 @@ def looks_complete(data: bytes) -> bool:
     return data.rstrip(_TRAILING).endswith(b"\xff\xd9")
 
 
-def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90) -> Prepared:
-    """Check one image and return what to store (see `Prepared`); BadImage if it does not decode."""
+def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90, max_pixels: int = MAX_PIXELS
+                  ) -> Prepared:
+    """Check one image and return what to store (see `Prepared`); BadImage if it does not decode,
+    or if it has more than `max_pixels` pixels (the contract's limit: checked from the header, before
+    anything is decoded)."""
     try:
         image = Image.open(io.BytesIO(data))
         width, height = image.size
+        if too_many_pixels(width, height, max_pixels):
+            raise BadImage(f"has {oversized(width, height, max_pixels)}")
         kind = f"{image.mode} {image.format}"
         target = shrunk_size(width, height, max_side)
         if image.format == "JPEG" and image.mode == "RGB" and target == (width, height):
@@ -59,8 +66,10 @@ def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90) -
         image = image.convert("RGB")
         if image.size != target:
             image = image.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exn:
-        raise BadImage(f"does not decode as an image ({exn})") from None
+    except BadImage:
+        raise
+    except Exception as exn:  # PIL's plugins raise many types on bytes they do not understand: all mean that
+        raise BadImage(f"does not decode as an image ({type(exn).__name__}: {exn})") from None
     out = io.BytesIO()
     image.save(out, "JPEG", quality=quality)
     note = None if kind == "RGB JPEG" else f"{kind} -> RGB JPEG"

@@ -1,7 +1,8 @@
-"""The read plan: which samples each rank and loader worker reads in an epoch, in which order.
+"""The read plan: which samples each rank reads in an epoch, in which order.
 
-Pure functions of (shard sizes, epoch, seed, world size, rank, workers, batch size); no I/O, so
-they are tested exhaustively. The training stage only executes what they return.
+Pure functions of (shard sizes, epoch, seed, world size, rank, batch size, shuffle buffer); no
+I/O, so they are tested exhaustively. The loader executes what they return as one stream per
+rank, whatever its thread count; a resume at step k starts at sample k x batch size of that stream.
 
 Train, per epoch:
   1. The shards are permuted with (seed, epoch): every node holds every shard, so any rank may
@@ -10,15 +11,13 @@ Train, per epoch:
      `steps * batch_size` samples, where steps = N // (world_size * batch_size). What is left at
      the end (less than one global batch) is dropped: the tail of a different permutation each
      epoch, so a different remainder. No sample is read twice, none is padded in.
-  3. Each rank's chunk is cut into contiguous per-worker runs of whole batches: worker w gets
-     steps // W batches, plus one if w < steps % W. PyTorch's DataLoader takes batches from its
-     workers round-robin, so batch j of the epoch comes from worker j % W.
-  4. Each worker emits its run through a bounded shuffle buffer whose emission order is also
-     planned here (`buffered_order`), so a resumed run can drop exactly the samples already
-     consumed without decoding them.
+  3. Each rank emits its chunk in the order of a bounded shuffle buffer, planned here
+     (`buffered_order`): sample k of the stream is among the first k + buffer of the chunk, so
+     reads stay near-sequential, nothing is held, and a resumed run skips exactly the samples
+     already consumed without decoding them.
 
-Validation: the shards in order, cut into `world_size` contiguous chunks differing by at most one
-sample, then into per-worker runs likewise; every sample is read exactly once.
+Validation: the shards in order, cut into `world_size` contiguous runs differing by at most one
+sample; every sample is read exactly once.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class WorkerPlan:
+class ReadPlan:
     pieces: tuple[Piece, ...]  # read in this order: `positions` 0..n-1 run through them
     order: tuple[int, ...]  # emission order, as positions; order[k] is among the first k + buffer read
 
@@ -58,23 +57,6 @@ def seeded_rng(seed: int, *purpose: object) -> random.Random:
 def steps_per_epoch(total: int, world_size: int, batch_size: int) -> int:
     """Optimizer steps per epoch, the same on every rank: whole global batches only."""
     return total // (world_size * batch_size)
-
-
-def worker_count(num_workers: int) -> int:
-    """DataLoader workers; 0 means the main process, which reads like a single worker."""
-    return max(1, num_workers)
-
-
-def batches_of_worker(steps: int, num_workers: int, worker: int) -> int:
-    """Batches worker `worker` yields in an epoch of `steps` batches (j-th batch from worker j % W)."""
-    w = worker_count(num_workers)
-    return steps // w + (worker < steps % w)
-
-
-def consumed_batches(step: int, num_workers: int, worker: int) -> int:
-    """Batches worker `worker` had yielded when the rank had taken `step` batches (for resume)."""
-    w = worker_count(num_workers)
-    return max(0, -(-(step - worker) // w))
 
 
 def shard_permutation(num_shards: int, seed: int, epoch: int) -> list[int]:
@@ -116,21 +98,25 @@ def buffered_order(n: int, buffer: int, rng: random.Random) -> tuple[int, ...]:
     return tuple(out)
 
 
-def train_plan(shard_sizes: list[int], *, epoch: int, seed: int, world_size: int, rank: int, num_workers: int,
-               worker: int, batch_size: int, shuffle_buffer: int) -> WorkerPlan:
-    """What worker `worker` of rank `rank` reads in training epoch `epoch` (see the module doc).
+def run_plan(shard_sizes: list[int], shard_order: list[int], start: int, count: int, buffer: int,
+             rng: random.Random) -> ReadPlan:
+    """Samples [start, start + count) of the shards laid end to end in `shard_order`, emitted
+    through a shuffle buffer of `buffer` samples drawn from `rng`."""
+    return ReadPlan(pieces_of_range(shard_sizes, shard_order, start, start + count), buffered_order(count, buffer, rng))
 
-    Returns a WorkerPlan of batches_of_worker(steps, ...) * batch_size samples.
+
+def train_plan(shard_sizes: list[int], *, epoch: int, seed: int, world_size: int, rank: int, batch_size: int,
+               shuffle_buffer: int) -> ReadPlan:
+    """What rank `rank` reads in training epoch `epoch` (see the module doc).
+
+    Returns a ReadPlan of steps_per_epoch(...) * batch_size samples.
     """
-    steps = steps_per_epoch(sum(shard_sizes), world_size, batch_size)
-    per_rank = steps * batch_size
-    before = sum(batches_of_worker(steps, num_workers, v) for v in range(worker)) * batch_size
-    count = batches_of_worker(steps, num_workers, worker) * batch_size
-    start = rank * per_rank + before
-    shard_order = shard_permutation(len(shard_sizes), seed, epoch)
-    pieces = pieces_of_range(shard_sizes, shard_order, start, start + count)
-    order = buffered_order(count, shuffle_buffer, seeded_rng(seed, epoch, rank, worker))
-    return WorkerPlan(pieces, order)
+    per_rank = steps_per_epoch(sum(shard_sizes), world_size, batch_size) * batch_size
+    order = shard_permutation(len(shard_sizes), seed, epoch)
+    # The 0 names the stream as the plan did when ranks were split among DataLoader workers (this
+    # was worker 0 of 1): orders, and mid-epoch checkpoints, made before stay valid.
+    rng = seeded_rng(seed, epoch, rank, 0)
+    return run_plan(shard_sizes, order, rank * per_rank, per_rank, shuffle_buffer, rng)
 
 
 def even_split(total: int, parts: int, index: int) -> tuple[int, int]:
@@ -140,9 +126,8 @@ def even_split(total: int, parts: int, index: int) -> tuple[int, int]:
     return start, start + base + (index < extra)
 
 
-def val_plan(shard_sizes: list[int], *, world_size: int, rank: int, num_workers: int, worker: int) -> WorkerPlan:
-    """What worker `worker` of rank `rank` evaluates: every sample exactly once across all of them."""
-    rank_start, rank_stop = even_split(sum(shard_sizes), world_size, rank)
-    lo, hi = even_split(rank_stop - rank_start, worker_count(num_workers), worker)
-    pieces = pieces_of_range(shard_sizes, list(range(len(shard_sizes))), rank_start + lo, rank_start + hi)
-    return WorkerPlan(pieces, tuple(range(hi - lo)))
+def val_plan(shard_sizes: list[int], *, world_size: int, rank: int) -> ReadPlan:
+    """What rank `rank` evaluates: every sample exactly once across the ranks, in shard order."""
+    start, stop = even_split(sum(shard_sizes), world_size, rank)
+    pieces = pieces_of_range(shard_sizes, list(range(len(shard_sizes))), start, stop)
+    return ReadPlan(pieces, tuple(range(stop - start)))

@@ -62,7 +62,7 @@ def damage_jpeg(shard: Path, sample: int) -> str:
     bogus markers, in place (the shard keeps its size, so a stat-only check passes): every crop's
     decode reads through them, and libjpeg (ours, and torchvision's for --decode gpu) reports the
     damage. Returns the sample's key."""
-    from train.decoder import tar_index
+    from train.shard_index import tar_index
 
     data = bytearray(shard.read_bytes())
     key_at, key_len, jpg_at, jpg_len, _, _ = tar_index(bytes(data))[sample].tolist()
@@ -72,6 +72,36 @@ def damage_jpeg(shard: Path, sample: int) -> str:
     data[jpg_at + start + 8:jpg_at + start + 208] = b"\xff\x05" * 100
     shard.write_bytes(bytes(data))
     return data[key_at:key_at + key_len].decode()
+
+
+def member(shard: Path, sample: int, field: int) -> tuple[bytearray, int, int, str]:
+    """(the shard's bytes, where member `field` of sample `sample` lies and how long it is, its key);
+    field 2 is the .jpg, 4 the .cls (shard_index.tar_index's columns)."""
+    from train.shard_index import tar_index
+
+    data = bytearray(shard.read_bytes())
+    row = tar_index(bytes(data))[sample].tolist()
+    return data, row[field], row[field + 1], data[row[0]:row[0] + row[1]].decode()
+
+
+def oversize_jpeg(shard: Path, sample: int, width: int = 9000, height: int = 9000) -> str:
+    """Make sample `sample`'s JPEG header claim width x height (81 Mpx: more than shards.limits
+    allows), in place and at the same size. Returns its key."""
+    from jpegs import with_size
+
+    data, at, length, key = member(shard, sample, 2)
+    data[at:at + length] = with_size(bytes(data[at:at + length]), width, height)
+    shard.write_bytes(bytes(data))
+    return key
+
+
+def relabel(shard: Path, sample: int, text: bytes) -> str:
+    """Overwrite sample `sample`'s .cls in place with `text`, padded with spaces to the same length.
+    Returns its key."""
+    data, at, length, key = member(shard, sample, 4)
+    data[at:at + length] = text[:length].ljust(length)
+    shard.write_bytes(bytes(data))
+    return key
 
 
 def copy_dataset(prepared: Path, to: Path) -> Path:

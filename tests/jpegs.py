@@ -1,4 +1,5 @@
-"""JPEGs of every kind the decoders meet, made with PIL, for the decoder and loader tests."""
+"""Images of every kind the decoders meet (JPEGs made with PIL, or cjpeg where PIL cannot), and images
+made hostile byte by byte, for the decoder, loader, prepare and fuzz tests."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ def photo(width: int, height: int, seed: int = 0) -> Image.Image:
 
 
 def jpeg(width: int = 333, height: int = 217, *, mode: str = "RGB", subsampling: int = 2, progressive: bool = False,
-         restart: int = 0, exif: bool = False, quality: int = 92, seed: int = 0) -> bytes:
-    """subsampling: 0 is 4:4:4, 1 is 4:2:2, 2 is 4:2:0; restart: restart marker every N MCU blocks."""
+         restart: int = 0, exif: bool = False, quality: int = 92, seed: int = 0, optimize: bool = False) -> bytes:
+    """subsampling: 0 is 4:4:4, 1 is 4:2:2, 2 is 4:2:0; restart: restart marker every N MCU blocks;
+    optimize: Huffman tables made for this image (else libjpeg's standard ones)."""
     image = photo(width, height, seed).convert(mode)
-    options = {"quality": quality, "progressive": progressive}
+    options = {"quality": quality, "progressive": progressive, "optimize": optimize}
     if mode != "L":
         options["subsampling"] = subsampling
     if restart:
@@ -44,3 +46,82 @@ def as_images(blobs: list[bytes]) -> Images:
     lengths = np.array([len(b) for b in blobs], np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     return Images((b"".join(blobs),), np.zeros(len(blobs), np.int32), offsets, lengths)
+
+
+# ---------------------------------------------------------------- JPEGs made hostile, byte by byte
+
+SOF_MARKERS = {0xC0, 0xC1, 0xC2, 0xC3, 0xC9, 0xCA, 0xCB}
+DQT, DHT = 0xDB, 0xC4
+
+
+def segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(marker, start, end) of each marker segment before the first scan's entropy-coded data."""
+    found, i = [], 2
+    while i + 4 <= len(data) and data[i] == 0xFF:
+        marker, length = data[i + 1], int.from_bytes(data[i + 2:i + 4], "big")
+        found.append((marker, i, i + 2 + length))
+        if marker == 0xDA:
+            break
+        i += 2 + length
+    return found
+
+
+def without(data: bytes, marker: int) -> bytes:
+    """The JPEG with every segment of `marker` before the first scan removed (DQT, DHT: an
+    abbreviated JPEG that relies on tables it does not carry)."""
+    drop = [(start, end) for m, start, end in segments(data) if m == marker]
+    out, at = [], 0
+    for start, end in drop:
+        out.append(data[at:start])
+        at = end
+    return b"".join(out) + data[at:]
+
+
+def sof_at(data: bytes) -> int:
+    return next(start for m, start, _ in segments(data) if m in SOF_MARKERS)
+
+
+def with_size(data: bytes, width: int, height: int) -> bytes:
+    """The JPEG whose frame header claims width x height: a lying header."""
+    at = sof_at(data)
+    return data[:at + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big") + data[at + 9:]
+
+
+def with_sampling(data: bytes, factors: list[tuple[int, int]]) -> bytes:
+    """The JPEG whose frame header claims these (h, v) sampling factors for its components."""
+    at, out = sof_at(data), bytearray(data)
+    for c, (h, v) in enumerate(factors[:data[at + 9]]):
+        out[at + 11 + 3 * c] = h << 4 | v
+    return bytes(out)
+
+
+def cjpeg(image: Image.Image, *options: str) -> bytes:
+    """libjpeg-turbo's own encoder (Debian's libjpeg-turbo-progs, installed by jobs/install.sh --dev),
+    for what PIL cannot write: arithmetic coding, 4x2, 4x1 and 1x4 sampling."""
+    import shutil
+    import subprocess
+
+    if shutil.which("cjpeg") is None:
+        raise RuntimeError("cjpeg is missing: run `bash jobs/install.sh --dev` (Debian's libjpeg-turbo-progs)")
+    ppm = io.BytesIO()
+    image.convert("RGB").save(ppm, "PPM")
+    return subprocess.run(["cjpeg", *options], input=ppm.getvalue(), capture_output=True, check=True).stdout
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height, with a few bytes of pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def bmp_claiming(width: int, height: int) -> bytes:
+    import struct
+
+    return b"BM" + struct.pack("<IHHI", 54 + 64, 0, 0, 54) + struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, 64,
+                                                                         2835, 2835, 0, 0) + bytes(64)

@@ -88,3 +88,24 @@ def test_the_plot_of_one_worker_count_has_integer_ticks_and_the_ceiling():
     assert ticks and all(float(t).is_integer() for t in ticks)
     (ceiling,) = [line for line in ax.get_lines() if line.get_label().startswith("decode ceiling")]
     assert list(ceiling.get_xdata()) == [0, 2] and list(ceiling.get_ydata()) == [0, 1400.0]
+
+
+def test_the_pil_paths_workers_split_an_epoch_into_round_robin_runs_of_whole_batches():
+    """The previous loader's DataLoader takes batch j from worker j % W: each worker's run of
+    whole batches, disjoint, together the epoch's batches."""
+    from itertools import product
+
+    from shards.plan import steps_per_epoch
+    from train.bench.pil_loader import batches_of_worker, worker_plan
+
+    for steps, workers in product(range(12), range(4)):
+        w = max(1, workers)
+        owners = [j % w for j in range(steps)]
+        assert [owners.count(v) for v in range(w)] == [batches_of_worker(steps, workers, v) for v in range(w)]
+    sizes, batch = [7, 6, 6, 4], 3
+    for workers in (0, 1, 2, 3):
+        plans = [worker_plan(sizes, epoch=1, seed=0, workers=workers, worker=v, batch_size=batch, shuffle_buffer=4)
+                 for v in range(max(1, workers))]
+        read = [(p.shard, i) for plan in plans for p in plan.pieces for i in range(p.start, p.stop)]
+        assert len(read) == len(set(read)) == steps_per_epoch(sum(sizes), 1, batch) * batch
+        assert all(plan.num_samples % batch == 0 for plan in plans)

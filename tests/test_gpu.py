@@ -12,7 +12,9 @@ import webdataset as wds
 
 from conftest import run_module
 from shards.manifest import read_manifest
-from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
+from train.device_batches import decode_to_device, to_device
+from train.loader import Loader, PlanArgs
+from train.shard_index import ShardSet
 from train.metrics import read_metrics
 from train.device_decode import DeviceDecoder, crop_resize_flip
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -104,16 +105,33 @@ def test_same_source_and_seed_give_byte_identical_shards_with_any_worker_count(s
     assert tree_bytes(tmp_path / "seed1") != tree_bytes(prepared)
 
 
+@contextmanager
+def garbled(*paths: Path):
+    """The files overwritten with other bytes of the same size and mtime; restored, times too, after."""
+    saved = [(path, path.read_bytes(), path.stat()) for path in paths]
+    for path, data, stat in saved:
+        path.write_bytes(bytes(b ^ 0x5A for b in data))
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    try:
+        yield
+    finally:
+        for path, data, stat in saved:
+            path.write_bytes(data)
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 @pytest.mark.slow
-def test_a_rerun_verifies_in_about_a_second_and_other_options_refuse(sources, tmp_path):
+def test_a_rerun_checks_only_sizes_and_other_options_refuse(sources, tmp_path):
+    """A rerun (what every requeued job does) stats the source and the shards and reads neither:
+    that is why it takes about a second. Shown with both garbled in place at the same sizes."""
+    source = copy_official(sources, tmp_path)
     dest = tmp_path / "imagenet"
-    args = ["prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB]
+    args = ["prepare", "--source", source, "--dest", dest, "--shard-size", SHARD_MB]
     assert run_module(*args).returncode == 0
     before = tree_bytes(dest)
-    start = time.monotonic()
-    again = run_module(*args)
-    assert again.returncode == 0 and "nothing to do" in again.stderr
-    assert time.monotonic() - start < 3.0  # interpreter start-up included
+    with garbled(sorted(dest.glob("train/*.tar"))[0], source / "ILSVRC2012_img_train.tar"):
+        again = run_module(*args)
+    assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
     assert tree_bytes(dest) == before
     refused = run_module(*args, "--seed", "7")
     assert refused.returncode == 2
@@ -308,6 +326,24 @@ def test_a_corrupt_image_stops_the_run_unless_skip_bad(sources, images, tmp_path
     manifest = read_manifest(tmp_path / "out")
     assert list(manifest.skipped) == [key]
     assert key not in {k for k, _, _ in read_split(tmp_path / "out", "val")}
+    assert manifest.splits["val"].samples == len(images.val) - 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_image_over_the_pixel_limit_stops_the_run_unless_skip_bad(sources, images, tmp_path, workers):
+    """The limit of shards.limits, checked from the header before anything is decoded: a JPEG that
+    claims 9000 x 9000 (81 Mpx: under PIL's own bomb limit) never reaches the shards."""
+    from jpegs import with_size
+
+    source = copy_official(sources, tmp_path)
+    key, _, good = images.val[3]
+    replace_val_image(source, key, with_size(good, 9000, 9000))
+    with pytest.raises(PrepareError, match=f"{key}.JPEG has 9000 x 9000 pixels, more than the limit of 67,108,864.*"
+                                           "--skip-bad"):
+        prepare(config(source, tmp_path / "out", workers=workers))
+    prepare(config(source, tmp_path / "out", skip_bad=True, workers=workers))
+    manifest = read_manifest(tmp_path / "out")
+    assert list(manifest.skipped) == [key] and "more than the limit" in manifest.skipped[key]
     assert manifest.splits["val"].samples == len(images.val) - 1
 
 
@@ -559,3 +595,21 @@ def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothi
         assert left == [".prepare.lock", "train", "val"], left
     finally:
         subprocess.run(["umount", mount], check=True)
+
+
+def test_every_image_prepare_cannot_use_is_a_bad_image_with_the_reason():
+    """PIL raises many exception types on hostile bytes (its plugins' own): each is a BadImage, the
+    image named by the caller, never a worker's traceback."""
+    from jpegs import bmp_claiming, jpeg, png_claiming, with_size
+    from prepare.images import BadImage, prepare_image
+
+    cases = {b"not an image": "does not decode", png_claiming(30000, 8000): "DecompressionBombError",
+             bmp_claiming(30000, 8000): "DecompressionBombError", png_claiming(9000, 9000): "more than the limit",
+             png_claiming(64, 48): "does not decode", with_size(jpeg(), 8200, 8200): "more than the limit",
+             jpeg()[:300]: "does not decode"}
+    for data, reason in cases.items():
+        with pytest.raises(BadImage, match=reason):
+            prepare_image(data)
+    assert prepare_image(jpeg(), max_pixels=333 * 217).data is None  # at the limit: kept as it is
+    with pytest.raises(BadImage, match="333 x 217 pixels"):
+        prepare_image(jpeg(), max_pixels=333 * 217 - 1)

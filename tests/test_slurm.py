@@ -16,8 +16,8 @@ import webdataset as wds
 
 from conftest import ROOT, SHARD_MB
 from shards.manifest import read_complete_manifest, read_manifest
-from shards.plan import train_plan, worker_count
-from train.data import key_hash
+from shards.plan import train_plan
+from train.shard_index import key_hash
 from train.metrics import read_metrics
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -63,17 +63,15 @@ def job_id_of(result: subprocess.CompletedProcess) -> str:
     return re.search(r"Granted job allocation (\d+)", result.stderr).group(1)
 
 
-def planned_key_hash(data: Path, epoch: int, world: int, batch: int, workers: int, seed: int = 0,
-                     buffer: int = 16) -> int:
+def planned_key_hash(data: Path, epoch: int, world: int, batch: int, seed: int = 0, buffer: int = 16) -> int:
     """What train_key_hash must be for an epoch, computed from the read plan and the shards' keys."""
     shards = read_manifest(data).splits["train"].shards
     keys = [[s["__key__"] for s in wds.WebDataset(str(data / shard.name), shardshuffle=False)] for shard in shards]
     total = 0
     for rank in range(world):
-        for worker in range(worker_count(workers)):
-            plan = train_plan([s.samples for s in shards], epoch=epoch, seed=seed, world_size=world, rank=rank,
-                              num_workers=workers, worker=worker, batch_size=batch, shuffle_buffer=buffer)
-            total += sum(key_hash(keys[p.shard][i]) for p in plan.pieces for i in range(p.start, p.stop))
+        plan = train_plan([s.samples for s in shards], epoch=epoch, seed=seed, world_size=world, rank=rank,
+                          batch_size=batch, shuffle_buffer=buffer)
+        total += sum(key_hash(keys[p.shard][i]) for p in plan.pieces for i in range(p.start, p.stop))
     return total % (1 << 40)
 
 
@@ -94,7 +92,7 @@ def test_prepare_once_per_node_then_train_four_ranks_on_two_nodes(slurm, sources
     assert mistake.count("INFO done:") == 2 and mistake.count("nothing to do") == 2, mistake
     (record,) = read_metrics(run)
     assert record["world_size"] == 4 and record["val_images"] == len(sources_val(source))
-    assert record["train_key_hash"] == planned_key_hash(node_dir(job, "node1") / "imagenet", 0, 4, 4, 1)
+    assert record["train_key_hash"] == planned_key_hash(node_dir(job, "node1") / "imagenet", 0, 4, 4)
 
 
 def sources_val(source: Path) -> list:
@@ -177,7 +175,7 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
         read_complete_manifest(node_dir(job, node) / "imagenet")
     data = node_dir(job, "node1") / "imagenet"
     for record in records:
-        assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6, 1)
+        assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6)
         assert record["val_images"] == read_manifest(data).splits["val"].samples
 
 

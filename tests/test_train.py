@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, copy_dataset, damage_jpeg, run_module
+from conftest import ROOT, copy_dataset, damage_jpeg, oversize_jpeg, relabel, run_module
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
 from train.checkpoint import checkpoint_path, load_checkpoint
@@ -186,13 +186,17 @@ def test_device_decode_trains_and_evaluates_exactly(prepared, tmp_path):
     assert record["steps"] == 3 and record["val_images"] == read_manifest(prepared).splits["val"].samples
 
 
-def damaged_copy(prepared: Path, tmp_path: Path) -> tuple[Path, list[str]]:
-    """The sample dataset with two train JPEGs and one val JPEG damaged in place."""
+def damaged_copy(prepared: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The sample dataset damaged in place, at the same size (so that only a read finds it): in
+    train, two JPEGs' data, one JPEG's header (claiming 81 Mpx) and one label; in val, one JPEG's
+    data and one label outside the classes. {key: why it is left out}."""
     data = copy_dataset(prepared, tmp_path / "data")
     manifest = read_manifest(data)
     train_shard, val_shard = (data / manifest.splits[s].shards[0].name for s in ("train", "val"))
-    keys = [damage_jpeg(train_shard, 1), damage_jpeg(train_shard, 5), damage_jpeg(val_shard, 2)]
-    return data, keys
+    too_large, no_class = "more pixels than shards.limits.MAX_PIXELS allows", "its .cls is not a class index"
+    return data, {damage_jpeg(train_shard, 1): "damaged JPEG data", damage_jpeg(train_shard, 5): "damaged JPEG data",
+                  oversize_jpeg(train_shard, 2): too_large, relabel(train_shard, 3, b"x"): no_class,
+                  damage_jpeg(val_shard, 2): "damaged JPEG data", relabel(val_shard, 4, b"99"): no_class}
 
 
 @pytest.mark.parametrize("decode", ["cpu", "gpu"])  # gpu: the device-decode path, on the CPU device
@@ -205,12 +209,12 @@ def test_damaged_samples_are_left_out_named_and_counted_on_every_rank(prepared, 
     steps = steps_per_epoch(manifest.splits["train"].samples, 2, 4)
     for record in read_metrics(tmp_path / "run"):
         assert record["steps"] == steps  # a left-out sample never changes the number of steps
-        assert record["bad_samples"] == 2 and record["train_images"] == steps * 2 * 4 - 2
-        assert record["val_bad_samples"] == 1
+        assert record["bad_samples"] == 4 and record["train_images"] == steps * 2 * 4 - 4
+        assert record["val_bad_samples"] == 2
         assert record["val_images"] + record["val_bad_samples"] == manifest.splits["val"].samples
         assert record["pil_fallbacks"] == 0 and record["device_decode_fallbacks"] == 0
     text = ranks.text()
-    assert all(f": {key} (damaged JPEG data" in text for key in keys), text
+    assert all(f": {key} ({why}" in text for key, why in keys.items()), text
     assert "--verify" in text
 
 

@@ -40,7 +40,7 @@ class TrainConfig:
     amp: str = "auto"  # bf16 on GPU, off on CPU; or "bf16", "fp16", "off"
     channels_last: bool = True
     compile: bool = False
-    shuffle_buffer: int = 1000  # samples held per worker (encoded bytes, ~110 KB each for ImageNet)
+    shuffle_buffer: int = 1000  # the read plan's shuffle window, in samples: nothing is held (shards are mapped)
     log_every: int = 50  # steps between progress lines in logs
     signal: str = "USR1"  # preemption signal (SIGTERM is handled too)
     requeue: bool = False  # after a preemption checkpoint, `scontrol requeue` the SLURM job
@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer,
-                   help="samples each worker holds for its shuffle (encoded, before decode)")
+                   help="the window of the read plan's shuffle: within a rank's run of samples, sample k is among "
+                        "the first k + N (reads stay near-sequential; no bytes are held, shards are memory-mapped)")
     p.add_argument("--log-every", type=int, default=d.log_every)
     p.add_argument("--signal", default=d.signal, help="preemption signal name (as sbatch --signal sends it)")
     p.add_argument("--requeue", action="store_true", help="requeue the SLURM job after a preemption checkpoint")

@@ -1,5 +1,5 @@
-"""The crop-region JPEG decoder: a small C extension on libjpeg-turbo (train/_jpegcrop.c, built by
-`pip install -e .`), and the PIL path for the images it refuses.
+"""The crop-region JPEG decoder: a small C extension on libjpeg-turbo (train/native/jpegcrop.c, built
+by `pip install -e .`), and the PIL path for the images it refuses.
 
 For a run of images lying in memory-mapped shards (`Images`), `decode_crops` decodes only each
 image's crop box (libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines, with DCT scaling
@@ -8,9 +8,18 @@ PIL's resize(box=...) uses (its support widens with the downscale: antialiased),
 asked and writes it straight into its slot of a batch, all with the GIL released, so that a
 thread pool decodes on every core. `image_sizes` reads the headers, which the crop draws need.
 
-Each image gets a status: DECODED; REFUSED, a JPEG this path does not take (CMYK, 12-bit,
-lossless...), which `pil_decode_crop` then decodes as the previous loader did; CORRUPT or
-NOT_JPEG, a damaged sample.
+Each image gets a status: DECODED; REFUSED, a JPEG this path does not take (CMYK, YCCK), which
+`pil_decode_crop` then decodes as the previous loader did; CORRUPT, NOT_JPEG or TOO_LARGE (more
+than shards.limits.MAX_PIXELS pixels), a bad sample. Every image decodes exactly as it would
+alone: the same pixels and statuses for any chunking and any thread count.
+
+Memory. One decoding thread allocates at most THREAD_MEMORY bytes for one image, whatever its
+bytes claim (a budget, not a typical figure: an ImageNet image needs a few MB):
+- the native decoder, memory_bound(MAX_PIXELS) = 448 MiB: a progressive or multi-scan JPEG at the
+  pixel limit holds its DCT coefficients, 6 bytes a pixel (libjpeg's max_memory_to_use caps them),
+  plus libjpeg's row buffers and a few of our rows of the crop, which streams through the resize;
+- the PIL path (CMYK JPEGs, PNGs, ...), after the header's size is checked against the limit: the
+  whole image decoded, 4 bytes a pixel in PIL's memory, and its RGB copy, 4 more: 512 MiB.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shards.limits import MAX_PIXELS, oversized, too_many_pixels
+
 try:
     from train import _jpegcrop
 except ImportError as exn:  # pragma: no cover - only on an install that skipped the build
@@ -28,10 +39,12 @@ except ImportError as exn:  # pragma: no cover - only on an install that skipped
         "the native decoder train._jpegcrop is not built (" + str(exn) + "): run `bash jobs/install.sh`, or "
         "`pip install -e .` with the libjpeg-turbo headers installed (Debian: libjpeg62-turbo-dev)") from None
 
-DECODED, REFUSED, CORRUPT, NOT_JPEG = _jpegcrop.OK, _jpegcrop.REFUSED, _jpegcrop.CORRUPT, _jpegcrop.NOT_JPEG
-NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {_jpegcrop.use_simd()} resize"
-WHY = {REFUSED: "a JPEG the crop-region decoder does not take", CORRUPT: "damaged JPEG data",
-       NOT_JPEG: "not a JPEG"}
+DECODED, REFUSED, CORRUPT = _jpegcrop.OK, _jpegcrop.REFUSED, _jpegcrop.CORRUPT
+NOT_JPEG, TOO_LARGE = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE
+SIMD = tuple(_jpegcrop.SIMD)  # the resize's implementations this CPU runs, fastest first: the same bytes
+NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {SIMD[0]} resize"
+PIL_BYTES_PER_PIXEL = 8  # PIL's decode of an image (4 bytes a pixel for colour) and its RGB copy
+THREAD_MEMORY = max(_jpegcrop.memory_bound(MAX_PIXELS), PIL_BYTES_PER_PIXEL * MAX_PIXELS)
 
 
 @dataclass(frozen=True)
@@ -48,60 +61,101 @@ class Images:
     def __getitem__(self, part: slice) -> "Images":
         return Images(self.buffers, self.which[part], self.offsets[part], self.lengths[part])
 
-    def data(self, i: int) -> memoryview:
+    def data(self, i: int) -> bytes:
+        """Image i's bytes, copied: a view would keep its shard's memory map from closing for as
+        long as anything (a traceback, say) holds it."""
         start = int(self.offsets[i])
-        return memoryview(self.buffers[self.which[i]])[start:start + int(self.lengths[i])]
+        with memoryview(self.buffers[self.which[i]]) as view:
+            return bytes(view[start:start + int(self.lengths[i])])
+
+    def arrays(self) -> dict:
+        """The arguments that locate the images, as the native functions take them."""
+        return {"buffers": self.buffers, "which": np.ascontiguousarray(self.which, np.int32),
+                "offsets": np.ascontiguousarray(self.offsets, np.int64),
+                "lengths": np.ascontiguousarray(self.lengths, np.int64)}
 
 
-def image_sizes(images: Images, check_markers: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(widths and heights as int32 (n, 2), status int32 (n,)) from the JPEG headers. With
-    `check_markers`, an image whose marker structure is broken (entropy data overwritten with
-    markers, a file cut short) is CORRUPT too: a scan of the whole file, for decoders that would
-    decode through such damage."""
+def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = MAX_PIXELS
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(widths and heights as int32 (n, 2), status int32 (n,)) from the JPEG headers: TOO_LARGE past
+    `max_pixels`. With `check_markers`, an image whose marker structure is broken (entropy data
+    overwritten with markers, a file cut short) is CORRUPT too: a scan of the whole file, for
+    decoders that would decode through such damage."""
     n = len(images)
     dims, status = np.zeros((n, 2), np.int32), np.zeros(n, np.int32)
-    _jpegcrop.image_sizes(images.buffers, n, images.which, images.offsets, images.lengths, dims, status,
-                          check_markers)
+    _jpegcrop.image_sizes(**images.arrays(), dims=dims, status=status, max_pixels=max_pixels,
+                          check_markers=check_markers)
     return dims, status
 
 
-def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int) -> np.ndarray:
+def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
+                 max_pixels: int = MAX_PIXELS, simd: str | None = None) -> np.ndarray:
     """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
-    out[first + i] (out: uint8 (N, size, size, 3), C-contiguous). Returns the status per image."""
-    n = len(images)
-    status = np.zeros(n, np.int32)
-    _jpegcrop.decode_crops(images.buffers, n, images.which, images.offsets, images.lengths,
-                           np.ascontiguousarray(boxes, np.float32), np.ascontiguousarray(flips, np.uint8), out,
-                           first, out.shape[1], status)
+    out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
+    zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). Returns the status
+    per image."""
+    status = np.zeros(len(images), np.int32)
+    _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
+                           flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
+                           max_pixels=max_pixels, simd=simd)
     return status
 
 
 def gather(images: Images, out: np.ndarray, at: int = 0) -> None:
     """The images' bytes end to end into the uint8 array `out`, from byte `at`."""
-    _jpegcrop.gather(images.buffers, len(images), images.which, images.offsets, images.lengths, out, at)
+    _jpegcrop.gather(**images.arrays(), out=out, at=at)
 
 
-def tar_index(shard) -> np.ndarray:
-    """int64 (samples, 6) rows of a shard in memory: key_at, key_len, jpg_at, jpg_len, cls_at, cls_len
-    (-1 where a sample lacks the member). ValueError naming the byte of a damaged header."""
-    return np.frombuffer(_jpegcrop.tar_index(shard), dtype=np.int64).reshape(-1, 6)
+# ---------------------------------------------------------------- the PIL path
+
+class PilFailure(Exception):
+    """PIL could not read an image: a bad sample. `status` is CORRUPT or TOO_LARGE, `why` says why."""
+
+    def __init__(self, status: int, why: str):
+        super().__init__(why)
+        self.status, self.why = status, why
 
 
-def pil_decode_crop(data, box: tuple[float, float, float, float], flip: bool, size: int) -> np.ndarray:
-    """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows, resize the
-    box to size x size (bilinear with box, antialiased), flip. OSError etc. for a damaged image."""
+def pil_open(data: bytes, max_pixels: int = MAX_PIXELS):
+    """PIL's view of an image, its header read and its size checked against the pixel limit before
+    anything is decoded. PilFailure where PIL does not know it, or it is too large."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
-    width, height = image.size
-    shrink = min((box[2] - box[0]) / size, (box[3] - box[1]) / size)
-    if shrink >= 2 and image.format == "JPEG":
-        image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
-    fx, fy = width / image.size[0], height / image.size[1]
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    image = image.resize((size, size), Image.Resampling.BILINEAR, box=(box[0] / fx, box[1] / fy, box[2] / fx,
-                                                                     box[3] / fy))
+    try:
+        image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exn:
+        raise PilFailure(TOO_LARGE, f"{exn}") from None
+    except Exception as exn:  # PIL's plugins raise many types on bytes they do not understand
+        raise PilFailure(CORRUPT, f"PIL does not read it ({type(exn).__name__}: {exn})") from None
+    if too_many_pixels(*image.size, max_pixels):
+        raise PilFailure(TOO_LARGE, oversized(*image.size, max_pixels))
+    return image
+
+
+def pil_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of an image that is not a JPEG, from PIL; PilFailure for a bad one."""
+    return pil_open(data).size
+
+
+def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int) -> np.ndarray:
+    """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows, resize the
+    box to size x size (bilinear with box, antialiased), flip. PilFailure for a bad image (damaged,
+    unknown, too large): PIL raises many exception types on such bytes, all of them mean that."""
+    from PIL import Image
+
+    image = pil_open(data)
+    try:
+        width, height = image.size
+        shrink = min((box[2] - box[0]) / size, (box[3] - box[1]) / size)
+        if shrink >= 2 and image.format == "JPEG":
+            image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
+        fx, fy = width / image.size[0], height / image.size[1]
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        image = image.resize((size, size), Image.Resampling.BILINEAR,
+                             box=(box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy))
+    except Exception as exn:  # the decode of hostile bytes: any error PIL raises is about them
+        raise PilFailure(CORRUPT, f"PIL does not decode it ({type(exn).__name__}: {exn})") from None
     if flip:
         image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return np.asarray(image, dtype=np.uint8)

@@ -1,5 +1,6 @@
 """--decode gpu: each JPEG's crop region decoded on the device in one batched call, then the whole
-batch cropped, resized and flipped in a few kernel launches.
+batch cropped, resized and flipped by two batched matrix products per group of windows (each
+window is still copied into its group's padded tensor by a call of its own).
 
     DeviceDecoder      NVIDIA nvImageCodec's batched decode of each image's window (its crop box
                        plus the filter's margin, see transforms.decode_windows): nvJPEG's region
@@ -15,12 +16,13 @@ batch cropped, resized and flipped in a few kernel launches.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 
 import numpy as np
 import torch
+
+from train.decoder import PilFailure, pil_open
 
 log = logging.getLogger("train")
 
@@ -119,14 +121,15 @@ class DeviceDecoder:
         return streams
 
     def _on_host(self, data, window: np.ndarray, device: torch.device) -> torch.Tensor | None:
-        """PIL's decode of an image nvImageCodec refuses, cut to its window; None if PIL refuses it too."""
-        from PIL import Image
-
+        """PIL's decode of an image nvImageCodec refuses, cut to its window; None if PIL refuses it too
+        (its size checked against the pixel limit before it is decoded)."""
         try:
-            image = Image.open(io.BytesIO(bytes(data)))
+            image = pil_open(bytes(data))
             left, top, right, bottom = window.tolist()
             pixels = np.array(image.convert("RGB").crop((left, top, right, bottom)), dtype=np.uint8)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        except PilFailure:
+            return None
+        except Exception:  # PIL's decode of hostile bytes: any error it raises is about them
             return None
         if not self.fallbacks:
             log.warning("--decode gpu: an image nvImageCodec does not decode went through PIL on the host; further "

@@ -31,7 +31,9 @@ from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_
 from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
 from train.config import ConfigError, TrainConfig
 from shards.layout import SPLITS
-from train.data import KEY_HASH_BITS, DeviceBatches, Loader, PlanArgs, ShardSet
+from train.device_batches import DeviceBatches
+from train.loader import Loader, PlanArgs
+from train.shard_index import KEY_HASH_BITS, ShardSet
 from train.metrics import append_metrics, epoch_line
 from train.device_decode import DeviceDecoder
 
@@ -172,7 +174,8 @@ def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) 
                   decode=config.decode, pin_memory=device.type == "cuda")
 
 
-def loader_for(run: Run, split: str, epoch: int, start_step: int):
+def batches_for(run: Run, split: str, epoch: int, start_step: int):
+    """The rank's batches of `split` in `epoch`, from `start_step` on."""
     c = run.config
     args = PlanArgs(split=split, epoch=epoch, seed=c.seed, world_size=run.env.world_size, rank=run.env.rank,
                     batch_size=c.batch_size, shuffle_buffer=c.shuffle_buffer, start_step=start_step)
@@ -248,7 +251,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, criteri
 def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> tuple[int, bool]:
     """Train from `start_step` to the end of the epoch, or until preemption. Returns (steps done, preempted)."""
     run.step_model.train()
-    loader = loader_for(run, "train", epoch, start_step)
+    batches = batches_for(run, "train", epoch, start_step)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=run.config.label_smoothing)
     step = functools.partial(train_step, run.step_model, run.optimizer, criterion, amp_dtype=run.amp_dtype,
                              scaler=run.scaler, scheduler=run.scheduler)
@@ -258,8 +261,9 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> t
                         enabled=run.env.is_main)
     done, preempted, last_bad = start_step, False, ()
     start = fetch_start = time.perf_counter()
-    with DeviceBatches(loader, run.device, run.config.channels_last, decoder=run.device_decoder) as batches, progress:
-        for x, y, key_hashes, bad in batches:
+    with DeviceBatches(batches, run.device, run.config.channels_last, device_decoder=run.device_decoder) as on_device, \
+            progress:
+        for x, y, key_hashes, bad in on_device:
             sums.data_wait += time.perf_counter() - fetch_start
             sums.bad_samples += len(bad)
             leave_out(bad, run.config, sums.bad_samples)
@@ -297,12 +301,12 @@ def evaluate(run: Run) -> dict:
     model.eval()
     sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
     k = min(5, run.manifest.num_classes)
-    last_bad = ()
-    with DeviceBatches(loader_for(run, "val", 0, 0), run.device, run.config.channels_last,
-                       decoder=run.device_decoder) as batches:
-        for x, y, _, bad in batches:
-            sums[4] += len(bad)
-            leave_out(bad, run.config, int(sums[4]))
+    left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
+    with DeviceBatches(batches_for(run, "val", 0, 0), run.device, run.config.channels_last,
+                       device_decoder=run.device_decoder) as on_device:
+        for x, y, _, bad in on_device:
+            left_out += len(bad)
+            leave_out(bad, run.config, left_out)
             last_bad = bad[-1] if bad else last_bad
             if not len(y):
                 continue
@@ -312,6 +316,7 @@ def evaluate(run: Run) -> dict:
             sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
                                      (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
             sums[3] += len(y)
+    sums[4] = left_out
     if run.env.world_size > 1:
         dist.all_reduce(sums)
     loss, top1, top5, count, bad = sums.tolist()

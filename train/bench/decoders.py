@@ -1,7 +1,7 @@
 """python -m train.bench.decoders --data DIR: milliseconds per image on one core, the candidates
 side by side on the same JPEGs and the same RandomResizedCrop boxes.
 
-    ours               crop-region decode + resize + flip (train/_jpegcrop.c), the loader's path
+    ours               crop-region decode + resize + flip (train/native/jpegcrop.c), the loader's path
     today's PIL path   pillow-simd: decode (DCT-scaled by draft where the crop allows) + resize with box + flip
     full decode        the whole image to RGB, no crop, no resize: PIL, torchvision.io, and where
                        installed NVIDIA nvImageCodec's CPU backend and simplejpeg
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from shards.manifest import read_complete_manifest
-from train.data import ShardSet
+from train.shard_index import ShardSet
 from train.decoder import Images, decode_crops, image_sizes
 from train.device_decode import quiet_stderr
 from train.transforms import train_crops

@@ -16,7 +16,9 @@ from torchvision import transforms as T
 from shards.manifest import Manifest
 from shards.plan import steps_per_epoch
 from train.config import ConfigError
-from train.data import IMAGENET_MEAN, IMAGENET_STD, Loader, PlanArgs, ShardSet
+from train.device_batches import IMAGENET_MEAN, IMAGENET_STD
+from train.loader import Loader, PlanArgs
+from train.shard_index import ShardSet
 
 
 def worker_rss_mb() -> list[float]:
@@ -38,7 +40,7 @@ def worker_rss_mb() -> list[float]:
 # ---------------------------------------------------------------- ours
 
 class Ours:
-    """Our training loader (train.data.Loader), epoch after epoch (seed 0), as python -m train reads
+    """Our training loader (train.loader.Loader), epoch after epoch (seed 0), as python -m train reads
     it; iterate it for batches, `close()` it after."""
 
     def __init__(self, manifest: Manifest, root: Path, threads: int, batch: int, size: int, *, rank: int = 0,

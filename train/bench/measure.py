@@ -19,7 +19,7 @@ from shards.resources import evict_from_page_cache
 from train.bench.decoders import decode_ceiling
 from train.bench.loaders import Ours, baseline_loader, dali_available, dali_batches, dali_loader, worker_rss_mb
 from train.bench.pil_loader import pil_batches
-from train.data import DeviceBatches, to_device
+from train.device_batches import DeviceBatches, to_device
 from train.loop import amp_dtype_for, build_model, build_optimizer, step_module, train_step
 
 log = logging.getLogger("benchmark")

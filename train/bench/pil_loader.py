@@ -1,6 +1,6 @@
 """Today's PIL path, kept as a benchmark peer: the loader as it was before the crop-region decoder.
 
-DataLoader worker processes, each reading its own plan (shards.plan, one per worker) with
+DataLoader worker processes, each reading its own run of the epoch's batches (`worker_plan`) with
 webdataset's tar reader, a shuffle buffer of encoded samples, torchvision's RandomResizedCrop
 parameters drawn per sample from a seeded torch generator, a full JPEG decode with pillow-simd
 (DCT-scaled by `draft` when the crop allows) and a resize with box; decoded images are pickled
@@ -23,10 +23,30 @@ from torchvision.transforms import RandomResizedCrop
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from shards.manifest import Manifest
-from shards.plan import consumed_batches, seeded_rng, train_plan, worker_count
-from train.data import key_hash
+from shards.plan import ReadPlan, run_plan, seeded_rng, shard_permutation, steps_per_epoch
+from train.shard_index import key_hash
 from train.decoder import pil_decode_crop
 from train.transforms import RATIO, SCALE
+
+
+def batches_of_worker(steps: int, workers: int, worker: int) -> int:
+    """Batches worker `worker` yields in an epoch of `steps` batches: the DataLoader takes batches
+    from its workers round-robin, so batch j comes from worker j % workers (0 workers: the main
+    process, one stream)."""
+    w = max(1, workers)
+    return steps // w + (worker < steps % w)
+
+
+def worker_plan(shard_sizes: list[int], *, epoch: int, seed: int, workers: int, worker: int, batch_size: int,
+                shuffle_buffer: int) -> ReadPlan:
+    """What DataLoader worker `worker` of a one-rank run reads: a contiguous run of whole batches of
+    the epoch's samples (the shards permuted as shards.plan.train_plan permutes them), emitted
+    through a shuffle buffer of its own."""
+    steps = steps_per_epoch(sum(shard_sizes), 1, batch_size)
+    start = sum(batches_of_worker(steps, workers, v) for v in range(worker)) * batch_size
+    count = batches_of_worker(steps, workers, worker) * batch_size
+    return run_plan(shard_sizes, shard_permutation(len(shard_sizes), seed, epoch), start, count, shuffle_buffer,
+                    seeded_rng(seed, epoch, 0, worker))
 
 
 def sample_offsets(path: Path) -> list[int]:
@@ -55,17 +75,15 @@ def read_piece(path: Path, start: int, stop: int) -> Iterator[dict]:
             yield sample
 
 
-def reorder(samples: Iterable[dict], order: tuple[int, ...], skip: int) -> Iterator[dict]:
-    """Emit `samples` (positions 0, 1, ...) in `order`, the first `skip` emissions left out; the
-    plan guarantees that order[k] is among the first k + buffer samples read."""
-    skipped = set(order[:skip])
+def reorder(samples: Iterable[dict], order: tuple[int, ...]) -> Iterator[dict]:
+    """Emit `samples` (positions 0, 1, ...) in `order`; the plan guarantees that order[k] is among
+    the first k + buffer samples read."""
     held = {}
     source = enumerate(samples)
-    for position in order[skip:]:
+    for position in order:
         while position not in held:
             index, sample = next(source)
-            if index not in skipped:
-                held[index] = sample
+            held[index] = sample
         yield held.pop(position)
 
 
@@ -110,10 +128,10 @@ class PlannedShards(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         worker = info.id if info else 0
-        plan = train_plan(self.sizes, epoch=self.epoch, seed=0, world_size=1, rank=0, num_workers=self.workers,
-                          worker=worker, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer)
+        plan = worker_plan(self.sizes, epoch=self.epoch, seed=0, workers=self.workers, worker=worker,
+                           batch_size=self.batch, shuffle_buffer=self.shuffle_buffer)
         samples = (s for p in plan.pieces for s in read_piece(self.shard_paths[p.shard], p.start, p.stop))
-        for sample in reorder(samples, plan.order, consumed_batches(0, self.workers, worker) * self.batch):
+        for sample in reorder(samples, plan.order):
             key = sample["__key__"]
             yield torch.from_numpy(self.transform(sample["jpg"], self.epoch, key)), int(sample["cls"]), key_hash(key)
 
@@ -133,6 +151,6 @@ def pil_batches(manifest: Manifest, root: Path, workers: int, batch: int, size: 
     """Batches (uint8 NHWC, labels, key hashes) of the previous loader, epoch after epoch."""
     shards = manifest.splits["train"].shards
     paths, sizes = [root / s.name for s in shards], [s.samples for s in shards]
-    dataset = Epochs([PlannedShards(paths, sizes, e, worker_count(workers), batch, TrainTransform(size, seed=0))
+    dataset = Epochs([PlannedShards(paths, sizes, e, max(1, workers), batch, TrainTransform(size, seed=0))
                       for e in range(epochs)])
     return DataLoader(dataset, batch_size=batch, num_workers=workers, prefetch_factor=4 if workers else None)

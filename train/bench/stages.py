@@ -13,7 +13,9 @@ import numpy as np
 import torch
 
 from shards.manifest import read_manifest
-from train.data import Loader, PlanArgs, ShardSet, decode_to_device, to_device
+from train.device_batches import decode_to_device, to_device
+from train.loader import Loader, PlanArgs
+from train.shard_index import ShardSet
 from train.device_decode import OPTIONS, DeviceDecoder, crop_resize_flip
 
 BATCH = 256

@@ -1,5 +1,6 @@
-"""The loader on real shards: the sample table, the planned order, resume, any thread count, the
-PIL fallback, damaged samples, and the batches' way onto the device."""
+"""The loader on real shards: the planned order, resume, any thread count, the PIL fallback, and
+bad samples of every kind (damaged, oversized, unreadable by PIL, labels that are no class index)
+left out and named, for both decode strategies."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from PIL import Image
 from jpegs import jpeg
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
-from train.data import (Batch, DeviceBatches, Loader, PlanArgs, ShardSet, chunk_size, decode_to_device, key_hash,
-                        to_device)
+from jpegs import bmp_claiming, png_claiming, with_size
 from train.decoder import pil_decode_crop
-from train.device_decode import DeviceDecoder
+from train.device_batches import DeviceBatches
+from train.loader import Batch, Loader, PlanArgs, chunk_size
+from train.shard_index import ShardSet, key_hash
 from train.transforms import centre_crops
 
 
@@ -36,17 +38,6 @@ def epoch_batches(shards: ShardSet, threads: int, size=32, **plan) -> list[Batch
     batch = plan.get("batch", 4)
     with Loader({plan.get("split", "train"): shards}, batch_size=batch, image_size=size, threads=threads) as loader:
         return [Batch(b.images.clone(), b.labels, b.key_hashes, b.bad) for b in loader.epoch(plan_args(shards, **plan))]
-
-
-def test_the_sample_table_matches_what_webdataset_reads(prepared):
-    shards = shard_set(prepared)
-    shards.ensure_indexed(np.arange(sum(shards.sizes)))
-    samples = [s for path in shards.paths for s in wds.WebDataset(str(path), shardshuffle=False)]
-    assert shards.labels.tolist() == [int(s["cls"]) for s in samples]
-    assert [int(h) >> 24 for h in shards.hashes] == [key_hash(s["__key__"]) for s in samples]
-    images = shards.images(np.arange(len(samples)))
-    assert all(bytes(images.data(i)) == s["jpg"] for i, s in enumerate(samples))
-    assert shards.describe(5) == f"{shards.paths[0]}: {samples[5]['__key__']}"
 
 
 def test_validation_reads_every_sample_once_with_its_label(prepared):
@@ -115,10 +106,11 @@ def test_leaving_an_epoch_early_and_starting_another(prepared):
         assert len(list(loader.epoch(plan_args(shards, epoch=1)))) == steps_per_epoch(sum(shards.sizes), 1, 4)
 
 
-def write_shard(path, samples: list[tuple[str, bytes, int]]) -> None:
+def write_shard(path, samples: list[tuple[str, bytes, int | bytes]]) -> None:
     with wds.TarWriter(str(path), encoder=False) as writer:
         for key, data, label in samples:
-            writer.write({"__key__": key, "jpg": data, "cls": str(label).encode(), "json": b"{}"})
+            cls = label if isinstance(label, bytes) else str(label).encode()
+            writer.write({"__key__": key, "jpg": data, "cls": cls, "json": b"{}"})
 
 
 def cmyk(data: bytes) -> bytes:
@@ -130,7 +122,7 @@ def cmyk(data: bytes) -> bytes:
 def test_images_the_decoder_refuses_go_through_pil_counted_and_logged_once(tmp_path, caplog):
     good = [jpeg(seed=s) for s in range(6)]
     write_shard(tmp_path / "s.tar", [(f"k{i}", cmyk(d) if i in (1, 4) else d, i) for i, d in enumerate(good)])
-    shards = ShardSet([tmp_path / "s.tar"], [6])
+    shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with caplog.at_level(logging.WARNING, logger="train"), \
             Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
         batches = [b.images.clone() for b in loader.epoch(plan_args(shards, split="val", batch=3))]
@@ -149,96 +141,67 @@ def test_a_damaged_sample_is_left_out_and_named(tmp_path):
     middle = len(good[2]) // 3  # inside the rows the centre crop decodes
     broken = good[2][:middle] + b"\xff\xd9" + good[2][middle + 2:]
     write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 2 else d, i) for i, d in enumerate(good)])
-    shards = ShardSet([tmp_path / "s.tar"], [6])
+    shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
         batches = list(loader.epoch(plan_args(shards, split="val", batch=3)))
     assert [len(b.labels) for b in batches] == [2, 3]
     assert batches[0].labels.tolist() == [0, 1] and batches[0].bad == ((f"{tmp_path / 's.tar'}: k2", "damaged JPEG data"),)
 
 
-def test_batches_are_uint8_nhwc_and_normalised_on_the_device(prepared):
-    (batch, *_) = epoch_batches(shard_set(prepared, "val"), 1, split="val", batch=8)
-    assert batch.images.dtype == torch.uint8 and batch.images.shape == (8, 32, 32, 3) and batch.labels.dtype == torch.int64
-    x = to_device(batch.images, torch.device("cpu"))
-    assert x.shape == (8, 3, 32, 32) and x.is_contiguous(memory_format=torch.channels_last)
-    assert -3 < float(x.mean()) < 3
 
 
-def test_device_decode_batches_carry_the_same_crops(prepared):
-    """--decode gpu's path, on the CPU device: the threads only draw crops; the device decodes."""
+def hostile_samples() -> tuple[list[tuple[str, bytes, int | bytes]], dict[str, str]]:
+    """Good JPEGs among images no decoder may take, and labels that are no class index (10
+    classes): (samples, {key: the start of why it is left out})."""
+    good = [jpeg(seed=s) for s in range(4)]
+    too_large = "more pixels than shards.limits.MAX_PIXELS allows"
+    bad = {
+        "bomb-png": (png_claiming(30000, 8000), 1, "decompression bomb"),  # past PIL's own limit: its error
+        "bomb-bmp": (bmp_claiming(30000, 8000), 1, "decompression bomb"),
+        "big-png": (png_claiming(9000, 9000), 1, "9000 x 9000 pixels, more than the limit"),  # under PIL's, over ours
+        "big-cmyk": (with_size(cmyk(good[0]), 30000, 8000), 1, too_large),  # the decoder once refused it to PIL
+        "lying-4x2": (with_size(good[1], 65500, 65500), 1, too_large),
+        "cut-png": (png_claiming(64, 48), 1, "PIL does not decode it"),  # a valid header, its pixels missing
+        "word-label": (good[2], b"seven", "its .cls is not a class index from 0 to 9"),
+        "no-class": (good[3], 12, "its .cls is not a class index from 0 to 9"),
+    }
+    samples = [(f"good{i}", data, i) for i, data in enumerate(good)]
+    samples[2:2] = [(key, data, label) for key, (data, label, _) in bad.items()]
+    return samples, {key: why for key, (_, _, why) in bad.items()}
+
+
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_images_no_decoder_may_take_and_bad_labels_are_left_out_and_named(tmp_path, decode):
+    """Decompression bombs, images over the pixel limit (found in the headers, before any decode),
+    what PIL cannot decode, and labels that are no class index: bad samples, not a dead epoch."""
+    samples, why = hostile_samples()
+    if decode == "gpu":  # PIL is the device decoder's own fallback there: a PNG cut short is its to find
+        samples = [s for s in samples if s[0] != "cut-png"]
+        why.pop("cut-png")
+    write_shard(tmp_path / "s.tar", samples)
+    shards = ShardSet([tmp_path / "s.tar"], [len(samples)], classes=10)
+    with Loader({"val": shards}, batch_size=5, image_size=32, threads=2, decode=decode) as loader:
+        batches = list(loader.epoch(plan_args(shards, split="val", batch=5)))
+    assert sum(len(b.labels) for b in batches) == 4
+    assert [y for b in batches for y in b.labels.tolist()] == [0, 1, 2, 3]
+    left_out = {sample.rsplit(": ", 1)[1]: reason for b in batches for sample, reason in b.bad}
+    assert set(left_out) == set(why)
+    for key, start in why.items():
+        assert start in left_out[key], (key, left_out[key])
+
+
+def test_close_after_a_failure_raises_only_the_failure(prepared, monkeypatch):
+    """A bug in a decode task reaches the caller as itself; close() adds nothing of its own (it once
+    raised BufferError: a memory map still exported through a traceback)."""
+    from train import loader as loader_module
+
+    def broken(chunk, augment, check_markers=False):
+        raise RuntimeError("a bug in a decode task")
+
+    monkeypatch.setattr(loader_module, "draw_crops", broken)
     shards = shard_set(prepared, "val")
-    cpu = epoch_batches(shards, 1, split="val", batch=6, size=48)[0]
-    with Loader({"val": shards}, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
-        encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
-    assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
-    device, kept, bad = decode_to_device(encoded.images, torch.device("cpu"), DeviceDecoder())
-    reference = to_device(cpu.images, torch.device("cpu"))
-    assert kept == list(range(6)) and bad == ()
-    assert device.shape == reference.shape == (6, 3, 48, 48)
-    assert (device - reference).abs().mean() < 0.1  # normalised units: about 6 of 255 levels
-
-
-def test_device_decode_batches_are_the_same_for_any_thread_count(prepared):
-    """--decode gpu: the windows, crops and flips the threads draw, and so the device's pixels,
-    depend on (seed, epoch, key) alone."""
-    shards = shard_set(prepared)
-
-    def encoded(threads):
-        with Loader({"train": shards}, batch_size=4, image_size=32, threads=threads, decode="gpu") as loader:
-            return [b.images for b in loader.epoch(plan_args(shards, epoch=1))]
-
-    one, many = encoded(1), encoded(5)
-    assert len(one) == len(many) > 1
-    for a, b in zip(one, many):
-        assert np.array_equal(a.data, b.data) and np.array_equal(a.offsets, b.offsets)
-        assert np.array_equal(a.windows, b.windows)
-        assert torch.equal(a.boxes, b.boxes) and torch.equal(a.flips, b.flips)
-    assert any(b.flips.any() for b in one) and not all(b.flips.all() for b in one)
-
-
-def fake_batches(count, fail_at=None):
-    for i in range(count):
-        if i == fail_at:
-            raise RuntimeError("a shard holds fewer samples than the manifest lists")
-        yield Batch(torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), torch.tensor([i]))
-
-
-def test_device_batches_are_to_device_of_each_batch_in_order():
-    cpu = torch.device("cpu")
-    with DeviceBatches(fake_batches(7), cpu) as batches:
-        got = list(batches)
-    assert [int(b.labels[0]) for b in got] == list(range(7))
-    for b, original in zip(got, fake_batches(7)):
-        assert torch.equal(b.images, to_device(original.images, cpu))
-
-
-def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
-    with DeviceBatches(fake_batches(1000), torch.device("cpu"), depth=2) as batches:
-        for step, _ in enumerate(batches):
-            if step == 3:
-                break
-    assert not batches.thread.is_alive()
-
-
-def test_device_batches_raise_the_loaders_error_in_the_consumer():
-    seen = []
-    with pytest.raises(RuntimeError, match="fewer samples than the manifest"):
-        with DeviceBatches(fake_batches(10, fail_at=4), torch.device("cpu")) as batches:
-            for b in batches:
-                seen.append(int(b.labels[0]))
-    assert seen == [0, 1, 2, 3] and not batches.thread.is_alive()
-
-
-def test_device_decode_leaves_out_a_jpeg_cut_short_and_names_it(tmp_path):
-    """--decode gpu on the CPU device: a JPEG cut short (its header whole, so it has a size) is
-    found by the threads' marker check, left out and named; nvImageCodec never sees it."""
-    good = [jpeg(seed=s) for s in range(6)]
-    broken = good[3][: len(good[3]) // 2]
-    write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 3 else d, i) for i, d in enumerate(good)])
-    shards = ShardSet([tmp_path / "s.tar"], [6])
-    with Loader({"val": shards}, batch_size=3, image_size=40, threads=2, decode="gpu") as loader, \
-            DeviceBatches(loader.epoch(plan_args(shards, split="val", batch=3)), torch.device("cpu")) as batches:
-        got = list(batches)
-    assert [len(b.labels) for b in got] == [3, 2] and got[1].labels.tolist() == [4, 5]
-    assert got[1].bad == ((f"{tmp_path / 's.tar'}: k3", "damaged JPEG data"),)
-    assert got[1].images.shape == (2, 3, 40, 40)
+    with pytest.raises(RuntimeError, match="a bug in a decode task") as raised:
+        with Loader({"val": shards}, batch_size=4, image_size=32, threads=2) as loader:
+            next(loader.epoch(plan_args(shards, split="val", batch=4)))
+    assert raised.value.__context__ is None
+    assert shards.maps == [None] * len(shards.paths)

@@ -1,0 +1,160 @@
+"""The subprocess side of tests/test_native_fuzz.py: decodes a corpus of hostile inputs with the
+native modules, so that a crash kills only this process. Not a test module; run as
+
+    python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE
+
+It writes one JSON line per case decoded alone (status, digest of the slot), flushed before the
+next case starts (after a crash the last line tells the parent which case was next), then per batch
+of cases the cases whose status or pixels differ when decoded in chunks of other sizes on THREADS
+threads, then the tar cases and random arguments, and last the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from train import _jpegcrop, _tarindex
+
+BATCH = 64  # cases per chunked comparison
+CHUNKS = (1, 3, 8, BATCH)  # chunk sizes, on THREADS threads, compared with one image per call in one thread
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory, in bytes: VmHWM, which starts afresh at exec (getrusage's
+    ru_maxrss does not on Linux: it keeps the forking parent's, here a pytest process with torch)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+class Corpus:
+    def __init__(self, path: str):
+        with np.load(path) as npz:
+            self.blob, self.offsets, self.lengths = npz["blob"].tobytes(), npz["offsets"], npz["lengths"]
+            self.boxes, self.flips = npz["boxes"], npz["flips"]
+            self.tar, self.tar_cuts = npz["tar"].tobytes(), npz["tar_cuts"]
+            self.tar_flips = npz["tar_flips"]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def decode(self, start: int, stop: int, out: np.ndarray, first: int, max_pixels: int) -> np.ndarray:
+        n = stop - start
+        status = np.zeros(n, np.int32)
+        _jpegcrop.decode_crops((self.blob,), np.zeros(n, np.int32), self.offsets[start:stop], self.lengths[start:stop],
+                               boxes=self.boxes[start:stop], flips=self.flips[start:stop], out=out, first=first,
+                               status=status, max_pixels=max_pixels)
+        return status
+
+
+def digest(slot: np.ndarray) -> str:
+    return hashlib.blake2b(slot.tobytes(), digest_size=8).hexdigest()
+
+
+def chunked_differences(corpus: Corpus, start: int, stop: int, alone: dict, max_pixels: int, size: int,
+                        threads: int) -> list[int]:
+    """Cases of [start, stop) whose status or pixels differ from alone when decoded in chunks."""
+    differ = set()
+    with ThreadPoolExecutor(threads) as pool:
+        for chunk in CHUNKS:
+            out = np.full((stop - start, size, size, 3), 77, np.uint8)
+            firsts = list(range(start, stop, chunk))
+            statuses = pool.map(lambda a: corpus.decode(a, min(a + chunk, stop), out, a - start, max_pixels), firsts)
+            for a, status in zip(firsts, statuses):
+                for i, s in enumerate(status.tolist()):
+                    case = a + i
+                    if [s, digest(out[case - start])] != alone[case]:
+                        differ.add(case)
+    return sorted(differ)
+
+
+def tar_cases(corpus: Corpus) -> int:
+    """The shard cut short at many points and with bits flipped: rows or a ValueError, never a crash."""
+    checked = 0
+    variants = [corpus.tar[:cut] for cut in corpus.tar_cuts.tolist()]
+    for at, bit in corpus.tar_flips.tolist():
+        damaged = bytearray(corpus.tar)
+        damaged[at] ^= 1 << bit
+        variants.append(bytes(damaged))
+    for data in variants:
+        try:
+            rows = np.frombuffer(_tarindex.tar_index(data), np.int64).reshape(-1, 6)
+            assert ((rows[:, 2] < 0) | (rows[:, 2] + rows[:, 3] <= len(data))).all()
+        except ValueError:
+            pass
+        checked += 1
+    return checked
+
+
+def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> int:
+    """decode_crops with every argument drawn from good and bad values: an exception or a result."""
+    rng = np.random.default_rng(seed)
+    n = 4
+    pools = {
+        "buffers": [(corpus.blob,), (corpus.blob, b"x"), [corpus.blob], (), (7,)],
+        "which": [np.zeros(n, np.int32), np.array([0, 1, 2, -1], np.int32), np.zeros(n, np.int64), np.zeros(n - 1, np.int32)],
+        "offsets": [corpus.offsets[:n].copy(), np.full(n, 2**62, np.int64), np.array([-1, 0, 0, 0], np.int64),
+                    rng.integers(0, len(corpus.blob), n).astype(np.int64), np.zeros(n, np.int32)],
+        "lengths": [corpus.lengths[:n].copy(), np.full(n, 2**62, np.int64), np.full(n, len(corpus.blob), np.int64),
+                    np.array([0, 1, 2, -5], np.int64)],
+        "boxes": [corpus.boxes[:n].copy(), np.full((n, 4), np.nan, np.float32), np.zeros((n, 4), np.float64),
+                  np.array([[0, 0, 1e30, 1e30]] * n, np.float32), np.zeros((n, 3), np.float32)],
+        "flips": [corpus.flips[:n].copy(), np.ones(n, np.uint8), np.ones(n, np.float32), np.ones(n + 1, bool)],
+        "out": [np.zeros((n, 16, 16, 3), np.uint8), np.zeros((n + 2, 9, 9, 3), np.uint8), np.zeros((n, 16, 8, 3), np.uint8),
+                np.zeros((n, 16, 16, 3), np.float32), np.zeros((1, 16, 16, 3), np.uint8), np.zeros(12, np.uint8)],
+        "first": [0, 1, 2, -1, 2**62, 2**31],
+        "status": [np.zeros(n, np.int32), np.zeros(n, np.int16), np.zeros(n - 1, np.int32)],
+        "max_pixels": [max_pixels, 0, -1, 2**40, 1],
+        "simd": [None, "C", "SSE2", "bogus"],
+    }
+    for _ in range(calls):
+        kwargs = {name: values[rng.integers(len(values))] for name, values in pools.items()}
+        if kwargs["simd"] not in (None, "C", "bogus") and kwargs["simd"] not in _jpegcrop.SIMD:
+            kwargs["simd"] = None
+        try:
+            _jpegcrop.decode_crops(**kwargs)
+        except (TypeError, ValueError, IndexError):
+            pass
+    return calls
+
+
+def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: int, size: int) -> None:
+    corpus = Corpus(corpus_path)
+    slot = np.zeros((1, size, size, 3), np.uint8)
+    with open(results, "a") as out:
+        def emit(record: dict) -> None:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+
+        base = peak_rss()
+        emit({"base_rss": base})
+        for batch in range(start, len(corpus), BATCH):
+            stop = min(batch + BATCH, len(corpus))
+            alone = {}
+            for case in range(batch, stop):
+                emit({"next": case})  # a crash from here on is this case's
+                slot[:] = 55
+                status = int(corpus.decode(case, case + 1, slot, 0, max_pixels)[0])
+                alone[case] = [status, digest(slot[0])]
+                emit({"case": case, "status": status, "digest": alone[case][1]})
+            emit({"next": {"chunks": [batch, stop]}})
+            emit({"batch": [batch, stop], "differ": chunked_differences(corpus, batch, stop, alone, max_pixels, size,
+                                                                         threads)})
+        if start <= len(corpus):
+            emit({"next": "tar"})
+            emit({"tar_cases": tar_cases(corpus)})
+            emit({"next": "random arguments"})
+            emit({"argument_calls": random_arguments(corpus, seed=len(corpus), calls=400, max_pixels=max_pixels)})
+        emit({"peak_rss": peak_rss(), "base_rss": base})
+
+
+if __name__ == "__main__":
+    path, start, results, max_pixels, threads, size = sys.argv[1:7]
+    main(path, int(start), results, int(max_pixels), int(threads), int(size))

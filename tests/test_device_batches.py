@@ -1,0 +1,126 @@
+"""Batches onto the device: normalised there, --decode gpu's device decode (on the CPU device here:
+tests/test_gpu.py runs the same on CUDA), and DeviceBatches' background thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from jpegs import jpeg
+from test_loader import epoch_batches, plan_args, shard_set, write_shard
+from train.device_batches import DeviceBatches, decode_to_device, to_device
+from train.device_decode import DeviceDecoder
+from train.loader import Batch, Loader
+from train.shard_index import ShardSet
+
+JOIN_TIMEOUT_S = 10  # a thread that outlives its DeviceBatches fails the test, it does not hang it
+
+
+def test_batches_are_uint8_nhwc_and_normalised_on_the_device(prepared):
+    (batch, *_) = epoch_batches(shard_set(prepared, "val"), 1, split="val", batch=8)
+    assert batch.images.dtype == torch.uint8 and batch.images.shape == (8, 32, 32, 3) and batch.labels.dtype == torch.int64
+    x = to_device(batch.images, torch.device("cpu"))
+    assert x.shape == (8, 3, 32, 32) and x.is_contiguous(memory_format=torch.channels_last)
+    assert -3 < float(x.mean()) < 3
+
+
+def test_device_decode_batches_carry_the_same_crops(prepared):
+    """--decode gpu's path, on the CPU device: the threads only draw crops; the device decodes."""
+    shards = shard_set(prepared, "val")
+    cpu = epoch_batches(shards, 1, split="val", batch=6, size=48)[0]
+    with Loader({"val": shards}, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
+        encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
+    assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
+    device, kept, bad = decode_to_device(encoded.images, torch.device("cpu"), DeviceDecoder())
+    reference = to_device(cpu.images, torch.device("cpu"))
+    assert kept == list(range(6)) and bad == ()
+    assert device.shape == reference.shape == (6, 3, 48, 48)
+    assert (device - reference).abs().mean() < 0.1  # normalised units: about 6 of 255 levels
+
+
+def test_device_decode_batches_are_the_same_for_any_thread_count(prepared):
+    """--decode gpu: the windows, crops and flips the threads draw, and so the device's pixels,
+    depend on (seed, epoch, key) alone."""
+    shards = shard_set(prepared)
+
+    def encoded(threads):
+        with Loader({"train": shards}, batch_size=4, image_size=32, threads=threads, decode="gpu") as loader:
+            return [b.images for b in loader.epoch(plan_args(shards, epoch=1))]
+
+    one, many = encoded(1), encoded(5)
+    assert len(one) == len(many) > 1
+    for a, b in zip(one, many):
+        assert np.array_equal(a.data, b.data) and np.array_equal(a.offsets, b.offsets)
+        assert np.array_equal(a.windows, b.windows)
+        assert torch.equal(a.boxes, b.boxes) and torch.equal(a.flips, b.flips)
+    assert any(b.flips.any() for b in one) and not all(b.flips.all() for b in one)
+
+
+def fake_batches(count, fail_at=None):
+    for i in range(count):
+        if i == fail_at:
+            raise RuntimeError("a shard holds fewer samples than the manifest lists")
+        yield Batch(torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), torch.tensor([i]))
+
+
+def test_device_batches_are_to_device_of_each_batch_in_order():
+    cpu = torch.device("cpu")
+    with DeviceBatches(fake_batches(7), cpu) as batches:
+        got = list(batches)
+    assert [int(b.labels[0]) for b in got] == list(range(7))
+    for b, original in zip(got, fake_batches(7)):
+        assert torch.equal(b.images, to_device(original.images, cpu))
+
+
+def within(seconds: float, work) -> object:
+    """`work()`'s result, run in a thread of its own: a hang fails the test instead of hanging it."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("value", work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return result.get("value")
+
+
+def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
+    def leave_early():
+        with DeviceBatches(fake_batches(1000), torch.device("cpu"), depth=2) as batches:
+            for step, _ in enumerate(batches):
+                if step == 3:
+                    break
+        return batches
+
+    assert not within(JOIN_TIMEOUT_S, leave_early).thread.is_alive()
+
+
+def test_device_batches_raise_the_loaders_error_in_the_consumer():
+    def consume():
+        seen = []
+        try:
+            with DeviceBatches(fake_batches(10, fail_at=4), torch.device("cpu")) as batches:
+                for b in batches:
+                    seen.append(int(b.labels[0]))
+        except RuntimeError as error:
+            return seen, error, batches
+        return seen, None, batches
+
+    seen, error, batches = within(JOIN_TIMEOUT_S, consume)
+    assert "fewer samples than the manifest" in str(error)
+    assert seen == [0, 1, 2, 3] and not batches.thread.is_alive()
+
+
+def test_device_decode_leaves_out_a_jpeg_cut_short_and_names_it(tmp_path):
+    """--decode gpu on the CPU device: a JPEG cut short (its header whole, so it has a size) is
+    found by the threads' marker check, left out and named; nvImageCodec never sees it."""
+    good = [jpeg(seed=s) for s in range(6)]
+    broken = good[3][: len(good[3]) // 2]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 3 else d, i) for i, d in enumerate(good)])
+    shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
+    with Loader({"val": shards}, batch_size=3, image_size=40, threads=2, decode="gpu") as loader, \
+            DeviceBatches(loader.epoch(plan_args(shards, split="val", batch=3)), torch.device("cpu")) as batches:
+        got = list(batches)
+    assert [len(b.labels) for b in got] == [3, 2] and got[1].labels.tolist() == [4, 5]
+    assert got[1].bad == ((f"{tmp_path / 's.tar'}: k3", "damaged JPEG data"),)
+    assert got[1].images.shape == (2, 3, 40, 40)

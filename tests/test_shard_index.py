@@ -1,0 +1,85 @@
+"""The shard index: tar headers to a table of samples, as webdataset reads the same shards; damaged
+headers; labels that are no class index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+from jpegs import jpeg
+from shards.manifest import read_manifest
+from train.shard_index import BAD_LABEL, ShardSet, key_hash, parse_label, tar_index
+
+
+def shard_set(prepared, split="train") -> ShardSet:
+    return ShardSet.of(prepared, read_manifest(prepared), split)
+
+
+def write_shard(path, samples: list[tuple[str, bytes, bytes]]) -> None:
+    with wds.TarWriter(str(path), encoder=False) as writer:
+        for key, data, label in samples:
+            writer.write({"__key__": key, "jpg": data, "cls": label, "json": b"{}"})
+
+
+def test_the_shard_index_finds_every_sample_as_webdataset_reads_it(prepared):
+    shard = prepared / read_manifest(prepared).splits["train"].shards[0].name
+    data = shard.read_bytes()
+    rows = tar_index(data)
+    samples = list(wds.WebDataset(str(shard), shardshuffle=False))
+    assert len(rows) == len(samples)
+    for (key_at, key_len, jpg_at, jpg_len, cls_at, cls_len), sample in zip(rows.tolist(), samples):
+        assert data[key_at:key_at + key_len].decode() == sample["__key__"]
+        assert data[jpg_at:jpg_at + jpg_len] == sample["jpg"] and data[cls_at:cls_at + cls_len] == sample["cls"]
+
+
+def test_a_damaged_header_is_reported_with_its_offset(prepared):
+    data = bytearray((prepared / read_manifest(prepared).splits["train"].shards[0].name).read_bytes())
+    second = int(tar_index(bytes(data))[1, 0])  # the second sample's first header
+    data[second + 10] ^= 0xFF
+    with pytest.raises(ValueError, match=f"a tar header fails its checksum \\(at byte {second}\\)"):
+        tar_index(bytes(data))
+    with pytest.raises(ValueError, match="without the end-of-archive blocks"):
+        tar_index(bytes(data[:second]))
+    with pytest.raises(TypeError):
+        tar_index(12)
+
+
+def test_the_sample_table_matches_what_webdataset_reads(prepared):
+    shards = shard_set(prepared)
+    shards.ensure_indexed(np.arange(sum(shards.sizes)))
+    samples = [s for path in shards.paths for s in wds.WebDataset(str(path), shardshuffle=False)]
+    assert shards.labels.tolist() == [int(s["cls"]) for s in samples]
+    assert [int(h) >> 24 for h in shards.hashes] == [key_hash(s["__key__"]) for s in samples]
+    assert shards.key_hashes(np.arange(3)).tolist() == [key_hash(s["__key__"]) for s in samples[:3]]
+    images = shards.images(np.arange(len(samples)))
+    assert all(images.data(i) == s["jpg"] for i, s in enumerate(samples))
+    assert shards.describe(5) == f"{shards.paths[0]}: {samples[5]['__key__']}"
+    assert not shards.bad_labels(np.arange(len(samples))).any()
+
+
+@pytest.mark.parametrize("raw, label", [(b"7", 7), (b" 12\n", 12), (b"0", 0), (b"", BAD_LABEL), (b"-3", BAD_LABEL),
+                                        (b"+5", BAD_LABEL), (b"1_000", BAD_LABEL), (b"3.0", BAD_LABEL),
+                                        (b"\xff\xfe", BAD_LABEL), (b"1" * 10, BAD_LABEL), ("٣".encode(), BAD_LABEL)])
+def test_a_label_is_a_decimal_class_index_or_bad(raw, label):
+    assert parse_label(raw) == label
+
+
+def test_labels_that_are_no_class_index_are_marked_bad(tmp_path):
+    labels = [b"0", b"five", b"-1", b"2", b"3", b"99999"]  # three classes: 3 and 99999 lie outside
+    write_shard(tmp_path / "s.tar", [(f"k{i}", jpeg(seed=i), label) for i, label in enumerate(labels)])
+    shards = ShardSet([tmp_path / "s.tar"], [6], classes=3)
+    shards.ensure_indexed(np.arange(6))
+    assert shards.bad_labels(np.arange(6)).tolist() == [False, True, True, False, True, True]
+    shards.close()
+
+
+def test_close_raises_nothing_while_a_view_of_a_shard_is_held(prepared):
+    """A view of a memory map (in a traceback, say) once made close() raise BufferError, hiding the
+    error it was cleaning up after."""
+    shards = shard_set(prepared)
+    shards.ensure_indexed(np.arange(3))
+    view = memoryview(shards.maps[0])
+    shards.close()
+    assert shards.maps == [None] * len(shards.paths)
+    view.release()

@@ -1,0 +1,146 @@
+"""Batches onto the device: normalised there, a background thread and CUDA stream ahead of the step.
+
+    to_device        uint8 NHWC on the host -> normalised float NCHW (channels_last) on the device
+    decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized, flipped and
+                     normalised on the device (train/device_decode.py)
+    DeviceBatches    the next batches moved (or decoded) onto the device in a background thread,
+                     on a CUDA stream of its own, while the current one trains
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import threading
+from typing import Iterable, Iterator
+
+import torch
+
+from train.device_decode import DeviceDecoder, crop_resize_flip
+from train.loader import Batch, EncodedBatch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@functools.lru_cache(maxsize=None)
+def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet mean and std in 0-255 units, made once per device: a tensor built from Python
+    numbers every step would be a blocking host-to-device copy on the hot path."""
+    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+    return mean, std
+
+
+def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True) -> torch.Tensor:
+    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free view)."""
+    return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last)
+
+
+def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: DeviceDecoder,
+                     channels_last: bool = True) -> tuple[torch.Tensor, list[int], tuple]:
+    """An EncodedBatch decoded, cropped, resized and flipped on the device, normalised: (x, the
+    images kept, (sample, why) of those no decoder took)."""
+    images = device_decoder.decode(batch.jpegs, batch.windows, device)
+    kept = [i for i, image in enumerate(images) if image is not None]
+    bad = tuple((batch.describe(i), "damaged JPEG data (no decoder takes it)") for i, image in enumerate(images)
+                if image is None)
+    if not kept:
+        return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
+    x = crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size)
+    return normalise(x, channels_last), kept, bad
+
+
+def normalise(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """Float NCHW in 0-255 -> ImageNet-normalised, in place (`images` is already a float copy)."""
+    mean, std = normalisation(images.device)
+    images = images.sub_(mean).div_(std)
+    return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+class DeviceBatches:
+    """Batch(x, y, key hashes, bad) on the device, `depth` batches ahead of the training step.
+
+    A background thread takes batches from the loader and runs `to_device` on them (the copy of
+    pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
+    overlaps the model's step instead of stalling it: on the model's stream a pageable or
+    in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
+    to finish before asking the loader for the next batch, which frees the host buffer for reuse;
+    the consumer's stream waits on an event per batch. Use as a context manager: leaving it (a
+    finished epoch, a preemption break, an error) stops the thread and drops the batches read ahead.
+    """
+
+    _END = object()
+
+    def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2,
+                 device_decoder: DeviceDecoder | None = None):
+        self.device, self.channels_last = device, channels_last
+        self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.batches = batches
+
+    def __enter__(self) -> "DeviceBatches":
+        self.thread = threading.Thread(target=self._fill, args=(self.batches,), name="device-batches", daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _put(self, item) -> bool:
+        """Queue `item` unless the consumer has left; False once it has."""
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self, batches: Iterable[tuple]) -> None:
+        iterator = iter(batches)
+        try:
+            with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
+                for images, labels, hashes, *bad in iterator:
+                    bad = tuple(bad[0]) if bad else ()
+                    if isinstance(images, EncodedBatch):
+                        self.device_decoder = self.device_decoder or DeviceDecoder()
+                        x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last)
+                        labels, hashes, bad = labels[kept], hashes[kept], bad + lost
+                    else:
+                        x = to_device(images, self.device, self.channels_last)
+                    y = labels.to(self.device, non_blocking=True)
+                    ready = None
+                    if self.stream:
+                        ready = torch.cuda.Event()
+                        ready.record(self.stream)
+                        ready.synchronize()  # the host buffer is read: the loader may reuse it
+                    if not self._put((Batch(x, y, hashes, bad), ready)):
+                        return
+        except BaseException as error:  # handed to the consumer, raised there
+            self._put(error)
+            return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()  # a generator's cleanup (the loader's queued work) runs in this thread
+        self._put(self._END)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            item = self.queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            batch, ready = item
+            if ready is not None:
+                consumer = torch.cuda.current_stream(self.device)
+                consumer.wait_event(ready)
+                batch.images.record_stream(consumer)  # made on our stream, freed after the consumer's use
+                batch.labels.record_stream(consumer)
+            yield batch

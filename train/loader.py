@@ -1,0 +1,337 @@
+"""The loader: executes the read plan of `shards.plan` over memory-mapped shards, in threads.
+
+Per epoch, the plan's samples in the plan's order, cut into batches. A thread pool takes each batch
+in chunks (`chunk_size`, one task each): the task reads the chunk's headers (natively; PIL's for
+what is not a JPEG), draws every crop and flip of the chunk in a few numpy calls, and hands the
+chunk to the decode strategy of `--decode`:
+
+    CpuDecode   decodes the crops with the crop-region decoder (train/decoder.py, GIL released)
+                straight into a ring of pinned batch buffers: batches of uint8 NHWC images
+    GpuDecode   checks each JPEG's marker structure; a batch carries its JPEGs' bytes, the window
+                of each to decode, its crop and flip, for the device (train/device_decode.py)
+
+No worker processes, no pickling of images. Every rank reads its plan as one stream, so the pixels
+of every batch depend only on (seed, epoch, rank, world size, batch size), never on the thread
+count, and a resume at step k starts at sample k x batch size of the same order.
+
+A sample no decoder takes (damaged JPEG data, not an image, more than shards.limits.MAX_PIXELS
+pixels) or whose label is no class index is left out of its batch, with (sample, why) in
+`Batch.bad`: the batch is that much smaller, the number of batches does not change.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, NamedTuple
+
+import numpy as np
+import torch
+
+from shards.plan import ReadPlan, train_plan, val_plan
+from train import decoder
+from train.decoder import Images, PilFailure
+from train.shard_index import ShardSet
+from train.transforms import crops, decode_windows
+
+log = logging.getLogger("train")
+
+CHUNK = (4, 32)  # images per decode task, at least and at most: see chunk_size
+WHY = {decoder.REFUSED: "a JPEG no decoder here takes", decoder.CORRUPT: "damaged JPEG data",
+       decoder.NOT_JPEG: "not an image", decoder.TOO_LARGE: "more pixels than shards.limits.MAX_PIXELS allows"}
+
+
+# ---------------------------------------------------------------- what the read plan asks for
+
+@dataclass(frozen=True, kw_only=True)
+class PlanArgs:
+    """What the read plan needs besides the shard sizes (see shards.plan)."""
+    split: str
+    epoch: int
+    seed: int
+    world_size: int
+    rank: int
+    batch_size: int
+    shuffle_buffer: int
+    start_step: int = 0  # resume: batches of this epoch the rank already took
+
+
+def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
+    if args.split == "val":
+        return val_plan(shard_sizes, world_size=args.world_size, rank=args.rank)
+    return train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size, rank=args.rank,
+                      batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer)
+
+
+def chunk_size(batch_size: int, threads: int) -> int:
+    """Images per decode task: each batch spread over every thread. Tasks in flight are capped by
+    the ring (its batches x tasks per batch), and threads beyond them idle: fixed chunks of 32 in
+    batches of 64 kept 8 of 15 threads busy. At least CHUNK[0] images keep a task's own cost (a
+    header pass and a few numpy calls, tens of microseconds) small against its decodes."""
+    return max(CHUNK[0], min(CHUNK[1], -(-batch_size // threads)))
+
+
+# ---------------------------------------------------------------- batches
+
+class EncodedBatch(NamedTuple):
+    """A batch for --decode gpu: every image's bytes end to end in one array, the window of each
+    to decode (transforms.decode_windows), its crop box inside that window, and its flip."""
+    data: np.ndarray  # uint8, the files' bytes end to end
+    offsets: np.ndarray  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
+    windows: np.ndarray  # int32 (n, 4): left, top, right, bottom in the image
+    boxes: torch.Tensor  # float32 (n, 4): the crop, in the window's pixels
+    flips: torch.Tensor  # bool (n,)
+    size: int
+    describe: Callable[[int], str]  # image i's shard and key, for messages
+
+    @property
+    def jpegs(self) -> list[np.ndarray]:
+        bounds = self.offsets.tolist()
+        return [self.data[start:stop] for start, stop in zip(bounds, bounds[1:])]
+
+
+class Batch(NamedTuple):
+    """What the loader yields: images (uint8 NHWC, a view of a pinned ring buffer, valid until the
+    next batch is asked for; or an EncodedBatch), labels, key hashes, and the samples left out."""
+    images: torch.Tensor | EncodedBatch
+    labels: torch.Tensor  # int64
+    key_hashes: torch.Tensor  # int64, shard_index.KEY_HASH_BITS bits
+    bad: tuple = ()  # (sample, why) of the samples left out of this batch
+
+
+@dataclass
+class Chunk:
+    """Up to chunk_size images of a batch, one task, for slots [first, first + n): the task reads
+    their headers, draws their crops and hands them to the decode strategy."""
+    first: int
+    images: Images
+    hashes: np.ndarray
+    dims: np.ndarray | None = None  # int32 (n, 2): width, height
+    boxes: np.ndarray | None = None  # float32 (n, 4)
+    flips: np.ndarray | None = None  # bool (n,)
+    status: np.ndarray | None = None  # per image: decoder.DECODED (or, before the decode, fine so far) or why not
+    notes: dict[int, str] = field(default_factory=dict)  # image -> why, where PIL said more than the status
+    fallbacks: int = 0  # decoded by the PIL path
+
+
+class InFlight(NamedTuple):
+    """A batch whose decode is queued: its samples, chunks, their futures, its ring slot."""
+    shards: ShardSet
+    ids: np.ndarray
+    chunks: list[Chunk]
+    futures: list[Future]
+    slot: int
+
+
+def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: bool = False) -> None:
+    """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk. With
+    `check_markers` (--decode gpu) a JPEG whose marker structure is broken is CORRUPT. An image
+    whose header fails is drawn a crop of a 1 x 1 image: it is left out, and the others' crops do
+    not depend on it."""
+    chunk.dims, chunk.status = decoder.image_sizes(chunk.images, check_markers)
+    for i in np.flatnonzero(chunk.status == decoder.NOT_JPEG).tolist():
+        try:
+            chunk.dims[i] = decoder.pil_size(chunk.images.data(i))
+        except PilFailure as failure:
+            chunk.status[i], chunk.notes[i] = failure.status, failure.why
+    fine = (chunk.status == decoder.DECODED) | (chunk.status == decoder.NOT_JPEG)
+    dims = np.where(fine[:, None], chunk.dims, 1)
+    chunk.boxes, chunk.flips = crops(chunk.hashes, dims[:, 0], dims[:, 1], augment)
+
+
+# ---------------------------------------------------------------- the decode strategies
+
+class CpuDecode:
+    """--decode cpu: each chunk decoded by the crop-region decoder into its batch's slot of a ring
+    of (pinned, where the device is a GPU) uint8 batch buffers; what it refuses (CMYK JPEGs, other
+    image formats) by PIL into the same slots, counted."""
+
+    def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
+        self.shape, self.ring_size, self.pin_memory = (batch_size, image_size, image_size, 3), ring, pin_memory
+        self.ring: list[torch.Tensor] = []
+
+    def describe(self, threads: int) -> str:
+        return f"decoder: {decoder.NAME}, {threads} threads"
+
+    def memory_bytes(self) -> int:
+        return sum(t.numel() for t in self.ring)
+
+    def buffer(self, slot: int) -> np.ndarray:
+        """Ring slot `slot`'s buffer, made at the first batch (in the caller's thread)."""
+        if not self.ring:
+            self.ring = [torch.empty(self.shape, dtype=torch.uint8, pin_memory=self.pin_memory)
+                         for _ in range(self.ring_size)]
+        return self.ring[slot].numpy()
+
+    def decode(self, chunk: Chunk, out: np.ndarray, augment) -> None:
+        """In a decode thread: the chunk's crops into out[chunk.first:]."""
+        draw_crops(chunk, augment)
+        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
+        chunk.status = np.where(chunk.status == decoder.DECODED, decoded, chunk.status)
+        for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
+            self.pil_fallback(chunk, i, out)
+
+    def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray) -> None:
+        """The PIL path for an image the native decoder refuses: same crop, same slot."""
+        try:
+            out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
+                                                           bool(chunk.flips[i]), out.shape[1])
+        except PilFailure as failure:
+            chunk.status[i], chunk.notes[i] = failure.status, failure.why
+            return
+        chunk.status[i] = decoder.DECODED
+        chunk.fallbacks += 1
+
+    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
+               slot: int) -> torch.Tensor:
+        """The kept images of a finished batch: a view of its ring slot, gaps closed in order."""
+        images = self.ring[slot]
+        if len(keep) < len(ids):
+            images[:len(keep)] = images[torch.from_numpy(keep)]
+        return images[:len(keep)]
+
+
+class GpuDecode:
+    """--decode gpu: the threads read headers, check marker structures and draw crops; each batch
+    carries its kept JPEGs' bytes, windows, crops and flips for the device's decoder. What is not a
+    JPEG goes to the device decoder too (its PIL fallback decodes it)."""
+
+    def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
+        self.size = image_size
+
+    def describe(self, threads: int) -> str:
+        return f"decoder: on the device (--decode gpu); headers, marker checks and crops by {threads} threads"
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def buffer(self, slot: int) -> None:
+        return None
+
+    def decode(self, chunk: Chunk, out: None, augment) -> None:
+        draw_crops(chunk, augment, check_markers=True)
+        chunk.status[chunk.status == decoder.NOT_JPEG] = decoder.DECODED
+
+    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
+               slot: int) -> EncodedBatch:
+        """The kept samples' bytes end to end in one array, with their windows and crops."""
+        kept = ids[keep]
+        images = shards.images(kept)
+        data = np.empty(int(images.lengths.sum()), np.uint8)
+        decoder.gather(images, data)
+        dims = np.concatenate([c.dims for c in chunks])[keep]
+        boxes = np.concatenate([c.boxes for c in chunks])[keep]
+        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], self.size)
+        flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
+        return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
+                            flips, self.size, lambda i: shards.describe(int(kept[i])))
+
+
+DECODES = {"cpu": CpuDecode, "gpu": GpuDecode}
+
+
+# ---------------------------------------------------------------- the loader
+
+class Loader:
+    """Batches of the splits' shards for this rank, decoded by `threads` threads (see the module doc).
+
+    `epoch()` returns an epoch's batches of one split. The thread pool and the decode strategy's
+    buffers serve every split (one epoch at a time) and live as long as the Loader: `close()` it
+    (or use it as a context manager); it closes the shard sets too."""
+
+    def __init__(self, splits: dict[str, ShardSet], *, batch_size: int, image_size: int, threads: int,
+                 decode: str = "cpu", pin_memory: bool = False, ring: int = 4):
+        if decode not in DECODES:
+            raise ValueError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
+        self.splits, self.batch_size, self.ring_size = splits, batch_size, ring
+        self.threads = max(1, threads)
+        self.strategy = DECODES[decode](batch_size=batch_size, image_size=image_size, ring=ring,
+                                        pin_memory=pin_memory)
+        self.chunk = chunk_size(batch_size, self.threads)
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
+        self.fallbacks = 0  # images decoded by the PIL path, over the Loader's life
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for shards in self.splits.values():
+            shards.close()
+
+    def describe(self) -> str:
+        return self.strategy.describe(self.threads)
+
+    def memory_bytes(self) -> int:
+        """What the loader holds: its batch buffers and the splits' sample tables."""
+        return self.strategy.memory_bytes() + sum(s.table_bytes() for s in self.splits.values())
+
+    def epoch(self, args: PlanArgs) -> Iterator[Batch]:
+        """The rank's batches of an epoch from `args.start_step` on: whole batches in training,
+        and a last partial one in validation."""
+        shards = self.splits[args.split]
+        ids = shards.ids(plan_for(args, shards.sizes))[args.start_step * args.batch_size:]
+        batches = [ids[i:i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
+        augment = (args.seed, args.epoch) if args.split == "train" else None
+        return self._decoded(shards, batches, augment)
+
+    def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None
+                 ) -> Iterator[Batch]:
+        """Batch k decodes into ring slot k mod R; R - 1 batches decode ahead of the one the caller
+        holds, and a slot is reused only once the caller has asked for the batch after it."""
+        in_flight: collections.deque[InFlight] = collections.deque()
+        submitted = 0
+        try:
+            for k in range(len(batches)):
+                while submitted < len(batches) and submitted < k + self.ring_size:
+                    in_flight.append(self._submit(shards, batches[submitted], submitted % self.ring_size, augment))
+                    submitted += 1
+                yield self._finish(in_flight.popleft())
+        finally:
+            for batch in in_flight:  # the caller left early: stop what is queued
+                for f in batch.futures:
+                    f.cancel()
+            for batch in in_flight:
+                for f in batch.futures:
+                    if not f.cancelled():
+                        f.exception()  # wait: a running task still writes into its ring slot
+
+    def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> InFlight:
+        """Queue the batch's tasks, a chunk each."""
+        shards.ensure_indexed(ids)
+        images, hashes, out = shards.images(ids), shards.hashes[ids], self.strategy.buffer(slot)
+        chunks = [Chunk(first, images[first:first + self.chunk], hashes[first:first + self.chunk])
+                  for first in range(0, len(ids), self.chunk)]
+        futures = [self.pool.submit(self.strategy.decode, c, out, augment) for c in chunks]
+        return InFlight(shards, ids, chunks, futures, slot)
+
+    def _finish(self, batch: InFlight) -> Batch:
+        shards, ids, chunks, futures, slot = batch
+        for f in futures:
+            f.result()  # a task's exception (a bug) is raised here, in the caller
+        status = np.concatenate([c.status for c in chunks])
+        notes = {c.first + i: why for c in chunks for i, why in c.notes.items()}
+        bad_label = shards.bad_labels(ids)
+        good = (status == decoder.DECODED) & ~bad_label
+        keep = np.flatnonzero(good)
+        bad = tuple((shards.describe(int(ids[i])), notes.get(i) or WHY.get(int(status[i])) or
+                     self._label_problem(shards, int(ids[i]))) for i in np.flatnonzero(~good).tolist())
+        self._count_fallbacks(sum(c.fallbacks for c in chunks))
+        labels = torch.from_numpy(shards.labels[ids[keep]])
+        hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
+        return Batch(self.strategy.images(shards, ids, chunks, keep, slot), labels, hashes, bad)
+
+    @staticmethod
+    def _label_problem(shards: ShardSet, sample: int) -> str:
+        return f"its .cls is not a class index from 0 to {shards.classes - 1}"
+
+    def _count_fallbacks(self, fallbacks: int) -> None:
+        if fallbacks and not self.fallbacks:
+            log.warning("decoder: %d image(s) of this batch decoded by the PIL path (a JPEG the crop-region decoder "
+                        "refuses: CMYK, YCCK, ...); further ones are only counted", fallbacks)
+        self.fallbacks += fallbacks

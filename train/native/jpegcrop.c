@@ -1,0 +1,539 @@
+/* Crop-region JPEG decode + antialiased resize + flip, straight into a batch slot, GIL released.
+ * Wrapped by train/decoder.py, which documents the contract.
+ *
+ * For each image: libjpeg-turbo decodes only the rows and columns the crop needs
+ * (jpeg_crop_scanline, jpeg_skip_scanlines), at 1/2, 1/4 or 1/8 scale in the DCT when the crop is
+ * at least twice the output; the decoded rows stream, a few at a time, through the resize
+ * (resample.h: PIL's triangle filter), whose horizontal pass also flips; the vertical pass writes
+ * the slot as soon as its rows are in.
+ *
+ * Whatever the bytes and the arguments:
+ * - every argument is checked before the GIL is released (arrays.h);
+ * - every image gets a decompressor of its own, so nothing is carried from one image to the next
+ *   (a JPEG without its own tables fails, or takes the standard Huffman tables, as it would alone),
+ *   and a slot whose image fails is zeroed: the result does not depend on how images are chunked
+ *   into calls, nor on the thread count;
+ * - the header's pixel count is checked against max_pixels before libjpeg allocates anything for
+ *   the image, libjpeg's full-image buffers (progressive and multi-scan JPEGs) are capped by its
+ *   max_memory_to_use, and the crop is never held whole: one image's decode allocates at most
+ *   memory_bound(max_pixels) bytes;
+ * - libjpeg's first warning of damaged data ends the image's decode (CORRUPT), so damaged or lying
+ *   files cost little time.
+ *
+ * Status per image: OK; REFUSED (a JPEG this path does not take: CMYK, YCCK, other colour spaces:
+ * the caller decodes it with PIL); CORRUPT (libjpeg's error, or a warning that the data is
+ * damaged: the caller leaves the sample out); NOT_JPEG; TOO_LARGE (more pixels than max_pixels, or
+ * more memory than its budget).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "arrays.h"
+#include "resample.h"
+
+enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4 };
+
+#define PIXELS_CEILING ((int64_t)1 << 28) /* the most max_pixels a caller may ask for: 4x the dataset's limit */
+#define MAX_SIZE 8192                     /* the largest output side */
+#define ROW_GROUP 4                       /* decoded rows resized at once (the resize kernels do four rows) */
+/* libjpeg's row buffers (as wide as the image: about 13 MiB at JPEG's widest, 65,500 px) and the
+ * padding of its coefficient buffers to whole MCUs. */
+#define LIBJPEG_SLACK ((size_t)48 << 20)
+/* Our own scratch: a few rows of the crop, a window of resized rows, the filters' weights (under
+ * 5 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE). */
+#define OWN_SCRATCH ((size_t)16 << 20)
+
+/* libjpeg's max_memory_to_use: a progressive or multi-scan JPEG holds the DCT coefficients of the
+ * whole image, 2 bytes each, 64 per 8x8 block of each component: 6 bytes a pixel for three
+ * full-resolution components, the most this path decodes. */
+static size_t libjpeg_budget(int64_t max_pixels) {
+    return 6 * (size_t)max_pixels + LIBJPEG_SLACK;
+}
+
+/* The most one decode of one image allocates: libjpeg's budget and our scratch. */
+static size_t memory_bound(int64_t max_pixels) {
+    return libjpeg_budget(max_pixels) + OWN_SCRATCH;
+}
+
+/* ------------------------------------------------------------------ libjpeg error handling */
+
+struct guard {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    int status; /* what a longjmp means: CORRUPT, or TOO_LARGE when memory ran out */
+};
+
+static void on_error(j_common_ptr cinfo) {
+    struct guard *g = (struct guard *)cinfo->err;
+    int code = g->pub.msg_code;
+    /* jmemnobs (libjpeg-turbo's only memory back end) has no backing store: a buffer beyond
+       max_memory_to_use ends here */
+    g->status = code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY ? TOO_LARGE : CORRUPT;
+    longjmp(g->jump, 1);
+}
+
+/* Level -1 is a warning. Those about bytes that are not pixels (extraneous bytes before a marker:
+ * ImageNet has some; an unknown JFIF revision; a bad ICC profile) are harmless; any other means
+ * the pixels are not what was encoded: the decode ends there, CORRUPT. */
+static void on_message(j_common_ptr cinfo, int level) {
+    struct guard *g = (struct guard *)cinfo->err;
+    int code = g->pub.msg_code;
+    if (level == -1 && code != JWRN_EXTRANEOUS_DATA && code != JWRN_JFIF_MAJOR && code != JWRN_BOGUS_ICC) {
+        g->status = CORRUPT;
+        longjmp(g->jump, 1);
+    }
+}
+
+/* A decompressor for one image: created before it, destroyed after it. */
+typedef struct {
+    struct jpeg_decompress_struct c;
+    struct guard err;
+    int created;
+} decompressor;
+
+/* Set up before the setjmp that guards the image: a failed create longjmps there too. */
+static void create_decompressor(decompressor *d, const uint8_t *data, size_t length, int64_t max_pixels) {
+    d->c.err = jpeg_std_error(&d->err.pub);
+    d->err.pub.error_exit = on_error;
+    d->err.pub.emit_message = on_message;
+    d->err.status = CORRUPT;
+    jpeg_create_decompress(&d->c);
+    d->created = 1;
+    d->c.mem->max_memory_to_use = (long)libjpeg_budget(max_pixels);
+    jpeg_mem_src(&d->c, data, (unsigned long)length);
+}
+
+static void destroy_decompressor(decompressor *d) {
+    if (d->created)
+        jpeg_destroy_decompress(&d->c);
+    d->created = 0;
+}
+
+static int looks_like_jpeg(const uint8_t *data, size_t length) {
+    return length >= 4 && data[0] == 0xFF && data[1] == 0xD8;
+}
+
+/* After jpeg_read_header: TOO_LARGE if the image has more pixels than allowed, else OK. */
+static int pixel_check(const struct jpeg_decompress_struct *c, int64_t max_pixels) {
+    return (int64_t)c->image_width * (int64_t)c->image_height > max_pixels ? TOO_LARGE : OK;
+}
+
+/* ------------------------------------------------------------------ one image's crop */
+
+typedef struct {
+    const uint8_t *data;
+    size_t length;
+    float box[4]; /* left, top, right, bottom in source pixels */
+    int flip;
+    int size;
+    uint8_t *out; /* size * size * 3 */
+} job;
+
+/* Buffers grown as needed and kept from one image to the next of a call; every byte read from them
+ * was written for the current image first. */
+typedef struct {
+    filter fx, fy;
+    uint8_t *rows;   /* up to ROW_GROUP decoded rows of the crop, RGBX, and one uncropped row of slack */
+    uint8_t *window; /* horizontally resized rows, a sliding window over the crop's rows */
+    size_t capacity_rows, capacity_window;
+} scratch;
+
+static void free_scratch(scratch *s) {
+    free_filter(&s->fx);
+    free_filter(&s->fy);
+    free(s->rows);
+    free(s->window);
+}
+
+/* The DCT scale (1, 2, 4 or 8) that keeps the crop at least `size` px on both sides. 4x2 and 2x4
+ * chroma subsampling are decoded unscaled: libjpeg-turbo before 3.0 crops them wrongly when scaled. */
+static int dct_shrink(const struct jpeg_decompress_struct *c, double w, double h, int size) {
+    for (int i = 0; i < c->num_components; i++)
+        if (c->comp_info[i].h_samp_factor > 2 || c->comp_info[i].v_samp_factor > 2)
+            return 1;
+    double room = (w < h ? w : h) / size;
+    int shrink = 1;
+    while (shrink < 8 && room >= 2.0 * shrink)
+        shrink *= 2;
+    return shrink;
+}
+
+/* Up to `want` decoded rows into rows (stride bytes apart); the count, 0 on damage. */
+static int read_rows(struct jpeg_decompress_struct *c, uint8_t *rows, size_t stride, int want) {
+    int got = 0;
+    while (got < want) {
+        JSAMPROW row[ROW_GROUP];
+        for (int r = got; r < want; r++)
+            row[r - got] = rows + stride * r;
+        JDIMENSION n = jpeg_read_scanlines(c, row, (JDIMENSION)(want - got));
+        if (n == 0)
+            return 0;
+        got += (int)n;
+    }
+    return got;
+}
+
+/* Decode the rows and columns of j->box that the filters read, resize, flip, write j->out.
+ * libjpeg's errors and warnings longjmp out of here to decode_one. */
+static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch *s, int64_t max_pixels,
+                         const resampler *rs) {
+    jpeg_read_header(c, TRUE);
+    if (pixel_check(c, max_pixels) != OK)
+        return TOO_LARGE;
+    if (c->data_precision != 8 || (c->jpeg_color_space != JCS_YCbCr && c->jpeg_color_space != JCS_GRAYSCALE &&
+                                   c->jpeg_color_space != JCS_RGB))
+        return REFUSED;
+    double w0 = c->image_width, h0 = c->image_height;
+    double left = j->box[0], top = j->box[1], right = j->box[2], bottom = j->box[3];
+    if (!(left >= 0 && top >= 0 && right <= w0 && bottom <= h0 && right > left && bottom > top))
+        left = 0, top = 0, right = w0, bottom = h0; /* a box outside the image (or NaN): the whole image */
+    c->scale_num = 1;
+    c->scale_denom = dct_shrink(c, right - left, bottom - top, j->size);
+    c->out_color_space = JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
+    jpeg_start_decompress(c);
+    /* The box in the pixels of the (scaled) output, as PIL maps a box through draft(). */
+    double sx = (double)c->output_width / w0, sy = (double)c->output_height / h0;
+    int size = j->size;
+    filter *fx = &s->fx, *fy = &s->fy;
+    if (make_filter(fx, left * sx, right * sx, (int)c->output_width, size) ||
+        make_filter(fy, top * sy, bottom * sy, (int)c->output_height, size))
+        return TOO_LARGE; /* out of memory */
+    /* Source rows and columns the filters read, plus one of margin: fancy upsampling treats the
+       edges of a cropped region as image edges, so the outermost decoded pixels are not used. */
+    int x0 = fx->first[0], x1 = fx->first[size - 1] + fx->count[size - 1];
+    int y0 = fy->first[0], y1 = fy->first[size - 1] + fy->count[size - 1];
+    int full_width = (int)c->output_width;
+    JDIMENSION xoff = x0 > 0 ? x0 - 1 : 0;
+    JDIMENSION width = (JDIMENSION)(x1 + 1 < full_width ? x1 + 1 : full_width) - xoff;
+    if (xoff > 0 || (int)width < full_width)
+        jpeg_crop_scanline(c, &xoff, &width); /* xoff moves left to an iMCU boundary, width grows */
+    size_t stride = (size_t)c->output_width * 4; /* output_width is now the cropped width */
+    size_t window_stride = (size_t)size * 3 + 1;  /* one byte of slack: see resample.h */
+    /* The window holds the rows of one output row's taps and a group read ahead; twice that, so
+       that moving the live rows to its start happens once per many rows. */
+    size_t window_rows = 2 * ((size_t)fy->taps + ROW_GROUP);
+    /* one uncropped row of slack: some libjpeg-turbo 2.x upsamplers wrote past a cropped row */
+    if (grow_buffer((void **)&s->rows, &s->capacity_rows, stride * ROW_GROUP + (size_t)full_width * 4) ||
+        grow_buffer((void **)&s->window, &s->capacity_window, window_stride * window_rows))
+        return TOO_LARGE; /* out of memory */
+    int next = y0 > 0 ? y0 - 1 : 0; /* the next row libjpeg gives */
+    if (next > 0)
+        jpeg_skip_scanlines(c, (JDIMENSION)next);
+    int base = next, filled = 0; /* window row i holds crop row base + i, for i < filled */
+    for (int y = 0; y < size; y++) {
+        int lo = fy->first[y], hi = lo + fy->count[y]; /* lo never decreases with y */
+        while (next < hi) {
+            if ((size_t)(filled + ROW_GROUP) > window_rows) { /* drop the rows above lo: no later output reads them */
+                int from = lo < next ? lo : next, keep = next - from;
+                memmove(s->window, s->window + (size_t)(from - base) * window_stride, (size_t)keep * window_stride);
+                base = from, filled = keep;
+            }
+            int want = y1 - next < ROW_GROUP ? y1 - next : ROW_GROUP;
+            if (read_rows(c, s->rows, stride, want) != want)
+                return CORRUPT;
+            rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx, size,
+                     (int)xoff, j->flip);
+            filled += want, next += want;
+        }
+        rs->column(s->window + (size_t)(lo - base) * window_stride, window_stride, fy->k + (size_t)y * fy->taps,
+                   fy->count[y], j->out + (size_t)y * size * 3, size * 3);
+    }
+    return OK;
+}
+
+static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resampler *rs) {
+    if (!looks_like_jpeg(j->data, j->length))
+        return NOT_JPEG;
+    decompressor d = {.created = 0};
+    int status;
+    if (setjmp(d.err.jump)) {
+        status = d.err.status;
+    } else {
+        create_decompressor(&d, j->data, j->length, max_pixels);
+        status = decode_region(&d.c, j, s, max_pixels, rs);
+    }
+    destroy_decompressor(&d);
+    return status;
+}
+
+/* ------------------------------------------------------------------ headers */
+
+static int markers_whole(const uint8_t *data, size_t length);
+
+/* Width and height from the header, TOO_LARGE past max_pixels; with check_markers, CORRUPT where
+ * the marker structure is broken. */
+static int read_size(const uint8_t *data, size_t length, int32_t *dims, int64_t max_pixels, int check_markers) {
+    if (!looks_like_jpeg(data, length))
+        return NOT_JPEG;
+    decompressor d = {.created = 0};
+    int status;
+    if (setjmp(d.err.jump)) {
+        status = d.err.status;
+    } else {
+        create_decompressor(&d, data, length, max_pixels);
+        jpeg_read_header(&d.c, TRUE);
+        dims[0] = (int32_t)d.c.image_width;
+        dims[1] = (int32_t)d.c.image_height;
+        status = pixel_check(&d.c, max_pixels);
+    }
+    destroy_decompressor(&d);
+    if (status == OK && check_markers)
+        status = markers_whole(data, length);
+    return status;
+}
+
+/* Is the marker structure whole? Walks the segments from SOI to EOI and scans each entropy-coded
+ * segment for the markers that may appear inside it (stuffed 0xFF00, restarts, fill bytes):
+ * damage that overwrote entropy data with markers, or a file cut short, is CORRUPT. A cheap check
+ * (memchr over the file) for --decode gpu, whose decoders may decode through such damage. */
+static int markers_whole(const uint8_t *data, size_t length) {
+    size_t i = 2; /* after SOI */
+    for (;;) {
+        while (i < length && data[i] != 0xFF) /* extraneous bytes before a marker: harmless, as in libjpeg */
+            i++;
+        while (i < length && data[i] == 0xFF) /* fill bytes */
+            i++;
+        if (i >= length)
+            return CORRUPT; /* no EOI: cut short */
+        uint8_t marker = data[i++];
+        if (marker == 0xD9)
+            return OK;
+        if ((marker >= 0xD0 && marker <= 0xD7) || marker == 0x01 || marker == 0x00)
+            continue; /* no length */
+        if (marker < 0xC0 || i + 2 > length)
+            return CORRUPT; /* reserved: not written by an encoder */
+        i += ((size_t)data[i] << 8) | data[i + 1];
+        if (marker != 0xDA)
+            continue;
+        for (;;) { /* entropy-coded data up to the next marker that ends it */
+            const uint8_t *ff = i < length ? memchr(data + i, 0xFF, length - i) : NULL;
+            if (!ff)
+                return CORRUPT;
+            i = (size_t)(ff - data) + 1;
+            while (i < length && data[i] == 0xFF)
+                i++;
+            if (i >= length)
+                return CORRUPT;
+            uint8_t next = data[i];
+            if (next == 0x00 || (next >= 0xD0 && next <= 0xD7)) {
+                i++;
+                continue;
+            }
+            if (next < 0xC0)
+                return CORRUPT;
+            i = (size_t)(ff - data);
+            break; /* EOI, or the tables and header of the next scan */
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Python bindings */
+
+static int check_max_pixels(long long max_pixels) {
+    if (max_pixels < 1 || max_pixels > PIXELS_CEILING) {
+        PyErr_Format(PyExc_ValueError, "max_pixels must be 1 to %lld, not %lld", (long long)PIXELS_CEILING,
+                     max_pixels);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_image_sizes(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffers", "which", "offsets", "lengths", "dims", "status", "max_pixels",
+                               "check_markers", NULL};
+    PyObject *buffers, *which, *offsets, *lengths, *dims_o, *status_o, *result = NULL;
+    long long max_pixels;
+    int check_markers = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOL|p", keywords, &buffers, &which, &offsets, &lengths,
+                                     &dims_o, &status_o, &max_pixels, &check_markers) ||
+        check_max_pixels(max_pixels) < 0)
+        return NULL;
+    images im;
+    Py_buffer dims = {0}, status = {0};
+    if (open_images(&im, buffers, which, offsets, lengths) == 0 &&
+        get_array(dims_o, &dims, "dims", SIGNED_INT, 4, 2, (const Py_ssize_t[]){im.n, 2}, 1) == 0 &&
+        get_array(status_o, &status, "status", SIGNED_INT, 4, 1, (const Py_ssize_t[]){im.n}, 1) == 0) {
+        int32_t *d = dims.buf, *st = status.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < im.n; i++)
+            st[i] = read_size(im.data[i], im.length[i], d + 2 * i, max_pixels, check_markers);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    close_images(&im);
+    release_view(&dims);
+    release_view(&status);
+    return result;
+}
+
+static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
+                               "max_pixels", "simd", NULL};
+    PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *result = NULL;
+    Py_ssize_t first;
+    long long max_pixels;
+    const char *simd = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|z", keywords, &buffers, &which, &offsets, &lengths,
+                                     &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd) ||
+        check_max_pixels(max_pixels) < 0)
+        return NULL;
+    const resampler *rs = find_resampler(simd);
+    if (!rs) {
+        PyErr_Format(PyExc_ValueError, "simd=%s is not available on this CPU", simd);
+        return NULL;
+    }
+    images im;
+    Py_buffer boxes = {0}, flips = {0}, out = {0}, status = {0};
+    if (open_images(&im, buffers, which, offsets, lengths) == 0 &&
+        get_array(boxes_o, &boxes, "boxes", FLOAT, 4, 2, (const Py_ssize_t[]){im.n, 4}, 0) == 0 &&
+        get_array(flips_o, &flips, "flips", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 0) == 0 &&
+        get_array(out_o, &out, "out", UNSIGNED_INT, 1, 4, (const Py_ssize_t[]){ANY_LENGTH, ANY_LENGTH, ANY_LENGTH, 3},
+                  1) == 0 &&
+        get_array(status_o, &status, "status", SIGNED_INT, 4, 1, (const Py_ssize_t[]){im.n}, 1) == 0) {
+        Py_ssize_t slots = out.shape[0], size = out.shape[1];
+        if (out.shape[2] != size || size < 1 || size > MAX_SIZE) {
+            PyErr_Format(PyExc_ValueError, "out must be (slots, size, size, 3) with size 1 to %d, not size %zd x %zd",
+                         MAX_SIZE, size, out.shape[2]);
+        } else if (first < 0 || im.n > slots || first > slots - im.n) {
+            PyErr_Format(PyExc_ValueError, "slots first=%zd to %zd: out has %zd", first, first + im.n, slots);
+        } else {
+            const float *b = boxes.buf;
+            const uint8_t *f = flips.buf;
+            int32_t *st = status.buf;
+            size_t slot = (size_t)size * (size_t)size * 3;
+            uint8_t *slot0 = (uint8_t *)out.buf + (size_t)first * slot;
+            Py_BEGIN_ALLOW_THREADS
+            scratch s;
+            memset(&s, 0, sizeof(s));
+            for (Py_ssize_t i = 0; i < im.n; i++) {
+                job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
+                         .out = slot0 + (size_t)i * slot};
+                memcpy(j.box, b + 4 * i, sizeof(j.box));
+                st[i] = decode_one(&j, &s, max_pixels, rs);
+                if (st[i] != OK)
+                    memset(j.out, 0, slot); /* what a failed decode wrote is not kept */
+            }
+            free_scratch(&s);
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    close_images(&im);
+    release_view(&boxes);
+    release_view(&flips);
+    release_view(&out);
+    release_view(&status);
+    return result;
+}
+
+static PyObject *py_gather(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffers", "which", "offsets", "lengths", "out", "at", NULL};
+    PyObject *buffers, *which, *offsets, *lengths, *out_o, *result = NULL;
+    Py_ssize_t at = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|n", keywords, &buffers, &which, &offsets, &lengths,
+                                     &out_o, &at))
+        return NULL;
+    images im;
+    Py_buffer out = {0};
+    if (open_images(&im, buffers, which, offsets, lengths) == 0 &&
+        get_array(out_o, &out, "out", UNSIGNED_INT, 1, 1, (const Py_ssize_t[]){ANY_LENGTH}, 1) == 0) {
+        size_t room = at >= 0 && at <= out.len ? (size_t)(out.len - at) : 0, total = 0;
+        for (Py_ssize_t i = 0; i < im.n && total <= room; i++)
+            total += im.length[i] <= room - total ? im.length[i] : room + 1; /* no overflow: stops past room */
+        if (at < 0 || at > out.len || total > room) {
+            PyErr_Format(PyExc_ValueError, "out holds %zd bytes, too few for the images from byte %zd", out.len, at);
+        } else {
+            uint8_t *o = (uint8_t *)out.buf + at;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < im.n; i++) {
+                memcpy(o, im.data[i], im.length[i]);
+                o += im.length[i];
+            }
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    close_images(&im);
+    release_view(&out);
+    return result;
+}
+
+static PyObject *py_memory_bound(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"max_pixels", NULL};
+    long long max_pixels;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L", keywords, &max_pixels) || check_max_pixels(max_pixels) < 0)
+        return NULL;
+    return PyLong_FromSize_t(memory_bound(max_pixels));
+}
+
+static PyMethodDef methods[] = {
+    {"image_sizes", (PyCFunction)(void (*)(void))py_image_sizes, METH_VARARGS | METH_KEYWORDS,
+     "image_sizes(buffers, which, offsets, lengths, *, dims, status, max_pixels, check_markers=False): width and "
+     "height of each JPEG from its header into dims (int32 n x 2); status (int32 n) OK, NOT_JPEG, CORRUPT, or "
+     "TOO_LARGE past max_pixels; with check_markers, CORRUPT also where the marker structure is broken. Image i "
+     "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
+    {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
+     "decode_crops(buffers, which, offsets, lengths, *, boxes, flips, out, first, status, max_pixels, simd=None): "
+     "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
+     "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
+     "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
+     "GIL released."},
+    {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
+     "gather(buffers, which, offsets, lengths, *, out, at=0): the images' bytes end to end into out (uint8) "
+     "from byte `at` (the JPEGs of a --decode gpu batch). GIL released."},
+    {"memory_bound", (PyCFunction)(void (*)(void))py_memory_bound, METH_VARARGS | METH_KEYWORDS,
+     "memory_bound(max_pixels) -> int: the most bytes one decode of one image allocates, whatever its bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+static PyObject *simd_names(void) {
+    PyObject *names = PyList_New(0);
+    for (const char *const *name = resampler_names(); names && *name; name++) {
+        PyObject *text = PyUnicode_FromString(*name);
+        if (!text || PyList_Append(names, text) < 0) {
+            Py_XDECREF(text);
+            Py_DECREF(names);
+            return NULL;
+        }
+        Py_DECREF(text);
+    }
+    return names;
+}
+
+PyMODINIT_FUNC PyInit__jpegcrop(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    char version[32];
+    snprintf(version, sizeof(version), "%d.%d.%d", LIBJPEG_TURBO_VERSION_NUMBER / 1000000,
+             LIBJPEG_TURBO_VERSION_NUMBER / 1000 % 1000, LIBJPEG_TURBO_VERSION_NUMBER % 1000);
+    PyObject *names = simd_names();
+    if (!names || PyModule_AddObjectRef(m, "SIMD", names) < 0 ||
+        PyModule_AddStringConstant(m, "LIBJPEG_TURBO_VERSION", version) < 0 ||
+        PyModule_AddIntConstant(m, "OK", OK) < 0 || PyModule_AddIntConstant(m, "REFUSED", REFUSED) < 0 ||
+        PyModule_AddIntConstant(m, "CORRUPT", CORRUPT) < 0 || PyModule_AddIntConstant(m, "NOT_JPEG", NOT_JPEG) < 0 ||
+        PyModule_AddIntConstant(m, "TOO_LARGE", TOO_LARGE) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_SIZE", MAX_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "PIXELS_CEILING", (long)PIXELS_CEILING) < 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(names);
+    return m;
+}

@@ -1,0 +1,331 @@
+/* The resize of the crop-region decoder: see resample.h. Three implementations of the same fixed-
+ * point arithmetic give the same bytes: plain C (any CPU), SSE2 (every x86-64 CPU) and AVX2 (most
+ * x86-64 CPUs since 2013). Each call picks one (find_resampler); nothing here is process-wide
+ * state, so threads decoding at once may use different ones. */
+#include "resample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the filter (PIL's rule) */
+
+int grow_buffer(void **buffer, size_t *capacity, size_t need) {
+    if (need <= *capacity)
+        return 0;
+    void *grown = realloc(*buffer, need);
+    if (!grown)
+        return -1;
+    *buffer = grown;
+    *capacity = need;
+    return 0;
+}
+
+static double triangle(double x) {
+    x = fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* Centre of output i at lo + (i + 0.5) * scale, support scale (at least 1), as PIL. */
+int make_filter(filter *f, double lo, double hi, int length, int out) {
+    double scale = (hi - lo) / out;
+    double fscale = scale < 1.0 ? 1.0 : scale;
+    double support = 1.0 * fscale;
+    int taps = (int)ceil(support) * 2 + 1;
+    if (grow_buffer((void **)&f->first, &f->capacity_first, sizeof(int) * (size_t)out) ||
+        grow_buffer((void **)&f->count, &f->capacity_count, sizeof(int) * (size_t)out) ||
+        grow_buffer((void **)&f->k, &f->capacity_k, sizeof(int16_t) * (size_t)out * (size_t)taps) ||
+        grow_buffer((void **)&f->w, &f->capacity_w, sizeof(double) * (size_t)taps))
+        return -1;
+    double *w = f->w;
+    memset(f->k, 0, sizeof(int16_t) * (size_t)out * (size_t)taps);
+    f->taps = taps;
+    for (int i = 0; i < out; i++) {
+        double centre = lo + (i + 0.5) * scale;
+        int xmin = (int)(centre - support + 0.5);
+        int xmax = (int)(centre + support + 0.5);
+        if (xmin < 0) xmin = 0;
+        if (xmax > length) xmax = length;
+        if (xmax <= xmin) { /* a crop thinner than a pixel at the edge: take the nearest one */
+            xmin = xmin >= length ? length - 1 : xmin;
+            xmax = xmin + 1;
+        }
+        int n = xmax - xmin;
+        if (n > taps) n = taps;
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            w[j] = triangle((j + xmin - centre + 0.5) / fscale);
+            sum += w[j];
+        }
+        if (sum == 0.0) { w[0] = 1.0; sum = 1.0; for (int j = 1; j < n; j++) w[j] = 0.0; }
+        for (int j = 0; j < n; j++)
+            f->k[(size_t)i * taps + j] = (int16_t)lround(w[j] / sum * (1 << PRECISION));
+        f->first[i] = xmin;
+        f->count[i] = n;
+    }
+    return 0;
+}
+
+void free_filter(filter *f) {
+    free(f->first);
+    free(f->count);
+    free(f->k);
+    free(f->w);
+    memset(f, 0, sizeof(*f));
+}
+
+static inline uint8_t clip8(int32_t v) {
+    v >>= PRECISION;
+    return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
+}
+
+/* Weights j and j + 1 as one int32 (k[j] in the low half), for pmaddwd; j + 1 = n: weight 0. */
+static inline int32_t weight_pair(const int16_t *k, int j, int n) {
+    uint32_t high = j + 1 < n ? (uint32_t)(uint16_t)k[j + 1] << 16 : 0;
+    return (int32_t)((uint32_t)(uint16_t)k[j] | high);
+}
+
+/* Each pixel is stored with one 4-byte store that overlaps the next pixel's first byte, so pixels
+ * are stored left to right and destination rows hold one byte of slack. */
+static inline void store_rgb(uint8_t *dst, int32_t rgbx) {
+    memcpy(dst, &rgbx, 4);
+}
+
+/* ------------------------------------------------------------------ plain C */
+
+static void rows_c(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride, const filter *f,
+                   int out, int origin, int flip) {
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < out; i++) {
+            const int16_t *k = f->k + (size_t)i * f->taps;
+            const uint8_t *p = src + stride * r + (size_t)(f->first[i] - origin) * 4;
+            int32_t s[4] = {1 << (PRECISION - 1), 1 << (PRECISION - 1), 1 << (PRECISION - 1), 1 << (PRECISION - 1)};
+            for (int j = 0; j < f->count[i]; j++)
+                for (int c = 0; c < 4; c++)
+                    s[c] += p[4 * j + c] * k[j];
+            uint8_t *o = dst + dst_stride * r + (size_t)(flip ? out - 1 - i : i) * 3;
+            for (int c = 0; c < 3; c++)
+                o[c] = clip8(s[c]);
+        }
+    }
+}
+
+/* The bytes from x on, one at a time. */
+static void column_c_from(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width, int x) {
+    for (; x < width; x++) {
+        int32_t s = 1 << (PRECISION - 1);
+        for (int j = 0; j < n; j++)
+            s += rows[j * stride + x] * k[j];
+        dst[x] = clip8(s);
+    }
+}
+
+static void column_c(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width) {
+    column_c_from(rows, stride, k, n, dst, width, 0);
+}
+
+static const resampler plain_c = {"C", rows_c, column_c};
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+
+/* ------------------------------------------------------------------ SSE2 */
+
+static inline __m128i two_pixels(const uint8_t *p) { /* r0 r1 g0 g1 b0 b1 x0 x1 as int16 */
+    __m128i px = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)p), _mm_setzero_si128());
+    return _mm_unpacklo_epi16(px, _mm_srli_si128(px, 8));
+}
+
+static inline __m128i one_pixel(const uint8_t *p) { /* r0 0 g0 0 b0 0 x0 0 as int16 */
+    int32_t v;
+    memcpy(&v, p, 4);
+    __m128i zero = _mm_setzero_si128();
+    return _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero), zero);
+}
+
+static inline int32_t to_pixel(__m128i acc) {
+    acc = _mm_srai_epi32(acc, PRECISION);
+    return _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(acc, acc), acc)); /* clip to 0-255 */
+}
+
+/* Four rows at a time (each weight pair loaded once for them), then the rest one by one; two taps
+ * of all four channels per pmaddwd. */
+static void rows_sse2(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride, const filter *f,
+                      int out, int origin, int flip) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const uint8_t *s0 = src + stride * r;
+        uint8_t *d0 = dst + dst_stride * r;
+        for (int o = 0; o < out; o++) { /* output positions left to right: see store_rgb */
+            int i = flip ? out - 1 - o : o;
+            const int16_t *k = f->k + (size_t)i * f->taps;
+            size_t at = (size_t)(f->first[i] - origin) * 4;
+            int n = f->count[i], j = 0;
+            __m128i a0 = _mm_set1_epi32(1 << (PRECISION - 1)), a1 = a0, a2 = a0, a3 = a0;
+            for (; j + 1 < n; j += 2, at += 8) {
+                __m128i kk = _mm_set1_epi32(weight_pair(k, j, n));
+                a0 = _mm_add_epi32(a0, _mm_madd_epi16(two_pixels(s0 + at), kk));
+                a1 = _mm_add_epi32(a1, _mm_madd_epi16(two_pixels(s0 + stride + at), kk));
+                a2 = _mm_add_epi32(a2, _mm_madd_epi16(two_pixels(s0 + 2 * stride + at), kk));
+                a3 = _mm_add_epi32(a3, _mm_madd_epi16(two_pixels(s0 + 3 * stride + at), kk));
+            }
+            if (j < n) {
+                __m128i kk = _mm_set1_epi32(weight_pair(k, j, n));
+                a0 = _mm_add_epi32(a0, _mm_madd_epi16(one_pixel(s0 + at), kk));
+                a1 = _mm_add_epi32(a1, _mm_madd_epi16(one_pixel(s0 + stride + at), kk));
+                a2 = _mm_add_epi32(a2, _mm_madd_epi16(one_pixel(s0 + 2 * stride + at), kk));
+                a3 = _mm_add_epi32(a3, _mm_madd_epi16(one_pixel(s0 + 3 * stride + at), kk));
+            }
+            store_rgb(d0 + 3 * (size_t)o, to_pixel(a0));
+            store_rgb(d0 + dst_stride + 3 * (size_t)o, to_pixel(a1));
+            store_rgb(d0 + 2 * dst_stride + 3 * (size_t)o, to_pixel(a2));
+            store_rgb(d0 + 3 * dst_stride + 3 * (size_t)o, to_pixel(a3));
+        }
+    }
+    for (; r < rows; r++) {
+        const uint8_t *s0 = src + stride * r;
+        for (int o = 0; o < out; o++) {
+            int i = flip ? out - 1 - o : o;
+            const int16_t *k = f->k + (size_t)i * f->taps;
+            size_t at = (size_t)(f->first[i] - origin) * 4;
+            int n = f->count[i], j = 0;
+            __m128i a0 = _mm_set1_epi32(1 << (PRECISION - 1));
+            for (; j + 1 < n; j += 2, at += 8)
+                a0 = _mm_add_epi32(a0, _mm_madd_epi16(two_pixels(s0 + at), _mm_set1_epi32(weight_pair(k, j, n))));
+            if (j < n)
+                a0 = _mm_add_epi32(a0, _mm_madd_epi16(one_pixel(s0 + at), _mm_set1_epi32(weight_pair(k, j, n))));
+            store_rgb(dst + dst_stride * r + 3 * (size_t)o, to_pixel(a0));
+        }
+    }
+}
+
+#define COLUMN_NAME column_sse2_from
+#define COLUMN_TARGET
+#define VEC __m128i
+#define VBYTES 16
+#define P(op) _mm_##op
+#define LOADU(p) _mm_loadu_si128((const __m128i *)(p))
+#define STOREU(p, v) _mm_storeu_si128((__m128i *)(p), (v))
+#define ZERO() _mm_setzero_si128()
+#define COLUMN_TAIL column_c_from
+#include "resample_column.h"
+#undef COLUMN_NAME
+#undef COLUMN_TARGET
+#undef VEC
+#undef VBYTES
+#undef P
+#undef LOADU
+#undef STOREU
+#undef ZERO
+#undef COLUMN_TAIL
+
+static void column_sse2(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width) {
+    column_sse2_from(rows, stride, k, n, dst, width, 0);
+}
+
+static const resampler sse2 = {"SSE2", rows_sse2, column_sse2};
+
+/* ------------------------------------------------------------------ AVX2: two rows in the two 128-bit lanes */
+
+#define AVX2 __attribute__((target("avx2")))
+
+AVX2 static inline __m256i two_pixels_x2(const uint8_t *a, const uint8_t *b) {
+    __m256i px = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)a)),
+                                         _mm_loadl_epi64((const __m128i *)b), 1);
+    px = _mm256_unpacklo_epi8(px, _mm256_setzero_si256());
+    return _mm256_unpacklo_epi16(px, _mm256_srli_si256(px, 8));
+}
+
+AVX2 static inline __m256i one_pixel_x2(const uint8_t *a, const uint8_t *b) {
+    int32_t va, vb;
+    memcpy(&va, a, 4);
+    memcpy(&vb, b, 4);
+    __m256i px = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtsi32_si128(va)), _mm_cvtsi32_si128(vb), 1);
+    px = _mm256_unpacklo_epi8(px, _mm256_setzero_si256());
+    return _mm256_unpacklo_epi16(px, _mm256_setzero_si256());
+}
+
+AVX2 static inline void store_x2(uint8_t *a, uint8_t *b, __m256i acc) {
+    acc = _mm256_srai_epi32(acc, PRECISION);
+    acc = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc); /* clip to 0-255, in each lane */
+    store_rgb(a, _mm256_cvtsi256_si32(acc));
+    store_rgb(b, _mm_cvtsi128_si32(_mm256_extracti128_si256(acc, 1)));
+}
+
+/* Four rows at a time, two in each register's two lanes; the rest by the SSE2 code. */
+AVX2 static void rows_avx2(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride,
+                           const filter *f, int out, int origin, int flip) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const uint8_t *s0 = src + stride * r, *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
+        uint8_t *d0 = dst + dst_stride * r, *d1 = d0 + dst_stride, *d2 = d1 + dst_stride, *d3 = d2 + dst_stride;
+        for (int o = 0; o < out; o++) { /* output positions left to right: see store_rgb */
+            int i = flip ? out - 1 - o : o;
+            const int16_t *k = f->k + (size_t)i * f->taps;
+            size_t at = (size_t)(f->first[i] - origin) * 4;
+            int n = f->count[i], j = 0;
+            __m256i a01 = _mm256_set1_epi32(1 << (PRECISION - 1)), a23 = a01;
+            for (; j + 1 < n; j += 2, at += 8) {
+                __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
+                a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(two_pixels_x2(s0 + at, s1 + at), kk));
+                a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(two_pixels_x2(s2 + at, s3 + at), kk));
+            }
+            if (j < n) {
+                __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
+                a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(one_pixel_x2(s0 + at, s1 + at), kk));
+                a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(one_pixel_x2(s2 + at, s3 + at), kk));
+            }
+            store_x2(d0 + 3 * (size_t)o, d1 + 3 * (size_t)o, a01);
+            store_x2(d2 + 3 * (size_t)o, d3 + 3 * (size_t)o, a23);
+        }
+    }
+    if (r < rows)
+        rows_sse2(src + stride * r, stride, rows - r, dst + dst_stride * r, dst_stride, f, out, origin, flip);
+}
+
+#define COLUMN_NAME column_avx2_from
+#define COLUMN_TARGET AVX2
+#define VEC __m256i
+#define VBYTES 32
+#define P(op) _mm256_##op
+#define LOADU(p) _mm256_loadu_si256((const __m256i *)(p))
+#define STOREU(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
+#define ZERO() _mm256_setzero_si256()
+#define COLUMN_TAIL column_sse2_from
+#include "resample_column.h"
+
+static void column_avx2(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width) {
+    column_avx2_from(rows, stride, k, n, dst, width, 0);
+}
+
+static const resampler avx2 = {"AVX2", rows_avx2, column_avx2};
+
+static int has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
+const char *const *resampler_names(void) {
+    static const char *const with_avx2[] = {"AVX2", "SSE2", "C", NULL}, *const without[] = {"SSE2", "C", NULL};
+    return has_avx2() ? with_avx2 : without;
+}
+
+const resampler *find_resampler(const char *name) {
+    if (name == NULL)
+        return has_avx2() ? &avx2 : &sse2;
+    if (strcmp(name, "AVX2") == 0)
+        return has_avx2() ? &avx2 : NULL;
+    if (strcmp(name, "SSE2") == 0)
+        return &sse2;
+    return strcmp(name, "C") == 0 ? &plain_c : NULL;
+}
+#else
+const char *const *resampler_names(void) {
+    static const char *const names[] = {"C", NULL};
+    return names;
+}
+
+const resampler *find_resampler(const char *name) {
+    return name == NULL || strcmp(name, "C") == 0 ? &plain_c : NULL;
+}
+#endif
