@@ -45,6 +45,25 @@ def prepared(tmp_path_factory, sources) -> Path:
     return dest
 
 
+def shard_set(prepared: Path, split: str = "train"):
+    """The prepared sample dataset's ShardSet of `split`."""
+    from shards.manifest import read_manifest
+    from train.shard_index import ShardSet
+
+    return ShardSet.of(prepared, read_manifest(prepared), split)
+
+
+def write_shard(path: Path, samples: list[tuple[str, bytes, int | bytes]]) -> None:
+    """A shard of (key, image bytes, label) samples, as prepare lays them out (KEY.jpg, KEY.cls,
+    KEY.json); a label given as bytes is written as it is."""
+    import webdataset as wds
+
+    with wds.TarWriter(str(path), encoder=False) as writer:
+        for key, data, label in samples:
+            cls = label if isinstance(label, bytes) else str(label).encode()
+            writer.write({"__key__": key, "jpg": data, "cls": cls, "json": b"{}"})
+
+
 def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedProcess:
     """Run `python -m ...` as a user would, from the repository root."""
     full_env = {**os.environ, **(env or {})}

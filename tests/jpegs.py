@@ -125,3 +125,70 @@ def bmp_claiming(width: int, height: int) -> bytes:
 
     return b"BM" + struct.pack("<IHHI", 54 + 64, 0, 0, 54) + struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, 64,
                                                                          2835, 2835, 0, 0) + bytes(64)
+
+
+def cmyk(data: bytes) -> bytes:
+    """The JPEG's picture as a CMYK JPEG, as PIL writes one (Adobe marker, inverted samples)."""
+    out = io.BytesIO()
+    Image.open(io.BytesIO(data)).convert("CMYK").save(out, "JPEG")
+    return out.getvalue()
+
+
+def ycck(data: bytes) -> bytes:
+    """A CMYK JPEG whose Adobe marker says YCCK (transform 2): decoders convert its samples as
+    YCCK, so it is another picture, but a valid YCCK JPEG to compare decoders on."""
+    at = next(start for marker, start, _ in segments(data) if marker == 0xEE and data[start + 4:start + 9] == b"Adobe")
+    return data[:at + 15] + b"\x02" + data[at + 16:]  # FF EE, length, "Adobe", version, flags0, flags1, transform
+
+
+def two_components(data: bytes) -> bytes:
+    """The frame and scan headers of a three-component JPEG cut to two components: a colour space
+    (JCS_UNKNOWN) that no decoder here takes."""
+    out = bytearray(data)
+    for marker, start, end in reversed(segments(data)):
+        if marker in SOF_MARKERS:  # length(2) P(1) Y(2) X(2) Nf(1), then 3 bytes a component
+            del out[start + 10 + 2 * 3:start + 10 + 3 * 3]
+            out[start + 9] = 2
+        elif marker == 0xDA:  # length(2) Ns(1), then 2 bytes a component
+            del out[start + 5 + 2 * 2:start + 5 + 3 * 2]
+            out[start + 4] = 2
+        else:
+            continue
+        length = int.from_bytes(out[start + 2:start + 4], "big")
+        out[start + 2:start + 4] = (length - (3 if marker in SOF_MARKERS else 2)).to_bytes(2, "big")
+    return bytes(out)
+
+
+def entropy_end(data: bytes, at: int) -> int:
+    """Where the entropy-coded data starting at `at` ends: the next marker that is neither a
+    stuffed 0xFF00 nor a restart."""
+    while True:
+        at = data.index(b"\xff", at)
+        if data[at + 1] == 0x00 or 0xD0 <= data[at + 1] <= 0xD7:
+            at += 2
+        else:
+            return at
+
+
+def many_scans(image: Image.Image, scans: int) -> bytes:
+    """A legal progressive JPEG of `scans` scans: the DC scan, then single AC coefficients of the
+    luma, then of the chroma (up to 190). cjpeg writes at most 100 scans a file, so several files
+    of the same picture and tables are written and their AC scans spliced after the first's."""
+    import os
+    import tempfile
+
+    bands = [f"{c}: {k} {k} 0 0;" for c in (0, 1, 2) for k in range(1, 64)][:scans - 1]
+    files = []
+    for group in range(0, max(len(bands), 1), 99):
+        with tempfile.NamedTemporaryFile("w", suffix=".scans", delete=False) as f:
+            f.write("\n".join(["0,1,2: 0 0 0 0;"] + bands[group:group + 99]))
+        try:
+            files.append(cjpeg(image, "-quality", "90", "-scans", f.name))
+        finally:
+            os.unlink(f.name)
+    spliced = files[0][:-2]  # without its EOI
+    for data in files[1:]:
+        dc_scan = next(start for marker, start, _ in segments(data) if marker == 0xDA)
+        after_dc = entropy_end(data, dc_scan + 2 + int.from_bytes(data[dc_scan + 2:dc_scan + 4], "big"))
+        spliced += data[after_dc:-2]
+    return spliced + b"\xff\xd9"

@@ -2,17 +2,23 @@
 native modules, so that a crash kills only this process. Not a test module; run as
 
     python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE
+    python tests/native_fuzz_worker.py --pil IMAGE SIZE
 
 It writes one JSON line per case decoded alone (status, digest of the slot), flushed before the
 next case starts (after a crash the last line tells the parent which case was next), then per batch
 of cases the cases whose status or pixels differ when decoded in chunks of other sizes on THREADS
 threads, then the tar cases and random arguments, and last the process's peak resident memory.
+Before decoding it caps its address space (RLIMIT_AS) at what it holds plus the stated bound for
+every thread: an allocation past the bound fails (OUT_OF_MEMORY), even one never touched, which
+resident memory alone would not show. With --pil it decodes one image file by the PIL path and
+prints its peak memory over its base, in bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import resource
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,17 +27,30 @@ import numpy as np
 from train import _jpegcrop, _tarindex
 
 BATCH = 64  # cases per chunked comparison
+THREAD_OVERHEAD = 96 << 20  # address space of a thread beyond its decode: a malloc arena (64 MiB), its stack
 CHUNKS = (1, 3, 8, BATCH)  # chunk sizes, on THREADS threads, compared with one image per call in one thread
 
 
-def peak_rss() -> int:
-    """This process's peak resident memory, in bytes: VmHWM, which starts afresh at exec (getrusage's
-    ru_maxrss does not on Linux: it keeps the forking parent's, here a pytest process with torch)."""
+def proc_status(field: str) -> int:
+    """A figure of /proc/self/status, in bytes."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory: VmHWM, which starts afresh at exec (getrusage's
+    ru_maxrss does not on Linux: it keeps the forking parent's, here a pytest process with torch)."""
+    return proc_status("VmHWM")
+
+
+def cap_address_space(threads: int, max_pixels: int) -> int:
+    """What the process maps now, plus the bound for every decoding thread and the main one."""
+    limit = proc_status("VmSize") + (threads + 1) * (_jpegcrop.memory_bound(max_pixels) + THREAD_OVERHEAD)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit
 
 
 class Corpus:
@@ -134,7 +153,7 @@ def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: i
             out.flush()
 
         base = peak_rss()
-        emit({"base_rss": base})
+        emit({"base_rss": base, "address_space": cap_address_space(threads, max_pixels)})
         for batch in range(start, len(corpus), BATCH):
             stop = min(batch + BATCH, len(corpus))
             alone = {}
@@ -155,6 +174,25 @@ def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: i
         emit({"peak_rss": peak_rss(), "base_rss": base})
 
 
+def pil_peak(path: str, size: int) -> None:
+    """The PIL path's peak memory for one image (a whole-image box), over the process's base."""
+    import io
+
+    from PIL import Image
+
+    from train import decoder
+
+    with open(path, "rb") as f:
+        data = f.read()
+    width, height = Image.open(io.BytesIO(data)).size
+    base = peak_rss()
+    pixels = decoder.pil_decode_crop(data, (0, 0, width, height), False, size)
+    print(json.dumps({"peak_over_base": peak_rss() - base, "file": len(data), "shape": list(pixels.shape)}))
+
+
 if __name__ == "__main__":
-    path, start, results, max_pixels, threads, size = sys.argv[1:7]
-    main(path, int(start), results, int(max_pixels), int(threads), int(size))
+    if sys.argv[1] == "--pil":
+        pil_peak(sys.argv[2], int(sys.argv[3]))
+    else:
+        path, start, results, max_pixels, threads, size = sys.argv[1:7]
+        main(path, int(start), results, int(max_pixels), int(threads), int(size))

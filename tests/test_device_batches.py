@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from jpegs import jpeg
-from test_loader import epoch_batches, plan_args, shard_set, write_shard
+from conftest import shard_set, write_shard
+from test_loader import epoch_batches, plan_args
 from train.device_batches import DeviceBatches, decode_to_device, to_device
 from train.device_decode import DeviceDecoder
 from train.loader import Batch, Loader
@@ -75,13 +76,23 @@ def test_device_batches_are_to_device_of_each_batch_in_order():
 
 
 def within(seconds: float, work) -> object:
-    """`work()`'s result, run in a thread of its own: a hang fails the test instead of hanging it."""
+    """`work()`'s result, run in a thread of its own: a hang fails the test instead of hanging it,
+    and an exception is raised here, as itself."""
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("value", work()), daemon=True)
+
+    def run():
+        try:
+            result["value"] = work()
+        except BaseException as error:
+            result["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), f"still running after {seconds} s"
-    return result.get("value")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():

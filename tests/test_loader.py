@@ -13,19 +13,14 @@ import torch
 import webdataset as wds
 from PIL import Image
 
-from jpegs import jpeg
-from shards.manifest import read_manifest
+from conftest import shard_set, write_shard
+from jpegs import bmp_claiming, cmyk, jpeg, png_claiming, with_sampling, with_size
 from shards.plan import steps_per_epoch
-from jpegs import bmp_claiming, png_claiming, with_size
+from train import decoder
 from train.decoder import pil_decode_crop
-from train.device_batches import DeviceBatches
 from train.loader import Batch, Loader, PlanArgs, chunk_size
 from train.shard_index import ShardSet, key_hash
 from train.transforms import centre_crops
-
-
-def shard_set(prepared, split="train") -> ShardSet:
-    return ShardSet.of(prepared, read_manifest(prepared), split)
 
 
 def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, world_size=1, rank=0) -> PlanArgs:
@@ -106,22 +101,18 @@ def test_leaving_an_epoch_early_and_starting_another(prepared):
         assert len(list(loader.epoch(plan_args(shards, epoch=1)))) == steps_per_epoch(sum(shards.sizes), 1, 4)
 
 
-def write_shard(path, samples: list[tuple[str, bytes, int | bytes]]) -> None:
-    with wds.TarWriter(str(path), encoder=False) as writer:
-        for key, data, label in samples:
-            cls = label if isinstance(label, bytes) else str(label).encode()
-            writer.write({"__key__": key, "jpg": data, "cls": cls, "json": b"{}"})
-
-
-def cmyk(data: bytes) -> bytes:
+def png(data: bytes) -> bytes:
     out = io.BytesIO()
-    Image.open(io.BytesIO(data)).convert("CMYK").save(out, "JPEG")
+    Image.open(io.BytesIO(data)).save(out, "PNG")
     return out.getvalue()
 
 
-def test_images_the_decoder_refuses_go_through_pil_counted_and_logged_once(tmp_path, caplog):
+def test_cmyk_decodes_natively_and_other_formats_go_through_pil_counted_and_logged_once(tmp_path, caplog):
+    """CMYK JPEGs (the real archive has 22; prepare converts them, damage could bring them back)
+    decode in the native path, read as PIL reads them; a PNG goes through PIL, counted."""
     good = [jpeg(seed=s) for s in range(6)]
-    write_shard(tmp_path / "s.tar", [(f"k{i}", cmyk(d) if i in (1, 4) else d, i) for i, d in enumerate(good)])
+    odd = {1: cmyk, 3: png, 4: png}
+    write_shard(tmp_path / "s.tar", [(f"k{i}", odd[i](d) if i in odd else d, i) for i, d in enumerate(good)])
     shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with caplog.at_level(logging.WARNING, logger="train"), \
             Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
@@ -129,10 +120,10 @@ def test_images_the_decoder_refuses_go_through_pil_counted_and_logged_once(tmp_p
         assert loader.fallbacks == 2
     assert caplog.text.count("decoded by the PIL path") == 1
     pixels = torch.cat(batches)
-    for i in (1, 4):
+    for i, make in odd.items():
         width, height = Image.open(io.BytesIO(good[i])).size
         box = centre_crops(np.array([width]), np.array([height]))[0]
-        reference = pil_decode_crop(cmyk(good[i]), tuple(box.tolist()), False, 40)
+        reference = pil_decode_crop(make(good[i]), tuple(box.tolist()), False, 40)
         assert np.abs(pixels[i].numpy().astype(int) - reference).max() <= 2
 
 
@@ -160,7 +151,7 @@ def hostile_samples() -> tuple[list[tuple[str, bytes, int | bytes]], dict[str, s
         "bomb-bmp": (bmp_claiming(30000, 8000), 1, "decompression bomb"),
         "big-png": (png_claiming(9000, 9000), 1, "9000 x 9000 pixels, more than the limit"),  # under PIL's, over ours
         "big-cmyk": (with_size(cmyk(good[0]), 30000, 8000), 1, too_large),  # the decoder once refused it to PIL
-        "lying-4x2": (with_size(good[1], 65500, 65500), 1, too_large),
+        "lying-4x2": (with_sampling(with_size(good[1], 65500, 65500), [(4, 2), (1, 1), (1, 1)]), 1, too_large),
         "cut-png": (png_claiming(64, 48), 1, "PIL does not decode it"),  # a valid header, its pixels missing
         "word-label": (good[2], b"seven", "its .cls is not a class index from 0 to 9"),
         "no-class": (good[3], 12, "its .cls is not a class index from 0 to 9"),
@@ -191,11 +182,13 @@ def test_images_no_decoder_may_take_and_bad_labels_are_left_out_and_named(tmp_pa
 
 
 def test_close_after_a_failure_raises_only_the_failure(prepared, monkeypatch):
-    """A bug in a decode task reaches the caller as itself; close() adds nothing of its own (it once
-    raised BufferError: a memory map still exported through a traceback)."""
+    """A bug in a decode task reaches the caller as itself, even while its traceback holds a view of
+    a shard's memory map; close() adds nothing of its own (it once raised BufferError, hiding the
+    error it was cleaning up after)."""
     from train import loader as loader_module
 
     def broken(chunk, augment, check_markers=False):
+        view = memoryview(chunk.images.buffers[int(chunk.images.which[0])])  # noqa: F841 - held by the traceback
         raise RuntimeError("a bug in a decode task")
 
     monkeypatch.setattr(loader_module, "draw_crops", broken)
@@ -205,3 +198,22 @@ def test_close_after_a_failure_raises_only_the_failure(prepared, monkeypatch):
             next(loader.epoch(plan_args(shards, split="val", batch=4)))
     assert raised.value.__context__ is None
     assert shards.maps == [None] * len(shards.paths)
+
+
+def test_out_of_memory_is_the_machines_not_a_bad_sample(prepared, monkeypatch):
+    """malloc failing in the native decoder stops the epoch with MemoryError naming the sample:
+    skipping it would hide a node short of memory, and change what the run reads."""
+    from train import loader as loader_module
+
+    real = decoder.decode_crops
+
+    def short_of_memory(images, boxes, flips, out, first, **kwargs):
+        status = real(images, boxes, flips, out, first, **kwargs)
+        status[-1] = decoder.OUT_OF_MEMORY
+        return status
+
+    monkeypatch.setattr(loader_module.decoder, "decode_crops", short_of_memory)
+    shards = shard_set(prepared, "val")
+    with Loader({"val": shards}, batch_size=4, image_size=32, threads=1) as loader:
+        with pytest.raises(MemoryError, match=f"out of memory while decoding {shards.paths[0]}: "):
+            next(loader.epoch(plan_args(shards, split="val", batch=4)))

@@ -1,17 +1,19 @@
-"""The native modules under hostile inputs, each decode in a subprocess (tests/native_fuzz_worker.py)
-so that a crash is a failure with the case named, not a dead test run.
+"""The native modules under hostile inputs, decoded in worker processes (tests/native_fuzz_worker.py)
+restarted after a crash, so that a crash is a failure with the case named, not a dead test run.
 
 The corpus is built here: truncations at every header byte, seeded bit and byte flips, frame
 headers that lie about the size or the sampling factors (4x2, 4x1, 1x4 and impossible ones),
-progressive and arithmetic-coded JPEGs, JPEGs without their quantisation or Huffman tables next to
-JPEGs with optimised ones, images at the pixel limit and one pixel over it, bytes that are no JPEG
-at all, boxes that are NaN, infinite or outside the image, damaged tar shards, and calls with every
-argument drawn from good and bad values. Asserted: no crash and no hang; every image decodes to the
-same status and pixels alone and in chunks of any size on several threads, and whatever garbage
-fresh allocations hold (glibc's MALLOC_PERTURB_); the process's peak
-resident memory stays under the stated bound (memory_bound(max_pixels) a thread, plus the process's
-base). The fast subset runs the corpus with a limit of 2**20 pixels (seconds); the slow one, more
-cases, and real images at the dataset's own limit (shards.limits.MAX_PIXELS) in two threads at once.
+progressive, arithmetic-coded, CMYK, YCCK and two-component JPEGs, JPEGs of 100, 101 and 190
+scans, JPEGs without their quantisation or Huffman tables next to JPEGs with optimised ones,
+images at the pixel limit and one pixel over it, bytes that are no JPEG at all, boxes that are
+NaN, infinite or outside the image, damaged tar shards, and calls with every argument drawn from
+good and bad values. Asserted: no crash and no hang; every image decodes to the same status and
+pixels alone and in chunks of any size on several threads, and whatever garbage fresh allocations
+hold (glibc's MALLOC_PERTURB_); no allocation past the stated bound (the workers cap their address
+space at memory_bound(max_pixels) a thread over their base: a larger malloc would fail and show
+as OUT_OF_MEMORY) and the peak resident memory under it. The fast subset runs the corpus with a
+limit of 2**20 pixels (seconds); the slow one, more cases, real images at the dataset's own limit
+(shards.limits.MAX_PIXELS) in two threads at once, and the PIL path's bytes a pixel.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import webdataset as wds
 from PIL import Image
 
 from conftest import ROOT
-from jpegs import DHT, DQT, cjpeg, jpeg, photo, segments, with_sampling, with_size, without
+from jpegs import (DHT, DQT, cjpeg, cmyk, jpeg, many_scans, photo, segments, two_components, with_sampling, with_size,
+                   without, ycck)
 from shards.limits import MAX_PIXELS
 from train import _jpegcrop, decoder
 
 WORKER = Path(__file__).with_name("native_fuzz_worker.py")
 FUZZ_PIXELS = 1 << 20  # the fast corpus's limit: images at it and just over it stay small and quick
-OK, TOO_LARGE = decoder.DECODED, decoder.TOO_LARGE
+OK, TOO_LARGE, MAX_SCANS = decoder.DECODED, decoder.TOO_LARGE, _jpegcrop.MAX_SCANS
 
 
 @dataclass
@@ -68,16 +71,9 @@ def bases(full: bool) -> dict[str, bytes]:
                   "4x1 sampling": cjpeg(picture, "-sample", "4x1,1x1,1x1"),
                   "1x4 sampling": cjpeg(picture, "-sample", "1x4,1x1,1x1"),
                   "progressive arithmetic 4x2": cjpeg(picture, "-progressive", "-arithmetic", "-sample", "4x2,1x1,1x1"),
-                  "CMYK": cmyk(jpeg(96, 72))}
+                  "CMYK": cmyk(jpeg(96, 72)), "YCCK": ycck(cmyk(jpeg(96, 72, progressive=True))),
+                  "two components": two_components(jpeg(96, 72))}
     return found
-
-
-def cmyk(data: bytes) -> bytes:
-    import io
-
-    out = io.BytesIO()
-    Image.open(io.BytesIO(data)).convert("CMYK").save(out, "JPEG")
-    return out.getvalue()
 
 
 def build_corpus(full: bool, seed: int = 0) -> Corpus:
@@ -129,6 +125,9 @@ def build_corpus(full: bool, seed: int = 0) -> Corpus:
             image = at_limit.resize((width, height))
             data = _encode(image, progressive=progressive, subsampling=0)
             corpus.add(f"real {width} x {height}{' progressive' if progressive else ''}", data)
+    picture = photo(64, 48, seed=4)
+    for scans in (MAX_SCANS, MAX_SCANS + 1, 190):
+        corpus.add(f"{scans} scans", many_scans(picture, scans))
     for name, data in [("empty", b""), ("SOI only", b"\xff\xd8"), ("SOI EOI", b"\xff\xd8\xff\xd9"),
                        ("zeros", bytes(300)), ("random", rng.bytes(2000)), ("SOI + random", b"\xff\xd8" + rng.bytes(2000)),
                        ("PNG", _encode(photo(40, 30), format="PNG")), ("GIF", _encode(photo(40, 30), format="GIF")),
@@ -238,7 +237,7 @@ def check(report: Report, corpus: Corpus, max_pixels: int, threads: int) -> None
     named = lambda cases: [corpus.names[c] if isinstance(c, int) and c < len(corpus.names) else c for c in cases]
     assert not report.crashes, report.crashes
     assert len(report.statuses) == len(corpus.names)
-    assert set(report.statuses.values()) <= {0, 1, 2, 3, 4}
+    assert set(report.statuses.values()) <= {0, 1, 2, 3, 4}  # no OUT_OF_MEMORY (5): nothing past the bound
     assert not report.differ, f"decoded differently in chunks and threads: {named(report.differ)[:20]}"
     bound = threads * _jpegcrop.memory_bound(max_pixels)
     for base, peak in report.memory:
@@ -272,6 +271,8 @@ def test_hostile_inputs_give_a_status_never_a_crash_and_the_same_pixels_in_any_c
         assert expect(report, corpus, name) == TOO_LARGE, name
     assert expect(report, corpus, "abbreviated 0") == decoder.CORRUPT  # no quantisation tables, as alone
     assert expect(report, corpus, "PNG") == decoder.NOT_JPEG
+    assert expect(report, corpus, f"{MAX_SCANS} scans") == OK
+    assert expect(report, corpus, f"{MAX_SCANS + 1} scans") == expect(report, corpus, "190 scans") == decoder.CORRUPT
 
 
 @pytest.mark.slow
@@ -294,3 +295,22 @@ def test_images_at_the_datasets_own_limit_decode_in_two_threads_within_the_state
     assert [report.statuses[i] for i in range(3)] == [OK, OK, TOO_LARGE]
     ((base, peak),) = report.memory
     assert peak - base > 1.5 * 6 * MAX_PIXELS  # the two coefficient buffers were really held at once
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, fmt", [("RGBA", "PNG"), ("I;16", "PNG"), ("P", "PNG"), ("CMYK", "TIFF"), ("LA", "PNG")])
+def test_the_pil_path_stays_within_its_stated_bytes_a_pixel(tmp_path, mode, fmt):
+    """Images that are not JPEGs go to PIL (after their header's size is checked): its own buffers
+    for the decode and the RGB conversion stay under decoder.PIL_BYTES_PER_PIXEL a pixel, plus the
+    file."""
+    side = 4096
+    gradient = Image.linear_gradient("L").resize((side, side))
+    image = gradient.convert(mode) if mode != "I;16" else gradient.convert("I").point(lambda v: v * 200).convert("I;16")
+    path = tmp_path / f"image.{fmt.lower()}"
+    image.save(path, fmt)
+    result = subprocess.run([sys.executable, str(WORKER), "--pil", str(path), "64"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    assert measured["shape"] == [64, 64, 3]
+    assert measured["peak_over_base"] <= decoder.PIL_BYTES_PER_PIXEL * side * side + measured["file"] + (16 << 20)

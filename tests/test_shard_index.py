@@ -7,19 +7,10 @@ import numpy as np
 import pytest
 import webdataset as wds
 
+from conftest import shard_set, write_shard
 from jpegs import jpeg
 from shards.manifest import read_manifest
 from train.shard_index import BAD_LABEL, ShardSet, key_hash, parse_label, tar_index
-
-
-def shard_set(prepared, split="train") -> ShardSet:
-    return ShardSet.of(prepared, read_manifest(prepared), split)
-
-
-def write_shard(path, samples: list[tuple[str, bytes, bytes]]) -> None:
-    with wds.TarWriter(str(path), encoder=False) as writer:
-        for key, data, label in samples:
-            writer.write({"__key__": key, "jpg": data, "cls": label, "json": b"{}"})
 
 
 def test_the_shard_index_finds_every_sample_as_webdataset_reads_it(prepared):

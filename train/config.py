@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for peers at start-up and in any collective")
     p.add_argument("--max-steps", type=int, default=0, help="cap steps per epoch (smoke tests)")
     p.add_argument("--max-bad-samples", type=int, default=d.max_bad_samples,
-                   help="samples that fail to decode are left out, named and counted; more than this many in one "
+                   help="bad samples (damaged, over the pixel limit, or labelled with no class) are left out, named and "
+                        "counted; more than this many in one "
                         "epoch's training or validation (all ranks) stops the run (0: stop at the first)")
     return p
 

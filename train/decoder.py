@@ -1,5 +1,5 @@
 """The crop-region JPEG decoder: a small C extension on libjpeg-turbo (train/native/jpegcrop.c, built
-by `pip install -e .`), and the PIL path for the images it refuses.
+by `pip install -e .`), and the PIL path for the images it does not take.
 
 For a run of images lying in memory-mapped shards (`Images`), `decode_crops` decodes only each
 image's crop box (libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines, with DCT scaling
@@ -8,18 +8,23 @@ PIL's resize(box=...) uses (its support widens with the downscale: antialiased),
 asked and writes it straight into its slot of a batch, all with the GIL released, so that a
 thread pool decodes on every core. `image_sizes` reads the headers, which the crop draws need.
 
-Each image gets a status: DECODED; REFUSED, a JPEG this path does not take (CMYK, YCCK), which
-`pil_decode_crop` then decodes as the previous loader did; CORRUPT, NOT_JPEG or TOO_LARGE (more
-than shards.limits.MAX_PIXELS pixels), a bad sample. Every image decodes exactly as it would
-alone: the same pixels and statuses for any chunking and any thread count.
+Each image gets a status: DECODED; CORRUPT (damaged data, or more than MAX_SCANS scans) or
+TOO_LARGE (more than shards.limits.MAX_PIXELS pixels), a bad sample; NOT_JPEG or REFUSED (a JPEG
+in a colour space the native path does not take), which `pil_decode_crop` then tries as the
+previous loader did; OUT_OF_MEMORY, when malloc fails (the machine's fault, not the image's: the
+loader raises MemoryError). CMYK and YCCK JPEGs decode natively, read as PIL reads them. Every
+image decodes exactly as it would alone: the same pixels and statuses for any chunking and any
+thread count.
 
 Memory. One decoding thread allocates at most THREAD_MEMORY bytes for one image, whatever its
 bytes claim (a budget, not a typical figure: an ImageNet image needs a few MB):
-- the native decoder, memory_bound(MAX_PIXELS) = 448 MiB: a progressive or multi-scan JPEG at the
-  pixel limit holds its DCT coefficients, 6 bytes a pixel (libjpeg's max_memory_to_use caps them),
-  plus libjpeg's row buffers and a few of our rows of the crop, which streams through the resize;
-- the PIL path (CMYK JPEGs, PNGs, ...), after the header's size is checked against the limit: the
-  whole image decoded, 4 bytes a pixel in PIL's memory, and its RGB copy, 4 more: 512 MiB.
+- every JPEG, memory_bound(MAX_PIXELS) = 448 MiB: a progressive or multi-scan JPEG at the pixel
+  limit holds its DCT coefficients, 6 bytes a pixel (libjpeg's max_memory_to_use caps them), plus
+  libjpeg's row buffers and a few of our rows of the crop, which streams through the resize;
+- the PIL path (images that are not JPEGs: prepare re-encodes those, so only damage brings them),
+  after the header's size is checked against the limit: one copy of the file, and PIL's own
+  buffers, up to PIL_BYTES_PER_PIXEL a pixel (its decode, 4 bytes a pixel, an intermediate mode and
+  the RGB copy): 768 MiB at the limit.
 """
 
 from __future__ import annotations
@@ -40,10 +45,10 @@ except ImportError as exn:  # pragma: no cover - only on an install that skipped
         "`pip install -e .` with the libjpeg-turbo headers installed (Debian: libjpeg62-turbo-dev)") from None
 
 DECODED, REFUSED, CORRUPT = _jpegcrop.OK, _jpegcrop.REFUSED, _jpegcrop.CORRUPT
-NOT_JPEG, TOO_LARGE = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE
+NOT_JPEG, TOO_LARGE, OUT_OF_MEMORY = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE, _jpegcrop.OUT_OF_MEMORY
 SIMD = tuple(_jpegcrop.SIMD)  # the resize's implementations this CPU runs, fastest first: the same bytes
 NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {SIMD[0]} resize"
-PIL_BYTES_PER_PIXEL = 8  # PIL's decode of an image (4 bytes a pixel for colour) and its RGB copy
+PIL_BYTES_PER_PIXEL = 12  # PIL's buffers for one image: its decode (4 bytes a pixel), a conversion, the RGB copy
 THREAD_MEMORY = max(_jpegcrop.memory_bound(MAX_PIXELS), PIL_BYTES_PER_PIXEL * MAX_PIXELS)
 
 
@@ -123,6 +128,8 @@ def pil_open(data: bytes, max_pixels: int = MAX_PIXELS):
 
     try:
         image = Image.open(io.BytesIO(data))
+    except MemoryError:
+        raise
     except Image.DecompressionBombError as exn:
         raise PilFailure(TOO_LARGE, f"{exn}") from None
     except Exception as exn:  # PIL's plugins raise many types on bytes they do not understand
@@ -154,7 +161,9 @@ def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: b
             image = image.convert("RGB")
         image = image.resize((size, size), Image.Resampling.BILINEAR,
                              box=(box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy))
-    except Exception as exn:  # the decode of hostile bytes: any error PIL raises is about them
+    except MemoryError:
+        raise
+    except Exception as exn:  # the decode of hostile bytes: any other error PIL raises is about them
         raise PilFailure(CORRUPT, f"PIL does not decode it ({type(exn).__name__}: {exn})") from None
     if flip:
         image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)

@@ -44,8 +44,8 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
     images kept, (sample, why) of those no decoder took)."""
     images = device_decoder.decode(batch.jpegs, batch.windows, device)
     kept = [i for i, image in enumerate(images) if image is not None]
-    bad = tuple((batch.describe(i), "damaged JPEG data (no decoder takes it)") for i, image in enumerate(images)
-                if image is None)
+    bad = tuple((batch.describe(i), "damaged data (no decoder on the device or the host takes it)")
+                for i, image in enumerate(images) if image is None)
     if not kept:
         return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
     x = crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size)

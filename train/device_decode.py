@@ -22,7 +22,7 @@ import os
 import numpy as np
 import torch
 
-from train.decoder import PilFailure, pil_open
+from train.decoder import pil_open
 
 log = logging.getLogger("train")
 
@@ -127,9 +127,9 @@ class DeviceDecoder:
             image = pil_open(bytes(data))
             left, top, right, bottom = window.tolist()
             pixels = np.array(image.convert("RGB").crop((left, top, right, bottom)), dtype=np.uint8)
-        except PilFailure:
-            return None
-        except Exception:  # PIL's decode of hostile bytes: any error it raises is about them
+        except MemoryError:
+            raise
+        except Exception:  # PilFailure, or PIL's decode of hostile bytes: any other error it raises is about them
             return None
         if not self.fallbacks:
             log.warning("--decode gpu: an image nvImageCodec does not decode went through PIL on the host; further "

@@ -39,8 +39,11 @@ from train.transforms import crops, decode_windows
 log = logging.getLogger("train")
 
 CHUNK = (4, 32)  # images per decode task, at least and at most: see chunk_size
-WHY = {decoder.REFUSED: "a JPEG no decoder here takes", decoder.CORRUPT: "damaged JPEG data",
-       decoder.NOT_JPEG: "not an image", decoder.TOO_LARGE: "more pixels than shards.limits.MAX_PIXELS allows"}
+# The status of an image its batch keeps: decoded into its slot (--decode cpu), or fine to hand to
+# the device (--decode gpu, where what is not a JPEG goes to the device decoder's PIL fallback).
+KEPT = decoder.DECODED
+# Why the others are left out; the PIL path's failures say more (Chunk.notes).
+WHY = {decoder.CORRUPT: "damaged JPEG data", decoder.TOO_LARGE: "more pixels than shards.limits.MAX_PIXELS allows"}
 
 
 # ---------------------------------------------------------------- what the read plan asks for
@@ -111,7 +114,7 @@ class Chunk:
     dims: np.ndarray | None = None  # int32 (n, 2): width, height
     boxes: np.ndarray | None = None  # float32 (n, 4)
     flips: np.ndarray | None = None  # bool (n,)
-    status: np.ndarray | None = None  # per image: decoder.DECODED (or, before the decode, fine so far) or why not
+    status: np.ndarray | None = None  # per image: KEPT (or, before the decode, fine so far) or why not
     notes: dict[int, str] = field(default_factory=dict)  # image -> why, where PIL said more than the status
     fallbacks: int = 0  # decoded by the PIL path
 
@@ -125,6 +128,10 @@ class InFlight(NamedTuple):
     slot: int
 
 
+def label_problem(classes: int) -> str:
+    return f"its .cls is not a class index from 0 to {classes - 1}"
+
+
 def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: bool = False) -> None:
     """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk. With
     `check_markers` (--decode gpu) a JPEG whose marker structure is broken is CORRUPT. An image
@@ -136,7 +143,7 @@ def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: boo
             chunk.dims[i] = decoder.pil_size(chunk.images.data(i))
         except PilFailure as failure:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
-    fine = (chunk.status == decoder.DECODED) | (chunk.status == decoder.NOT_JPEG)
+    fine = (chunk.status == KEPT) | (chunk.status == decoder.NOT_JPEG)
     dims = np.where(fine[:, None], chunk.dims, 1)
     chunk.boxes, chunk.flips = crops(chunk.hashes, dims[:, 0], dims[:, 1], augment)
 
@@ -145,8 +152,8 @@ def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: boo
 
 class CpuDecode:
     """--decode cpu: each chunk decoded by the crop-region decoder into its batch's slot of a ring
-    of (pinned, where the device is a GPU) uint8 batch buffers; what it refuses (CMYK JPEGs, other
-    image formats) by PIL into the same slots, counted."""
+    of (pinned, where the device is a GPU) uint8 batch buffers; what it does not take (other image
+    formats, JPEGs in other colour spaces) by PIL into the same slots, counted."""
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
         self.shape, self.ring_size, self.pin_memory = (batch_size, image_size, image_size, 3), ring, pin_memory
@@ -169,19 +176,19 @@ class CpuDecode:
         """In a decode thread: the chunk's crops into out[chunk.first:]."""
         draw_crops(chunk, augment)
         decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first)
-        chunk.status = np.where(chunk.status == decoder.DECODED, decoded, chunk.status)
+        chunk.status = np.where(chunk.status == KEPT, decoded, chunk.status)
         for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
             self.pil_fallback(chunk, i, out)
 
     def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray) -> None:
-        """The PIL path for an image the native decoder refuses: same crop, same slot."""
+        """The PIL path for an image the native decoder does not take: same crop, same slot."""
         try:
             out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
                                                            bool(chunk.flips[i]), out.shape[1])
         except PilFailure as failure:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
             return
-        chunk.status[i] = decoder.DECODED
+        chunk.status[i] = KEPT
         chunk.fallbacks += 1
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
@@ -199,7 +206,7 @@ class GpuDecode:
     JPEG goes to the device decoder too (its PIL fallback decodes it)."""
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
-        self.size = image_size
+        self.size = image_size  # the batches are bytes; nothing to allocate ahead
 
     def describe(self, threads: int) -> str:
         return f"decoder: on the device (--decode gpu); headers, marker checks and crops by {threads} threads"
@@ -212,7 +219,7 @@ class GpuDecode:
 
     def decode(self, chunk: Chunk, out: None, augment) -> None:
         draw_crops(chunk, augment, check_markers=True)
-        chunk.status[chunk.status == decoder.NOT_JPEG] = decoder.DECODED
+        chunk.status[chunk.status == decoder.NOT_JPEG] = KEPT  # PIL read its size: the device's fallback decodes it
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
                slot: int) -> EncodedBatch:
@@ -315,23 +322,22 @@ class Loader:
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
+        if (status == decoder.OUT_OF_MEMORY).any():  # the machine's memory, not the sample: no skipping it
+            sample = shards.describe(int(ids[np.argmax(status == decoder.OUT_OF_MEMORY)]))
+            raise MemoryError(f"out of memory while decoding {sample}: the node's memory is short")
         notes = {c.first + i: why for c in chunks for i, why in c.notes.items()}
         bad_label = shards.bad_labels(ids)
-        good = (status == decoder.DECODED) & ~bad_label
+        good = (status == KEPT) & ~bad_label
         keep = np.flatnonzero(good)
         bad = tuple((shards.describe(int(ids[i])), notes.get(i) or WHY.get(int(status[i])) or
-                     self._label_problem(shards, int(ids[i]))) for i in np.flatnonzero(~good).tolist())
+                     label_problem(shards.classes)) for i in np.flatnonzero(~good).tolist())
         self._count_fallbacks(sum(c.fallbacks for c in chunks))
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
         return Batch(self.strategy.images(shards, ids, chunks, keep, slot), labels, hashes, bad)
 
-    @staticmethod
-    def _label_problem(shards: ShardSet, sample: int) -> str:
-        return f"its .cls is not a class index from 0 to {shards.classes - 1}"
-
     def _count_fallbacks(self, fallbacks: int) -> None:
         if fallbacks and not self.fallbacks:
-            log.warning("decoder: %d image(s) of this batch decoded by the PIL path (a JPEG the crop-region decoder "
-                        "refuses: CMYK, YCCK, ...); further ones are only counted", fallbacks)
+            log.warning("decoder: %d image(s) of this batch decoded by the PIL path (not a JPEG, or a JPEG in a colour "
+                        "space the crop-region decoder does not take); further ones are only counted", fallbacks)
         self.fallbacks += fallbacks

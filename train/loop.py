@@ -48,7 +48,7 @@ class EpochSums:
     correct: int = 0
     samples: int = 0
     key_hash: int = 0  # sum of the key hashes of the samples read, mod KEY_HASH_MOD
-    bad_samples: int = 0  # samples that failed to decode, left out of their batches
+    bad_samples: int = 0  # bad samples (damaged, oversized, no class), left out of their batches
     data_wait: float = 0.0  # seconds spent waiting for the loader
     elapsed: float = 0.0  # seconds of the epoch in this process
     steps_here: int = 0  # steps run by this process (images/s excludes those before a resume)
@@ -183,7 +183,7 @@ def batches_for(run: Run, split: str, epoch: int, start_step: int):
 
 
 def leave_out(bad: tuple, config: TrainConfig, count: int) -> None:
-    """Warn of each sample that failed to decode (the loader left it out of its batch)."""
+    """Warn of each bad sample (the loader left it out of its batch, and said why)."""
     for sample, why in bad:
         log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset with "
                     "`python -m prepare --source ... --dest %s --verify`", sample, why, count, config.data)
@@ -193,7 +193,7 @@ def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
     """Stop the run, on every rank alike (`total` is summed over ranks), past --max-bad-samples."""
     if total > limit:
         where = f"; the last on this rank: {last[0]} ({last[1]})" if last else "; see the other ranks' warnings"
-        raise DamagedData(f"{total} {split} samples failed to decode this epoch, more than --max-bad-samples {limit}"
+        raise DamagedData(f"{total} bad {split} samples this epoch, more than --max-bad-samples {limit}"
                           f"{where}. The node's disk or dataset is damaged: run prepare with --verify on this node "
                           "(it finds and rebuilds damaged shards), or raise --max-bad-samples")
 

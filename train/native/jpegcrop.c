@@ -17,13 +17,16 @@
  *   the image, libjpeg's full-image buffers (progressive and multi-scan JPEGs) are capped by its
  *   max_memory_to_use, and the crop is never held whole: one image's decode allocates at most
  *   memory_bound(max_pixels) bytes;
- * - libjpeg's first warning of damaged data ends the image's decode (CORRUPT), so damaged or lying
- *   files cost little time.
+ * - libjpeg's first warning of damaged data ends the image's decode (CORRUPT), and so does a
+ *   scan past the MAX_SCANS-th: damaged or lying files cost little time.
  *
- * Status per image: OK; REFUSED (a JPEG this path does not take: CMYK, YCCK, other colour spaces:
- * the caller decodes it with PIL); CORRUPT (libjpeg's error, or a warning that the data is
- * damaged: the caller leaves the sample out); NOT_JPEG; TOO_LARGE (more pixels than max_pixels, or
- * more memory than its budget).
+ * CMYK and YCCK JPEGs decode here too, read as PIL reads them (see cmyk_to_rgbx).
+ *
+ * Status per image: OK; REFUSED (a JPEG in a colour space this path does not take, two components
+ * say: the caller tries PIL); CORRUPT (libjpeg's error, or a warning that the data is damaged, or
+ * too many scans: the caller leaves the sample out); NOT_JPEG; TOO_LARGE (more pixels than
+ * max_pixels, or more memory than its budget); OUT_OF_MEMORY (malloc failed: the machine's memory
+ * is short, not the image's fault).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,11 +43,15 @@
 #include "arrays.h"
 #include "resample.h"
 
-enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4 };
+enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEMORY = 5 };
 
 #define PIXELS_CEILING ((int64_t)1 << 28) /* the most max_pixels a caller may ask for: 4x the dataset's limit */
 #define MAX_SIZE 8192                     /* the largest output side */
 #define ROW_GROUP 4                       /* decoded rows resized at once (the resize kernels do four rows) */
+/* A progressive JPEG may hold thousands of legal scans, each a pass over the whole image's
+ * coefficients (seconds each at the pixel limit): past this many it is damage or an attack.
+ * libjpeg-turbo's own fuzzers stop at 100 (fuzz/decompress.cc); ordinary encoders write under 12. */
+#define MAX_SCANS 100
 /* libjpeg's row buffers (as wide as the image: about 13 MiB at JPEG's widest, 65,500 px) and the
  * padding of its coefficient buffers to whole MCUs. */
 #define LIBJPEG_SLACK ((size_t)48 << 20)
@@ -69,15 +76,16 @@ static size_t memory_bound(int64_t max_pixels) {
 struct guard {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
-    int status; /* what a longjmp means: CORRUPT, or TOO_LARGE when memory ran out */
+    int status; /* what a longjmp means: CORRUPT, TOO_LARGE or OUT_OF_MEMORY */
 };
 
 static void on_error(j_common_ptr cinfo) {
     struct guard *g = (struct guard *)cinfo->err;
     int code = g->pub.msg_code;
-    /* jmemnobs (libjpeg-turbo's only memory back end) has no backing store: a buffer beyond
-       max_memory_to_use ends here */
-    g->status = code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY ? TOO_LARGE : CORRUPT;
+    /* jmemnobs (libjpeg-turbo's only memory back end) has no backing store: a full-image buffer
+       beyond max_memory_to_use would end here. Defence in depth: libjpeg_budget covers every image
+       within max_pixels (its worst MCU padding included), so no image has reached it. */
+    g->status = code == JERR_NO_BACKING_STORE ? TOO_LARGE : code == JERR_OUT_OF_MEMORY ? OUT_OF_MEMORY : CORRUPT;
     longjmp(g->jump, 1);
 }
 
@@ -93,14 +101,26 @@ static void on_message(j_common_ptr cinfo, int level) {
     }
 }
 
+/* Called as libjpeg works through the scans: past MAX_SCANS, the image is damaged. */
+static void on_progress(j_common_ptr cinfo) {
+    if (((j_decompress_ptr)cinfo)->input_scan_number > MAX_SCANS) {
+        struct guard *g = (struct guard *)cinfo->err;
+        g->status = CORRUPT;
+        longjmp(g->jump, 1);
+    }
+}
+
 /* A decompressor for one image: created before it, destroyed after it. */
 typedef struct {
     struct jpeg_decompress_struct c;
     struct guard err;
-    int created;
+    struct jpeg_progress_mgr progress;
+    volatile int created; /* set after the setjmp, read after a longjmp */
 } decompressor;
 
-/* Set up before the setjmp that guards the image: a failed create longjmps there too. */
+/* Called after the setjmp that guards the image: a failed create longjmps there too. Each create
+ * reads libjpeg's JPEGMEM variable (getenv) with the GIL released: a thread that sets environment
+ * variables while images decode races with it, as with every libjpeg user (PIL included). */
 static void create_decompressor(decompressor *d, const uint8_t *data, size_t length, int64_t max_pixels) {
     d->c.err = jpeg_std_error(&d->err.pub);
     d->err.pub.error_exit = on_error;
@@ -109,6 +129,8 @@ static void create_decompressor(decompressor *d, const uint8_t *data, size_t len
     jpeg_create_decompress(&d->c);
     d->created = 1;
     d->c.mem->max_memory_to_use = (long)libjpeg_budget(max_pixels);
+    d->progress.progress_monitor = on_progress;
+    d->c.progress = &d->progress;
     jpeg_mem_src(&d->c, data, (unsigned long)length);
 }
 
@@ -125,6 +147,24 @@ static int looks_like_jpeg(const uint8_t *data, size_t length) {
 /* After jpeg_read_header: TOO_LARGE if the image has more pixels than allowed, else OK. */
 static int pixel_check(const struct jpeg_decompress_struct *c, int64_t max_pixels) {
     return (int64_t)c->image_width * (int64_t)c->image_height > max_pixels ? TOO_LARGE : OK;
+}
+
+static inline uint8_t muldiv255(int a, int b) { /* a * b / 255, rounded, as PIL's MULDIV255 */
+    int t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+/* A row of a four-component JPEG (libjpeg's CMYK, YCCK converted) as PIL reads it, in place:
+ * PIL inverts the samples of every such JPEG ("assume adobe conventions": rawmode CMYK;I), then
+ * converts CMYK to RGB as its cmyk2rgb does (r = (255 - k) - c * (255 - k) / 255). So these images
+ * decode as prepare and the PIL path always read them. */
+static void cmyk_to_rgbx(uint8_t *row, JDIMENSION width) {
+    for (JDIMENSION x = 0; x < width; x++, row += 4) {
+        int nk = row[3]; /* 255 - (255 - k): the inverted k's complement */
+        for (int ch = 0; ch < 3; ch++)
+            row[ch] = (uint8_t)(nk - muldiv255(255 - row[ch], nk));
+        row[3] = 255;
+    }
 }
 
 /* ------------------------------------------------------------------ one image's crop */
@@ -189,8 +229,10 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     jpeg_read_header(c, TRUE);
     if (pixel_check(c, max_pixels) != OK)
         return TOO_LARGE;
-    if (c->data_precision != 8 || (c->jpeg_color_space != JCS_YCbCr && c->jpeg_color_space != JCS_GRAYSCALE &&
-                                   c->jpeg_color_space != JCS_RGB))
+    /* (libjpeg-turbo 2.x stops at the header of a 12-bit JPEG, CORRUPT; 3.x reads it, and then this) */
+    int cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+    if (c->data_precision != 8 || (!cmyk && c->jpeg_color_space != JCS_YCbCr &&
+                                   c->jpeg_color_space != JCS_GRAYSCALE && c->jpeg_color_space != JCS_RGB))
         return REFUSED;
     double w0 = c->image_width, h0 = c->image_height;
     double left = j->box[0], top = j->box[1], right = j->box[2], bottom = j->box[3];
@@ -198,7 +240,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
         left = 0, top = 0, right = w0, bottom = h0; /* a box outside the image (or NaN): the whole image */
     c->scale_num = 1;
     c->scale_denom = dct_shrink(c, right - left, bottom - top, j->size);
-    c->out_color_space = JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
+    c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
     jpeg_start_decompress(c);
     /* The box in the pixels of the (scaled) output, as PIL maps a box through draft(). */
     double sx = (double)c->output_width / w0, sy = (double)c->output_height / h0;
@@ -206,7 +248,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     filter *fx = &s->fx, *fy = &s->fy;
     if (make_filter(fx, left * sx, right * sx, (int)c->output_width, size) ||
         make_filter(fy, top * sy, bottom * sy, (int)c->output_height, size))
-        return TOO_LARGE; /* out of memory */
+        return OUT_OF_MEMORY;
     /* Source rows and columns the filters read, plus one of margin: fancy upsampling treats the
        edges of a cropped region as image edges, so the outermost decoded pixels are not used. */
     int x0 = fx->first[0], x1 = fx->first[size - 1] + fx->count[size - 1];
@@ -224,7 +266,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     /* one uncropped row of slack: some libjpeg-turbo 2.x upsamplers wrote past a cropped row */
     if (grow_buffer((void **)&s->rows, &s->capacity_rows, stride * ROW_GROUP + (size_t)full_width * 4) ||
         grow_buffer((void **)&s->window, &s->capacity_window, window_stride * window_rows))
-        return TOO_LARGE; /* out of memory */
+        return OUT_OF_MEMORY;
     int next = y0 > 0 ? y0 - 1 : 0; /* the next row libjpeg gives */
     if (next > 0)
         jpeg_skip_scanlines(c, (JDIMENSION)next);
@@ -240,6 +282,8 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
             int want = y1 - next < ROW_GROUP ? y1 - next : ROW_GROUP;
             if (read_rows(c, s->rows, stride, want) != want)
                 return CORRUPT;
+            for (int r = 0; cmyk && r < want; r++)
+                cmyk_to_rgbx(s->rows + stride * r, c->output_width);
             rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx, size,
                      (int)xoff, j->flip);
             filled += want, next += want;
@@ -481,18 +525,18 @@ static PyObject *py_memory_bound(PyObject *self, PyObject *args, PyObject *kwarg
 
 static PyMethodDef methods[] = {
     {"image_sizes", (PyCFunction)(void (*)(void))py_image_sizes, METH_VARARGS | METH_KEYWORDS,
-     "image_sizes(buffers, which, offsets, lengths, *, dims, status, max_pixels, check_markers=False): width and "
+     "image_sizes(buffers, which, offsets, lengths, dims, status, max_pixels, check_markers=False): width and "
      "height of each JPEG from its header into dims (int32 n x 2); status (int32 n) OK, NOT_JPEG, CORRUPT, or "
      "TOO_LARGE past max_pixels; with check_markers, CORRUPT also where the marker structure is broken. Image i "
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
-     "decode_crops(buffers, which, offsets, lengths, *, boxes, flips, out, first, status, max_pixels, simd=None): "
+     "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None): "
      "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
      "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
      "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
      "GIL released."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
-     "gather(buffers, which, offsets, lengths, *, out, at=0): the images' bytes end to end into out (uint8) "
+     "gather(buffers, which, offsets, lengths, out, at=0): the images' bytes end to end into out (uint8) "
      "from byte `at` (the JPEGs of a --decode gpu batch). GIL released."},
     {"memory_bound", (PyCFunction)(void (*)(void))py_memory_bound, METH_VARARGS | METH_KEYWORDS,
      "memory_bound(max_pixels) -> int: the most bytes one decode of one image allocates, whatever its bytes."},
@@ -528,6 +572,7 @@ PyMODINIT_FUNC PyInit__jpegcrop(void) {
         PyModule_AddIntConstant(m, "OK", OK) < 0 || PyModule_AddIntConstant(m, "REFUSED", REFUSED) < 0 ||
         PyModule_AddIntConstant(m, "CORRUPT", CORRUPT) < 0 || PyModule_AddIntConstant(m, "NOT_JPEG", NOT_JPEG) < 0 ||
         PyModule_AddIntConstant(m, "TOO_LARGE", TOO_LARGE) < 0 ||
+        PyModule_AddIntConstant(m, "OUT_OF_MEMORY", OUT_OF_MEMORY) < 0 || PyModule_AddIntConstant(m, "MAX_SCANS", MAX_SCANS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SIZE", MAX_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "PIXELS_CEILING", (long)PIXELS_CEILING) < 0) {
         Py_XDECREF(names);

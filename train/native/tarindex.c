@@ -93,7 +93,7 @@ static int walk_tar(const uint8_t *buf, int64_t len, table *t, int64_t *bad, con
         if (key_at < 0 || dot != key_len || memcmp(buf + key_at, h, (size_t)dot) != 0) {
             int64_t *s = new_row(t);
             if (!s)
-                return *why = "out of memory", -1;
+                return *why = NULL, -1; /* out of memory: MemoryError, not damage */
             s[KEY_AT] = key_at = pos, s[KEY_LEN] = key_len = dot;
             s[JPG_AT] = s[CLS_AT] = -1, s[JPG_LEN] = s[CLS_LEN] = 0;
         }
@@ -128,7 +128,9 @@ static PyObject *py_tar_index(PyObject *self, PyObject *args, PyObject *kwargs) 
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyObject *result = NULL;
-    if (walked < 0)
+    if (walked < 0 && why == NULL)
+        PyErr_NoMemory();
+    else if (walked < 0)
         PyErr_Format(PyExc_ValueError, "%s (at byte %lld)", why, (long long)bad);
     else
         result = PyBytes_FromStringAndSize((const char *)t.rows, (Py_ssize_t)(sizeof(int64_t) * FIELDS * t.count));
