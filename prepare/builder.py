@@ -16,7 +16,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import pickle
 import re
@@ -35,6 +34,7 @@ from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_mess
 from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
+from prepare.workers import WorkerPool
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
@@ -290,13 +290,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     # webdataset's tar reader and writer, and torch, which it imports (about 2 s), are imported
     # here, once, before the pool forks: otherwise every worker pays the import on its first task.
     import webdataset  # noqa: F401
-    context = multiprocessing.get_context("fork")  # fast start; nothing here has threads yet
     shard_bytes = config.shard_size_mb * MB
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
                                     config.workers) for split in SPLITS}
     check_free_space(dest, sum(estimate.values()), "the dataset (estimated from the source)", state)
     splits, converted, skipped, source_bytes = {}, {}, {}, 0
-    with context.Pool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
+    with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)

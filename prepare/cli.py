@@ -12,6 +12,7 @@ from pathlib import Path
 from prepare.builder import PrepareConfig, PrepareError, prepare
 from prepare.labels import LabelError
 from prepare.sources import SourceError
+from prepare.workers import WorkerDied
 from shards.layout import default_dest
 from shards.resources import available_cpus
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         prepare(config)
-    except (PrepareError, SourceError, LabelError) as exn:
+    except (PrepareError, SourceError, LabelError, WorkerDied) as exn:
         logging.getLogger("prepare").error("%s", exn)
         return 2
     return 0

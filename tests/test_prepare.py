@@ -553,6 +553,25 @@ def test_a_worker_failing_on_an_image_is_one_line_naming_it(sources, tmp_path, m
     assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
 
 
+def test_a_worker_killed_outright_is_one_line_not_a_hang(sources, tmp_path, monkeypatch):
+    """The out-of-memory killer, say: multiprocessing.Pool would wait for the lost task for ever."""
+    import prepare.builder as builder
+    from prepare.workers import WorkerDied
+
+    real = builder.prepare_image
+
+    def killed_on_one(data, *args):
+        if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(data, *args)
+
+    monkeypatch.setattr(builder, "prepare_image", killed_on_one)  # before the pool forks: the workers have it
+    dest = tmp_path / "out"
+    with pytest.raises(WorkerDied, match="a prepare worker process died mid-task"):
+        prepare(config(sources["official"], dest, workers=2))
+    assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
+
+
 def small_tmpfs(path: Path, megabytes: int):
     """Mount a tmpfs of `megabytes` at `path` (root only); the reason when it cannot be done."""
     path.mkdir(parents=True)

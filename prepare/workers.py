@@ -1,0 +1,58 @@
+"""prepare's worker processes: the parts of the source and the shards, in `--workers` processes.
+
+concurrent.futures' process pool, not multiprocessing.Pool: when a task fails (a bad image, a full
+disk), leaving the pool cancels what is queued and waits only for what is running, where
+Pool.terminate() could hang for good, its task-feeding thread blocked writing to a pipe its killed
+workers no longer read (seen in the test of a worker failing on an image); and a worker killed
+outright (the out-of-memory killer, say) is an error naming what happened, not a hang.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without finishing its task: killed, or out of memory."""
+
+
+@contextmanager
+def worker_died_is_named():
+    try:
+        yield
+    except BrokenProcessPool as exn:
+        raise WorkerDied(f"a prepare worker process died mid-task ({exn}): killed, or out of memory? Check the "
+                         "node's memory (fewer --workers use less), then rerun") from None
+
+
+class WorkerPool:
+    """`workers` processes forked now, before the caller starts any thread: they inherit the modules
+    imported so far (webdataset and torch: 2 s a worker otherwise)."""
+
+    def __init__(self, workers: int):
+        self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self.executor.submit(int).result()  # a fork executor starts all its processes at the first task
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def imap(self, fn: Callable, jobs: Iterable) -> Iterator:
+        """fn(job) for every job, in the jobs' order."""
+        with worker_died_is_named():
+            yield from self.executor.map(fn, jobs)
+
+    def imap_unordered(self, fn: Callable, jobs: Iterable) -> Iterator:
+        """fn(job) for every job, as each finishes."""
+        pending: set[Future] = {self.executor.submit(fn, job) for job in jobs}
+        with worker_died_is_named():
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
