@@ -77,7 +77,7 @@ def train_args(prepared: Path, run_dir: Path, *extra) -> list:
     return ["--data", prepared, "--run-dir", run_dir, *FAST, *extra]
 
 
-@pytest.mark.parametrize("world,workers", [(1, 0), (2, 3), (3, 1), (4, 2)])
+@pytest.mark.parametrize("world,workers", [(1, 1), (2, 3), (3, 1), (4, 2)])
 def test_every_world_size_and_worker_count_trains_equal_steps_and_evaluates_exactly(prepared, tmp_path, world,
                                                                                     workers):
     manifest = read_manifest(prepared)
@@ -149,11 +149,11 @@ def test_a_killed_rank_makes_the_others_fail_quickly(prepared, tmp_path):
 
 def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
     run = tmp_path / "run"
-    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 0)).returncode == 0
-    result = run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 0,
+    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
+    result = run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1,
                                              "--resume", "auto", "--arch", "resnet34"))
     assert result.returncode == 2 and "arch: checkpoint 'resnet18', now 'resnet34'" in result.stderr
-    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 0))
+    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 1))
     assert again.returncode == 0 and "already finished 1 epochs" in again.stderr
 
 
@@ -161,7 +161,7 @@ def test_real_torchrun_launches_it_too(prepared, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     result = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "train",
                              *map(str, train_args(prepared, tmp_path / "run", "--epochs", 1, "--max-steps", 3,
-                                                  "--workers", 0))],
+                                                  "--workers", 1))],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "2 ranks (torchrun launcher)" in result.stderr
@@ -170,7 +170,7 @@ def test_real_torchrun_launches_it_too(prepared, tmp_path):
 
 def test_report_draws_the_metrics(prepared, tmp_path):
     run = tmp_path / "run"
-    assert run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 0)).returncode == 0
+    assert run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1)).returncode == 0
     result = run_module("train.report", run)
     assert result.returncode == 0 and (run / "metrics.png").stat().st_size > 10_000
     assert "2 epochs" in result.stdout

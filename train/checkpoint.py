@@ -4,7 +4,7 @@ how it is restored. Written atomically by rank 0, loaded safely (weights_only)."
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ class Checkpoint:
     world_size: int
     ranks: list[dict]  # per rank {"rng": rng_state(), "sums": EpochSums as a dict}; read only mid-epoch
     config: dict  # TrainConfig.to_dict() of the run that wrote it
+    loader: dict | None = None  # mid-epoch: the train ImageNetLoader's state_dict() after `step` steps
 
     def to_state(self) -> dict:
         """A plain dict for torch.save (not dataclasses.asdict: that would deep-copy every tensor)."""
@@ -38,11 +39,12 @@ class Checkpoint:
 
     @classmethod
     def from_state(cls, state: dict, path: Path) -> "Checkpoint":
-        missing = [f.name for f in fields(cls) if f.name not in state]
+        """The checkpoint in `state`; fields added since a checkpoint was written take their defaults."""
+        missing = [f.name for f in fields(cls) if f.name not in state and f.default is MISSING]
         if missing:
             raise ResumeError(f"{path} is not a checkpoint of this trainer (no {', '.join(missing)}): "
                               "use another --run-dir, or start without --resume")
-        return cls(**{f.name: state[f.name] for f in fields(cls)})
+        return cls(**{f.name: state[f.name] for f in fields(cls) if f.name in state})
 
     @property
     def mid_epoch(self) -> bool:

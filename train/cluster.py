@@ -99,6 +99,12 @@ def cpu_threads(env: DistEnv, cpus: int) -> int:
     return max(1, cpus // env.local_world_size)
 
 
+def default_workers(env: DistEnv, cpus: int) -> int:
+    """Decoding threads per rank when none are asked for: the rank's share of the CPUs it may use
+    (cpu_threads), less one for the thread that runs the training step; at least one."""
+    return max(1, cpu_threads(env, cpus) - 1)
+
+
 def device_for(env: DistEnv, requested: str | None) -> torch.device:
     """cuda:<local rank mod visible GPUs> when CUDA is there (with --gpus-per-task: cuda:0), else cpu."""
     kind = requested or ("cuda" if torch.cuda.is_available() else "cpu")

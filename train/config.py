@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from shards.layout import default_dest
-from shards.resources import available_cpus
 
 class ConfigError(Exception):
     """A setting that cannot work (an unknown model, a batch larger than the data): the message says
@@ -26,7 +25,7 @@ class TrainConfig:
     arch: str = "resnet50"
     epochs: int = 90
     batch_size: int = 256  # per rank
-    workers: int = 1  # decoding threads per rank
+    workers: int | None = None  # decoding threads per rank; None: its share of the CPUs, less one
     device: str | None = None  # cuda when available, else cpu
     image_size: int = 224
     decode: str = "cpu"  # "gpu": the threads only draw crops; the device decodes (nvJPEG) and resizes
@@ -71,9 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default=d.arch, help="any torchvision classification model name")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
-    p.add_argument("--workers", type=int, default=max(1, available_cpus() - 1),
-                   help="decoding threads per rank (default: the task's CPUs minus one, for the training thread); "
-                        "batches are the same for any count")
+    p.add_argument("--workers", type=int, default=None,
+                   help="decoding threads per rank (default: the rank's share of the task's CPUs, less one for the "
+                        "training thread); batches are the same for any count")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--image-size", type=int, default=d.image_size,
                    help="train crop size; validation resizes to size*256/224 and centre-crops size")
@@ -114,8 +113,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.max_bad_samples < 0:
         parser.error("--max-bad-samples must be 0 or more")
-    if args.workers < 0:
-        parser.error("--workers must be 0 or more (0 and 1 both decode in one thread)")
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
         parser.error(f"--signal {args.signal}: no such signal")
     values = {k: v for k, v in vars(args).items()}

@@ -46,6 +46,7 @@ except ImportError as exn:  # pragma: no cover - only on an install that skipped
 
 DECODED, REFUSED, CORRUPT = _jpegcrop.OK, _jpegcrop.REFUSED, _jpegcrop.CORRUPT
 NOT_JPEG, TOO_LARGE, OUT_OF_MEMORY = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE, _jpegcrop.OUT_OF_MEMORY
+MAX_IMAGE_SIZE = _jpegcrop.MAX_SIZE  # the largest output side
 SIMD = tuple(_jpegcrop.SIMD)  # the resize's implementations this CPU runs, fastest first: the same bytes
 NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {SIMD[0]} resize"
 PIL_BYTES_PER_PIXEL = 12  # PIL's buffers for one image: its decode (4 bytes a pixel), a conversion, the RGB copy

@@ -33,13 +33,16 @@ def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, std
 
 
-def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True) -> torch.Tensor:
-    """uint8 NHWC on the host -> normalised float NCHW on the device (channels_last memory: a free view)."""
-    return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last)
+def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True,
+              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 NHWC on the host -> normalised NCHW in `dtype` on the device (channels_last memory: a
+    free view)."""
+    return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last, dtype)
 
 
 def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: DeviceDecoder,
-                     channels_last: bool = True) -> tuple[torch.Tensor, list[int], tuple]:
+                     channels_last: bool = True, dtype: torch.dtype = torch.float32
+                     ) -> tuple[torch.Tensor, list[int], tuple]:
     """An EncodedBatch decoded, cropped, resized and flipped on the device, normalised: (x, the
     images kept, (sample, why) of those no decoder took)."""
     images = device_decoder.decode(batch.jpegs, batch.windows, device)
@@ -47,20 +50,23 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
     bad = tuple((batch.describe(i), "damaged data (no decoder on the device or the host takes it)")
                 for i, image in enumerate(images) if image is None)
     if not kept:
-        return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
+        return torch.empty((0, 3, batch.size, batch.size), device=device, dtype=dtype), kept, bad
     x = crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size)
-    return normalise(x, channels_last), kept, bad
+    return normalise(x, channels_last, dtype), kept, bad
 
 
-def normalise(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """Float NCHW in 0-255 -> ImageNet-normalised, in place (`images` is already a float copy)."""
+def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Float NCHW in 0-255 -> ImageNet-normalised (in float32, in place: `images` is already a float
+    copy), then `dtype` and the memory format in one copy."""
     mean, std = normalisation(images.device)
     images = images.sub_(mean).div_(std)
-    return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    return images.to(dtype=dtype, memory_format=memory_format)
 
 
 class DeviceBatches:
-    """Batch(x, y, key hashes, bad) on the device, `depth` batches ahead of the training step.
+    """Batch(x, y, key hashes, bad, pil fallbacks) on the device, x in `dtype`, `depth` batches ahead
+    of the training step.
 
     A background thread takes batches from the loader and runs `to_device` on them (the copy of
     pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
@@ -74,8 +80,8 @@ class DeviceBatches:
     _END = object()
 
     def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2,
-                 device_decoder: DeviceDecoder | None = None):
-        self.device, self.channels_last = device, channels_last
+                 device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32):
+        self.device, self.channels_last, self.dtype = device, channels_last, dtype
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -105,21 +111,22 @@ class DeviceBatches:
         iterator = iter(batches)
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                for images, labels, hashes, *bad in iterator:
-                    bad = tuple(bad[0]) if bad else ()
+                for images, labels, hashes, *rest in iterator:
+                    bad, fallbacks = (tuple(rest[0]) if rest else ()), (rest[1] if len(rest) > 1 else 0)
                     if isinstance(images, EncodedBatch):
                         self.device_decoder = self.device_decoder or DeviceDecoder()
-                        x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last)
+                        x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last,
+                                                         self.dtype)
                         labels, hashes, bad = labels[kept], hashes[kept], bad + lost
                     else:
-                        x = to_device(images, self.device, self.channels_last)
+                        x = to_device(images, self.device, self.channels_last, self.dtype)
                     y = labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                         ready.synchronize()  # the host buffer is read: the loader may reuse it
-                    if not self._put((Batch(x, y, hashes, bad), ready)):
+                    if not self._put((Batch(x, y, hashes, bad, fallbacks), ready)):
                         return
         except BaseException as error:  # handed to the consumer, raised there
             self._put(error)

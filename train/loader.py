@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, NamedTuple
@@ -97,11 +98,13 @@ class EncodedBatch(NamedTuple):
 
 class Batch(NamedTuple):
     """What the loader yields: images (uint8 NHWC, a view of a pinned ring buffer, valid until the
-    next batch is asked for; or an EncodedBatch), labels, key hashes, and the samples left out."""
+    next batch is asked for; or an EncodedBatch), labels, key hashes, the samples left out, and how
+    many images the PIL path decoded."""
     images: torch.Tensor | EncodedBatch
     labels: torch.Tensor  # int64
     key_hashes: torch.Tensor  # int64, shard_index.KEY_HASH_BITS bits
     bad: tuple = ()  # (sample, why) of the samples left out of this batch
+    pil_fallbacks: int = 0
 
 
 @dataclass
@@ -120,11 +123,12 @@ class Chunk:
 
 
 class InFlight(NamedTuple):
-    """A batch whose decode is queued: its samples, chunks, their futures, its ring slot."""
+    """A batch whose decode is queued: its samples, chunks, their futures, its ring and slot."""
     shards: ShardSet
     ids: np.ndarray
     chunks: list[Chunk]
     futures: list[Future]
+    ring: int
     slot: int
 
 
@@ -153,24 +157,39 @@ def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: boo
 class CpuDecode:
     """--decode cpu: each chunk decoded by the crop-region decoder into its batch's slot of a ring
     of (pinned, where the device is a GPU) uint8 batch buffers; what it does not take (other image
-    formats, JPEGs in other colour spaces) by PIL into the same slots, counted."""
+    formats, JPEGs in other colour spaces) by PIL into the same slots, counted.
+
+    Each open epoch takes a ring of its own: one ring serves a run whose epochs follow each other,
+    and a second is made only when two are open at once (a validation pass in the middle of a
+    training epoch), then kept for the next time."""
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
         self.shape, self.ring_size, self.pin_memory = (batch_size, image_size, image_size, 3), ring, pin_memory
-        self.ring: list[torch.Tensor] = []
+        self.rings: list[list[torch.Tensor]] = []
+        self.free: list[int] = []
+        self.lock = threading.Lock()  # epochs open and close in several threads (each DeviceBatches' own)
 
     def describe(self, threads: int) -> str:
         return f"decoder: {decoder.NAME}, {threads} threads"
 
     def memory_bytes(self) -> int:
-        return sum(t.numel() for t in self.ring)
+        return sum(t.numel() for ring in self.rings for t in ring)
 
-    def buffer(self, slot: int) -> np.ndarray:
-        """Ring slot `slot`'s buffer, made at the first batch (in the caller's thread)."""
-        if not self.ring:
-            self.ring = [torch.empty(self.shape, dtype=torch.uint8, pin_memory=self.pin_memory)
-                         for _ in range(self.ring_size)]
-        return self.ring[slot].numpy()
+    def acquire(self) -> int:
+        """A ring for an epoch being opened: a free one, or a new one."""
+        with self.lock:
+            if self.free:
+                return self.free.pop()
+            self.rings.append([torch.empty(self.shape, dtype=torch.uint8, pin_memory=self.pin_memory)
+                               for _ in range(self.ring_size)])
+            return len(self.rings) - 1
+
+    def release(self, ring: int) -> None:
+        with self.lock:
+            self.free.append(ring)
+
+    def buffer(self, ring: int, slot: int) -> np.ndarray:
+        return self.rings[ring][slot].numpy()
 
     def decode(self, chunk: Chunk, out: np.ndarray, augment) -> None:
         """In a decode thread: the chunk's crops into out[chunk.first:]."""
@@ -191,10 +210,10 @@ class CpuDecode:
         chunk.status[i] = KEPT
         chunk.fallbacks += 1
 
-    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
+    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
                slot: int) -> torch.Tensor:
         """The kept images of a finished batch: a view of its ring slot, gaps closed in order."""
-        images = self.ring[slot]
+        images = self.rings[ring][slot]
         if len(keep) < len(ids):
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return images[:len(keep)]
@@ -214,14 +233,20 @@ class GpuDecode:
     def memory_bytes(self) -> int:
         return 0
 
-    def buffer(self, slot: int) -> None:
+    def acquire(self) -> int:
+        return 0
+
+    def release(self, ring: int) -> None:
+        pass
+
+    def buffer(self, ring: int, slot: int) -> None:
         return None
 
     def decode(self, chunk: Chunk, out: None, augment) -> None:
         draw_crops(chunk, augment, check_markers=True)
         chunk.status[chunk.status == decoder.NOT_JPEG] = KEPT  # PIL read its size: the device's fallback decodes it
 
-    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray,
+    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
                slot: int) -> EncodedBatch:
         """The kept samples' bytes end to end in one array, with their windows and crops."""
         kept = ids[keep]
@@ -289,14 +314,16 @@ class Loader:
 
     def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None
                  ) -> Iterator[Batch]:
-        """Batch k decodes into ring slot k mod R; R - 1 batches decode ahead of the one the caller
-        holds, and a slot is reused only once the caller has asked for the batch after it."""
+        """Batch k decodes into slot k mod R of the epoch's ring; R - 1 batches decode ahead of the one
+        the caller holds, and a slot is reused only once the caller has asked for the batch after it."""
         in_flight: collections.deque[InFlight] = collections.deque()
         submitted = 0
+        ring = self.strategy.acquire()
         try:
             for k in range(len(batches)):
                 while submitted < len(batches) and submitted < k + self.ring_size:
-                    in_flight.append(self._submit(shards, batches[submitted], submitted % self.ring_size, augment))
+                    slot = submitted % self.ring_size
+                    in_flight.append(self._submit(shards, batches[submitted], ring, slot, augment))
                     submitted += 1
                 yield self._finish(in_flight.popleft())
         finally:
@@ -307,18 +334,19 @@ class Loader:
                 for f in batch.futures:
                     if not f.cancelled():
                         f.exception()  # wait: a running task still writes into its ring slot
+            self.strategy.release(ring)
 
-    def _submit(self, shards: ShardSet, ids: np.ndarray, slot: int, augment) -> InFlight:
+    def _submit(self, shards: ShardSet, ids: np.ndarray, ring: int, slot: int, augment) -> InFlight:
         """Queue the batch's tasks, a chunk each."""
         shards.ensure_indexed(ids)
-        images, hashes, out = shards.images(ids), shards.hashes[ids], self.strategy.buffer(slot)
+        images, hashes, out = shards.images(ids), shards.hashes[ids], self.strategy.buffer(ring, slot)
         chunks = [Chunk(first, images[first:first + self.chunk], hashes[first:first + self.chunk])
                   for first in range(0, len(ids), self.chunk)]
         futures = [self.pool.submit(self.strategy.decode, c, out, augment) for c in chunks]
-        return InFlight(shards, ids, chunks, futures, slot)
+        return InFlight(shards, ids, chunks, futures, ring, slot)
 
     def _finish(self, batch: InFlight) -> Batch:
-        shards, ids, chunks, futures, slot = batch
+        shards, ids, chunks, futures, ring, slot = batch
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
@@ -331,10 +359,11 @@ class Loader:
         keep = np.flatnonzero(good)
         bad = tuple((shards.describe(int(ids[i])), notes.get(i) or WHY.get(int(status[i])) or
                      label_problem(shards.classes)) for i in np.flatnonzero(~good).tolist())
-        self._count_fallbacks(sum(c.fallbacks for c in chunks))
+        fallbacks = sum(c.fallbacks for c in chunks)
+        self._count_fallbacks(fallbacks)
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
-        return Batch(self.strategy.images(shards, ids, chunks, keep, slot), labels, hashes, bad)
+        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot), labels, hashes, bad, fallbacks)
 
     def _count_fallbacks(self, fallbacks: int) -> None:
         if fallbacks and not self.fallbacks:

@@ -30,12 +30,9 @@ from shards.resources import available_cpus, log_pil_build
 from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
 from train.config import ConfigError, TrainConfig
-from shards.layout import SPLITS
-from train.device_batches import DeviceBatches
-from train.loader import Loader, PlanArgs
-from train.shard_index import KEY_HASH_BITS, ShardSet
+from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
-from train.device_decode import DeviceDecoder
+from train.shard_index import KEY_HASH_BITS
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -80,8 +77,8 @@ class Run:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
-    loader: Loader  # the threads and pinned buffers that decode both splits' batches
-    device_decoder: DeviceDecoder | None  # --decode gpu: the device's decoder, and its count of PIL fallbacks
+    train_data: ImageNetLoader  # the public loader; val_data shares its threads and pinned buffers
+    val_data: ImageNetLoader
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
 
@@ -154,39 +151,17 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, loader=build_loader(config, manifest, device), device_decoder=device_decoder_for(config),
-               control=control, preemption=preemption)
+               steps=steps, control=control, preemption=preemption, **build_data(config, device))
 
 
-def device_decoder_for(config: TrainConfig) -> DeviceDecoder | None:
-    """--decode gpu's decoder; a ConfigError saying what to install where nvImageCodec is missing."""
-    if config.decode != "gpu":
-        return None
-    try:
-        return DeviceDecoder()
-    except ImportError as exn:
-        raise ConfigError(str(exn)) from None
-
-
-def build_loader(config: TrainConfig, manifest: Manifest, device: torch.device) -> Loader:
-    splits = {split: ShardSet.of(Path(config.data), manifest, split) for split in SPLITS}
-    return Loader(splits, batch_size=config.batch_size, image_size=config.image_size, threads=config.workers,
-                  decode=config.decode, pin_memory=device.type == "cuda")
-
-
-def batches_for(run: Run, split: str, epoch: int, start_step: int):
-    """The rank's batches of `split` in `epoch`, from `start_step` on."""
-    c = run.config
-    args = PlanArgs(split=split, epoch=epoch, seed=c.seed, world_size=run.env.world_size, rank=run.env.rank,
-                    batch_size=c.batch_size, shuffle_buffer=c.shuffle_buffer, start_step=start_step)
-    return run.loader.epoch(args)
-
-
-def leave_out(bad: tuple, config: TrainConfig, count: int) -> None:
-    """Warn of each bad sample (the loader left it out of its batch, and said why)."""
-    for sample, why in bad:
-        log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset with "
-                    "`python -m prepare --source ... --dest %s --verify`", sample, why, count, config.data)
+def build_data(config: TrainConfig, device: torch.device) -> dict:
+    """The public loader of the train split, and the val one sharing its threads and buffers. Bad
+    samples are limited by agreement over the ranks here (check_bad_samples), not by each rank."""
+    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size, image_size=config.image_size,
+                                device=device, seed=config.seed, workers=config.workers, decode=config.decode,
+                                channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
+                                max_bad_samples=None)
+    return {"train_data": train_data, "val_data": train_data.with_split("val")}
 
 
 def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
@@ -248,25 +223,26 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, criteri
     return loss, logits
 
 
-def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> tuple[int, bool]:
-    """Train from `start_step` to the end of the epoch, or until preemption. Returns (steps done, preempted)."""
+def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, dict]:
+    """Train the epoch from where the train loader stands (a resumed one: mid-epoch) to its end,
+    or until preemption. Returns (steps done, preempted, the loader's state after the last step)."""
     run.step_model.train()
-    batches = batches_for(run, "train", epoch, start_step)
+    run.train_data.set_epoch(epoch)
+    position = run.train_data.state_dict()  # after the steps taken: what a checkpoint saves
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=run.config.label_smoothing)
     step = functools.partial(train_step, run.step_model, run.optimizer, criterion, amp_dtype=run.amp_dtype,
                              scaler=run.scaler, scheduler=run.scheduler)
     loss_sum = torch.zeros((), device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
-    progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=start_step,
+    done = position["position"]
+    progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
                         enabled=run.env.is_main)
-    done, preempted, last_bad = start_step, False, ()
+    preempted, last_bad = False, ()
     start = fetch_start = time.perf_counter()
-    with DeviceBatches(batches, run.device, run.config.channels_last, device_decoder=run.device_decoder) as on_device, \
-            progress:
-        for x, y, key_hashes, bad in on_device:
+    with progress:
+        for x, y, key_hashes, bad, _ in run.train_data.batches() if done < run.steps else ():
             sums.data_wait += time.perf_counter() - fetch_start
             sums.bad_samples += len(bad)
-            leave_out(bad, run.config, sums.bad_samples)
             last_bad = bad[-1] if bad else last_bad
             preempted, bad_total, tiny = agree(run, sums.bad_samples, len(y) < 2)
             check_bad_samples(bad_total, run.config.max_bad_samples, "training", last_bad)
@@ -282,6 +258,7 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> t
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
             done += 1
             sums.steps_here += 1
+            position = run.train_data.state_dict()
             progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
             if done >= run.steps:
                 break
@@ -291,7 +268,7 @@ def train_one_epoch(run: Run, epoch: int, start_step: int, sums: EpochSums) -> t
     sums.loss += loss_sum.item()
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
-    return done, preempted
+    return done, preempted, position
 
 
 @torch.no_grad()
@@ -302,20 +279,17 @@ def evaluate(run: Run) -> dict:
     sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
-    with DeviceBatches(batches_for(run, "val", 0, 0), run.device, run.config.channels_last,
-                       device_decoder=run.device_decoder) as on_device:
-        for x, y, _, bad in on_device:
-            left_out += len(bad)
-            leave_out(bad, run.config, left_out)
-            last_bad = bad[-1] if bad else last_bad
-            if not len(y):
-                continue
-            with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
-                logits = model(x).float()
-            top = logits.topk(k, dim=1).indices
-            sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
-                                     (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
-            sums[3] += len(y)
+    for x, y, _, bad, _ in run.val_data.batches():
+        left_out += len(bad)
+        last_bad = bad[-1] if bad else last_bad
+        if not len(y):
+            continue
+        with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
+            logits = model(x).float()
+        top = logits.topk(k, dim=1).indices
+        sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
+                                 (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
+        sums[3] += len(y)
     sums[4] = left_out
     if run.env.world_size > 1:
         dist.all_reduce(sums)
@@ -342,15 +316,16 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     return states
 
 
-def save(run: Run, epoch: int, step: int, sums: EpochSums) -> None:
-    """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk."""
+def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None = None) -> None:
+    """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk.
+    Mid-epoch, `loader` is the train loader's state after `step` steps (the same on every rank)."""
     ranks = gather_rank_states(run, sums)
     if run.env.is_main:
         path = checkpoint_path(run.config.run_dir)
         save_checkpoint(path, Checkpoint(
             model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
             scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size, ranks=ranks,
-            config=run.config.to_dict()))
+            config=run.config.to_dict(), loader=loader))
         log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
@@ -371,9 +346,10 @@ def requeue_job(job_id: str | None) -> None:
 
 def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, resumed_at: int) -> dict:
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
+    pil_fallbacks = run.train_data.counters.pil_fallbacks + run.val_data.counters.pil_fallbacks
     loss, correct, samples, wait, elapsed, bad, pil, device = all_reduce(
-        [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, run.loader.fallbacks,
-         run.device_decoder.fallbacks if run.device_decoder else 0], run)
+        [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, pil_fallbacks,
+         run.train_data.device_decode_fallbacks], run)
     world = run.env.world_size
     images_here = sums.steps_here * run.config.batch_size * world
     mean_elapsed = elapsed / world
@@ -408,18 +384,20 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
-            log.info("%s%s", run.loader.describe(), f", {run.device_decoder.describe()}" if run.device_decoder else "")
+            log.info("%s", run.train_data.describe())
         return train(run)
     finally:
         if run is not None:
-            run.loader.close()
+            run.val_data.close()
+            run.train_data.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
 def resume(run: Run) -> tuple[int, int, EpochSums]:
     """(epoch, step, this rank's sums) to start from: a checkpoint's, when --resume finds one, else
-    the beginning. The read plan does not depend on the thread count: any --workers resumes."""
+    the beginning; mid-epoch, the train loader continues where the checkpoint's stopped. The read
+    plan does not depend on the thread count: any --workers resumes."""
     config = run.config
     path = find_checkpoint(config.run_dir, config.resume)
     if path is None:
@@ -427,6 +405,10 @@ def resume(run: Run) -> tuple[int, int, EpochSums]:
     checkpoint = load_checkpoint(path)
     checkpoint.check_resumable(config, run.env.world_size)
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device)
+    if checkpoint.mid_epoch:
+        # a checkpoint from before the public loader holds the epoch and step alone: the same position
+        position = {**run.train_data.state_dict(), "epoch": checkpoint.epoch, "position": checkpoint.step}
+        run.train_data.load_state_dict(checkpoint.loader or position)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
@@ -440,9 +422,9 @@ def train(run: Run) -> int:
     for epoch in range(start_epoch, config.epochs):
         if start_step == 0:
             torch.manual_seed(seeded_rng(config.seed, "train", epoch, run.env.rank).getrandbits(63))
-        done, preempted = train_one_epoch(run, epoch, start_step, sums)
+        done, preempted, position = train_one_epoch(run, epoch, sums)
         if preempted:
-            save(run, epoch, done, sums)
+            save(run, epoch, done, sums, loader=position)
             if run.env.is_main:
                 log.info("preempted at epoch %d step %d/%d; resume with --resume auto", epoch, done, run.steps)
                 if config.requeue:
