@@ -5,9 +5,10 @@
 #
 #   bash jobs/install.sh          what `python -m prepare` and `python -m train` need
 #   bash jobs/install.sh --gpu    plus NVIDIA nvImageCodec, for train --decode gpu
-#   bash jobs/install.sh --dev    plus pytest, nvImageCodec, the benchmark's peers (NVIDIA DALI,
-#                                 simplejpeg), slurm-wlm + munge for the cluster tests, and
-#                                 libjpeg-turbo-progs (cjpeg: the tests' arithmetic-coded and 4x2 JPEGs)
+#   bash jobs/install.sh --dev    plus pytest and accelerate, nvImageCodec, the benchmark's peers
+#                                 (NVIDIA DALI, simplejpeg), both trackers (tensorboard, wandb),
+#                                 slurm-wlm + munge for the cluster tests, and libjpeg-turbo-progs
+#                                 (cjpeg: the tests' arithmetic-coded and 4x2 JPEGs)
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail
@@ -48,7 +49,7 @@ fi
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 extras=""
 (( gpu )) && extras="[gpu]"
-(( dev )) && extras="[test,bench,gpu]"
+(( dev )) && extras="[test,bench,gpu,tensorboard,wandb]"
 # Builds the native code (train/native/: the crop-region decoder, the shard index) too: a failed build
 # stops here, never a slow fall-back later.
 "${pip[@]}" install -e ".$extras" || {

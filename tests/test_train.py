@@ -227,3 +227,97 @@ def test_more_bad_samples_than_allowed_stop_the_run_in_one_line(prepared, tmp_pa
     assert len(error) == 1 and "more than --max-bad-samples 0" in error[0]
     assert read_manifest(data).splits["train"].shards[0].name in error[0] and "--verify" in error[0]
     assert "Traceback" not in result.stderr
+
+
+TINY_MODEL = '''
+import torch
+
+
+def tiny_net(num_classes):
+    """A model of the user's own: a convolution and a linear layer."""
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, num_classes))
+
+
+def not_a_model(num_classes):
+    return "a string"
+'''
+
+
+def train_in(cwd: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """python -m train run from `cwd`, as a user starts it from their project's folder."""
+    return subprocess.run([sys.executable, "-m", "train", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_arch_takes_a_models_import_path_from_the_current_folder_or_pythonpath(prepared, tmp_path):
+    project = tmp_path / "project"
+    (project / "mymodels").mkdir(parents=True)
+    (project / "mymodels" / "__init__.py").write_text("")
+    (project / "mymodels" / "tiny.py").write_text(TINY_MODEL)
+    fast = [a if a != "resnet18" else "mymodels.tiny:tiny_net" for a in FAST]
+    run = tmp_path / "run"
+    result = train_in(project, "--data", prepared, "--run-dir", run, *fast, "--epochs", 1, "--max-steps", 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert load_checkpoint(checkpoint_path(run)).config["arch"] == "mymodels.tiny:tiny_net"
+    elsewhere = train_in(tmp_path, "--data", prepared, "--run-dir", run, *fast, "--epochs", 2, "--max-steps", 2,
+                         "--resume", "auto", env={"PYTHONPATH": str(project)})
+    assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
+    assert [r["epoch"] for r in read_metrics(run)] == [0, 1]
+    other = train_in(project, "--data", prepared, "--run-dir", run, *FAST, "--epochs", 3, "--resume", "auto")
+    assert other.returncode == 2 and "arch: checkpoint 'mymodels.tiny:tiny_net', now 'resnet18'" in other.stderr
+    for arch, message in [("mymodels.nothing:tiny_net", "no module mymodels.nothing on PYTHONPATH or in"),
+                          ("mymodels.tiny:absent", "mymodels.tiny has no callable absent"),
+                          ("mymodels.tiny:not_a_model", "returned a str, not a torch.nn.Module")]:
+        bad = train_in(project, "--data", prepared, "--run-dir", tmp_path / "bad", "--arch", arch, "--epochs", 1)
+        errors = [line for line in bad.stderr.splitlines() if " ERROR " in line]
+        assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr[-2000:]
+
+
+def tensorboard_scalars(run: Path) -> dict[str, list[int]]:
+    """{tag: [steps]} of every event file the runs in RUN_DIR/tensorboard wrote."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_steps(prepared, tmp_path):
+    run = tmp_path / "run"
+    args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 3, "--tracker", "tensorboard"]
+    assert run_module("train", *args, "--epochs", 1).returncode == 0
+    resumed = run_module("train", *args, "--epochs", 2, "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    scalars = tensorboard_scalars(run)
+    assert scalars["epoch/val_top1"] == [3, 6]  # the global step: epochs of 3 steps
+    assert scalars["train/loss"] == [1, 2, 3, 4, 5, 6] and scalars["train/lr"] == [1, 2, 3, 4, 5, 6]
+    assert "train/images_per_sec" in scalars and "epoch/train_loss" in scalars
+
+
+def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, tmp_path):
+    run = tmp_path / "run"
+    args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 2, "--tracker", "wandb"]
+    offline = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    first = run_module("train", *args, "--epochs", 1, env=offline)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_id = (run / "wandb-id").read_text()
+    again = run_module("train", *args, "--epochs", 2, "--resume", "auto", env=offline)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (run / "wandb-id").read_text() == run_id
+    offline_runs = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2 and all(p.name.endswith(run_id) for p in offline_runs)
+    assert all(list(p.glob("*.wandb")) for p in offline_runs)
+
+
+@pytest.mark.parametrize("tracker", ["tensorboard", "wandb"])
+def test_a_tracker_whose_package_is_missing_is_one_line_naming_the_extra(prepared, tmp_path, tracker):
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for module in ("tensorboard", "wandb"):  # a module of that name that cannot be imported
+        (blocked / f"{module}.py").write_text("raise ImportError('not installed')\n")
+    result = run_module("train", "--data", prepared, "--run-dir", tmp_path / "run", *FAST, "--epochs", 1,
+                        "--tracker", tracker, env={"PYTHONPATH": str(blocked)})
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
+    assert f"--tracker {tracker} needs the {tracker} package: pip install 'imagenet-slurm[{tracker}]'" in errors[0]

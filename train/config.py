@@ -46,6 +46,8 @@ class TrainConfig:
     dist_timeout: float = 120.0  # seconds for the rendezvous and for any collective to complete
     max_steps: int = 0  # stop each epoch after this many steps (0: all); for smoke tests only
     max_bad_samples: int = 100  # per epoch and split, over all ranks: more stops the run
+    tracker: str = "none"  # or "tensorboard", "wandb": rank 0 logs there too (metrics.jsonl either way)
+    wandb_project: str = "imagenet-slurm"
     dataset_id: str = ""  # filled from the manifest: which dataset the run trains on
 
     def to_dict(self) -> dict:
@@ -67,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(dest) if dest else None,
                    help="the prepared dataset on node-local disk (default $SLURM_TMPDIR/imagenet)")
     p.add_argument("--run-dir", default="runs/default", help="checkpoints and metrics.jsonl (shared storage)")
-    p.add_argument("--arch", default=d.arch, help="any torchvision classification model name")
+    p.add_argument("--arch", default=d.arch,
+                   help="any torchvision classification model name, or package.module:callable (found on PYTHONPATH or "
+                        "in the current directory), called with num_classes=... and returning a torch.nn.Module")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
     p.add_argument("--workers", type=int, default=None,
@@ -98,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
                    help="seconds to wait for peers at start-up and in any collective")
     p.add_argument("--max-steps", type=int, default=0, help="cap steps per epoch (smoke tests)")
+    p.add_argument("--tracker", choices=["none", "tensorboard", "wandb"], default=d.tracker,
+                   help="also log each epoch, and loss, lr and images/s every --log-every steps, to TensorBoard "
+                        "(RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; WANDB_MODE=offline without internet), "
+                        "from rank 0")
+    p.add_argument("--wandb-project", default=d.wandb_project, help="the Weights & Biases project (--tracker wandb)")
     p.add_argument("--max-bad-samples", type=int, default=d.max_bad_samples,
                    help="bad samples (damaged, over the pixel limit, or labelled with no class) are left out, named and "
                         "counted; more than this many in one "

@@ -13,14 +13,13 @@ import math
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import torchvision
 from torch.nn.parallel import DistributedDataParallel
 
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
@@ -32,7 +31,9 @@ from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
 from train.config import ConfigError, TrainConfig
 from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
+from train.models import build_model
 from train.shard_index import KEY_HASH_BITS
+from train.trackers import NoTracker, open_tracker
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -81,18 +82,14 @@ class Run:
     val_data: ImageNetLoader
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
+    tracker: object = field(default_factory=NoTracker)  # --tracker's (rank 0), opened once the run knows where it resumes
 
 
 # ---------------------------------------------------------------- set-up
 
-def build_model(arch: str, num_classes: int, device: torch.device, channels_last: bool) -> torch.nn.Module:
-    """A torchvision classification model with fresh weights, on `device`."""
-    try:
-        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
-    except ValueError:
-        names = torchvision.models.list_models(module=torchvision.models)
-        raise ConfigError(f"--arch {arch}: not a torchvision classification model; e.g. {', '.join(names[:8])} ...") from None
-    model = model.to(device)
+def model_on(arch: str, num_classes: int, device: torch.device, channels_last: bool) -> torch.nn.Module:
+    """--arch's model with fresh weights (train/models.py), on `device`."""
+    model = build_model(arch, num_classes).to(device)
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
@@ -136,7 +133,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
-    model = build_model(config.arch, manifest.num_classes, device, config.channels_last)
+    model = model_on(config.arch, manifest.num_classes, device, config.channels_last)
     global_batch = config.batch_size * env.world_size
     steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, config.batch_size)
     if steps == 0:
@@ -234,7 +231,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                              scaler=run.scaler, scheduler=run.scheduler)
     loss_sum = torch.zeros((), device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
-    done = position["position"]
+    done = position_at_start = position["position"]
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
                         enabled=run.env.is_main)
     preempted, last_bad = False, ()
@@ -260,6 +257,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             sums.steps_here += 1
             position = run.train_data.state_dict()
             progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
+            if done % run.config.log_every == 0 and run.env.is_main:  # loss.item(): a device sync, every N steps
+                log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
             if done >= run.steps:
                 break
             fetch_start = time.perf_counter()
@@ -269,6 +268,13 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
     return done, preempted, position
+
+
+def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps_here: int) -> None:
+    """Loss, learning rate and images/s so far this epoch (this rank's x the ranks) to the tracker."""
+    images_per_sec = steps_here * run.config.batch_size * run.env.world_size / max(elapsed, 1e-9)
+    run.tracker.log({"train/loss": loss, "train/lr": run.scheduler.get_last_lr()[0],
+                     "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
 
 
 @torch.no_grad()
@@ -419,6 +425,17 @@ def train(run: Run) -> int:
     start_epoch, start_step, sums = resume(run)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
+    run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,
+                               resumed_step=start_epoch * run.steps + start_step, project=config.wandb_project,
+                               config=config.to_dict())
+    try:
+        return train_epochs(run, start_epoch, start_step, sums)
+    finally:
+        run.tracker.close()
+
+
+def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -> int:
+    config = run.config
     for epoch in range(start_epoch, config.epochs):
         if start_step == 0:
             torch.manual_seed(seeded_rng(config.seed, "train", epoch, run.env.rank).getrandbits(63))
@@ -433,6 +450,7 @@ def train(run: Run) -> int:
         record = epoch_record(run, epoch, done, sums, evaluate(run), start_step)
         if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none
             append_metrics(config.run_dir, record)
+            run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
             log.info("%s", epoch_line(record))
         save(run, epoch + 1, 0, EpochSums())
         start_step, sums = 0, EpochSums()

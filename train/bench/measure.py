@@ -20,7 +20,7 @@ from train.bench.decoders import decode_ceiling
 from train.bench.loaders import Ours, baseline_loader, dali_available, dali_batches, dali_loader, worker_rss_mb
 from train.bench.pil_loader import pil_batches
 from train.device_batches import DeviceBatches, to_device
-from train.loop import amp_dtype_for, build_model, build_optimizer, step_module, train_step
+from train.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
 
 log = logging.getLogger("benchmark")
 
@@ -127,7 +127,7 @@ def training_step(args, num_classes: int, env, device: torch.device) -> Callable
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    model = build_model(args.arch, num_classes, device, channels_last=True)
+    model = model_on(args.arch, num_classes, device, channels_last=True)
     optimizer = build_optimizer(model, lr=0.1, momentum=0.9, weight_decay=1e-4)
     stepped = step_module(model, env.world_size, device, compile=False)
     stepped.train()

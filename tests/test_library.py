@@ -1,0 +1,244 @@
+"""The public loader, `from train import ImageNetLoader`, in one process: what it yields, its epochs
+and length, exact resume from a state_dict, a val loader sharing the train loader's threads and
+buffers, its counters and damaged samples, and its lifetime. tests/test_launchers.py runs it, and
+the README's example, under real launchers."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import copy_dataset, damage_jpeg, shard_set
+from shards.manifest import DamagedData, read_manifest
+from shards.plan import steps_per_epoch
+from train import ImageNetLoader
+from train.checkpoint import ResumeError
+from train.config import ConfigError
+from train.shard_index import key_hash
+
+SIZE = 32
+
+
+def loader(prepared, split="train", **options) -> ImageNetLoader:
+    options = {"batch_size": 4, "image_size": SIZE, "device": "cpu", "workers": 2, **options}
+    return ImageNetLoader(prepared, split, **options)
+
+
+def records(batches) -> list[tuple]:
+    """(images, labels, key hashes) of each batch, copied."""
+    return [(b.images.clone(), b.labels.clone(), b.key_hashes.tolist()) for b in batches]
+
+
+def same(a: list[tuple], b: list[tuple]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) and x[2] == y[2]
+                                    for x, y in zip(a, b))
+
+
+def as_world(monkeypatch, world: int, rank: int) -> None:
+    """The variables torchrun sets, without a process group: the loader reads its place from them."""
+    for name, value in {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world}.items():
+        monkeypatch.setenv(name, str(value))
+
+
+def test_batches_are_normalised_channels_last_on_the_device_in_the_dtype_asked(prepared):
+    with loader(prepared) as data:
+        images, labels = next(iter(data))
+        assert images.shape == (4, 3, SIZE, SIZE) and images.dtype == torch.float32 and labels.dtype == torch.int64
+        assert images.is_contiguous(memory_format=torch.channels_last) and images.device.type == "cpu"
+        assert -3 < float(images.mean()) < 3  # normalised, not 0-255
+    with loader(prepared, dtype=torch.bfloat16, channels_last=False) as data:
+        images, _ = next(iter(data))
+        assert images.dtype == torch.bfloat16 and images.is_contiguous()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_train_gives_every_rank_the_same_whole_batches_and_val_every_sample_once(prepared, monkeypatch, world):
+    manifest = read_manifest(prepared)
+    train_seen, val_seen, lengths = [], [], []
+    for rank in range(world):
+        as_world(monkeypatch, world, rank)
+        with loader(prepared) as data, data.with_split("val") as val:
+            batches = list(data.batches())
+            assert len(batches) == len(data) == steps_per_epoch(manifest.splits["train"].samples, world, 4)
+            assert all(len(b.labels) == 4 for b in batches)
+            train_seen += [h for b in batches for h in b.key_hashes.tolist()]
+            val_batches = list(val.batches())
+            assert len(val_batches) == len(val) and all(len(b.labels) == 4 for b in val_batches[:-1])
+            val_seen += [h for b in val_batches for h in b.key_hashes.tolist()]
+            lengths.append(len(data))
+    assert len(set(lengths)) == 1 and len(train_seen) == len(set(train_seen))
+    val_keys = [key_hash(s.split(": ")[1]) for s in val_keys_of(prepared)]
+    assert sorted(val_seen) == sorted(val_keys)
+
+
+def val_keys_of(prepared) -> list[str]:
+    shards = shard_set(prepared, "val")
+    shards.ensure_indexed(np.arange(len(shards)))
+    keys = [shards.describe(i) for i in range(len(shards))]
+    shards.close()
+    return keys
+
+
+def test_a_pass_without_set_epoch_is_the_next_epoch_and_set_epoch_repeats_one(prepared):
+    with loader(prepared) as data:
+        epochs = [records(data.batches()) for _ in range(3)]  # epochs 0, 1, 2
+        data.set_epoch(1)
+        again = records(data.batches())
+        assert same(again, epochs[1]) and not same(epochs[0], epochs[1]) and not same(epochs[1], epochs[2])
+        assert data.state_dict()["epoch"] == 1
+        assert same(records(data.batches()), epochs[2])  # and on from there
+
+
+@pytest.mark.parametrize("taken", [0, 1, 5])
+def test_a_state_dict_taken_mid_epoch_resumes_to_exactly_the_batches_not_yet_taken(prepared, taken):
+    with loader(prepared) as data:
+        data.set_epoch(3)
+        whole = records(data.batches())
+    with loader(prepared) as data:
+        data.set_epoch(3)
+        batches = data.batches()
+        first = records(next(batches) for _ in range(taken))
+        state = data.state_dict()
+        batches.close()
+    assert state["epoch"] == 3 and state["position"] == taken and same(first, whole[:taken])
+    with loader(prepared, workers=1) as resumed:  # any thread count resumes
+        resumed.load_state_dict(state)
+        resumed.set_epoch(3)  # the usual resume loop: the state's own epoch keeps its position
+        assert same(records(resumed.batches()), whole[taken:])
+        resumed.set_epoch(4)
+        assert len(records(resumed.batches())) == len(resumed)  # any other epoch starts at its first batch
+
+
+def test_a_state_at_an_epochs_end_resumes_into_the_next(prepared):
+    with loader(prepared) as data:
+        data.set_epoch(0)
+        list(data.batches())
+        state = data.state_dict()
+        data.set_epoch(1)
+        next_epoch = records(data.batches())
+    with loader(prepared) as resumed:
+        resumed.load_state_dict(state)
+        resumed.set_epoch(0)
+        assert list(resumed.batches()) == []
+        resumed.set_epoch(1)
+        assert same(records(resumed.batches()), next_epoch)
+
+
+@pytest.mark.parametrize("change", ["seed", "batch_size", "shuffle_buffer", "world_size", "split", "dataset"])
+def test_a_state_of_another_loader_is_refused_by_name(prepared, tmp_path, monkeypatch, change):
+    with loader(prepared) as data:
+        state = data.state_dict()
+    root, options, split = prepared, {}, "train"
+    if change in ("seed", "batch_size", "shuffle_buffer"):
+        options[change] = {"seed": 1, "batch_size": 5, "shuffle_buffer": 7}[change]
+    elif change == "world_size":
+        as_world(monkeypatch, 2, 0)
+    elif change == "split":
+        split = "val"
+    else:
+        root = copy_dataset(prepared, tmp_path / "other")
+        manifest = root / "manifest.json"
+        manifest.write_text(manifest.read_text().replace('"seed": 0', '"seed": 9'))
+    with loader(root, split, **options) as other, pytest.raises(ResumeError, match=change.split("_")[0]):
+        other.load_state_dict(state)
+
+
+def test_a_val_loader_made_from_the_train_loader_shares_its_threads_and_buffers(prepared):
+    """Even a validation pass opened in the middle of a training epoch: it takes a second ring, made
+    once, and both give the batches they give alone."""
+    with loader(prepared) as alone:
+        train_alone = records(alone.batches())
+    with loader(prepared, "val") as alone:
+        val_alone = records(alone.batches())
+    with loader(prepared) as data:
+        val = data.with_split("val")
+        assert val._shared.loader is data._shared.loader and val.threads == data.threads
+        train_batches = data.batches()
+        head = records(next(train_batches) for _ in range(3))
+        one_ring = data.memory_bytes()
+        assert same(records(val.batches()), val_alone)  # inside the training epoch
+        two_rings = data.memory_bytes()
+        assert same(head + records(train_batches), train_alone)
+        assert same(records(val.batches()), val_alone) and data.memory_bytes() == two_rings > one_ring
+        val.close()
+        assert not data.closed
+        next(iter(data))  # still serves: the threads stop with the last loader sharing them
+
+
+def test_leaving_a_pass_early_leaves_no_thread_busy_and_no_buffer_held(prepared):
+    with loader(prepared) as data:
+        before = threading.active_count()
+        for step, _ in enumerate(data):
+            if step == 2:
+                break
+        strategy = data._shared.loader.strategy
+        assert len(strategy.free) == len(strategy.rings) == 1  # the pass gave its ring back
+        assert threading.active_count() <= before + data.threads  # the background copier is gone
+        assert not any(t.name == "device-batches" for t in threading.enumerate())
+    assert data.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(data))
+
+
+def test_counters_count_images_bad_samples_and_the_wait(prepared, tmp_path):
+    data_dir = copy_dataset(prepared, tmp_path / "data")
+    shard = data_dir / read_manifest(data_dir).splits["val"].shards[0].name
+    damage_jpeg(shard, 1)
+    with loader(data_dir, "val") as val:
+        list(val)
+        counters = val.counters
+    assert counters.images == read_manifest(data_dir).splits["val"].samples - 1 and counters.bad_samples == 1
+    assert counters.data_wait_s > 0 and counters.pil_fallbacks == 0
+
+
+def test_more_bad_samples_than_allowed_on_this_rank_stop_it_in_one_line(prepared, tmp_path):
+    data_dir = copy_dataset(prepared, tmp_path / "data")
+    shard = data_dir / read_manifest(data_dir).splits["val"].shards[0].name
+    key = damage_jpeg(shard, 1)
+    with loader(data_dir, "val", max_bad_samples=0) as val, pytest.raises(DamagedData) as stopped:
+        list(val)
+    assert f"{key} (damaged JPEG data)" in str(stopped.value) and "--verify" in str(stopped.value)
+    assert "\n" not in str(stopped.value)
+
+
+def test_fixed_shape_fills_a_batch_with_samples_left_out_back_to_its_size(prepared, tmp_path):
+    data_dir = copy_dataset(prepared, tmp_path / "data")
+    shard = data_dir / read_manifest(data_dir).splits["train"].shards[0].name
+    damage_jpeg(shard, 0), damage_jpeg(shard, 1)
+    with loader(data_dir) as plain:
+        sizes = [len(b.labels) for b in plain.batches()]
+    with loader(data_dir, fixed_shape=True) as fixed:
+        batches = list(fixed.batches())
+    assert min(sizes) < 4 and all(len(b.labels) == 4 and b.images.shape[0] == 4 for b in batches)
+    short = next(i for i, n in enumerate(sizes) if n < 4)
+    assert len(batches[short].key_hashes) == sizes[short]  # the copies are not counted as read
+
+
+@pytest.mark.parametrize("options, message", [({"batch_size": 0}, "batch_size"), ({"image_size": 9000}, "image_size"),
+                                              ({"workers": 0}, "workers"), ({"decode": "tpu"}, "decode"),
+                                              ({"dtype": torch.int8}, "dtype"), ({"max_bad_samples": -1}, "max_bad"),
+                                              ({"shuffle_buffer": 0}, "shuffle_buffer")])
+def test_a_setting_that_cannot_work_is_refused_by_name(prepared, options, message):
+    with pytest.raises(ConfigError, match=message):
+        loader(prepared, **options)
+    with pytest.raises(ConfigError, match="split"):
+        loader(prepared, "test")
+
+
+def test_a_missing_dataset_says_what_to_run(tmp_path):
+    from shards.manifest import DatasetNotReady
+
+    with pytest.raises(DatasetNotReady, match="python -m prepare"):
+        loader(tmp_path)
+
+
+def test_workers_default_to_this_ranks_share_of_the_cpus_less_one(prepared, monkeypatch):
+    from shards.resources import available_cpus
+
+    as_world(monkeypatch, 2, 0)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    with ImageNetLoader(prepared, batch_size=4, image_size=SIZE, device="cpu") as data:
+        assert data.threads == max(1, available_cpus() // 2 - 1)
