@@ -25,14 +25,15 @@ def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prep
     record = last_json(result.stdout)
     for key in ("images_per_sec", "baseline_images_per_sec", "decode_ceiling_images_per_sec", "speedup_vs_baseline",
                 "ratio_to_ceiling", "cold_images_per_sec", "memory_mb", "pil_images_per_sec", "pil_worker_rss_mb",
-                "baseline_worker_rss_mb", "model_images_per_sec",
+                "baseline_worker_rss_mb", "model_images_per_sec", "library_images_per_sec", "normalise_ms_per_image",
                 "feed_images_per_sec", "full_images_per_sec", "workers", "image_stats"):
         assert key in record, key
     assert [row["workers"] for row in record["sweep"]] == [1, 2]
     assert record["workers"] == 2 and record["memory_mb"] > 0 and record["baseline_worker_rss_mb"] > 0
     assert record["image_stats"]["train_images"] == read_manifest(prepared).splits["train"].samples
     assert "ours (2 threads, warm)" in result.stdout and "baseline ImageFolder" in result.stdout
-    assert "today's PIL path" in result.stdout
+    assert "today's PIL path" in result.stdout and "ImageNetLoader (ours, normalised)" in result.stdout
+    assert all(row["library"] > 0 and row["normalise_ms_per_image"] > 0 for row in record["sweep"])
     assert (tmp_path / "benchmark.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "benchmark.jsonl").read_text().splitlines()[-1]) == record
 

@@ -1,4 +1,5 @@
-"""What the benchmark runs side by side on the same images: our loader, the usual baseline
+"""What the benchmark runs side by side on the same images: our loader (and the public
+ImageNetLoader that wraps it), the usual baseline
 (torchvision ImageFolder over extracted JPEGs with the standard transforms), NVIDIA DALI's CPU
 pipeline when installed, and the decode-only ceiling; plus the workers' memory probe."""
 
@@ -9,14 +10,16 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from torch.utils.data import DataLoader, RandomSampler
 from torchvision import datasets
 from torchvision import transforms as T
 
 from shards.manifest import Manifest
 from shards.plan import steps_per_epoch
+from train import ImageNetLoader
 from train.config import ConfigError
-from train.device_batches import IMAGENET_MEAN, IMAGENET_STD
+from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, to_device
 from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
 
@@ -63,6 +66,33 @@ class Ours:
 
     def close(self) -> None:
         self.loader.close()
+
+
+def library_passes(root: Path, threads: int, batch: int, size: int) -> tuple[ImageNetLoader, Iterator[tuple]]:
+    """The public ImageNetLoader on the CPU device, epoch after epoch as a user's loop reads it:
+    (loader, its (images, labels) batches, normalised). Ours above, with the copy onto the device
+    and the normalisation that the library adds (on a CPU device, in its background thread)."""
+    loader = ImageNetLoader(root, "train", batch_size=batch, image_size=size, device="cpu", workers=threads)
+
+    def passes():
+        for epoch in itertools.count():
+            loader.set_epoch(epoch)
+            yield from loader
+
+    return loader, passes()
+
+
+def normalise_ms_per_image(batch: int, size: int, repeats: int = 10) -> float:
+    """What normalising a uint8 batch costs on the CPU device, per image (to_device: float, mean and
+    std, channels_last): the part of the library's cost that a GPU device moves off the CPU."""
+    import time
+
+    images = torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8)
+    to_device(images, torch.device("cpu"))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        to_device(images, torch.device("cpu"))
+    return (time.perf_counter() - start) * 1000 / (repeats * batch)
 
 
 # ---------------------------------------------------------------- the baseline users run today

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from shards.resources import evict_from_page_cache
 from train.bench.decoders import decode_ceiling
-from train.bench.loaders import Ours, baseline_loader, dali_available, dali_batches, dali_loader, worker_rss_mb
+from train.bench.loaders import (Ours, baseline_loader, dali_available, dali_batches, dali_loader, library_passes,
+                                 normalise_ms_per_image, worker_rss_mb)
 from train.bench.pil_loader import pil_batches
 from train.device_batches import DeviceBatches, to_device
 from train.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
@@ -78,8 +79,9 @@ def streaming(ours: Ours):
 
 
 def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path, jpegs: list[bytes]) -> dict:
-    """At each worker (or thread) count, warm: ours, today's PIL path, the ImageFolder baseline and
-    DALI when installed; plus one cold pass each of ours and the baseline at the largest count.
+    """At each worker (or thread) count, warm: ours, the public ImageNetLoader that wraps it (onto
+    the CPU device, normalised), today's PIL path, the ImageFolder baseline and DALI when
+    installed; plus one cold pass each of ours and the baseline at the largest count.
     The decode ceiling (the fastest full decode of `jpegs`, in w threads) is measured right after ours.
     Memory: ours is what the loader holds (ring of batch buffers and sample table: no workers);
     the others' is the largest resident size of their worker processes."""
@@ -101,6 +103,10 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
         ours = ours_of(w)
         with streaming(ours) as batches:
             row["ours"], row["ours_memory_mb"] = rate(batches), ours.memory_mb()
+        library, passes = library_passes(root, w, args.batch_size, args.image_size)
+        with library:
+            row["library"] = rate(passes)
+        row["normalise_ms_per_image"] = normalise_ms_per_image(args.batch_size, args.image_size)
         # right after ours, as the machine is now: these shared VMs change speed from minute to minute
         row["ceiling_decoder"], row["ceiling_per_core"] = decode_ceiling(jpegs, threads=w)
         for name, loader in (("pil", pil_batches(manifest, root, w, args.batch_size, args.image_size)),
@@ -114,8 +120,9 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
                 dali = dali_loader(manifest, root, Path(index_dir), w, args.batch_size, args.image_size)
                 row["dali"] = rate(dali_batches(dali))
         result["sweep"].append(row)
-        log.info("data, %d workers: ours %.0f img/s, PIL path %.0f, baseline %.0f%s", w, row["ours"], row["pil"],
-                 row["baseline"], f", DALI {row['dali']:.0f}" if "dali" in row else "")
+        log.info("data, %d workers: ours %.0f img/s (ImageNetLoader %.0f), PIL path %.0f, baseline %.0f%s", w,
+                 row["ours"], row["library"], row["pil"], row["baseline"],
+                 f", DALI {row['dali']:.0f}" if "dali" in row else "")
     return result
 
 
