@@ -2,7 +2,7 @@
 
 import pytest
 
-from train.cluster import ClusterError, cpu_threads, dist_env, first_host, slurm_port, tasks_per_node
+from train.cluster import ClusterError, cpu_threads, default_workers, dist_env, first_host, slurm_port, tasks_per_node
 
 SRUN = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "7",
         "SLURM_NTASKS": "8", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[01-04,7]", "SLURM_NODEID": "2",
@@ -55,3 +55,15 @@ def test_the_job_is_read_with_the_ranks():
     assert (env.job_id, env.job_tasks, env.cpus_per_task) == ("4242", 8, False)
     alone = dist_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURMD_NODENAME": "gpu3"})
     assert (alone.launcher, alone.job_tasks, alone.node) == ("single", 4, "gpu3")
+
+
+@pytest.mark.parametrize("environ, cpus, workers", [
+    ({}, 16, 15),  # one process: all but the training thread's
+    ({**SRUN, "SLURM_CPUS_PER_TASK": "4"}, 4, 3),  # srun --cpus-per-task: the task's own
+    (SRUN, 16, 7),  # srun without it: the node's CPUs shared by its 2 tasks
+    ({"RANK": "1", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "SLURM_CPUS_PER_TASK": "32"}, 32, 7),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, 2, 1),  # never none
+])
+def test_default_workers_are_the_ranks_share_of_its_cpus_less_one(environ, cpus, workers):
+    """torchrun inside an srun task: SLURM_CPUS_PER_TASK is the task's, shared by the node's 4 ranks."""
+    assert default_workers(dist_env(environ), cpus) == workers

@@ -112,7 +112,9 @@ def test_a_state_dict_taken_mid_epoch_resumes_to_exactly_the_batches_not_yet_tak
         assert len(records(resumed.batches())) == len(resumed)  # any other epoch starts at its first batch
 
 
-def test_a_state_at_an_epochs_end_resumes_into_the_next(prepared):
+def test_a_state_at_an_epochs_end_resumes_into_the_next_epoch(prepared):
+    """Without set_epoch, the next pass is the next epoch; set_epoch with the state's own epoch keeps
+    its position (the epoch's end: nothing), any other starts afresh."""
     with loader(prepared) as data:
         data.set_epoch(0)
         list(data.batches())
@@ -121,10 +123,28 @@ def test_a_state_at_an_epochs_end_resumes_into_the_next(prepared):
         next_epoch = records(data.batches())
     with loader(prepared) as resumed:
         resumed.load_state_dict(state)
+        assert same(records(resumed.batches()), next_epoch) and resumed.state_dict()["epoch"] == 1
+    with loader(prepared) as resumed:
+        resumed.load_state_dict(state)
         resumed.set_epoch(0)
         assert list(resumed.batches()) == []
         resumed.set_epoch(1)
         assert same(records(resumed.batches()), next_epoch)
+
+
+def test_a_finished_val_pass_loads_on_a_rank_with_one_batch_fewer(prepared, monkeypatch):
+    """The 30 val samples over 7 ranks are 5, 5, 4, 4, 4, 4, 4: two batches of 4 on rank 0, one on
+    rank 6. Rank 0's state at the end of its pass is the end of rank 6's too."""
+    as_world(monkeypatch, 7, 0)
+    with loader(prepared, "val", batch_size=4) as first:
+        list(first)
+        state = first.state_dict()
+    as_world(monkeypatch, 7, 6)
+    with loader(prepared, "val", batch_size=4) as last:
+        assert state["position"] == len(last) + 1
+        last.load_state_dict(state)
+        last.set_epoch(state["epoch"])
+        assert list(last) == []
 
 
 @pytest.mark.parametrize("change", ["seed", "batch_size", "shuffle_buffer", "world_size", "split", "dataset"])
@@ -183,15 +203,31 @@ def test_leaving_a_pass_early_leaves_no_thread_busy_and_no_buffer_held(prepared)
         next(iter(data))
 
 
-def test_counters_count_images_bad_samples_and_the_wait(prepared, tmp_path):
-    data_dir = copy_dataset(prepared, tmp_path / "data")
-    shard = data_dir / read_manifest(data_dir).splits["val"].shards[0].name
-    damage_jpeg(shard, 1)
-    with loader(data_dir, "val") as val:
+def test_counters_count_images_bad_samples_fallbacks_and_the_wait(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from conftest import write_shard
+    from jpegs import jpeg
+    from shards.manifest import ClassInfo, Manifest, ShardInfo, SplitInfo, write_manifest
+
+    good = [jpeg(seed=s) for s in range(8)]
+    png = io.BytesIO()
+    Image.open(io.BytesIO(good[2])).save(png, "PNG")
+    blobs = good[:2] + [png.getvalue(), good[3][:500]] + good[4:]  # one for PIL, one cut short
+    root = tmp_path / "data"
+    (root / "val").mkdir(parents=True)
+    write_shard(root / "val" / "val-000000.tar", [(f"k{i}", data, i % 2) for i, data in enumerate(blobs)])
+    size = (root / "val" / "val-000000.tar").stat().st_size
+    split = SplitInfo(8, size, [ShardInfo("val/val-000000.tar", 8, size)])
+    write_manifest(root, Manifest(source={}, options={}, classes=[ClassInfo(0, "n0", "a"), ClassInfo(1, "n1", "b")],
+                                  splits={"val": split, "train": SplitInfo(0, 0, [])}))
+    with loader(root, "val", batch_size=3) as val:
         list(val)
         counters = val.counters
-    assert counters.images == read_manifest(data_dir).splits["val"].samples - 1 and counters.bad_samples == 1
-    assert counters.data_wait_s > 0 and counters.pil_fallbacks == 0
+    assert (counters.images, counters.bad_samples, counters.pil_fallbacks) == (7, 1, 1)
+    assert counters.data_wait_s > 0
 
 
 def test_more_bad_samples_than_allowed_on_this_rank_stop_it_in_one_line(prepared, tmp_path):
@@ -215,6 +251,7 @@ def test_fixed_shape_fills_a_batch_with_samples_left_out_back_to_its_size(prepar
     assert min(sizes) < 4 and all(len(b.labels) == 4 and b.images.shape[0] == 4 for b in batches)
     short = next(i for i, n in enumerate(sizes) if n < 4)
     assert len(batches[short].key_hashes) == sizes[short]  # the copies are not counted as read
+    assert fixed.counters.images == sum(sizes)  # nor as images
 
 
 @pytest.mark.parametrize("options, message", [({"batch_size": 0}, "batch_size"), ({"image_size": 9000}, "image_size"),
@@ -235,10 +272,93 @@ def test_a_missing_dataset_says_what_to_run(tmp_path):
         loader(tmp_path)
 
 
-def test_workers_default_to_this_ranks_share_of_the_cpus_less_one(prepared, monkeypatch):
-    from shards.resources import available_cpus
+@pytest.mark.parametrize("environ, threads", [
+    ({}, 15), ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"}, 3),
+    ({"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_CPUS_PER_TASK": "16"}, 7),
+])
+def test_workers_default_to_this_ranks_share_of_the_cpus_less_one(prepared, monkeypatch, environ, threads):
+    """16 CPUs: one process, 4 torchrun ranks on the node, torchrun inside an srun task of 16 CPUs."""
+    from train import imagenet_loader
 
-    as_world(monkeypatch, 2, 0)
-    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(imagenet_loader, "available_cpus", lambda: 16)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
     with ImageNetLoader(prepared, batch_size=4, image_size=SIZE, device="cpu") as data:
-        assert data.threads == max(1, available_cpus() // 2 - 1)
+        assert data.threads == threads
+
+
+def test_the_rank_comes_from_torch_distributed_first_then_from_what_it_is_told(prepared, monkeypatch, tmp_path):
+    """A process group of one, where the launcher's variables say rank 1 of 2: the group wins, and
+    explicit rank and world_size (data parallelism inside a larger group) win over both."""
+    import torch.distributed as dist
+
+    as_world(monkeypatch, 2, 1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        with loader(prepared) as data:
+            assert (data.rank, data.world_size) == (0, 1)
+            assert len(data) == steps_per_epoch(read_manifest(prepared).splits["train"].samples, 1, 4)
+        with loader(prepared, rank=2, world_size=3) as data:
+            assert (data.rank, data.world_size) == (2, 3) and data.state_dict()["world_size"] == 3
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(ConfigError, match="rank and world_size go together"):
+        loader(prepared, rank=3, world_size=3)
+
+
+def test_one_pass_of_a_loader_at_a_time(prepared):
+    with loader(prepared) as data:
+        first = data.batches()
+        next(first)
+        with pytest.raises(RuntimeError, match="still open"):
+            next(iter(data))
+        first.close()
+        next(iter(data))
+
+
+def test_close_ends_the_passes_still_open(prepared):
+    data = loader(prepared)
+    val = data.with_split("val")
+    open_pass = data.batches()
+    next(open_pass)
+    val.close()
+    assert any(t.name == "device-batches" for t in threading.enumerate())
+    data.close()
+    assert not any(t.name == "device-batches" for t in threading.enumerate())
+    assert list(open_pass) == []  # ended, not waiting for batches that will never come
+
+
+def test_a_pass_that_fails_gives_its_ring_and_thread_back(prepared, monkeypatch):
+    from train import loader as loader_module
+
+    real, calls = loader_module.draw_crops, []
+
+    def fails_at_the_third_chunk(chunk, augment, check_markers=False):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a bug in a decode task")
+        return real(chunk, augment, check_markers)
+
+    monkeypatch.setattr(loader_module, "draw_crops", fails_at_the_third_chunk)
+    with loader(prepared, workers=1) as data:
+        with pytest.raises(RuntimeError, match="a bug in a decode task"):
+            list(data)
+        strategy = data._shared.loader.strategy
+        assert len(strategy.free) == len(strategy.rings) == 1
+        assert not any(t.name == "device-batches" for t in threading.enumerate())
+        monkeypatch.setattr(loader_module, "draw_crops", real)
+        assert len(list(data)) == len(data)  # and the loader still serves
+
+
+def test_the_errors_it_raises_are_importable_from_train():
+    import shards.manifest
+    import train
+    import train.checkpoint
+    import train.config
+
+    assert (train.DamagedData, train.DatasetNotReady) == (shards.manifest.DamagedData, shards.manifest.DatasetNotReady)
+    assert (train.ResumeError, train.ConfigError) == (train.checkpoint.ResumeError, train.config.ConfigError)
+    with pytest.raises(AttributeError):
+        train.Nothing

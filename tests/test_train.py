@@ -105,20 +105,30 @@ def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(pr
     state = load_checkpoint(checkpoint_path(run))
     steps = read_metrics(tmp_path / "ref")[0]["steps"]
     assert state.epoch == 0 and 4 <= state.step < steps, state.step
+    assert (state.loader["epoch"], state.loader["position"], state.loader["world_size"]) == (0, state.step, 2)
     assert read_metrics(run) == []
+    # the same checkpoint as the code before the public loader wrote it: epoch and step alone
+    old = copy_dataset(run, tmp_path / "old-run")
+    legacy = torch.load(checkpoint_path(old), weights_only=True)
+    del legacy["loader"]
+    torch.save(legacy, checkpoint_path(old))
 
-    second = Ranks(2, train_args(prepared, run, *args, "--resume", "auto"), tmp_path / "b")
-    assert second.wait() == [0, 0], second.text()
-    assert f"resumed from {checkpoint_path(run)} at epoch 0 step {state.step}" in second.text()
-    ours, theirs = read_metrics(run), read_metrics(tmp_path / "ref")
-    assert [r["resumed_at_step"] for r in ours] == [state.step, 0]
-    for a, b in zip(ours, theirs):
-        assert (a["train_images"], a["train_key_hash"], a["val_images"]) == \
-               (b["train_images"], b["train_key_hash"], b["val_images"])
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
-    final, reference_final = load_checkpoint(checkpoint_path(run)), load_checkpoint(checkpoint_path(tmp_path / "ref"))
-    for name, tensor in reference_final.model.items():
-        assert torch.allclose(final.model[name].float(), tensor.float(), atol=1e-4), name
+    other = Ranks(2, train_args(prepared, run, *args, "--resume", "auto", "--shuffle-buffer", 17), tmp_path / "x")
+    assert other.wait() == [2, 2] and "shuffle_buffer: the state's 16, this loader's 17" in other.text()
+    for run_dir, logs in ((run, "b"), (old, "c")):
+        second = Ranks(2, train_args(prepared, run_dir, *args, "--resume", "auto"), tmp_path / logs)
+        assert second.wait() == [0, 0], second.text()
+        assert f"resumed from {checkpoint_path(run_dir)} at epoch 0 step {state.step}" in second.text()
+        ours, theirs = read_metrics(run_dir), read_metrics(tmp_path / "ref")
+        assert [r["resumed_at_step"] for r in ours] == [state.step, 0]
+        for a, b in zip(ours, theirs):
+            assert (a["train_images"], a["train_key_hash"], a["val_images"]) == \
+                   (b["train_images"], b["train_key_hash"], b["val_images"])
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+        final = load_checkpoint(checkpoint_path(run_dir))
+        reference_final = load_checkpoint(checkpoint_path(tmp_path / "ref"))
+        for name, tensor in reference_final.model.items():
+            assert torch.allclose(final.model[name].float(), tensor.float(), atol=1e-4), name
 
 
 def test_a_missing_dataset_fails_fast_with_the_prepare_command(tmp_path):
@@ -284,9 +294,14 @@ def tensorboard_scalars(run: Path) -> dict[str, list[int]]:
 
 
 def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_steps(prepared, tmp_path):
+    """A run that logged past its last checkpoint (killed before its next one: here, the checkpoint
+    of epoch 1 put back) resumes from it without logging any step twice."""
     run = tmp_path / "run"
     args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 3, "--tracker", "tensorboard"]
     assert run_module("train", *args, "--epochs", 1).returncode == 0
+    after_epoch_0 = checkpoint_path(run).read_bytes()
+    assert run_module("train", *args, "--epochs", 2, "--resume", "auto").returncode == 0
+    checkpoint_path(run).write_bytes(after_epoch_0)  # as if killed during epoch 1, after logging its steps
     resumed = run_module("train", *args, "--epochs", 2, "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     scalars = tensorboard_scalars(run)

@@ -1,15 +1,21 @@
 """Training on prepared ImageNet shards: `python -m train`, and the library it reads its data with.
 
     from train import ImageNetLoader    # the data path for your own loop (train/imagenet_loader.py)
+
+and the errors it raises, each one line saying what to do: ConfigError (a setting that cannot
+work), DatasetNotReady (no prepared dataset, or a damaged one), DamagedData (more bad samples
+than allowed), ResumeError (a state or checkpoint of another run).
 """
 
-__all__ = ["ImageNetLoader"]
+import importlib
+
+__all__ = ["ImageNetLoader", "ConfigError", "DatasetNotReady", "DamagedData", "ResumeError"]
+_HOMES = {"ImageNetLoader": "train.imagenet_loader", "ConfigError": "train.config", "ResumeError": "train.checkpoint",
+          "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
 
 def __getattr__(name: str):
     # On first use: `python -m train --help` does not wait for torch to import.
-    if name == "ImageNetLoader":
-        from train.imagenet_loader import ImageNetLoader
-
-        return ImageNetLoader
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'train' has no attribute {name!r}")

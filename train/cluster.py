@@ -33,7 +33,7 @@ class DistEnv:
     local_world_size: int = 1  # tasks on this node
     job_id: str | None = None  # the SLURM job, for requeueing it
     job_tasks: int = 1  # tasks of the SLURM job (more than world_size: python -m train run without srun)
-    cpus_per_task: bool = False  # SLURM gave each task its own CPUs (--cpus-per-task)
+    cpus_per_task: bool = False  # SLURM gave each rank its own CPUs (srun --cpus-per-task, one task a rank)
 
     @property
     def is_main(self) -> bool:
@@ -73,10 +73,13 @@ def dist_env(environ: dict) -> DistEnv:
             missing = [v for v in TORCHRUN_VARS[:3] if v not in environ]
             raise ClusterError(f"{', '.join(present)} set but not {', '.join(missing)}: "
                                "launch with torchrun, srun, or neither")
+        # torchrun (or accelerate launch) inside an srun task: SLURM_CPUS_PER_TASK is that one task's,
+        # shared by the node's ranks, not each rank's own
         return DistEnv(rank=int(environ["RANK"]), world_size=int(environ["WORLD_SIZE"]),
                        local_rank=int(environ["LOCAL_RANK"]), master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
                        master_port=int(environ.get("MASTER_PORT", 29500)), launcher="torchrun",
-                       local_world_size=int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])), **job)
+                       local_world_size=int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])),
+                       **{**job, "cpus_per_task": False})
     if "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ:
         world = int(environ.get("SLURM_STEP_NUM_TASKS") or environ["SLURM_NTASKS"])
         nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from shards.layout import default_dest
 
+TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/trackers.py)
+
+
 class ConfigError(Exception):
     """A setting that cannot work (an unknown model, a batch larger than the data): the message says
     which one and what to change."""
@@ -102,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
                    help="seconds to wait for peers at start-up and in any collective")
     p.add_argument("--max-steps", type=int, default=0, help="cap steps per epoch (smoke tests)")
-    p.add_argument("--tracker", choices=["none", "tensorboard", "wandb"], default=d.tracker,
+    p.add_argument("--tracker", choices=TRACKERS, default=d.tracker,
                    help="also log each epoch, and loss, lr and images/s every --log-every steps, to TensorBoard "
                         "(RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; WANDB_MODE=offline without internet), "
                         "from rank 0")

@@ -1,6 +1,7 @@
 """Batches onto the device: normalised there, a background thread and CUDA stream ahead of the step.
 
-    to_device        uint8 NHWC on the host -> normalised float NCHW (channels_last) on the device
+    to_device        uint8 NHWC on the host -> normalised NCHW (channels_last) on the device, in a
+                     floating dtype (float32 by default)
     decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized, flipped and
                      normalised on the device (train/device_decode.py)
     DeviceBatches    the next batches moved (or decoded) onto the device in a background thread,
@@ -79,7 +80,7 @@ class DeviceBatches:
 
     _END = object()
 
-    def __init__(self, batches: Iterable[tuple], device: torch.device, channels_last: bool = True, depth: int = 2,
+    def __init__(self, batches: Iterable[Batch], device: torch.device, channels_last: bool = True, depth: int = 2,
                  device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32):
         self.device, self.channels_last, self.dtype = device, channels_last, dtype
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
@@ -107,12 +108,11 @@ class DeviceBatches:
                 continue
         return False
 
-    def _fill(self, batches: Iterable[tuple]) -> None:
+    def _fill(self, batches: Iterable[Batch]) -> None:
         iterator = iter(batches)
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                for images, labels, hashes, *rest in iterator:
-                    bad, fallbacks = (tuple(rest[0]) if rest else ()), (rest[1] if len(rest) > 1 else 0)
+                for images, labels, hashes, bad, fallbacks in iterator:
                     if isinstance(images, EncodedBatch):
                         self.device_decoder = self.device_decoder or DeviceDecoder()
                         x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -34,7 +36,7 @@ from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
 from train.checkpoint import ResumeError
-from train.cluster import ClusterError, DistEnv, default_workers, dist_env
+from train.cluster import ClusterError, default_workers, dist_env
 from train.config import ConfigError
 from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import DeviceBatches
@@ -57,36 +59,40 @@ class Counters:
     data_wait_s: float = 0.0  # seconds the caller waited for a batch
 
 
-def process_place(environ=os.environ) -> tuple[int, int, DistEnv | None]:
-    """(rank, world size, the launcher's environment): torch.distributed's rank and world when it
-    is initialised (however it was launched), else the launcher's variables. The environment tells
-    the ranks on this node and the CPUs they share; None where only torch.distributed knows."""
-    initialised = dist.is_available() and dist.is_initialized()
+def process_place(environ=os.environ) -> tuple[int, int]:
+    """(rank, world size): torch.distributed's when it is initialised (however it was launched),
+    else the launcher's variables (dist_env: srun, torchrun, accelerate launch, or one process)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    env = dist_env(environ)
+    return env.rank, env.world_size
+
+
+def workers_for(environ=os.environ) -> int:
+    """This rank's share of the CPUs it may use, less one (cluster.default_workers). Where only
+    torch.distributed knows the ranks (mp.spawn, say), LOCAL_WORLD_SIZE if set, else the world size,
+    an upper bound of the ranks on this node, share them."""
     try:
         env = dist_env(environ)
     except ClusterError:
-        if not initialised:
-            raise
         env = None
-    if initialised:
-        return dist.get_rank(), dist.get_world_size(), env
-    return env.rank, env.world_size, env
-
-
-def workers_for(env: DistEnv | None) -> int:
-    """This rank's share of the CPUs it may use, less one (cluster.default_workers)."""
-    return default_workers(env, available_cpus()) if env else max(1, available_cpus() - 1)
+    if env is None or (env.launcher == "single" and dist.is_available() and dist.is_initialized()):
+        ranks = int(environ.get("LOCAL_WORLD_SIZE") or (dist.get_world_size() if dist.is_initialized() else 1))
+        return max(1, available_cpus() // ranks - 1)
+    return default_workers(env, available_cpus())
 
 
 class _Shared:
     """What a train and a val loader of one process share: the Loader (its threads, its rings of
-    pinned buffers, the splits' shard sets), the device decoder of --decode gpu, and how many
-    loaders still use them."""
+    pinned buffers, the splits' shard sets), the device decoder of --decode gpu, the passes open
+    (the last close() ends them), and how many loaders still use them."""
 
     def __init__(self, loader: Loader, device_decoder, dataset_id: str, num_classes: int):
         self.loader, self.device_decoder = loader, device_decoder
         self.dataset_id, self.num_classes = dataset_id, num_classes
         self.users = 1
+        self.passes: weakref.WeakSet = weakref.WeakSet()  # the generators of the passes not yet finished
+        self.lock = threading.Lock()
 
 
 class ImageNetLoader:
@@ -104,28 +110,34 @@ class ImageNetLoader:
     dtype:           of the images yielded (normalised in float32 first)
     channels_last:   the images' memory format
     shuffle_buffer:  the read plan's shuffle window, in samples
-    max_bad_samples: bad samples this rank may leave out in one epoch before DamagedData stops it;
-                     None: no limit (python -m train agrees on it over the ranks instead)
+    max_bad_samples: bad samples this rank may leave out in one epoch (a resumed epoch: since its
+                     resume) before DamagedData stops it; None: no limit (python -m train agrees
+                     on it over the ranks instead)
     fixed_shape:     train only: fill a batch whose bad samples were left out back to batch_size
                      with copies of its other samples, so that every batch has one shape
+    prefetch:        batches moved onto the device ahead of the one the caller holds
+    rank, world_size: both or neither; the data-parallel place of this process where it is not
+                     torch.distributed's (tensor or pipeline parallelism), as DistributedSampler's
     """
 
     def __init__(self, root: str | Path, split: str = "train", *, batch_size: int, image_size: int,
                  device: torch.device | str, seed: int = 0, workers: int | None = None, decode: str = "cpu",
                  dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: int = 1000,
-                 max_bad_samples: int | None = 100, fixed_shape: bool = False, prefetch: int = 2):
+                 max_bad_samples: int | None = 100, fixed_shape: bool = False, prefetch: int = 2,
+                 rank: int | None = None, world_size: int | None = None):
         check_settings(split, batch_size, image_size, workers, decode, dtype, shuffle_buffer, max_bad_samples,
-                       prefetch)
+                       prefetch, rank, world_size)
         self.root, self.device = Path(root), torch.device(device)
         self.batch_size, self.image_size, self.seed = batch_size, image_size, seed
         self.dtype, self.channels_last, self.shuffle_buffer = dtype, channels_last, shuffle_buffer
         self.max_bad_samples, self.fixed_shape, self.prefetch = max_bad_samples, fixed_shape, prefetch
-        self.rank, self.world_size, env = process_place()
+        self.rank, self.world_size = (rank, world_size) if rank is not None else process_place()
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
+        device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in SPLITS}, batch_size=batch_size,
-                        image_size=image_size, threads=workers or workers_for(env), decode=decode,
+                        image_size=image_size, threads=workers or workers_for(), decode=decode,
                         pin_memory=self.device.type == "cuda")
-        self._shared = _Shared(loader, device_decoder_for(decode), manifest.dataset_id(), manifest.num_classes)
+        self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), manifest.num_classes)
         self._begin(split)
 
     def _begin(self, split: str) -> None:
@@ -133,6 +145,7 @@ class ImageNetLoader:
         self.split, self.counters, self.closed = split, Counters(), False
         self._epoch, self._position = 0, 0  # the epoch of the pass under way (or next), batches of it taken
         self._chosen, self._started, self._resumable = False, False, None
+        self._bad_this_epoch, self._pass_open = 0, False
 
     def with_split(self, split: str) -> "ImageNetLoader":
         """A loader of `split` with this one's settings, sharing its threads and pinned buffers (a
@@ -142,7 +155,8 @@ class ImageNetLoader:
         self._check_open()
         other = copy.copy(self)
         other._begin(split)
-        self._shared.users += 1
+        with self._shared.lock:
+            self._shared.users += 1
         return other
 
     @property
@@ -173,8 +187,11 @@ class ImageNetLoader:
         self._epoch, self._chosen, self._started, self._resumable = epoch, True, False, None
 
     def _begin_pass(self) -> tuple[int, int]:
-        if self._started and not self._chosen:  # no set_epoch since the last pass: the next epoch
+        finished_state = self._resumable is not None and self._position >= len(self)  # loaded at an epoch's end
+        if (self._started and not self._chosen) or finished_state:  # no set_epoch since: the next epoch
             self._epoch, self._position = self._epoch + 1, 0
+        if self._position == 0:
+            self._bad_this_epoch = 0
         self._chosen, self._started, self._resumable = False, True, None
         return self._epoch, self._position
 
@@ -196,6 +213,8 @@ class ImageNetLoader:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
                               "as the state's was made, or start without it")
         epoch, position = state["epoch"], state["position"]
+        if self.split == "val":  # a finished val pass: a rank may have one batch more than this one
+            position = min(position, len(self)) if isinstance(position, int) else position
         if not (isinstance(position, int) and 0 <= position <= len(self)):
             raise ResumeError(f"the loader state's position {position!r} is outside its epoch of {len(self)} batches")
         self._epoch, self._position = epoch, position
@@ -212,33 +231,45 @@ class ImageNetLoader:
     def batches(self) -> Iterator[Batch]:
         """The next pass as full batch records: images and labels on the device, the samples' key
         hashes (summed over an epoch, they tell which samples were read), the samples left out as
-        (sample, why), and how many images the PIL path decoded."""
+        (sample, why), and how many images the PIL path decoded. One pass of a loader at a time."""
         self._check_open()
-        epoch, start = self._begin_pass()
-        args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
-                        batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, start_step=start)
-        bad_this_epoch = 0
-        with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
-                           device_decoder=self._shared.device_decoder, dtype=self.dtype) as on_device:
-            arriving = iter(on_device)
-            while True:
-                asked = time.perf_counter()
-                batch = next(arriving, None)
-                self.counters.data_wait_s += time.perf_counter() - asked
-                if batch is None:
-                    return
-                self._position += 1
-                bad_this_epoch += len(batch.bad)
-                self._leave_out(batch.bad, bad_this_epoch)
-                if self.fixed_shape and self.split == "train":
-                    batch = filled(batch, self.batch_size, self.channels_last)
-                self.counters.images += len(batch.labels)
-                self.counters.pil_fallbacks += batch.pil_fallbacks
-                yield batch
+        if self._pass_open:
+            raise RuntimeError(f"a pass of this {self.split} loader is still open: finish it, or leave it (break out "
+                               "of its loop, or close() its iterator), before starting another")
+        this_pass = self._pass()
+        self._shared.passes.add(this_pass)
+        return this_pass
 
-    def _leave_out(self, bad: tuple, this_epoch: int) -> None:
+    def _pass(self) -> Iterator[Batch]:
+        self._pass_open = True
+        try:
+            epoch, start = self._begin_pass()
+            args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
+                            batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, start_step=start)
+            with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
+                               device_decoder=self._shared.device_decoder, dtype=self.dtype) as on_device:
+                arriving = iter(on_device)
+                while True:
+                    asked = time.perf_counter()
+                    batch = next(arriving, None)
+                    self.counters.data_wait_s += time.perf_counter() - asked
+                    if batch is None:
+                        return
+                    self._leave_out(batch.bad)
+                    self.counters.images += len(batch.labels)
+                    self.counters.pil_fallbacks += batch.pil_fallbacks
+                    if self.fixed_shape and self.split == "train":
+                        batch = filled(batch, self.batch_size, self.channels_last)
+                    self._position += 1  # the caller has it: a state taken now resumes after it
+                    yield batch
+        finally:
+            self._pass_open = False
+
+    def _leave_out(self, bad: tuple) -> None:
         """Name each bad sample; past max_bad_samples this epoch, stop in one line."""
         self.counters.bad_samples += len(bad)
+        self._bad_this_epoch += len(bad)
+        this_epoch = self._bad_this_epoch
         for sample, why in bad:
             log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset "
                         "with `python -m prepare --source ... --dest %s --verify`", sample, why, this_epoch, self.root)
@@ -266,13 +297,21 @@ class ImageNetLoader:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Stop this loader; the threads and buffers go with the last loader sharing them. A pass
-        left early has already let go of them: nothing is busy after a `break`."""
+        """Stop this loader; the threads and buffers go with the last loader sharing them, after the
+        passes still open are ended. (A pass left by `break` has already let go of its own: CPython
+        closes the loop's iterator as the loop drops it.)"""
         if self.closed:
             return
         self.closed = True
-        self._shared.users -= 1
-        if self._shared.users == 0:
+        with self._shared.lock:
+            self._shared.users -= 1
+            last = self._shared.users == 0
+        if last:
+            for open_pass in list(self._shared.passes):
+                try:
+                    open_pass.close()  # its background copier stops, its ring goes back
+                except ValueError:  # running in another thread: it stops with the pool below
+                    pass
             self._shared.loader.close()
 
     def _check_open(self) -> None:
@@ -317,7 +356,8 @@ def check_split(split: str) -> None:
 
 
 def check_settings(split: str, batch_size: int, image_size: int, workers: int | None, decode: str, dtype,
-                   shuffle_buffer: int, max_bad_samples: int | None, prefetch: int) -> None:
+                   shuffle_buffer: int, max_bad_samples: int | None, prefetch: int, rank: int | None,
+                   world_size: int | None) -> None:
     """Each setting that cannot work is a ConfigError saying which and why."""
     check_split(split)
     for name, value in (("batch_size", batch_size), ("image_size", image_size), ("shuffle_buffer", shuffle_buffer),
@@ -335,3 +375,6 @@ def check_settings(split: str, batch_size: int, image_size: int, workers: int | 
                           f"not {dtype!r}")
     if max_bad_samples is not None and (not isinstance(max_bad_samples, int) or max_bad_samples < 0):
         raise ConfigError(f"max_bad_samples must be 0 or more, or None, not {max_bad_samples!r}")
+    if (rank is None) != (world_size is None) or (rank is not None and not 0 <= rank < world_size):
+        raise ConfigError(f"rank and world_size go together, 0 <= rank < world_size (or neither: torch.distributed's, "
+                          f"or the launcher's), not rank={rank!r}, world_size={world_size!r}")

@@ -270,8 +270,9 @@ class Loader:
     """Batches of the splits' shards for this rank, decoded by `threads` threads (see the module doc).
 
     `epoch()` returns an epoch's batches of one split. The thread pool and the decode strategy's
-    buffers serve every split (one epoch at a time) and live as long as the Loader: `close()` it
-    (or use it as a context manager); it closes the shard sets too."""
+    buffers serve every split and live as long as the Loader; several epochs may be open at once
+    (each takes a ring of buffers of its own). `close()` it (or use it as a context manager); it
+    closes the shard sets too."""
 
     def __init__(self, splits: dict[str, ShardSet], *, batch_size: int, image_size: int, threads: int,
                  decode: str = "cpu", pin_memory: bool = False, ring: int = 4):

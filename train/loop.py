@@ -33,7 +33,7 @@ from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
 from train.shard_index import KEY_HASH_BITS
-from train.trackers import NoTracker, open_tracker
+from train.trackers import NoTracker, open_tracker, require
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -82,7 +82,7 @@ class Run:
     val_data: ImageNetLoader
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
-    tracker: object = field(default_factory=NoTracker)  # --tracker's (rank 0), opened once the run knows where it resumes
+    tracker: NoTracker = field(default_factory=NoTracker)  # --tracker's (rank 0): opened where the run resumes
 
 
 # ---------------------------------------------------------------- set-up
@@ -235,10 +235,9 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
                         enabled=run.env.is_main)
     preempted, last_bad = False, ()
-    start = fetch_start = time.perf_counter()
+    start, waited_before = time.perf_counter(), run.train_data.counters.data_wait_s
     with progress:
         for x, y, key_hashes, bad, _ in run.train_data.batches() if done < run.steps else ():
-            sums.data_wait += time.perf_counter() - fetch_start
             sums.bad_samples += len(bad)
             last_bad = bad[-1] if bad else last_bad
             preempted, bad_total, tiny = agree(run, sums.bad_samples, len(y) < 2)
@@ -261,12 +260,12 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                 log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
             if done >= run.steps:
                 break
-            fetch_start = time.perf_counter()
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)
     sums.loss += loss_sum.item()
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
+    sums.data_wait += run.train_data.counters.data_wait_s - waited_before
     return done, preempted, position
 
 
@@ -370,6 +369,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
 
 def main(config: TrainConfig, env: DistEnv) -> int:
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
+    require(config.tracker)
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
     config = replace(config, dataset_id=manifest.dataset_id())
@@ -412,12 +412,19 @@ def resume(run: Run) -> tuple[int, int, EpochSums]:
     checkpoint.check_resumable(config, run.env.world_size)
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device)
     if checkpoint.mid_epoch:
-        # a checkpoint from before the public loader holds the epoch and step alone: the same position
-        position = {**run.train_data.state_dict(), "epoch": checkpoint.epoch, "position": checkpoint.step}
-        run.train_data.load_state_dict(checkpoint.loader or position)
+        run.train_data.load_state_dict(checkpoint.loader or position_of_old(run, checkpoint))
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
+
+
+def position_of_old(run: Run, checkpoint: Checkpoint) -> dict:
+    """The train loader's state that a checkpoint written before the public loader (epoch and step
+    alone) stands for: the loader's own identity, with the shuffle window the run read with, so
+    that another --shuffle-buffer is refused rather than read in another order."""
+    saved = TrainConfig.from_dict(checkpoint.config)
+    return {**run.train_data.state_dict(), "epoch": checkpoint.epoch, "position": checkpoint.step,
+            "shuffle_buffer": saved.shuffle_buffer}
 
 
 def train(run: Run) -> int:

@@ -41,7 +41,7 @@ def model_from_import_path(arch: str, num_classes: int) -> torch.nn.Module:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exn:
-        if exn.name and module_name.startswith(exn.name):  # the module itself, not one it imports
+        if exn.name == module_name or module_name.startswith(f"{exn.name}."):  # it, not a module it imports
             raise ConfigError(f"--arch {arch}: no module {module_name} on PYTHONPATH or in {os.getcwd()}") from None
         raise
     make = getattr(module, name, None)

@@ -6,24 +6,39 @@ either way.
     TensorBoard   event files in RUN_DIR/tensorboard (torch.utils.tensorboard); a resumed run drops
                   the events logged after its checkpoint's step (purge_step), so no step is logged twice
     WandB         Weights & Biases in RUN_DIR/wandb; WANDB_MODE=offline works on nodes without
-                  internet access (`wandb sync` them later). The run's id is kept in RUN_DIR/wandb-id,
-                  so a requeued job continues the same run.
+                  internet access. The run's id is kept in RUN_DIR/wandb-id, so a requeued job
+                  continues the same run: offline, each attempt writes a folder of its own, and
+                  `wandb sync RUN_DIR/wandb/offline-run-*` uploads them in order as one run. Steps a
+                  killed run logged after its last checkpoint stay in W&B, which ignores the resumed
+                  run's repeats of them until it passes them.
 """
 
 from __future__ import annotations
 
+import importlib
 import secrets
 from pathlib import Path
 
-from train.config import ConfigError
+from train.config import ConfigError, TRACKERS
 
-TRACKERS = ("none", "tensorboard", "wandb")
 WANDB_ID_NAME = "wandb-id"
+PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # the package each of TRACKERS[1:] needs
 
 
 def missing(tracker: str, package: str) -> ConfigError:
     return ConfigError(f"--tracker {tracker} needs the {package} package: pip install 'imagenet-slurm[{tracker}]' "
                        "in the project's environment (bash jobs/install.sh --dev installs it)")
+
+
+def require(tracker: str) -> None:
+    """Import the tracker's package now, on every rank, before the rendezvous: a missing one is the
+    same one line everywhere, not rank 0's alone after the others have started."""
+    if tracker == "none":
+        return
+    try:
+        importlib.import_module(PACKAGES[tracker])
+    except ImportError:
+        raise missing(tracker, PACKAGES[tracker]) from None
 
 
 class NoTracker:
@@ -40,8 +55,8 @@ class TensorBoard:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise missing("tensorboard", "tensorboard") from None
-        # events the crashed run logged after its checkpoint (its step and before are kept) are dropped
-        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resumed_step + 1 if resumed_step else None)
+        # what a killed run logged after the step it resumes from (a fresh start: step 0) is dropped
+        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resumed_step + 1)
 
     def log(self, values: dict, step: int) -> None:
         for name, value in values.items():

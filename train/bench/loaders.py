@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -85,8 +86,6 @@ def library_passes(root: Path, threads: int, batch: int, size: int) -> tuple[Ima
 def normalise_ms_per_image(batch: int, size: int, repeats: int = 10) -> float:
     """What normalising a uint8 batch costs on the CPU device, per image (to_device: float, mean and
     std, channels_last): the part of the library's cost that a GPU device moves off the CPU."""
-    import time
-
     images = torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8)
     to_device(images, torch.device("cpu"))
     start = time.perf_counter()

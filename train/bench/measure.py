@@ -104,7 +104,7 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
         with streaming(ours) as batches:
             row["ours"], row["ours_memory_mb"] = rate(batches), ours.memory_mb()
         library, passes = library_passes(root, w, args.batch_size, args.image_size)
-        with library:
+        with library, contextlib.closing(passes):
             row["library"] = rate(passes)
         row["normalise_ms_per_image"] = normalise_ms_per_image(args.batch_size, args.image_size)
         # right after ours, as the machine is now: these shared VMs change speed from minute to minute
