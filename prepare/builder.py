@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from prepare.images import BadImage, Prepared, prepare_image
+from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.labels import LabelError
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
@@ -61,6 +61,7 @@ class PrepareConfig:
     shard_size_mb: float = 200.0
     resize: int | None = None  # longer side at most this many pixels
     quality: int = 90  # JPEG quality of re-encoded images
+    restart_mcus: int = RESTART_MCUS  # seekable JPEGs: restart markers every at most this many MCUs (0: none)
     skip_bad: bool = False
     force: bool = False
     verify: bool = False  # read every shard of an existing dataset against its checksums
@@ -70,7 +71,7 @@ class PrepareConfig:
     def output_options(self) -> dict:
         """The options that decide the bytes of the shards (a re-run must match them)."""
         return {"seed": self.seed, "shard_size_mb": self.shard_size_mb, "resize": self.resize,
-                "quality": self.quality, "skip_bad": self.skip_bad}
+                "quality": self.quality, "restart_mcus": self.restart_mcus, "skip_bad": self.skip_bad}
 
 
 def prepare(config: PrepareConfig) -> Manifest:
@@ -282,6 +283,7 @@ class SplitResult:
     converted: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     source_bytes: int = 0
+    seekable: int = 0  # images stored with restart markers
 
 
 def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState) -> Manifest:
@@ -294,7 +296,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
                                     config.workers) for split in SPLITS}
     check_free_space(dest, sum(estimate.values()), "the dataset (estimated from the source)", state)
-    splits, converted, skipped, source_bytes = {}, {}, {}, 0
+    splits, converted, skipped, source_bytes, seekable = {}, {}, {}, 0, 0
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
@@ -313,11 +315,13 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             converted |= result.converted
             skipped |= result.skipped
             source_bytes += result.source_bytes
+            seekable += result.seekable
     elapsed = time.monotonic() - start
     samples = sum(s.samples for s in splits.values())
     stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
              "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
-             "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers}
+             "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers,
+             "seekable_images": seekable}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
 
@@ -330,6 +334,7 @@ class Scattered:
     size: int  # bytes in the source
     error: str | None  # why it is unusable (then it was not spilled)
     note: str | None = None  # how it was normalised, if it was
+    seekable: bool = False  # stored with restart markers
 
 
 def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
@@ -355,6 +360,7 @@ def scatter(source: Source, split: str, num_buckets: int, work: Path, config: Pr
                 continue
             if image.note:
                 result.converted[image.key] = image.note
+            result.seekable += image.seekable
             result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
         bar.finish()
     expected, got = source.expected_count(split), len(seen)
@@ -376,6 +382,7 @@ class PartJob:
     work: str
     resize: int | None
     quality: int
+    restart_mcus: int
 
 
 def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, work: Path, config: PrepareConfig,
@@ -384,7 +391,7 @@ def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, 
     worker reads it at its offset (or its files), checks or re-encodes every image and spills it
     to bucket files of its own. Only small outcomes come back, in source order."""
     jobs = (PartJob(part, {w: classes[w] for w in part.wnids()}, num_buckets, config.seed, str(work), config.resize,
-                    config.quality) for part in parts)
+                    config.quality, config.restart_mcus) for part in parts)
     for scattered in pool.imap(scatter_part, jobs) if pool else map(scatter_part, jobs):
         yield from scattered
 
@@ -395,13 +402,14 @@ def scatter_part(job: PartJob) -> list[Scattered]:
         for item in job.part.items():
             with failures_named(item.origin):
                 try:
-                    prepared = prepare_image(item.data, job.resize, job.quality)
+                    prepared = prepare_image(item.data, job.resize, job.quality, restart_mcus=job.restart_mcus)
                 except BadImage as exn:
                     out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
                     continue
                 spills.write(bucket_of(item.key, job.seed, job.num_buckets),
                              encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
-                out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note))
+                out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note,
+                                     prepared.restart_interval > 0))
     return out
 
 

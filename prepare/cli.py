@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from prepare.builder import PrepareConfig, PrepareError, prepare
+from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
 from prepare.labels import LabelError
 from prepare.sources import SourceError
 from prepare.workers import WorkerDied
@@ -35,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-encode every image with its longer side at most N pixels (FFCV-style, e.g. 512); "
                         "smaller images are kept as they are")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (1-100)")
+    p.add_argument("--restart-mcus", type=int, default=RESTART_MCUS, metavar="N",
+                   help="make the JPEGs seekable: rewrite each one losslessly (the same pixels) with a restart "
+                        "marker every at most N MCUs (16x16-pixel blocks), so that the loader decodes only the "
+                        "part of an image its crop covers; 0 keeps the original bytes (see README)")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out images that do not decode (listed in the manifest) instead of stopping")
     p.add_argument("--force", action="store_true",
@@ -58,10 +63,12 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--resize must be at least 16 pixels")
     if not 1 <= args.quality <= 100:
         parser.error("--quality must be between 1 and 100")
+    if not 0 <= args.restart_mcus <= MAX_RESTART_MCUS:
+        parser.error(f"--restart-mcus must be between 0 (no markers) and {MAX_RESTART_MCUS}")
     if args.shard_size <= 0 or args.workers < 1:
         parser.error("--shard-size and --workers must be positive")
     return PrepareConfig(source=args.source, dest=args.dest, seed=args.seed, shard_size_mb=args.shard_size,
-                         resize=args.resize, quality=args.quality, skip_bad=args.skip_bad, force=args.force,
+                         resize=args.resize, quality=args.quality, restart_mcus=args.restart_mcus, skip_bad=args.skip_bad, force=args.force,
                          verify=args.verify,
                          workers=args.workers, progress_interval=args.progress_interval)
 

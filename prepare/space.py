@@ -17,13 +17,15 @@ BLOCK = 512
 # Per sample: three headers, the .cls and .json contents padded to a block each, and on average
 # half a block of padding after the JPEG.
 TAR_OVERHEAD = 3 * BLOCK + 2 * BLOCK + BLOCK // 2
+# Per shard: the end-of-archive blocks, padded to tarfile's 10 KiB record: on average half a record.
+SHARD_END = 2 * BLOCK + 20 * BLOCK // 2
 SPILL_OVERHEAD = 200  # a pickled sample's keys, label and metadata around the JPEG bytes
 MARGIN = 16 << 20  # once per check: the manifest, file-system slack
 
 
-def tar_bytes(image_bytes: int, samples: int) -> int:
-    """About how large the shards of `samples` images of `image_bytes` bytes in all will be."""
-    return image_bytes + samples * TAR_OVERHEAD
+def tar_bytes(image_bytes: int, samples: int, shards: int) -> int:
+    """About how large `shards` shards of `samples` images of `image_bytes` bytes in all will be."""
+    return image_bytes + samples * TAR_OVERHEAD + shards * SHARD_END
 
 
 def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: int) -> int:

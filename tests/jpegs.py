@@ -192,3 +192,31 @@ def many_scans(image: Image.Image, scans: int) -> bytes:
         after_dc = entropy_end(data, dc_scan + 2 + int.from_bytes(data[dc_scan + 2:dc_scan + 4], "big"))
         spliced += data[after_dc:-2]
     return spliced + b"\xff\xd9"
+
+
+def restart_markers(data: bytes) -> list[int]:
+    """Where each RSTn marker of a JPEG's entropy-coded data starts."""
+    return [i for i in range(segments(data)[-1][2], len(data) - 1) if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+
+
+def hostile_restarts(seekable: bytes) -> dict[str, bytes]:
+    """A seekable JPEG (restart marker every MCU, 6 MCUs a row) whose grid of intervals lies."""
+    rst = restart_markers(seekable)
+    dri = next(start for marker, start, _ in segments(seekable) if marker == 0xDD)
+    with_dri = lambda n: seekable[:dri + 4] + n.to_bytes(2, "big") + seekable[dri + 6:]
+    a, b = rst[7], rst[8]
+    swapped = bytearray(seekable)
+    swapped[a + 1], swapped[b + 1] = seekable[b + 1], seekable[a + 1]
+    app = b"\xff\xe5\xff\xff" + bytes(0xFFFD)  # an APP5 segment of 64 KiB
+    return {"restart markers swapped": bytes(swapped),
+            "a restart marker dropped": seekable[:a] + seekable[a + 2:],
+            "a restart marker added": seekable[:a] + b"\xff\xd0" + seekable[a:],
+            "a restart marker replaced by EOI": seekable[:a] + b"\xff\xd9" + seekable[a + 2:],
+            "a restart marker replaced by DHT": seekable[:a] + b"\xff\xc4" + seekable[a + 2:],
+            "every restart marker gone": bytes(np.delete(np.frombuffer(seekable, np.uint8),
+                                                         [i + d for i in rst for d in (0, 1)])),
+            "interval 5 that does not divide 6": with_dri(5), "interval 2 over markers every 1": with_dri(2),
+            "interval 65535": with_dri(65535), "interval 0": with_dri(0),
+            "2 MiB of data between two markers": seekable[:a] + bytes(2 << 20) + seekable[a:],
+            "a megabyte of header": seekable[:2] + app * 17 + seekable[2:],
+            "cut after a restart marker": seekable[:b + 2]}

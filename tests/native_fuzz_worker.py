@@ -4,10 +4,12 @@ native modules, so that a crash kills only this process. Not a test module; run 
     python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE
     python tests/native_fuzz_worker.py --pil IMAGE SIZE
 
-It writes one JSON line per case decoded alone (status, digest of the slot), flushed before the
-next case starts (after a crash the last line tells the parent which case was next), then per batch
-of cases the cases whose status or pixels differ when decoded in chunks of other sizes on THREADS
-threads, then the tar cases and random arguments, and last the process's peak resident memory.
+It writes one JSON line per case decoded alone (status, digest of the slot; and prepare's rewrite
+with restart markers: its status, digest, and where it succeeded whether the rewritten JPEG,
+decoded by seeking, gives the original's pixels), flushed before the next case starts (after a
+crash the last line tells the parent which case was next), then per batch of cases the cases whose
+status or pixels differ when decoded (or rewritten) in chunks of other sizes on THREADS threads,
+then the tar cases and random arguments, and last the process's peak resident memory.
 Before decoding it caps its address space (RLIMIT_AS) at what it holds plus the stated bound for
 every thread: an allocation past the bound fails (OUT_OF_MEMORY), even one never touched, which
 resident memory alone would not show. With --pil it decodes one image file by the PIL path and
@@ -24,11 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from prepare import _restarts
 from train import _jpegcrop, _tarindex
 
 BATCH = 64  # cases per chunked comparison
 THREAD_OVERHEAD = 96 << 20  # address space of a thread beyond its decode: a malloc arena (64 MiB), its stack
 CHUNKS = (1, 3, 8, BATCH)  # chunk sizes, on THREADS threads, compared with one image per call in one thread
+RESTART_MCUS = 1  # the rewrite's interval: the most markers, the most for the decoder's seek to parse
 
 
 def proc_status(field: str) -> int:
@@ -64,6 +68,9 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def data(self, case: int) -> bytes:
+        return self.blob[self.offsets[case]:self.offsets[case] + self.lengths[case]]
+
     def decode(self, start: int, stop: int, out: np.ndarray, first: int, max_pixels: int) -> np.ndarray:
         n = stop - start
         status = np.zeros(n, np.int32)
@@ -72,16 +79,38 @@ class Corpus:
                                status=status, max_pixels=max_pixels)
         return status
 
+    def rewrite(self, case: int, max_pixels: int) -> list:
+        """prepare's rewrite with restart markers: [status, digest of its bytes or None]."""
+        status, data, _ = _restarts.add_restarts(self.data(case), RESTART_MCUS, max_pixels)
+        return [status, None if data is None else digest(np.frombuffer(data, np.uint8))]
+
+    def rewrite_is_lossless(self, case: int, max_pixels: int, size: int) -> bool:
+        """Whether the rewritten JPEG, decoded by seeking where it can, gives the original's crop."""
+        original = self.data(case)
+        _, rewritten, _ = _restarts.add_restarts(original, RESTART_MCUS, max_pixels)
+        slots, status = np.zeros((2, size, size, 3), np.uint8), np.zeros(2, np.int32)
+        blob = original + rewritten
+        _jpegcrop.decode_crops((blob,), np.zeros(2, np.int32), np.array([0, len(original)], np.int64),
+                               np.array([len(original), len(rewritten)], np.int64), boxes=self.boxes[[case, case]],
+                               flips=self.flips[[case, case]], out=slots, first=0, status=status,
+                               max_pixels=max_pixels)
+        return bool(status[0] == status[1] and np.array_equal(slots[0], slots[1]))
+
 
 def digest(slot: np.ndarray) -> str:
     return hashlib.blake2b(slot.tobytes(), digest_size=8).hexdigest()
 
 
-def chunked_differences(corpus: Corpus, start: int, stop: int, alone: dict, max_pixels: int, size: int,
-                        threads: int) -> list[int]:
-    """Cases of [start, stop) whose status or pixels differ from alone when decoded in chunks."""
+def chunked_differences(corpus: Corpus, start: int, stop: int, alone: dict, rewritten: dict, max_pixels: int,
+                        size: int, threads: int) -> list[int]:
+    """Cases of [start, stop) whose status or pixels differ from alone when decoded in chunks, or
+    whose rewrite differs when done on several threads at once."""
     differ = set()
     with ThreadPoolExecutor(threads) as pool:
+        cases = range(start, stop)
+        for case, result in zip(cases, pool.map(lambda c: corpus.rewrite(c, max_pixels), cases)):
+            if result != rewritten[case]:
+                differ.add(case)
         for chunk in CHUNKS:
             out = np.full((stop - start, size, size, 3), 77, np.uint8)
             firsts = list(range(start, stop, chunk))
@@ -132,6 +161,9 @@ def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> 
         "status": [np.zeros(n, np.int32), np.zeros(n, np.int16), np.zeros(n - 1, np.int32)],
         "max_pixels": [max_pixels, 0, -1, 2**40, 1],
         "simd": [None, "C", "SSE2", "bogus"],
+        "seek": [True, False, 2, None],
+        "seeked": [None, np.zeros(n, np.bool_), np.zeros(n, np.uint8), np.zeros(n - 1, np.bool_), np.zeros(n, np.int32),
+                   np.zeros((n, 2), np.bool_)],
     }
     for _ in range(calls):
         kwargs = {name: values[rng.integers(len(values))] for name, values in pools.items()}
@@ -141,7 +173,17 @@ def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> 
             _jpegcrop.decode_crops(**kwargs)
         except (TypeError, ValueError, IndexError):
             pass
-    return calls
+    rewrite_pools = {"data": [corpus.data(0), bytearray(corpus.data(1)), memoryview(corpus.data(2)), b"", "text", None, 7,
+                              np.zeros(5, np.int64)],
+                     "most": [1, 2, 65535, 0, 65536, -1, 2**40, 1.5], "max_pixels": [max_pixels, 0, -1, 2**40, 1, "x"]}
+    for _ in range(calls):
+        kwargs = {name: values[rng.integers(len(values))] for name, values in rewrite_pools.items()}
+        try:
+            status, data, interval = _restarts.add_restarts(**kwargs)
+            assert (data is None) == (status != _restarts.OK) and (interval == 0) == (data is None)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return 2 * calls
 
 
 def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: int, size: int) -> None:
@@ -156,16 +198,19 @@ def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: i
         emit({"base_rss": base, "address_space": cap_address_space(threads, max_pixels)})
         for batch in range(start, len(corpus), BATCH):
             stop = min(batch + BATCH, len(corpus))
-            alone = {}
+            alone, rewritten = {}, {}
             for case in range(batch, stop):
                 emit({"next": case})  # a crash from here on is this case's
                 slot[:] = 55
                 status = int(corpus.decode(case, case + 1, slot, 0, max_pixels)[0])
                 alone[case] = [status, digest(slot[0])]
-                emit({"case": case, "status": status, "digest": alone[case][1]})
+                rewritten[case] = corpus.rewrite(case, max_pixels)
+                lossless = corpus.rewrite_is_lossless(case, max_pixels, size) if rewritten[case][1] else None
+                emit({"case": case, "status": status, "digest": alone[case][1], "rewrite": rewritten[case],
+                      "lossless": lossless})
             emit({"next": {"chunks": [batch, stop]}})
-            emit({"batch": [batch, stop], "differ": chunked_differences(corpus, batch, stop, alone, max_pixels, size,
-                                                                         threads)})
+            emit({"batch": [batch, stop], "differ": chunked_differences(corpus, batch, stop, alone, rewritten,
+                                                                         max_pixels, size, threads)})
         if start <= len(corpus):
             emit({"next": "tar"})
             emit({"tar_cases": tar_cases(corpus)})

@@ -3,6 +3,8 @@ restarted after a crash, so that a crash is a failure with the case named, not a
 
 The corpus is built here: truncations at every header byte, seeded bit and byte flips, frame
 headers that lie about the size or the sampling factors (4x2, 4x1, 1x4 and impossible ones),
+seekable JPEGs (prepare's rewrite with restart markers) with markers swapped, dropped, added or
+replaced, restart intervals that lie, megabytes between two markers and a megabyte of header,
 progressive, arithmetic-coded, CMYK, YCCK and two-component JPEGs, JPEGs of 100, 101 and 190
 scans, JPEGs without their quantisation or Huffman tables next to JPEGs with optimised ones,
 images at the pixel limit and one pixel over it, bytes that are no JPEG at all, boxes that are
@@ -31,8 +33,9 @@ import webdataset as wds
 from PIL import Image
 
 from conftest import ROOT
-from jpegs import (DHT, DQT, cjpeg, cmyk, jpeg, many_scans, photo, segments, two_components, with_sampling, with_size,
-                   without, ycck)
+from jpegs import (DHT, DQT, cjpeg, cmyk, hostile_restarts, jpeg, many_scans, photo, segments, two_components,
+                   with_sampling, with_size, without, ycck)
+from prepare.images import with_restarts
 from shards.limits import MAX_PIXELS
 from train import _jpegcrop, decoder
 
@@ -64,7 +67,9 @@ def bases(full: bool) -> dict[str, bytes]:
     picture = photo(96, 72, seed=1)
     found = {"baseline 4:2:0": jpeg(96, 72), "progressive 4:4:4": jpeg(96, 72, progressive=True, subsampling=0),
              "optimised tables": jpeg(96, 72, optimize=True, seed=2), "arithmetic": cjpeg(picture, "-arithmetic"),
-             "4x2 sampling": cjpeg(picture, "-sample", "4x2,1x1,1x1")}
+             "4x2 sampling": cjpeg(picture, "-sample", "4x2,1x1,1x1"),
+             "seekable 4:2:0": with_restarts(jpeg(96, 72), 1, MAX_PIXELS)[0],
+             "seekable grey": with_restarts(jpeg(96, 72, mode="L"), 2, MAX_PIXELS)[0]}
     if full:
         found |= {"grey": jpeg(96, 72, mode="L"), "4:2:2": jpeg(96, 72, subsampling=1),
                   "restart markers": jpeg(96, 72, restart=1), "EXIF": jpeg(96, 72, exif=True),
@@ -103,10 +108,12 @@ def build_corpus(full: bool, seed: int = 0) -> Corpus:
             value = int(rng.integers(256))
             data[at] = value
             corpus.add(f"{name}: byte {at} set to {value}", bytes(data))
-    for name in ("baseline 4:2:0", "progressive 4:4:4", "arithmetic", "4x2 sampling"):
+    for name in ("baseline 4:2:0", "progressive 4:4:4", "arithmetic", "4x2 sampling", "seekable 4:2:0"):
         for width, height in [(65500, 65500), (65500, 16), (65500, 15), (15, 65500), (0, 0), (0, 100), (1, 1),
                               (1000, 1000), (1024, 1024), (1025, 1024), (8200, 8200)]:
             corpus.add(f"{name} claiming {width} x {height}", with_size(found[name], width, height))
+    for name, data in hostile_restarts(found["seekable 4:2:0"]).items():
+        corpus.add(name, data)
     baseline = found["baseline 4:2:0"]
     for factors in [[(4, 2), (1, 1), (1, 1)], [(4, 1), (1, 1), (1, 1)], [(1, 4), (1, 1), (1, 1)], [(4, 4), (1, 1), (1, 1)],
                     [(3, 3), (1, 1), (1, 1)], [(0, 1), (1, 1), (1, 1)], [(1, 1), (4, 2), (1, 1)], [(2, 2), (2, 2), (2, 2)],
@@ -186,6 +193,8 @@ def write_corpus(corpus: Corpus, tmp_path: Path, seed: int, tar_flips: int) -> P
 class Report:
     statuses: dict[int, int] = field(default_factory=dict)
     digests: dict[int, str] = field(default_factory=dict)  # of each case's slot, decoded alone
+    rewrites: dict[int, list] = field(default_factory=dict)  # prepare's rewrite with restart markers: status, digest
+    lossy: list[int] = field(default_factory=list)  # rewritten, but the seek's crop differs from the original's
     differ: list[int] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     memory: list[tuple[int, int]] = field(default_factory=list)  # (base, peak) of each worker process
@@ -216,6 +225,9 @@ def run_worker(corpus_path: Path, count: int, tmp_path: Path, *, max_pixels: int
             if "case" in record:
                 report.statuses[record["case"]] = record["status"]
                 report.digests[record["case"]] = record["digest"]
+                report.rewrites[record["case"]] = record["rewrite"]
+                if record["lossless"] is False:
+                    report.lossy.append(record["case"])
             report.differ += record.get("differ", [])
             report.tar_cases += record.get("tar_cases", 0)
             report.argument_calls += record.get("argument_calls", 0)
@@ -238,11 +250,13 @@ def check(report: Report, corpus: Corpus, max_pixels: int, threads: int) -> None
     assert not report.crashes, report.crashes
     assert len(report.statuses) == len(corpus.names)
     assert set(report.statuses.values()) <= {0, 1, 2, 3, 4}  # no OUT_OF_MEMORY (5): nothing past the bound
-    assert not report.differ, f"decoded differently in chunks and threads: {named(report.differ)[:20]}"
+    assert {status for status, _ in report.rewrites.values()} <= {0, 1, 2, 3, 4}
+    assert not report.differ, f"decoded or rewritten differently in chunks and threads: {named(report.differ)[:20]}"
+    assert not report.lossy, f"rewritten with restart markers, but decoded differently: {named(report.lossy)[:20]}"
     bound = threads * _jpegcrop.memory_bound(max_pixels)
     for base, peak in report.memory:
         assert peak <= base + bound, f"peak RSS {peak / 2**20:.0f} MiB, base {base / 2**20:.0f} MiB + {bound / 2**20:.0f}"
-    assert report.tar_cases > 1000 and report.argument_calls == 400
+    assert report.tar_cases > 1000 and report.argument_calls == 800
 
 
 def expect(report: Report, corpus: Corpus, name: str) -> int:
@@ -263,7 +277,8 @@ def test_hostile_inputs_give_a_status_never_a_crash_and_the_same_pixels_in_any_c
     changed = [corpus.names[c] for c in report.digests if perturbed.digests[c] != report.digests[c]]
     assert perturbed.statuses == report.statuses and not changed, f"pixels from memory no one wrote: {changed[:20]}"
     for name in ("baseline 4:2:0", "progressive 4:4:4", "arithmetic", "4x2 sampling", "real 1024 x 1024",
-                 "real 1024 x 1024 progressive", "abbreviated 1"):
+                 "real 1024 x 1024 progressive", "abbreviated 1", "seekable 4:2:0", "seekable grey",
+                 "a megabyte of header"):
         assert expect(report, corpus, name) == OK, name
     for name in ("real 1025 x 1024", "real 1025 x 1024 progressive", "baseline 4:2:0 claiming 65500 x 65500",
                  "4x2 sampling claiming 65500 x 65500", "progressive 4:4:4 claiming 1025 x 1024",

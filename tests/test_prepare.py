@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 import scipy.stats
 import webdataset as wds
@@ -57,22 +58,51 @@ def test_every_layout_gives_every_sample_once_with_its_exact_label(layout, sourc
     assert manifest.classes[0].name == ("n01440764" if layout == "imagefolder" else "tench, Tinca tinca")
 
 
-def test_quirk_images_are_normalised_and_good_jpegs_keep_their_bytes(prepared, images):
+def stored_images(prepared: Path) -> dict[str, bytes]:
+    """Every stored image's bytes by key, read back from the shards."""
+    manifest = read_manifest(prepared)
+    return {sample["__key__"]: sample["jpg"] for split in ("train", "val")
+            for s in manifest.splits[split].shards
+            for sample in wds.WebDataset(str(prepared / s.name), shardshuffle=False)}
+
+
+def restart_interval_of(data: bytes) -> int:
+    """The restart interval a JPEG's DRI segment declares, 0 without one (PIL does not say)."""
+    at = data.find(b"\xff\xdd\x00\x04")
+    return int.from_bytes(data[at + 4:at + 6], "big") if at >= 0 else 0
+
+
+def test_quirk_images_are_normalised_and_good_jpegs_keep_their_pixels_made_seekable(prepared, images):
     manifest = read_manifest(prepared)
     assert manifest.converted == {
         "n01440764_10000": "CMYK JPEG -> RGB JPEG", "n01443537_10038": "L JPEG -> RGB JPEG",
         PNG_KEY: "RGB PNG -> RGB JPEG", "ILSVRC2012_val_00000002": "CMYK JPEG -> RGB JPEG",
         "ILSVRC2012_val_00000003": "L JPEG -> RGB JPEG"}
     original = {key: data for key, _, data in images.train + images.val}
+    stored = stored_images(prepared)
+    for key, data in stored.items():
+        image = Image.open(io.BytesIO(data))
+        assert (image.format, image.mode) == ("JPEG", "RGB")
+        assert image.info.get("progressive", 0) == 0  # baseline: the only kind that seeks
+        assert 1 <= restart_interval_of(data) <= manifest.options["restart_mcus"] == 2
+        if key not in manifest.converted:
+            assert np.array_equal(np.asarray(image), np.asarray(Image.open(io.BytesIO(original[key]))))
+    assert manifest.stats["seekable_images"] == len(stored) == manifest.stats["samples"]
     for split in ("train", "val"):
         for url in (prepared / s.name for s in manifest.splits[split].shards):
             for sample in wds.WebDataset(str(url), shardshuffle=False):
-                image = Image.open(io.BytesIO(sample["jpg"]))
-                assert (image.format, image.mode) == ("JPEG", "RGB")
                 meta = json.loads(sample["json"])
-                assert (meta["width"], meta["height"]) == image.size
-                if sample["__key__"] not in manifest.converted:
-                    assert sample["jpg"] == original[sample["__key__"]]
+                assert (meta["width"], meta["height"]) == Image.open(io.BytesIO(sample["jpg"])).size
+
+
+def test_without_restart_markers_good_jpegs_keep_their_bytes(sources, images, tmp_path):
+    prepare(config(sources["official"], tmp_path / "plain", restart_mcus=0))
+    manifest = read_manifest(tmp_path / "plain")
+    original = {key: data for key, _, data in images.train + images.val}
+    stored = stored_images(tmp_path / "plain")
+    assert {key for key, data in stored.items() if data == original[key]} == set(stored) - set(manifest.converted)
+    assert not any(restart_interval_of(data) for data in stored.values())
+    assert manifest.stats["seekable_images"] == 0 and manifest.options["restart_mcus"] == 0
 
 
 def test_shards_are_equal_sized_and_mixed_across_classes(prepared):
@@ -524,7 +554,7 @@ def test_the_space_estimate_counts_the_tar_overhead(prepared):
     for split in ("train", "val"):
         stored = read_split_bytes(prepared, split)
         actual = manifest.splits[split].bytes
-        estimate = tar_bytes(sum(stored), len(stored))
+        estimate = tar_bytes(sum(stored), len(stored), len(manifest.splits[split].shards))
         assert abs(estimate - actual) < 0.05 * actual, (split, estimate, actual)
         assert actual > 1.3 * sum(stored)  # small images: the headers and padding are a third and more
 
@@ -540,10 +570,10 @@ def test_a_worker_failing_on_an_image_is_one_line_naming_it(sources, tmp_path, m
 
     real = builder.prepare_image
 
-    def fails_on_one(data, *args):
+    def fails_on_one(data, *args, **kwargs):
         if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
             raise RuntimeError("something unexpected")
-        return real(data, *args)
+        return real(data, *args, **kwargs)
 
     monkeypatch.setattr(builder, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
     dest = tmp_path / "out"
@@ -560,10 +590,10 @@ def test_a_worker_killed_outright_is_one_line_not_a_hang(sources, tmp_path, monk
 
     real = builder.prepare_image
 
-    def killed_on_one(data, *args):
+    def killed_on_one(data, *args, **kwargs):
         if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(data, *args)
+        return real(data, *args, **kwargs)
 
     monkeypatch.setattr(builder, "prepare_image", killed_on_one)  # before the pool forks: the workers have it
     dest = tmp_path / "out"
@@ -629,6 +659,7 @@ def test_every_image_prepare_cannot_use_is_a_bad_image_with_the_reason():
     for data, reason in cases.items():
         with pytest.raises(BadImage, match=reason):
             prepare_image(data)
-    assert prepare_image(jpeg(), max_pixels=333 * 217).data is None  # at the limit: kept as it is
+    assert prepare_image(jpeg(), max_pixels=333 * 217, restart_mcus=0).data is None  # at the limit: kept as it is
+    assert prepare_image(jpeg(), max_pixels=333 * 217).restart_interval == 1  # and made seekable
     with pytest.raises(BadImage, match="333 x 217 pixels"):
         prepare_image(jpeg(), max_pixels=333 * 217 - 1)

@@ -95,15 +95,18 @@ def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = M
 
 
 def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
-                 max_pixels: int = MAX_PIXELS, simd: str | None = None) -> np.ndarray:
+                 max_pixels: int = MAX_PIXELS, simd: str | None = None, seek: bool = True,
+                 seeked: np.ndarray | None = None) -> np.ndarray:
     """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
     out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
-    zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). Returns the status
-    per image."""
+    zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
+    with restart markers decodes only the restart intervals its box covers where that pays (the same
+    pixels); `seeked` (bool (n,)), if given, is set where that happened. Returns the status per
+    image."""
     status = np.zeros(len(images), np.int32)
     _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
                            flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
-                           max_pixels=max_pixels, simd=simd)
+                           max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked)
     return status
 
 

@@ -66,7 +66,7 @@ def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = to
 
 
 class DeviceBatches:
-    """Batch(x, y, key hashes, bad, pil fallbacks) on the device, x in `dtype`, `depth` batches ahead
+    """Batch(x, y, key hashes, bad, pil fallbacks, seeked) on the device, x in `dtype`, `depth` batches ahead
     of the training step.
 
     A background thread takes batches from the loader and runs `to_device` on them (the copy of
@@ -112,7 +112,8 @@ class DeviceBatches:
         iterator = iter(batches)
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                for images, labels, hashes, bad, fallbacks in iterator:
+                for batch in iterator:
+                    images, labels, hashes, bad = batch.images, batch.labels, batch.key_hashes, batch.bad
                     if isinstance(images, EncodedBatch):
                         self.device_decoder = self.device_decoder or DeviceDecoder()
                         x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last,
@@ -126,7 +127,7 @@ class DeviceBatches:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                         ready.synchronize()  # the host buffer is read: the loader may reuse it
-                    if not self._put((Batch(x, y, hashes, bad, fallbacks), ready)):
+                    if not self._put((batch._replace(images=x, labels=y, key_hashes=hashes, bad=bad), ready)):
                         return
         except BaseException as error:  # handed to the consumer, raised there
             self._put(error)

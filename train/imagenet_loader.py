@@ -56,6 +56,7 @@ class Counters:
     images: int = 0  # images yielded
     bad_samples: int = 0  # left out (damaged, over the pixel limit, labelled with no class)
     pil_fallbacks: int = 0  # decoded by the PIL path (an image the crop-region decoder does not take)
+    seeked_images: int = 0  # decoded from only the restart intervals their crops cover (seekable shards)
     data_wait_s: float = 0.0  # seconds the caller waited for a batch
 
 
@@ -231,7 +232,8 @@ class ImageNetLoader:
     def batches(self) -> Iterator[Batch]:
         """The next pass as full batch records: images and labels on the device, the samples' key
         hashes (summed over an epoch, they tell which samples were read), the samples left out as
-        (sample, why), and how many images the PIL path decoded. One pass of a loader at a time."""
+        (sample, why), how many images the PIL path decoded and how many were decoded from only the
+        restart intervals their crops cover. One pass of a loader at a time."""
         self._check_open()
         if self._pass_open:
             raise RuntimeError(f"a pass of this {self.split} loader is still open: finish it, or leave it (break out "
@@ -258,6 +260,7 @@ class ImageNetLoader:
                     self._leave_out(batch.bad)
                     self.counters.images += len(batch.labels)
                     self.counters.pil_fallbacks += batch.pil_fallbacks
+                    self.counters.seeked_images += batch.seeked
                     if self.fixed_shape and self.split == "train":
                         batch = filled(batch, self.batch_size, self.channels_last)
                     self._position += 1  # the caller has it: a state taken now resumes after it

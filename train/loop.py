@@ -351,16 +351,18 @@ def requeue_job(job_id: str | None) -> None:
 
 def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, resumed_at: int) -> dict:
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
-    pil_fallbacks = run.train_data.counters.pil_fallbacks + run.val_data.counters.pil_fallbacks
-    loss, correct, samples, wait, elapsed, bad, pil, device = all_reduce(
+    counters = run.train_data.counters, run.val_data.counters
+    pil_fallbacks, seeked = sum(c.pil_fallbacks for c in counters), sum(c.seeked_images for c in counters)
+    loss, correct, samples, wait, elapsed, bad, pil, device, seeked = all_reduce(
         [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, pil_fallbacks,
-         run.train_data.device_decode_fallbacks], run)
+         run.train_data.device_decode_fallbacks, seeked], run)
     world = run.env.world_size
     images_here = sums.steps_here * run.config.batch_size * world
     mean_elapsed = elapsed / world
     return {"epoch": epoch, "step": (epoch + 1) * run.steps, "steps": done, "resumed_at_step": resumed_at,
             "train_loss": loss / samples, "train_top1": 100 * correct / samples, "train_images": int(samples),
             "bad_samples": int(bad), "pil_fallbacks": int(pil), "device_decode_fallbacks": int(device),
+            "seeked_images": int(seeked),
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
             "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": run.scheduler.get_last_lr()[0],

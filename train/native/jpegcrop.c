@@ -42,6 +42,7 @@
 
 #include "arrays.h"
 #include "resample.h"
+#include "seek.h"
 
 enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEMORY = 5 };
 
@@ -58,6 +59,24 @@ enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEM
 /* Our own scratch: a few rows of the crop, a window of resized rows, the filters' weights (under
  * 5 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE). */
 #define OWN_SCRATCH ((size_t)16 << 20)
+/* Seeking (seekable shards): a window's small JPEG is built only where it is at most this many
+ * bytes a pixel of it (photos need well under 1) and SEEK_HEADER bytes for its header (the
+ * original's, APPn segments included), so that it and the table of where the intervals lie (16
+ * bytes an interval: at most a quarter of a byte a pixel) stay under the 6 bytes a pixel of
+ * libjpeg's budget (a baseline JPEG, the only kind that seeks, keeps no coefficients in libjpeg, and
+ * the whole image's decompressor is gone before the small JPEG's is made): memory_bound holds for
+ * both paths. A longer one (hostile bytes between the markers) decodes as usual. */
+#define SEEK_BYTES_PER_PIXEL 4
+#define SEEK_HEADER ((size_t)1 << 20)
+/* Seek only where the intervals to decode are fewer than this share of the MCUs the usual path
+ * Huffman-decodes (every row down to the crop's last, whole): the small JPEG costs its copy. Measured
+ * on 300 ImageNet-like images (BENCHMARKS.md): a share of 0.95 gains on every band of box areas
+ * (1.02x at 80% and more), 0.8 loses 3% there. */
+#define SEEK_SHARE 0.95
+/* Scaled pixels kept around the filters' reach in a seek's window: fancy upsampling of chroma
+ * treats the window's edges as image edges, which changes the outermost pixel. 0 fails
+ * tests/test_seekable.py, 1 passes it; 2 costs next to nothing (the window widens to whole MCUs). */
+#define SEEK_MARGIN 2
 
 /* libjpeg's max_memory_to_use: a progressive or multi-scan JPEG holds the DCT coefficients of the
  * whole image, 2 bytes each, 64 per 8x8 block of each component: 6 bytes a pixel for three
@@ -176,6 +195,7 @@ typedef struct {
     int flip;
     int size;
     uint8_t *out; /* size * size * 3 */
+    int seek;     /* may decode only the restart intervals that cover the crop */
 } job;
 
 /* Buffers grown as needed and kept from one image to the next of a call; every byte read from them
@@ -185,6 +205,7 @@ typedef struct {
     uint8_t *rows;   /* up to ROW_GROUP decoded rows of the crop, RGBX, and one uncropped row of slack */
     uint8_t *window; /* horizontally resized rows, a sliding window over the crop's rows */
     size_t capacity_rows, capacity_window;
+    seek_scratch seek;
 } scratch;
 
 static void free_scratch(scratch *s) {
@@ -192,6 +213,7 @@ static void free_scratch(scratch *s) {
     free_filter(&s->fy);
     free(s->rows);
     free(s->window);
+    free_seek_scratch(&s->seek);
 }
 
 /* The DCT scale (1, 2, 4 or 8) that keeps the crop at least `size` px on both sides. 4x2 and 2x4
@@ -222,33 +244,54 @@ static int read_rows(struct jpeg_decompress_struct *c, uint8_t *rows, size_t str
     return got;
 }
 
-/* Decode the rows and columns of j->box that the filters read, resize, flip, write j->out.
- * libjpeg's errors and warnings longjmp out of here to decode_one. */
-static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch *s, int64_t max_pixels,
-                         const resampler *rs) {
-    jpeg_read_header(c, TRUE);
+/* After jpeg_read_header: TOO_LARGE, REFUSED, or OK and whether it is a CMYK or YCCK JPEG. */
+static int header_check(const struct jpeg_decompress_struct *c, int64_t max_pixels, int *cmyk) {
     if (pixel_check(c, max_pixels) != OK)
         return TOO_LARGE;
     /* (libjpeg-turbo 2.x stops at the header of a 12-bit JPEG, CORRUPT; 3.x reads it, and then this) */
-    int cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
-    if (c->data_precision != 8 || (!cmyk && c->jpeg_color_space != JCS_YCbCr &&
+    *cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+    if (c->data_precision != 8 || (!*cmyk && c->jpeg_color_space != JCS_YCbCr &&
                                    c->jpeg_color_space != JCS_GRAYSCALE && c->jpeg_color_space != JCS_RGB))
         return REFUSED;
-    double w0 = c->image_width, h0 = c->image_height;
-    double left = j->box[0], top = j->box[1], right = j->box[2], bottom = j->box[3];
-    if (!(left >= 0 && top >= 0 && right <= w0 && bottom <= h0 && right > left && bottom > top))
-        left = 0, top = 0, right = w0, bottom = h0; /* a box outside the image (or NaN): the whole image */
+    return OK;
+}
+
+/* The box, or the whole image where the box lies outside it (or is NaN). */
+static void box_in(const job *j, double width, double height, double box[4]) {
+    box[0] = j->box[0], box[1] = j->box[1], box[2] = j->box[2], box[3] = j->box[3];
+    if (!(box[0] >= 0 && box[1] >= 0 && box[2] <= width && box[3] <= height && box[2] > box[0] && box[3] > box[1]))
+        box[0] = 0, box[1] = 0, box[2] = width, box[3] = height;
+}
+
+/* The crop's filters, in the pixels of the whole image decoded at 1/shrink (as PIL maps a box
+ * through draft()): computed the same way whether the whole image or a seek's window is decoded,
+ * so that both give the same bytes. Returns the DCT scale, 0 when memory runs out. */
+static int crop_filters(const struct jpeg_decompress_struct *c, const job *j, scratch *s) {
+    double box[4];
+    box_in(j, c->image_width, c->image_height, box);
+    int shrink = dct_shrink(c, box[2] - box[0], box[3] - box[1], j->size);
+    unsigned int width = (c->image_width + shrink - 1) / shrink, height = (c->image_height + shrink - 1) / shrink;
+    double sx = (double)width / c->image_width, sy = (double)height / c->image_height;
+    if (make_filter(&s->fx, box[0] * sx, box[2] * sx, (int)width, j->size) ||
+        make_filter(&s->fy, box[1] * sy, box[3] * sy, (int)height, j->size))
+        return 0;
+    return shrink;
+}
+
+/* Decode the rows and columns that the filters (crop_filters) read, resize, flip, write j->out;
+ * the header is read. The decoded image starts (origin_x, origin_y) pixels of the scaled output
+ * into the whole one: (0, 0), or a seek's window. libjpeg's errors and warnings longjmp out of
+ * here to decode_one. */
+static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch *s, const resampler *rs,
+                         int shrink, int origin_x, int origin_y, int cmyk) {
     c->scale_num = 1;
-    c->scale_denom = dct_shrink(c, right - left, bottom - top, j->size);
+    c->scale_denom = (unsigned int)shrink;
     c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
     jpeg_start_decompress(c);
-    /* The box in the pixels of the (scaled) output, as PIL maps a box through draft(). */
-    double sx = (double)c->output_width / w0, sy = (double)c->output_height / h0;
     int size = j->size;
     filter *fx = &s->fx, *fy = &s->fy;
-    if (make_filter(fx, left * sx, right * sx, (int)c->output_width, size) ||
-        make_filter(fy, top * sy, bottom * sy, (int)c->output_height, size))
-        return OUT_OF_MEMORY;
+    for (int i = 0; i < size; i++)
+        fx->first[i] -= origin_x, fy->first[i] -= origin_y;
     /* Source rows and columns the filters read, plus one of margin: fancy upsampling treats the
        edges of a cropped region as image edges, so the outermost decoded pixels are not used. */
     int x0 = fx->first[0], x1 = fx->first[size - 1] + fx->count[size - 1];
@@ -294,16 +337,59 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     return OK;
 }
 
-static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resampler *rs) {
+/* Where seeking pays: the JPEG is a grid of restart intervals, the intervals that hold the pixels
+ * the filters read (and SEEK_MARGIN more: the upsampling of chroma treats the window's edges as
+ * the image's) are fewer than SEEK_SHARE of the MCUs the usual path reads, and their bytes stay
+ * under the memory rule. Then the small JPEG is in s->seek.bytes, *length long, and the window
+ * starts (*origin_x, *origin_y) pixels into the whole image's scaled output. */
+static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scratch *s, int shrink, size_t *length,
+                       int *origin_x, int *origin_y) {
+    seek_plan p;
+    if (!j->seek || !seekable(c, j->data, &p))
+        return 0;
+    const filter *fx = &s->fx, *fy = &s->fy;
+    int last = j->size - 1;
+    double left = fx->first[0] - SEEK_MARGIN, right = fx->first[last] + fx->count[last] + SEEK_MARGIN;
+    double top = fy->first[0] - SEEK_MARGIN, bottom = fy->first[last] + fy->count[last] + SEEK_MARGIN;
+    size_t mcus = plan_window(&p, left * shrink, top * shrink, right * shrink, bottom * shrink);
+    /* MCUs are 8, 16 or 32 px, a multiple of any DCT scale: the window starts on an output pixel */
+    int x = (int)(p.col0 * p.mcu_width / shrink), y = (int)(p.row0 * p.mcu_height / shrink);
+    int width = (int)((p.window_width + shrink - 1) / shrink), height = (int)((p.window_height + shrink - 1) / shrink);
+    if (mcus >= SEEK_SHARE * (double)p.row1 * p.mcus_per_row || fx->first[0] < x || fy->first[0] < y ||
+        fx->first[last] + fx->count[last] > x + width || fy->first[last] + fy->count[last] > y + height)
+        return 0; /* (the window holds every pixel the filters read: the last test is a guard) */
+    size_t most = SEEK_HEADER + SEEK_BYTES_PER_PIXEL * (size_t)mcus * p.mcu_width * p.mcu_height;
+    size_t built = build_window_jpeg(&p, j->data, j->length, most, &s->seek);
+    if (built == 0 || built == (size_t)-1)
+        return 0; /* not the grid the header promised (the usual path finds the damage), too long, or no memory */
+    *length = built, *origin_x = x, *origin_y = y;
+    return 1;
+}
+
+static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resampler *rs, int *seeked) {
     if (!looks_like_jpeg(j->data, j->length))
         return NOT_JPEG;
     decompressor d = {.created = 0};
-    int status;
+    int status, cmyk = 0;
+    *seeked = 0;
     if (setjmp(d.err.jump)) {
         status = d.err.status;
     } else {
         create_decompressor(&d, j->data, j->length, max_pixels);
-        status = decode_region(&d.c, j, s, max_pixels, rs);
+        jpeg_read_header(&d.c, TRUE);
+        status = header_check(&d.c, max_pixels, &cmyk);
+        int shrink = status == OK ? crop_filters(&d.c, j, s) : 0, origin_x = 0, origin_y = 0;
+        size_t length;
+        if (status == OK && shrink == 0)
+            status = OUT_OF_MEMORY;
+        if (status == OK && seek_window(&d.c, j, s, shrink, &length, &origin_x, &origin_y)) {
+            destroy_decompressor(&d); /* and decode the small JPEG instead */
+            create_decompressor(&d, s->seek.bytes, length, max_pixels);
+            jpeg_read_header(&d.c, TRUE);
+            *seeked = 1;
+        }
+        if (status == OK)
+            status = decode_region(&d.c, j, s, rs, shrink, origin_x, origin_y, cmyk);
     }
     destroy_decompressor(&d);
     return status;
@@ -423,13 +509,16 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args, PyObject *kwargs
 static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
-                               "max_pixels", "simd", NULL};
-    PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *result = NULL;
+                               "max_pixels", "simd", "seek", "seeked", NULL};
+    PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *seeked_o = Py_None;
+    PyObject *result = NULL;
     Py_ssize_t first;
     long long max_pixels;
     const char *simd = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|z", keywords, &buffers, &which, &offsets, &lengths,
-                                     &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd) ||
+    int seek = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpO", keywords, &buffers, &which, &offsets, &lengths,
+                                     &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
+                                     &seeked_o) ||
         check_max_pixels(max_pixels) < 0)
         return NULL;
     const resampler *rs = find_resampler(simd);
@@ -438,13 +527,15 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
         return NULL;
     }
     images im;
-    Py_buffer boxes = {0}, flips = {0}, out = {0}, status = {0};
+    Py_buffer boxes = {0}, flips = {0}, out = {0}, status = {0}, seeked = {0};
     if (open_images(&im, buffers, which, offsets, lengths) == 0 &&
         get_array(boxes_o, &boxes, "boxes", FLOAT, 4, 2, (const Py_ssize_t[]){im.n, 4}, 0) == 0 &&
         get_array(flips_o, &flips, "flips", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 0) == 0 &&
         get_array(out_o, &out, "out", UNSIGNED_INT, 1, 4, (const Py_ssize_t[]){ANY_LENGTH, ANY_LENGTH, ANY_LENGTH, 3},
                   1) == 0 &&
-        get_array(status_o, &status, "status", SIGNED_INT, 4, 1, (const Py_ssize_t[]){im.n}, 1) == 0) {
+        get_array(status_o, &status, "status", SIGNED_INT, 4, 1, (const Py_ssize_t[]){im.n}, 1) == 0 &&
+        (seeked_o == Py_None ||
+         get_array(seeked_o, &seeked, "seeked", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 1) == 0)) {
         Py_ssize_t slots = out.shape[0], size = out.shape[1];
         if (out.shape[2] != size || size < 1 || size > MAX_SIZE) {
             PyErr_Format(PyExc_ValueError, "out must be (slots, size, size, 3) with size 1 to %d, not size %zd x %zd",
@@ -455,6 +546,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
             const float *b = boxes.buf;
             const uint8_t *f = flips.buf;
             int32_t *st = status.buf;
+            uint8_t *sk = seeked.buf; /* NULL when not asked for */
             size_t slot = (size_t)size * (size_t)size * 3;
             uint8_t *slot0 = (uint8_t *)out.buf + (size_t)first * slot;
             Py_BEGIN_ALLOW_THREADS
@@ -462,9 +554,12 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
             memset(&s, 0, sizeof(s));
             for (Py_ssize_t i = 0; i < im.n; i++) {
                 job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
-                         .out = slot0 + (size_t)i * slot};
+                         .out = slot0 + (size_t)i * slot, .seek = seek};
                 memcpy(j.box, b + 4 * i, sizeof(j.box));
-                st[i] = decode_one(&j, &s, max_pixels, rs);
+                int seeked_here;
+                st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
+                if (sk)
+                    sk[i] = (uint8_t)seeked_here;
                 if (st[i] != OK)
                     memset(j.out, 0, slot); /* what a failed decode wrote is not kept */
             }
@@ -478,6 +573,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
     release_view(&flips);
     release_view(&out);
     release_view(&status);
+    release_view(&seeked);
     return result;
 }
 
@@ -530,10 +626,13 @@ static PyMethodDef methods[] = {
      "TOO_LARGE past max_pixels; with check_markers, CORRUPT also where the marker structure is broken. Image i "
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
-     "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None): "
+     "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None, "
+     "seek=True, seeked=None): "
      "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
      "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
      "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
+     "seek: a JPEG with restart markers may decode only the intervals its crop covers, where that pays; "
+     "seeked (bool or uint8 n), if given, says which did. "
      "GIL released."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
      "gather(buffers, which, offsets, lengths, out, at=0): the images' bytes end to end into out (uint8) "

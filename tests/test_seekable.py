@@ -1,0 +1,194 @@
+"""Seekable shards: prepare's lossless rewrite with restart markers (prepare/native/restarts.c), the
+decoder's seek through them (train/native/seek.c), and the loader over seekable shards. Asserted:
+the rewrite keeps every pixel of every JPEG kind prepare keeps; a seek decodes exactly the pixels
+of the whole image's decode, at every box, edge, scale and flip; batches from seekable shards equal
+those from plain shards for any thread count. Hostile restart markers are in test_native_fuzz.py."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import config
+from jpegs import as_images, cjpeg, hostile_restarts, jpeg, many_scans, photo, segments, with_size
+from prepare.builder import prepare
+from prepare.images import MCU_SIZE, prepare_image, restart_interval, with_restarts
+from shards.limits import MAX_PIXELS
+from train import ImageNetLoader
+from train.decoder import CORRUPT, DECODED, decode_crops
+
+DRI, SOF0, SOF2 = 0xDD, 0xC0, 0xC2
+
+
+def kinds() -> dict[str, bytes]:
+    """Every kind of JPEG prepare keeps (and a few it converts, which the rewrite takes too)."""
+    picture = photo(250, 170, seed=5)
+    return {"baseline 4:2:0": jpeg(250, 170), "4:2:2": jpeg(250, 170, subsampling=1),
+            "4:4:4": jpeg(250, 170, subsampling=0), "progressive": jpeg(250, 170, progressive=True),
+            "grey": jpeg(250, 170, mode="L"), "odd size": jpeg(333, 217), "one pixel": jpeg(1, 1),
+            "one MCU row": jpeg(250, 9), "EXIF": jpeg(250, 170, exif=True), "optimised": jpeg(250, 170, optimize=True),
+            "arithmetic": cjpeg(picture, "-arithmetic"), "4x2 sampling": cjpeg(picture, "-sample", "4x2,1x1,1x1"),
+            "markers that straddle rows": jpeg(250, 170, restart=5), "prime MCUs per row": jpeg(16 * 13, 40)}
+
+
+def marker_payloads(data: bytes) -> dict[int, list[bytes]]:
+    """Each marker's segments' bytes, by marker, up to the first scan."""
+    found: dict[int, list[bytes]] = {}
+    for marker, start, end in segments(data):
+        found.setdefault(marker, []).append(data[start:end])
+    return found
+
+
+def declared_interval(data: bytes) -> int:
+    (payload,) = marker_payloads(data)[DRI]
+    return int.from_bytes(payload[-2:], "big")
+
+
+def mcus_per_row(data: bytes) -> int:
+    image = Image.open(io.BytesIO(data))
+    layers = image.layer if image.mode != "L" else [("", 1, 1, 0)]
+    widest = max(h for _, h, _, _ in layers) if len(layers) > 1 else 1
+    return -(-image.size[0] // (8 * widest))
+
+
+def pixels(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize("mcus, most, expected", [(32, 2, 2), (32, 1, 1), (31, 2, 1), (21, 4, 3), (1, 4, 1),
+                                                  (12, 5, 4), (7, 65535, 7), (64, 65535, 64)])
+def test_the_interval_is_the_largest_divisor_of_a_rows_mcus_up_to_the_most(mcus, most, expected):
+    assert restart_interval(mcus, most) == expected
+
+
+@pytest.mark.parametrize("kind", list(kinds()))
+@pytest.mark.parametrize("most", [1, 2, 4])
+def test_the_rewrite_keeps_every_pixel_and_makes_a_baseline_grid_of_intervals(kind, most):
+    original = kinds()[kind]
+    rewritten, interval = with_restarts(original, most, MAX_PIXELS)
+    assert np.array_equal(pixels(rewritten), pixels(original))
+    assert declared_interval(rewritten) == interval == restart_interval(mcus_per_row(rewritten), most)
+    found = marker_payloads(rewritten)
+    assert SOF0 in found and SOF2 not in found  # baseline Huffman: the only kind that seeks
+    assert Image.open(io.BytesIO(rewritten)).info.get("exif") == Image.open(io.BytesIO(original)).info.get("exif")
+
+
+def test_a_jpeg_the_rewrite_cannot_take_cleanly_is_left_as_it_is():
+    good = jpeg(250, 170)
+    assert with_restarts(good[:len(good) // 2], 2, MAX_PIXELS) is None  # truncated: libjpeg warns
+    assert with_restarts(b"not a jpeg", 2, MAX_PIXELS) is None
+    assert with_restarts(good, 2, 250 * 170 - 1) is None  # over the pixel limit
+    # progressive, its scans stopping short of some coefficients: decoders estimate those (block
+    # smoothing), a rewrite would store zeros
+    assert with_restarts(many_scans(photo(64, 48), 10), 2, MAX_PIXELS) is None
+    assert prepare_image(many_scans(photo(64, 48), 10)).data is None
+    # arithmetic-coded data that runs out (it claims more pixels than it holds) leaves coefficients
+    # that 8-bit baseline Huffman tables cannot code
+    assert with_restarts(with_size(cjpeg(photo(96, 72), "-arithmetic"), 1000, 1000), 2, MAX_PIXELS) is None
+    with pytest.raises(ValueError, match="most must be 1 to 65535"):
+        with_restarts(good, 0, MAX_PIXELS)
+
+
+def test_prepare_stores_good_jpegs_rewritten_and_re_encodes_with_markers_at_no_extra_pass():
+    kept = prepare_image(jpeg(250, 170))
+    assert kept.restart_interval == 2 and np.array_equal(pixels(kept.data), pixels(jpeg(250, 170)))
+    shrunk = prepare_image(jpeg(1000, 700), max_side=500)  # 500 px wide: 32 MCUs of 16 px
+    assert (shrunk.width, shrunk.height) == (500, 350)
+    assert declared_interval(shrunk.data) == shrunk.restart_interval == restart_interval(-(-500 // MCU_SIZE), 2) == 2
+    converted = prepare_image(jpeg(250, 170, mode="L"))  # grey: re-encoded as RGB, with markers
+    assert converted.note == "L JPEG -> RGB JPEG" and declared_interval(converted.data) == converted.restart_interval
+    assert prepare_image(jpeg(250, 170), restart_mcus=0).data is None
+
+
+def boxes(width: int, height: int, count: int, seed: int) -> np.ndarray:
+    """Random boxes, and boxes at every edge and corner, tiny and whole."""
+    rng = np.random.default_rng(seed)
+    w, h = rng.uniform(1, width, count), rng.uniform(1, height, count)
+    left, top = rng.uniform(0, 1, count) * (width - w), rng.uniform(0, 1, count) * (height - h)
+    random = np.stack([left, top, left + w, top + h], axis=1)
+    edges = [[0, 0, width, height], [width - 3, height - 3, width, height], [0, 0, 2, 2], [width / 2, 0, width, 5],
+             [0, height / 2, 7, height], [width - 40, height - 30, width, height], [0.5, 0.5, width - 0.5, height - 0.5]]
+    return np.concatenate([random, np.clip(edges, 0, [width, height, width, height])]).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["baseline 4:2:0", "4:2:2", "4:4:4", "progressive", "grey", "odd size",
+                                  "one MCU row", "4x2 sampling", "prime MCUs per row"])
+@pytest.mark.parametrize("most", [1, 2, 4])
+def test_a_seek_decodes_exactly_the_pixels_of_the_whole_images_decode(kind, most):
+    original = kinds()[kind]
+    rewritten, _ = with_restarts(original, most, MAX_PIXELS)
+    width, height = Image.open(io.BytesIO(original)).size
+    crops = boxes(width, height, 60, seed=most)
+    flips = np.arange(len(crops)) % 2 == 1
+    for size in (8, 24, 112):
+        seeked = np.zeros(len(crops), np.bool_)
+        sought, whole = (np.zeros((len(crops), size, size, 3), np.uint8) for _ in range(2))
+        status = decode_crops(as_images([rewritten] * len(crops)), crops, flips, sought, 0, seeked=seeked)
+        assert (status == DECODED).all()
+        assert (decode_crops(as_images([original] * len(crops)), crops, flips, whole, 0, seek=False) == DECODED).all()
+        differ = [i for i in range(len(crops)) if not np.array_equal(sought[i], whole[i])]
+        assert not differ, (size, crops[differ[:3]])
+        assert seeked[:60].sum() > 30 or height <= 16  # most random boxes seek (one MCU row: nothing to skip)
+        assert not seeked[60]  # the whole image: nothing to gain
+
+
+def test_without_seek_or_without_a_grid_the_usual_path_decodes():
+    straddling = kinds()["markers that straddle rows"]  # intervals of 5 MCUs, 16 a row: no grid
+    crops = np.array([[10, 10, 60, 60]] * 2, np.float32)
+    out, seeked = np.zeros((2, 24, 24, 3), np.uint8), np.ones(2, np.bool_)
+    assert (decode_crops(as_images([straddling, jpeg(250, 170)]), crops, np.zeros(2, bool), out, 0, seeked=seeked)
+            == DECODED).all()
+    assert not seeked.any()
+    rewritten, _ = with_restarts(jpeg(250, 170), 2, MAX_PIXELS)
+    decode_crops(as_images([rewritten] * 2), crops, np.zeros(2, bool), out, 0, seek=False, seeked=seeked)
+    assert not seeked.any()
+
+
+@pytest.mark.parametrize("damage", list(hostile_restarts(with_restarts(jpeg(96, 72), 1, MAX_PIXELS)[0])))
+def test_a_grid_of_intervals_that_lies_is_damage_or_decodes_as_usual(damage):
+    """Markers swapped, dropped, added, replaced, intervals that lie: CORRUPT, whether the box would
+    seek (the bottom right, after the damage; the damaged interval's own) or covers the whole image.
+    Megabytes of extraneous bytes (libjpeg reads past them) or of header decode; a window holding
+    them does not seek: its small JPEG would pass the memory bound."""
+    data = hostile_restarts(with_restarts(jpeg(96, 72), 1, MAX_PIXELS)[0])[damage]
+    crops = np.array([[56, 40, 96, 72], [16, 16, 40, 40], [0, 0, 96, 72]], np.float32)  # interval 7: x, y 16-32
+    out, seeked = np.zeros((3, 24, 24, 3), np.uint8), np.zeros(3, np.bool_)
+    status = decode_crops(as_images([data] * 3), crops, np.zeros(3, bool), out, 0, seeked=seeked)
+    if damage in ("2 MiB of data between two markers", "a megabyte of header"):
+        assert (status == DECODED).all() and not seeked[1:].any()
+    else:
+        assert (status == CORRUPT).all() and not seeked[2]
+
+
+def batches_of(root, split: str, workers: int) -> tuple[list, int]:
+    with ImageNetLoader(root, split, batch_size=8, image_size=48, device="cpu", workers=workers) as data:
+        data.set_epoch(1)
+        got = [(b.images.clone(), b.labels.clone(), b.key_hashes.clone()) for b in data.batches()]
+        return got, data.counters.seeked_images
+
+
+@pytest.fixture(scope="module")
+def plain(sources, tmp_path_factory):
+    """The official sample prepared without restart markers."""
+    dest = tmp_path_factory.mktemp("plain") / "imagenet"
+    prepare(config(sources["official"], dest, restart_mcus=0))
+    return dest
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_batches_from_seekable_shards_equal_those_from_plain_shards_for_any_thread_count(prepared, plain, split,
+                                                                                         caplog):
+    caplog.set_level(logging.INFO, logger="train")
+    reference, none_seeked = batches_of(plain, split, workers=1)
+    assert none_seeked == 0 and "no image of the first batch was seekable" in caplog.text
+    for workers in (1, 3):
+        got, seeked = batches_of(prepared, split, workers)
+        assert len(got) == len(reference) and seeked > 0
+        for (x, y, k), (rx, ry, rk) in zip(got, reference):
+            assert torch.equal(x, rx) and torch.equal(y, ry) and torch.equal(k, rk)
+    assert "images of the first batch decoded from only the restart intervals their crops cover" in caplog.text

@@ -1,0 +1,136 @@
+/* Seeking through restart intervals: see seek.h. */
+#include "seek.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "resample.h" /* grow_buffer */
+
+int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_plan *p) {
+    /* after jpeg_read_header: MCUs_per_row is only set when decompression starts, so from the header */
+    int one = c->num_components == 1; /* one component: an MCU is one block */
+    p->width = c->image_width, p->height = c->image_height;
+    p->mcu_width = DCTSIZE * (one ? 1 : c->max_h_samp_factor);
+    p->mcu_height = DCTSIZE * (one ? 1 : c->max_v_samp_factor);
+    p->mcus_per_row = (p->width + p->mcu_width - 1) / p->mcu_width;
+    p->mcu_rows = (p->height + p->mcu_height - 1) / p->mcu_height;
+    p->interval = c->restart_interval;
+    p->entropy_at = (size_t)(c->src->next_input_byte - data); /* jpeg_read_header stops after the SOS segment */
+    return !c->progressive_mode && !c->arith_code && c->comps_in_scan == c->num_components && p->interval != 0 &&
+           p->mcus_per_row % p->interval == 0;
+}
+
+/* min(floor(v / unit), most) and min(ceil(v / unit), most), 0 for v <= 0 (or NaN) */
+static unsigned int units_below(double v, unsigned int unit, unsigned int most) {
+    double q = v > 0 ? v / unit : 0;
+    return q >= most ? most : (unsigned int)q;
+}
+
+static unsigned int units_above(double v, unsigned int unit, unsigned int most) {
+    double q = v > 0 ? v / unit : 0;
+    return q >= most ? most : (unsigned int)q + ((double)(unsigned int)q < q);
+}
+
+size_t plan_window(seek_plan *p, double left, double top, double right, double bottom) {
+    unsigned int per_row = p->mcus_per_row / p->interval, interval_width = p->mcu_width * p->interval;
+    unsigned int first = units_below(left, interval_width, per_row - 1), end = units_above(right, interval_width, per_row);
+    p->col0 = first * p->interval;
+    p->col1 = (end > first ? end : first + 1) * p->interval;
+    p->row0 = units_below(top, p->mcu_height, p->mcu_rows - 1);
+    p->row1 = units_above(bottom, p->mcu_height, p->mcu_rows);
+    if (p->row1 <= p->row0)
+        p->row1 = p->row0 + 1;
+    p->window_width = p->col1 * p->mcu_width < p->width ? (p->col1 - p->col0) * p->mcu_width
+                                                         : p->width - p->col0 * p->mcu_width;
+    p->window_height = p->row1 * p->mcu_height < p->height ? (p->row1 - p->row0) * p->mcu_height
+                                                            : p->height - p->row0 * p->mcu_height;
+    return (size_t)(p->col1 - p->col0) * (p->row1 - p->row0);
+}
+
+/* Where intervals 0..count-1 lie in the entropy-coded data starting at `at`: interval k is bytes
+ * [spans[2k], spans[2k + 1]); it ends where its restart marker (RSTk mod 8) begins, fill bytes
+ * included, and the last one of the image at its end marker. 0 where the markers are not those. */
+static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t count, size_t *spans) {
+    for (size_t k = 0; k < count; k++) {
+        spans[2 * k] = at;
+        for (;;) {
+            const uint8_t *ff = at < length ? memchr(data + at, 0xFF, length - at) : NULL;
+            if (!ff)
+                return 0;
+            size_t i = (size_t)(ff - data) + 1;
+            while (i < length && data[i] == 0xFF) /* fill bytes before a marker */
+                i++;
+            if (i >= length)
+                return 0;
+            if (data[i] == 0x00) { /* a stuffed 0xFF of the data itself */
+                at = i + 1;
+                continue;
+            }
+            if (data[i] != 0xD0 + (k & 7) && !(k + 1 == count && data[i] == 0xD9))
+                return 0; /* a restart out of order, a marker inside the data: not the promised grid */
+            spans[2 * k + 1] = (size_t)(ff - data);
+            at = i + 1;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* The frame header: where the SOF segment is among the header's segments, 0 if not found. */
+static size_t find_frame_header(const uint8_t *data, size_t entropy_at) {
+    size_t i = 2;
+    while (i + 4 <= entropy_at) {
+        if (data[i] != 0xFF)
+            return 0; /* bytes between segments: not a header this simple walk reads */
+        while (i + 1 < entropy_at && data[i + 1] == 0xFF)
+            i++;
+        uint8_t marker = data[i + 1];
+        if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)
+            return i;
+        i += 2 + ((size_t)data[i + 2] << 8 | data[i + 3]);
+    }
+    return 0;
+}
+
+size_t build_window_jpeg(const seek_plan *p, const uint8_t *data, size_t length, size_t most, seek_scratch *s) {
+    size_t sof = find_frame_header(data, p->entropy_at);
+    if (sof == 0 || sof + 9 > p->entropy_at)
+        return 0;
+    size_t per_row = p->mcus_per_row / p->interval, first = p->col0 / p->interval, end = p->col1 / p->interval;
+    size_t needed = (p->row1 - 1) * per_row + end; /* intervals 0 up to the window's last */
+    if (grow_buffer((void **)&s->starts, &s->capacity_starts, sizeof(size_t) * 2 * needed))
+        return (size_t)-1;
+    size_t *spans = s->starts;
+    if (!find_intervals(data, length, p->entropy_at, needed, spans))
+        return 0;
+    size_t capacity = p->entropy_at + 2, total = (size_t)(p->row1 - p->row0) * (end - first);
+    for (size_t r = p->row0; r < p->row1; r++)
+        capacity += spans[2 * (r * per_row + end - 1) + 1] - spans[2 * (r * per_row + first)] + 2 * (end - first);
+    if (capacity > most)
+        return 0;
+    if (grow_buffer((void **)&s->bytes, &s->capacity_bytes, capacity))
+        return (size_t)-1;
+    uint8_t *out = s->bytes;
+    memcpy(out, data, p->entropy_at);
+    unsigned int width = p->window_width, height = p->window_height;
+    out[sof + 5] = (uint8_t)(height >> 8), out[sof + 6] = (uint8_t)height; /* FF Cn, length(2), P, Y(2), X(2) */
+    out[sof + 7] = (uint8_t)(width >> 8), out[sof + 8] = (uint8_t)width;
+    size_t at = p->entropy_at, written = 0;
+    for (size_t r = p->row0; r < p->row1; r++) {
+        for (size_t c = first; c < end; c++) {
+            size_t k = r * per_row + c, bytes = spans[2 * k + 1] - spans[2 * k];
+            memcpy(out + at, data + spans[2 * k], bytes);
+            at += bytes;
+            if (++written < total) /* renumbered: the window's own intervals run 0, 1, 2, ... */
+                out[at++] = 0xFF, out[at++] = (uint8_t)(0xD0 + ((written - 1) & 7));
+        }
+    }
+    out[at++] = 0xFF, out[at++] = 0xD9;
+    return at;
+}
+
+void free_seek_scratch(seek_scratch *s) {
+    free(s->starts);
+    free(s->bytes);
+    memset(s, 0, sizeof(*s));
+}

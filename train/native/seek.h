@@ -1,0 +1,52 @@
+/* Seeking through restart intervals (the crop-region decoder's fast path for seekable shards).
+ *
+ * A baseline JPEG with one interleaved scan and a restart interval that divides its MCUs per row
+ * is a grid of intervals that decode independently (the DC predictors restart at each marker).
+ * For a window of the image, build_window_jpeg makes the small JPEG of only the intervals that
+ * cover it: the original's header with the window's size, then those intervals' entropy-coded
+ * bytes with their restart markers renumbered. Decoded, its pixels inside the window are the whole
+ * image's (the window keeps a margin for the filter and for chroma upsampling at its edges). */
+#ifndef NATIVE_SEEK_H
+#define NATIVE_SEEK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jpeglib.h>
+
+typedef struct {
+    size_t *starts;  /* where each interval's entropy-coded bytes start, and after the last, its end */
+    size_t capacity_starts;
+    uint8_t *bytes;  /* the small JPEG */
+    size_t capacity_bytes;
+} seek_scratch;
+
+typedef struct {
+    /* the image, from its header */
+    unsigned int width, height;          /* source pixels */
+    unsigned int mcu_width, mcu_height;  /* source pixels */
+    unsigned int mcus_per_row, mcu_rows, interval;
+    size_t entropy_at;                   /* the first byte of the scan's entropy-coded data */
+    /* the window, in MCUs: columns [col0, col1) and rows [row0, row1), columns whole intervals */
+    unsigned int col0, col1, row0, row1;
+    unsigned int window_width, window_height; /* source pixels: whole intervals, or to the image's edge */
+} seek_plan;
+
+/* Whether the JPEG whose header `c` has read (from `data`, jpeg_mem_src) is a seekable grid; fills
+ * the plan's image fields. */
+int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_plan *p);
+
+/* The window [left, right) x [top, bottom) (source pixels) as whole intervals within the image:
+ * fills col0..window_height. Returns the MCUs the small JPEG holds. */
+size_t plan_window(seek_plan *p, double left, double top, double right, double bottom);
+
+/* The small JPEG of the planned window into s->bytes; its length, 0 where the file's marker
+ * structure is not the grid its header promises (damage: the caller decodes as usual) or the small
+ * JPEG would be longer than `most` bytes (nothing is allocated for it then), or (size_t)-1 when
+ * memory runs out. */
+size_t build_window_jpeg(const seek_plan *p, const uint8_t *data, size_t length, size_t most, seek_scratch *s);
+
+void free_seek_scratch(seek_scratch *s);
+
+#endif
