@@ -43,9 +43,7 @@ def jpeg(width: int = 333, height: int = 217, *, mode: str = "RGB", subsampling:
 
 def as_images(blobs: list[bytes]) -> Images:
     """The blobs end to end in one buffer, as the decoder reads them from a shard."""
-    lengths = np.array([len(b) for b in blobs], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return Images((b"".join(blobs),), np.zeros(len(blobs), np.int32), offsets, lengths)
+    return Images.from_blobs(blobs)
 
 
 # ---------------------------------------------------------------- JPEGs made hostile, byte by byte

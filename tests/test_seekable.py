@@ -7,6 +7,7 @@ those from plain shards for any thread count. Hostile restart markers are in tes
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import config
+from conftest import config, run_module
 from jpegs import as_images, cjpeg, hostile_restarts, jpeg, many_scans, photo, segments, with_size
 from prepare.builder import prepare
 from prepare.images import MCU_SIZE, prepare_image, restart_interval, with_restarts
@@ -192,3 +193,18 @@ def test_batches_from_seekable_shards_equal_those_from_plain_shards_for_any_thre
         for (x, y, k), (rx, ry, rk) in zip(got, reference):
             assert torch.equal(x, rx) and torch.equal(y, ry) and torch.equal(k, rk)
     assert "images of the first batch decoded from only the restart intervals their crops cover" in caplog.text
+
+
+def test_the_seek_benchmark_measures_every_interval_against_the_original_jpegs(plain, prepared):
+    from train.bench.seek import INTERVALS
+
+    result = run_module("train.bench.seek", "--data", plain, "--images", 24, "--image-size", 32)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.splitlines()[-1])
+    assert record["original"]["train_ms"] > 0 and sum(record["band_images"].values()) == 24
+    for most in INTERVALS:
+        row = record[f"at most {most} MCUs"]
+        assert row["rewritten"] == 24 and row["seeked"] > 0 and row["rewrite_ms"] > 0 and -0.1 < row["bytes"] < 0.2
+        assert row["train_ms"] > 0 and row["val_ms"] > 0 and set(row["bands_ms"]) == set(record["original"]["bands_ms"])
+    refused = run_module("train.bench.seek", "--data", prepared)
+    assert refused.returncode == 2 and "seekable already" in refused.stderr

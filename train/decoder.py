@@ -61,10 +61,18 @@ class Images:
     offsets: np.ndarray  # int64 (n,)
     lengths: np.ndarray  # int64 (n,)
 
+    @classmethod
+    def from_blobs(cls, blobs: list[bytes]) -> "Images":
+        """JPEGs held in memory, laid end to end in one buffer as a shard holds them."""
+        lengths = np.array([len(b) for b in blobs], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return cls((b"".join(blobs),), np.zeros(len(blobs), np.int32), offsets, lengths)
+
     def __len__(self) -> int:
         return len(self.which)
 
-    def __getitem__(self, part: slice) -> "Images":
+    def __getitem__(self, part: slice | np.ndarray) -> "Images":
+        """The images of a slice, or of an array of indices."""
         return Images(self.buffers, self.which[part], self.offsets[part], self.lengths[part])
 
     def data(self, i: int) -> bytes:

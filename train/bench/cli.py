@@ -30,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
     p.add_argument("--baseline-data", default=None,
-                   help="the dataset whose images the baseline reads (default --data); give the full-size "
-                        "shards here to compare shards made with prepare --resize against the original images")
+                   help="the dataset whose images the peers read, the baseline, DALI and the decode ceiling "
+                        "(default --data): the images users have today. Give shards made with --restart-mcus 0 "
+                        "(the original JPEGs' bytes) when --data is seekable, or the full-size shards when --data "
+                        "was made with --resize")
     p.add_argument("--run-dir", default="runs/benchmark", help="benchmark.jsonl and benchmark.png go here")
     p.add_argument("--modes", default=None,
                    help="default: data,model,feed,full on a GPU; data alone on the CPU, where ResNet-50 at "
@@ -95,15 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     modes = chosen_modes(args.modes, device)
     if env.world_size > 1:
         init_distributed(env, device, 120)
-    stats, jpegs = image_statistics(manifest, root)
+    stats, _ = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
              "data": str(root), "baseline_data": args.baseline_data or str(root)}
     data = None
     if "data" in modes:
         baseline_root = Path(args.baseline_data or args.data)
+        baseline_manifest = read_complete_manifest(baseline_root)
+        peer_jpegs = image_statistics(baseline_manifest, baseline_root, limit=300)[1]
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            folder = extract_image_folder(read_complete_manifest(baseline_root), baseline_root, Path(tmp) / "imagefolder")
-            data = measure_data(args, manifest, root, env, worker_counts(args.workers), folder, jpegs[:300])
+            folder = extract_image_folder(baseline_manifest, baseline_root, Path(tmp) / "imagefolder")
+            data = measure_data(args, manifest, root, env, worker_counts(args.workers), folder, peer_jpegs,
+                                (baseline_manifest, baseline_root))
         for row in data["sweep"]:
             for key in ("ours", "pil", "baseline", "dali"):
                 if key in row:

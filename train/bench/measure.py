@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import torch
 import torch.distributed as dist
 
+from shards.manifest import Manifest
 from shards.resources import evict_from_page_cache
 from train.bench.decoders import decode_ceiling
 from train.bench.loaders import (Ours, baseline_loader, dali_available, dali_batches, dali_loader, library_passes,
@@ -78,11 +79,13 @@ def streaming(ours: Ours):
         ours.close()
 
 
-def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path, jpegs: list[bytes]) -> dict:
+def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path, jpegs: list[bytes],
+                 peers: tuple[Manifest, Path]) -> dict:
     """At each worker (or thread) count, warm: ours, the public ImageNetLoader that wraps it (onto
-    the CPU device, normalised), today's PIL path, the ImageFolder baseline and DALI when
-    installed; plus one cold pass each of ours and the baseline at the largest count.
-    The decode ceiling (the fastest full decode of `jpegs`, in w threads) is measured right after ours.
+    the CPU device, normalised), today's PIL path, the ImageFolder baseline (on `folder`) and DALI
+    when installed (on the shards of `peers`, a manifest and its root); plus one cold pass each of
+    ours and the baseline at the largest count. The decode ceiling (the fastest full decode of
+    `jpegs`, in w threads) is measured right after ours.
     Memory: ours is what the loader holds (ring of batch buffers and sample table: no workers);
     the others' is the largest resident size of their worker processes."""
     shards = [root / s.name for s in manifest.splits["train"].shards]
@@ -117,7 +120,7 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
             del batches  # its workers stop
         if dali_available() and not args.no_dali:
             with tempfile.TemporaryDirectory() as index_dir:
-                dali = dali_loader(manifest, root, Path(index_dir), w, args.batch_size, args.image_size)
+                dali = dali_loader(*peers, Path(index_dir), w, args.batch_size, args.image_size)
                 row["dali"] = rate(dali_batches(dali))
         result["sweep"].append(row)
         log.info("data, %d workers: ours %.0f img/s (ImageNetLoader %.0f), PIL path %.0f, baseline %.0f%s", w,
