@@ -237,7 +237,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     preempted, last_bad = False, ()
     start, waited_before = time.perf_counter(), run.train_data.counters.data_wait_s
     with progress:
-        for x, y, key_hashes, bad, _ in run.train_data.batches() if done < run.steps else ():
+        for batch in run.train_data.batches() if done < run.steps else ():
+            x, y, key_hashes, bad = batch.images, batch.labels, batch.key_hashes, batch.bad
             sums.bad_samples += len(bad)
             last_bad = bad[-1] if bad else last_bad
             preempted, bad_total, tiny = agree(run, sums.bad_samples, len(y) < 2)
@@ -284,7 +285,8 @@ def evaluate(run: Run) -> dict:
     sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
-    for x, y, _, bad, _ in run.val_data.batches():
+    for batch in run.val_data.batches():
+        x, y, bad = batch.images, batch.labels, batch.bad
         left_out += len(bad)
         last_bad = bad[-1] if bad else last_bad
         if not len(y):
