@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (1-100)")
     p.add_argument("--restart-mcus", type=int, default=RESTART_MCUS, metavar="N",
                    help="make the JPEGs seekable: rewrite each one losslessly (the same pixels) with a restart "
-                        "marker every at most N MCUs (16x16-pixel blocks), so that the loader decodes only the "
+                        "marker every at most N MCUs (blocks of 8 to 16 px a side), so that the loader decodes only the "
                         "part of an image its crop covers; 0 keeps the original bytes (see README)")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out images that do not decode (listed in the manifest) instead of stopping")

@@ -9,14 +9,18 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from conftest import config, run_module
-from jpegs import as_images, cjpeg, hostile_restarts, jpeg, many_scans, photo, segments, with_size
+from conftest import ROOT, config, run_module
+from jpegs import (as_images, cjpeg, hostile_restarts, jpeg, many_scans, photo, restart_markers, segments,
+                   with_size)
+from prepare import _restarts
 from prepare.builder import prepare
 from prepare.images import MCU_SIZE, prepare_image, restart_interval, with_restarts
 from shards.limits import MAX_PIXELS
@@ -34,7 +38,8 @@ def kinds() -> dict[str, bytes]:
             "grey": jpeg(250, 170, mode="L"), "odd size": jpeg(333, 217), "one pixel": jpeg(1, 1),
             "one MCU row": jpeg(250, 9), "EXIF": jpeg(250, 170, exif=True), "optimised": jpeg(250, 170, optimize=True),
             "arithmetic": cjpeg(picture, "-arithmetic"), "4x2 sampling": cjpeg(picture, "-sample", "4x2,1x1,1x1"),
-            "markers that straddle rows": jpeg(250, 170, restart=5), "prime MCUs per row": jpeg(16 * 13, 40)}
+            "markers that straddle rows": jpeg(250, 170, restart=5), "prime MCUs per row": jpeg(16 * 13, 40),
+            "a last MCU column 4 px wide": jpeg(484, 300)}
 
 
 def marker_payloads(data: bytes) -> dict[int, list[bytes]]:
@@ -113,12 +118,13 @@ def boxes(width: int, height: int, count: int, seed: int) -> np.ndarray:
     left, top = rng.uniform(0, 1, count) * (width - w), rng.uniform(0, 1, count) * (height - h)
     random = np.stack([left, top, left + w, top + h], axis=1)
     edges = [[0, 0, width, height], [width - 3, height - 3, width, height], [0, 0, 2, 2], [width / 2, 0, width, 5],
-             [0, height / 2, 7, height], [width - 40, height - 30, width, height], [0.5, 0.5, width - 0.5, height - 0.5]]
+             [0, height / 2, 7, height], [width - 40, height - 30, width, height], [0.5, 0.5, width - 0.5, height - 0.5],
+             [width - 1.5, height / 2, width, height / 2 + 1.5]]
     return np.concatenate([random, np.clip(edges, 0, [width, height, width, height])]).astype(np.float32)
 
 
 @pytest.mark.parametrize("kind", ["baseline 4:2:0", "4:2:2", "4:4:4", "progressive", "grey", "odd size",
-                                  "one MCU row", "4x2 sampling", "prime MCUs per row"])
+                                  "one MCU row", "4x2 sampling", "prime MCUs per row", "a last MCU column 4 px wide"])
 @pytest.mark.parametrize("most", [1, 2, 4])
 def test_a_seek_decodes_exactly_the_pixels_of_the_whole_images_decode(kind, most):
     original = kinds()[kind]
@@ -136,6 +142,10 @@ def test_a_seek_decodes_exactly_the_pixels_of_the_whole_images_decode(kind, most
         assert not differ, (size, crops[differ[:3]])
         assert seeked[:60].sum() > 30 or height <= 16  # most random boxes seek (one MCU row: nothing to skip)
         assert not seeked[60]  # the whole image: nothing to gain
+    # a window whose chroma would be 2 samples wide: libjpeg-turbo would upsample it plainly, not
+    # smoothly as in the whole image, so it does not seek
+    if kind == "a last MCU column 4 px wide" and most == 1:
+        assert not seeked[-1]
 
 
 def test_without_seek_or_without_a_grid_the_usual_path_decodes():
@@ -164,6 +174,68 @@ def test_a_grid_of_intervals_that_lies_is_damage_or_decodes_as_usual(damage):
         assert (status == DECODED).all() and not seeked[1:].any()
     else:
         assert (status == CORRUPT).all() and not seeked[2]
+
+
+def test_a_header_libjpeg_reads_is_walked_as_libjpeg_walks_it():
+    """TEM after SOI (parameterless), then an APP1 whose length lands a naive walk on an FF C0 pair
+    of quantisation values: the window's size must be written into the frame header libjpeg read,
+    never into the tables. The seek gives the whole decode's pixels (and falls back if its header
+    were not the frame libjpeg read)."""
+    q = [0xC0] * 64
+    q[0] = 0xFF  # the luma table's bytes begin FF C0 C0 ...
+    out = io.BytesIO()
+    photo(256, 256).save(out, "JPEG", qtables=[q, [17] * 64], subsampling=2)
+    base, _ = with_restarts(out.getvalue(), 1, MAX_PIXELS)
+    pair = base.index(b"\xff\xc0", next(start for marker, start, _ in segments(base) if marker == 0xDB))
+    padding = 65509 - pair - 4  # after TEM and this APP1, the pair sits where a walk from SOI would jump
+    data = base[:2] + b"\xff\x01" + b"\xff\xe1" + padding.to_bytes(2, "big") + bytes(padding - 2) + base[2:]
+    assert data[65509:65511] == b"\xff\xc0"
+    crops = np.array([[100, 100, 140, 140], [180, 30, 250, 90], [0, 100, 256, 160], [0, 0, 256, 256]], np.float32)
+    sought, whole = np.zeros((4, 32, 32, 3), np.uint8), np.zeros((4, 32, 32, 3), np.uint8)
+    seeked = np.zeros(4, np.bool_)
+    assert (decode_crops(as_images([data] * 4), crops, np.zeros(4, bool), sought, 0, seeked=seeked) == DECODED).all()
+    decode_crops(as_images([base] * 4), crops, np.zeros(4, bool), whole, 0, seek=False)
+    assert np.array_equal(sought, whole) and seeked[:3].all()
+
+
+def test_an_end_marker_before_the_last_interval_is_damage_for_a_seek_too():
+    """A file cut in an MCU row with EOI appended: the window's intervals all lie before the cut,
+    but the grid the header promises does not: the seek does not take it, and the status is the
+    usual path's."""
+    rewritten, _ = with_restarts(jpeg(256, 256), 1, MAX_PIXELS)  # 16 intervals a row, 16 px each
+    cut = rewritten[:restart_markers(rewritten)[16 * 9 + 6]] + b"\xff\xd9"  # after interval 150
+    crop = np.array([[30, 120, 100, 150]], np.float32)  # columns 1-6, rows 7-9
+    out, seeked = np.zeros((2, 16, 16, 3), np.uint8), np.zeros(1, np.bool_)
+    sought = decode_crops(as_images([cut]), crop, np.zeros(1, bool), out, 0, seeked=seeked)
+    usual = decode_crops(as_images([cut]), crop, np.zeros(1, bool), out, 1, seek=False)
+    assert sought == usual == CORRUPT and not seeked[0]
+
+
+def test_out_of_memory_in_the_rewrite_is_a_status_never_a_crash(tmp_path):
+    """Under address-space limits from tight to ample, the rewrite of a large noisy JPEG fails in
+    libjpeg's allocations or in the output's growth: OUT_OF_MEMORY, its buffers freed once
+    (jpeg_mem_dest would have left a freed pointer behind: a double free), or it succeeds."""
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import io, resource, sys\n"
+        "import numpy as np\n"
+        "from PIL import Image\n"
+        "from prepare import _restarts\n"
+        "noise = np.random.default_rng(0).integers(0, 256, (3072, 3072, 3), np.uint8)\n"
+        "out = io.BytesIO(); Image.fromarray(noise).save(out, 'JPEG', quality=100, subsampling=0)\n"
+        "data = out.getvalue(); del noise, out\n"
+        "used = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+        "limit = used + int(sys.argv[1]) * 2**20\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+        "print(_restarts.add_restarts(data, 2, 1 << 26)[0])\n")
+    statuses = []
+    for mib in (60, 80, 100, 120, 300):
+        result = subprocess.run([sys.executable, str(script), str(mib)], capture_output=True, text=True, cwd=ROOT,
+                                timeout=120)
+        assert result.returncode == 0, (mib, result.stderr[-2000:])
+        statuses.append(int(result.stdout.strip()))
+    assert set(statuses) <= {_restarts.OK, _restarts.OUT_OF_MEMORY} and _restarts.OUT_OF_MEMORY in statuses
+    assert statuses[-1] == _restarts.OK
 
 
 def batches_of(root, split: str, workers: int) -> tuple[list, int]:

@@ -6,7 +6,11 @@ image's crop box (libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines, wi
 when the crop is at least twice the output), resizes it to size x size with the triangle filter
 PIL's resize(box=...) uses (its support widens with the downscale: antialiased), flips it where
 asked and writes it straight into its slot of a batch, all with the GIL released, so that a
-thread pool decodes on every core. `image_sizes` reads the headers, which the crop draws need.
+thread pool decodes on every core. In a seekable JPEG (a restart marker every few MCUs, in a grid:
+what prepare writes by default) only the restart intervals that cover the crop's window are
+decoded, from a small JPEG of them (train/native/seek.c), with the same pixels and statuses; a
+seek reads only its window's intervals, so damage elsewhere in such a file goes unseen by that
+crop. `image_sizes` reads the headers, which the crop draws need.
 
 Each image gets a status: DECODED; CORRUPT (damaged data, or more than MAX_SCANS scans) or
 TOO_LARGE (more than shards.limits.MAX_PIXELS pixels), a bad sample; NOT_JPEG or REFUSED (a JPEG

@@ -101,14 +101,46 @@ static int coefficients_fit(struct jpeg_decompress_struct *in, jvirt_barray_ptr 
     return 1;
 }
 
+/* The output, in a buffer this module owns: jpeg_mem_dest frees its old buffer as it grows but
+ * hands the new one out only at the end, so after an error (out of memory while growing) the
+ * caller would hold a freed pointer and the live buffer would leak. */
+typedef struct {
+    struct jpeg_destination_mgr pub;
+    unsigned char *buffer;
+    size_t capacity, length;
+} growing_output;
+
+static void output_start(j_compress_ptr cinfo) {
+    growing_output *o = (growing_output *)cinfo->dest;
+    size_t first = 64 << 10;
+    o->buffer = malloc(first);
+    if (!o->buffer)
+        ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 0);
+    o->capacity = first, o->pub.next_output_byte = o->buffer, o->pub.free_in_buffer = first;
+}
+
+static boolean output_grow(j_compress_ptr cinfo) { /* libjpeg has filled the buffer */
+    growing_output *o = (growing_output *)cinfo->dest;
+    unsigned char *grown = realloc(o->buffer, 2 * o->capacity);
+    if (!grown)
+        ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 1); /* o->buffer is still ours, freed with the transcoder */
+    o->pub.next_output_byte = grown + o->capacity, o->pub.free_in_buffer = o->capacity;
+    o->buffer = grown, o->capacity *= 2;
+    return TRUE;
+}
+
+static void output_end(j_compress_ptr cinfo) {
+    growing_output *o = (growing_output *)cinfo->dest;
+    o->length = o->capacity - o->pub.free_in_buffer;
+}
+
 typedef struct {
     struct jpeg_decompress_struct in;
     struct jpeg_compress_struct out;
     struct guard in_err, out_err;
     struct jpeg_progress_mgr progress;
     volatile int in_made, out_made;
-    unsigned char *bytes; /* the output, malloc'd by jpeg_mem_dest */
-    unsigned long length;
+    growing_output output;
 } transcoder;
 
 static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned int most, int64_t max_pixels,
@@ -149,7 +181,9 @@ static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned
     unsigned int mcus_per_row = (t->in.image_width + mcu_width - 1) / mcu_width;
     *interval = interval_dividing(mcus_per_row, most);
     t->out.restart_interval = *interval;
-    jpeg_mem_dest(&t->out, &t->bytes, &t->length);
+    t->output.pub.init_destination = output_start, t->output.pub.empty_output_buffer = output_grow;
+    t->output.pub.term_destination = output_end;
+    t->out.dest = &t->output.pub;
     jpeg_write_coefficients(&t->out, coefficients);
     for (jpeg_saved_marker_ptr m = t->in.marker_list; m; m = m->next) {
         int jfif = m->marker == JPEG_APP0 && m->data_length >= 5 && memcmp(m->data, "JFIF", 5) == 0;
@@ -167,16 +201,16 @@ static void close_transcoder(transcoder *t) {
         jpeg_destroy_compress(&t->out);
     if (t->in_made)
         jpeg_destroy_decompress(&t->in);
-    free(t->bytes);
+    free(t->output.buffer);
 }
 
 static PyObject *py_add_restarts(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"data", "most", "max_pixels", NULL};
     Py_buffer view;
-    unsigned int most;
+    long long most;
     long long max_pixels;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*IL", keywords, &view, &most, &max_pixels))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*LL", keywords, &view, &most, &max_pixels))
         return NULL;
     if (most < 1 || most > 65535 || max_pixels < 1 || max_pixels > PIXELS_CEILING) {
         PyBuffer_Release(&view);
@@ -193,10 +227,10 @@ static PyObject *py_add_restarts(PyObject *self, PyObject *args, PyObject *kwarg
         status = NOT_JPEG;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        status = transcode(&t, data, length, most, max_pixels, &interval);
+        status = transcode(&t, data, length, (unsigned int)most, max_pixels, &interval);
         Py_END_ALLOW_THREADS
     }
-    PyObject *result = status == OK ? Py_BuildValue("iy#I", status, (const char *)t.bytes, (Py_ssize_t)t.length,
+    PyObject *result = status == OK ? Py_BuildValue("iy#I", status, (const char *)t.output.buffer, (Py_ssize_t)t.output.length,
                                                     interval)
                                     : Py_BuildValue("iOI", status, Py_None, 0u);
     close_transcoder(&t);

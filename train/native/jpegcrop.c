@@ -68,6 +68,10 @@ enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEM
  * both paths. A longer one (hostile bytes between the markers) decodes as usual. */
 #define SEEK_BYTES_PER_PIXEL 4
 #define SEEK_HEADER ((size_t)1 << 20)
+/* A seek's buffers kept for the next image of the call up to this size (an ImageNet crop's small
+ * JPEG is tens of KiB); larger ones are freed after their image, so that they never sit beside the
+ * next image's libjpeg budget: the bound holds per image. */
+#define SEEK_KEEP ((size_t)1 << 20)
 /* Seek only where the intervals to decode are fewer than this share of the MCUs the usual path
  * Huffman-decodes (every row down to the crop's last, whole): the small JPEG costs its copy. Measured
  * on 300 ImageNet-like images (BENCHMARKS.md): a share of 0.95 gains on every band of box areas
@@ -75,7 +79,8 @@ enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEM
 #define SEEK_SHARE 0.95
 /* Scaled pixels kept around the filters' reach in a seek's window: fancy upsampling of chroma
  * treats the window's edges as image edges, which changes the outermost pixel. 0 fails
- * tests/test_seekable.py, 1 passes it; 2 costs next to nothing (the window widens to whole MCUs). */
+ * tests/test_seekable.py, 1 passes it; 2 costs next to nothing (the window widens to whole MCUs).
+ * (libjpeg-turbo also picks the upsampler by the width decoded: see seek_window.) */
 #define SEEK_MARGIN 2
 
 /* libjpeg's max_memory_to_use: a progressive or multi-scan JPEG holds the DCT coefficients of the
@@ -342,8 +347,44 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
  * the image's) are fewer than SEEK_SHARE of the MCUs the usual path reads, and their bytes stay
  * under the memory rule. Then the small JPEG is in s->seek.bytes, *length long, and the window
  * starts (*origin_x, *origin_y) pixels into the whole image's scaled output. */
+/* What the small JPEG's header must say, as libjpeg reads it: the whole image's frame at the
+ * window's size. */
+typedef struct {
+    unsigned int width, height, restart_interval;
+    int components, color_space, sampling[MAX_COMPONENTS], ids[MAX_COMPONENTS], tables[MAX_COMPONENTS];
+} frame_facts;
+
+static frame_facts facts_of(const struct jpeg_decompress_struct *c, unsigned int width, unsigned int height) {
+    frame_facts f = {.width = width, .height = height, .restart_interval = c->restart_interval,
+                     .components = c->num_components, .color_space = c->jpeg_color_space};
+    for (int k = 0; k < c->num_components && k < MAX_COMPONENTS; k++) {
+        const jpeg_component_info *comp = &c->comp_info[k];
+        f.sampling[k] = comp->h_samp_factor << 4 | comp->v_samp_factor;
+        f.ids[k] = comp->component_id, f.tables[k] = comp->quant_tbl_no;
+    }
+    return f;
+}
+
+/* Whether each component that is upsampled horizontally keeps more than 2 samples a row in the
+ * window: libjpeg-turbo upsamples smoothly (fancy) only then, so a narrower window would be
+ * upsampled otherwise than the whole image (a lower bound: chroma may decode at a larger scale). */
+static int window_upsampled_alike(const struct jpeg_decompress_struct *c, unsigned int width, int shrink) {
+    for (int k = 0; k < c->num_components; k++) {
+        unsigned int h = (unsigned int)c->comp_info[k].h_samp_factor, most = (unsigned int)c->max_h_samp_factor;
+        if (h < most && ((size_t)width * h + most * shrink - 1) / (most * shrink) <= 2)
+            return 0;
+    }
+    return 1;
+}
+
+/* Where seeking pays: the JPEG is a grid of restart intervals, the intervals that hold the pixels
+ * the filters read (and SEEK_MARGIN more: the upsampling of chroma treats the window's edges as
+ * the image's) are fewer than SEEK_SHARE of the MCUs the usual path reads, and their bytes stay
+ * under the memory rule. Then the small JPEG is in s->seek.bytes, *length long, the window starts
+ * (*origin_x, *origin_y) pixels into the whole image's scaled output, and *expect is what its
+ * header must say. */
 static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scratch *s, int shrink, size_t *length,
-                       int *origin_x, int *origin_y) {
+                       int *origin_x, int *origin_y, frame_facts *expect) {
     seek_plan p;
     if (!j->seek || !seekable(c, j->data, &p))
         return 0;
@@ -352,17 +393,19 @@ static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scr
     double left = fx->first[0] - SEEK_MARGIN, right = fx->first[last] + fx->count[last] + SEEK_MARGIN;
     double top = fy->first[0] - SEEK_MARGIN, bottom = fy->first[last] + fy->count[last] + SEEK_MARGIN;
     size_t mcus = plan_window(&p, left * shrink, top * shrink, right * shrink, bottom * shrink);
-    /* MCUs are 8, 16 or 32 px, a multiple of any DCT scale: the window starts on an output pixel */
+    /* MCUs are 8 to 32 px wide and high, a multiple of the DCT scale wherever it is not 1 (dct_shrink
+       keeps 3x and 4x sampling unscaled): the window starts on an output pixel */
     int x = (int)(p.col0 * p.mcu_width / shrink), y = (int)(p.row0 * p.mcu_height / shrink);
     int width = (int)((p.window_width + shrink - 1) / shrink), height = (int)((p.window_height + shrink - 1) / shrink);
-    if (mcus >= SEEK_SHARE * (double)p.row1 * p.mcus_per_row || fx->first[0] < x || fy->first[0] < y ||
-        fx->first[last] + fx->count[last] > x + width || fy->first[last] + fy->count[last] > y + height)
-        return 0; /* (the window holds every pixel the filters read: the last test is a guard) */
+    if (mcus >= SEEK_SHARE * (double)p.row1 * p.mcus_per_row || !window_upsampled_alike(c, p.window_width, shrink) ||
+        fx->first[0] < x || fy->first[0] < y || fx->first[last] + fx->count[last] > x + width ||
+        fy->first[last] + fy->count[last] > y + height)
+        return 0; /* (the window holds every pixel the filters read: the last tests are a guard) */
     size_t most = SEEK_HEADER + SEEK_BYTES_PER_PIXEL * (size_t)mcus * p.mcu_width * p.mcu_height;
     size_t built = build_window_jpeg(&p, j->data, j->length, most, &s->seek);
     if (built == 0 || built == (size_t)-1)
         return 0; /* not the grid the header promised (the usual path finds the damage), too long, or no memory */
-    *length = built, *origin_x = x, *origin_y = y;
+    *length = built, *origin_x = x, *origin_y = y, *expect = facts_of(c, p.window_width, p.window_height);
     return 1;
 }
 
@@ -380,13 +423,21 @@ static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resamp
         status = header_check(&d.c, max_pixels, &cmyk);
         int shrink = status == OK ? crop_filters(&d.c, j, s) : 0, origin_x = 0, origin_y = 0;
         size_t length;
+        frame_facts expect;
         if (status == OK && shrink == 0)
             status = OUT_OF_MEMORY;
-        if (status == OK && seek_window(&d.c, j, s, shrink, &length, &origin_x, &origin_y)) {
+        if (status == OK && seek_window(&d.c, j, s, shrink, &length, &origin_x, &origin_y, &expect)) {
             destroy_decompressor(&d); /* and decode the small JPEG instead */
             create_decompressor(&d, s->seek.bytes, length, max_pixels);
             jpeg_read_header(&d.c, TRUE);
             *seeked = 1;
+            frame_facts got = facts_of(&d.c, d.c.image_width, d.c.image_height);
+            if (memcmp(&got, &expect, sizeof(got)) != 0) { /* a guard: then the whole image, as usual */
+                destroy_decompressor(&d);
+                create_decompressor(&d, j->data, j->length, max_pixels);
+                jpeg_read_header(&d.c, TRUE);
+                *seeked = 0, origin_x = 0, origin_y = 0;
+            }
         }
         if (status == OK)
             status = decode_region(&d.c, j, s, rs, shrink, origin_x, origin_y, cmyk);
@@ -560,6 +611,8 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
                 if (sk)
                     sk[i] = (uint8_t)seeked_here;
+                if (s.seek.capacity_bytes > SEEK_KEEP || s.seek.capacity_starts > SEEK_KEEP)
+                    free_seek_scratch(&s.seek);
                 if (st[i] != OK)
                     memset(j.out, 0, slot); /* what a failed decode wrote is not kept */
             }

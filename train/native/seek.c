@@ -6,6 +6,46 @@
 
 #include "resample.h" /* grow_buffer */
 
+/* Where the frame header is: the header's markers walked as libjpeg reads them (bytes before a
+ * marker skipped, FF 00 discarded, fill bytes, parameterless markers), and the SOF0 or SOF1 found
+ * checked against what libjpeg read from it, so that the window's size is written into the
+ * segment libjpeg took as the frame header and nowhere else. 0 where that is not so. */
+static size_t frame_header_at(const struct jpeg_decompress_struct *c, const uint8_t *data, size_t end) {
+    size_t i = 2; /* after SOI */
+    for (;;) {
+        while (i < end && data[i] != 0xFF) /* (libjpeg warns of such bytes, and goes on) */
+            i++;
+        while (i + 1 < end && data[i + 1] == 0xFF)
+            i++;
+        if (i + 1 >= end)
+            return 0;
+        uint8_t marker = data[i + 1];
+        if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+            i += 2; /* a stuffed zero, TEM or RSTn: no length */
+            continue;
+        }
+        if (marker == 0xDA || i + 4 > end)
+            return 0; /* the scan header, and no frame header before it */
+        size_t length = (size_t)data[i + 2] << 8 | data[i + 3];
+        if (marker == 0xC0 || marker == 0xC1) {
+            if (length != 8 + 3 * (size_t)c->num_components || i + 2 + length > end || data[i + 4] != 8 ||
+                (data[i + 5] << 8 | data[i + 6]) != (int)c->image_height ||
+                (data[i + 7] << 8 | data[i + 8]) != (int)c->image_width || data[i + 9] != c->num_components)
+                return 0;
+            for (int k = 0; k < c->num_components; k++) {
+                const uint8_t *f = data + i + 10 + 3 * k;
+                const jpeg_component_info *comp = &c->comp_info[k];
+                if (f[0] != comp->component_id || f[1] != (comp->h_samp_factor << 4 | comp->v_samp_factor))
+                    return 0;
+            }
+            return i;
+        }
+        if (length < 2)
+            return 0;
+        i += 2 + length;
+    }
+}
+
 int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_plan *p) {
     /* after jpeg_read_header: MCUs_per_row is only set when decompression starts, so from the header */
     int one = c->num_components == 1; /* one component: an MCU is one block */
@@ -16,8 +56,11 @@ int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_p
     p->mcu_rows = (p->height + p->mcu_height - 1) / p->mcu_height;
     p->interval = c->restart_interval;
     p->entropy_at = (size_t)(c->src->next_input_byte - data); /* jpeg_read_header stops after the SOS segment */
-    return !c->progressive_mode && !c->arith_code && c->comps_in_scan == c->num_components && p->interval != 0 &&
-           p->mcus_per_row % p->interval == 0;
+    if (c->progressive_mode || c->arith_code || c->comps_in_scan != c->num_components || p->interval == 0 ||
+        p->mcus_per_row % p->interval != 0)
+        return 0;
+    p->sof = frame_header_at(c, data, p->entropy_at);
+    return p->sof != 0;
 }
 
 /* min(floor(v / unit), most) and min(ceil(v / unit), most), 0 for v <= 0 (or NaN) */
@@ -49,8 +92,10 @@ size_t plan_window(seek_plan *p, double left, double top, double right, double b
 
 /* Where intervals 0..count-1 lie in the entropy-coded data starting at `at`: interval k is bytes
  * [spans[2k], spans[2k + 1]); it ends where its restart marker (RSTk mod 8) begins, fill bytes
- * included, and the last one of the image at its end marker. 0 where the markers are not those. */
-static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t count, size_t *spans) {
+ * included, and the image's last one (interval total - 1) at its end marker. 0 where the markers
+ * are not those. */
+static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t count, size_t total,
+                          size_t *spans) {
     for (size_t k = 0; k < count; k++) {
         spans[2 * k] = at;
         for (;;) {
@@ -66,7 +111,7 @@ static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t 
                 at = i + 1;
                 continue;
             }
-            if (data[i] != 0xD0 + (k & 7) && !(k + 1 == count && data[i] == 0xD9))
+            if (data[i] != 0xD0 + (k & 7) && !(k + 1 == total && data[i] == 0xD9))
                 return 0; /* a restart out of order, a marker inside the data: not the promised grid */
             spans[2 * k + 1] = (size_t)(ff - data);
             at = i + 1;
@@ -76,32 +121,16 @@ static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t 
     return 1;
 }
 
-/* The frame header: where the SOF segment is among the header's segments, 0 if not found. */
-static size_t find_frame_header(const uint8_t *data, size_t entropy_at) {
-    size_t i = 2;
-    while (i + 4 <= entropy_at) {
-        if (data[i] != 0xFF)
-            return 0; /* bytes between segments: not a header this simple walk reads */
-        while (i + 1 < entropy_at && data[i + 1] == 0xFF)
-            i++;
-        uint8_t marker = data[i + 1];
-        if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)
-            return i;
-        i += 2 + ((size_t)data[i + 2] << 8 | data[i + 3]);
-    }
-    return 0;
-}
-
 size_t build_window_jpeg(const seek_plan *p, const uint8_t *data, size_t length, size_t most, seek_scratch *s) {
-    size_t sof = find_frame_header(data, p->entropy_at);
-    if (sof == 0 || sof + 9 > p->entropy_at)
-        return 0;
-    size_t per_row = p->mcus_per_row / p->interval, first = p->col0 / p->interval, end = p->col1 / p->interval;
+    size_t sof = p->sof, per_row = p->mcus_per_row / p->interval;
+    size_t first = p->col0 / p->interval, end = p->col1 / p->interval;
     size_t needed = (p->row1 - 1) * per_row + end; /* intervals 0 up to the window's last */
+    if (needed > (length - p->entropy_at) / 2)
+        return 0; /* each ends in a 2-byte marker: too short to hold them (before the table is allocated) */
     if (grow_buffer((void **)&s->starts, &s->capacity_starts, sizeof(size_t) * 2 * needed))
         return (size_t)-1;
     size_t *spans = s->starts;
-    if (!find_intervals(data, length, p->entropy_at, needed, spans))
+    if (!find_intervals(data, length, p->entropy_at, needed, (size_t)p->mcu_rows * per_row, spans))
         return 0;
     size_t capacity = p->entropy_at + 2, total = (size_t)(p->row1 - p->row0) * (end - first);
     for (size_t r = p->row0; r < p->row1; r++)

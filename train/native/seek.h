@@ -28,13 +28,15 @@ typedef struct {
     unsigned int mcu_width, mcu_height;  /* source pixels */
     unsigned int mcus_per_row, mcu_rows, interval;
     size_t entropy_at;                   /* the first byte of the scan's entropy-coded data */
+    size_t sof;                          /* where the frame header (SOF0 or SOF1) starts */
     /* the window, in MCUs: columns [col0, col1) and rows [row0, row1), columns whole intervals */
     unsigned int col0, col1, row0, row1;
     unsigned int window_width, window_height; /* source pixels: whole intervals, or to the image's edge */
 } seek_plan;
 
-/* Whether the JPEG whose header `c` has read (from `data`, jpeg_mem_src) is a seekable grid; fills
- * the plan's image fields. */
+/* Whether the JPEG whose header `c` has read (from `data`, jpeg_mem_src) is a seekable grid: one
+ * interleaved baseline Huffman scan, intervals that divide a row's MCUs, and a frame header found
+ * where libjpeg read it. Fills the plan's image fields. */
 int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_plan *p);
 
 /* The window [left, right) x [top, bottom) (source pixels) as whole intervals within the image:
