@@ -267,16 +267,18 @@ def test_batches_from_seekable_shards_equal_those_from_plain_shards_for_any_thre
     assert "images of the first batch decoded from only the restart intervals their crops cover" in caplog.text
 
 
-def test_the_seek_benchmark_measures_every_interval_against_the_original_jpegs(plain, prepared):
-    from train.bench.seek import INTERVALS
-
-    result = run_module("train.bench.seek", "--data", plain, "--images", 24, "--image-size", 32)
+def test_the_seek_benchmark_compares_a_seekable_dataset_with_its_plain_twin(plain, prepared, sources, tmp_path):
+    result = run_module("train.bench.seek", "--data", prepared, "--plain", plain, "--images", 24, "--image-size", 32)
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout.splitlines()[-1])
-    assert record["original"]["train_ms"] > 0 and sum(record["band_images"].values()) == 24
-    for most in INTERVALS:
-        row = record[f"at most {most} MCUs"]
-        assert row["rewritten"] == 24 and row["seeked"] > 0 and row["rewrite_ms"] > 0 and -0.1 < row["bytes"] < 0.2
-        assert row["train_ms"] > 0 and row["val_ms"] > 0 and set(row["bands_ms"]) == set(record["original"]["bands_ms"])
-    refused = run_module("train.bench.seek", "--data", prepared)
-    assert refused.returncode == 2 and "seekable already" in refused.stderr
+    assert record["restart_mcus"] == 2 and sum(record["band_images"].values()) == 24
+    seekable = record["seekable"]
+    assert seekable["seeked"] > 0 and -0.1 < seekable["bytes"] < 0.2 and seekable["train_ms"] > 0
+    assert seekable["val_ms"] > 0 and set(seekable["bands_ms"]) == set(record["plain"]["bands_ms"])
+    refusals = {"holds seekable JPEGs": ("--data", prepared, "--plain", prepared),
+                "holds no seekable JPEG": ("--data", plain, "--plain", plain)}
+    prepare(config(sources["official"], tmp_path / "seed1", seed=1))
+    refusals["other sources or with other seeds"] = ("--data", tmp_path / "seed1", "--plain", plain)
+    for message, arguments in refusals.items():
+        refused = run_module("train.bench.seek", *arguments)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
