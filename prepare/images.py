@@ -2,7 +2,7 @@
 JPEGs seekable.
 
 Good RGB JPEGs keep their pixels: their DCT coefficients are rewritten losslessly with restart
-markers (prepare/native/restarts.c, about 2 ms an image), or, with restart_mcus=0, their original
+markers (prepare/native/restarts.c, about 1 ms an image), or, with restart_mcus=0, their original
 bytes are kept (a header parse). Everything else (CMYK, grayscale, PNG named .JPEG, or every image
 with --resize) is decoded and re-encoded, its markers written by the encoder at no extra cost.
 
@@ -29,7 +29,7 @@ except ImportError as exn:  # pragma: no cover - only on an install that skipped
         "`pip install -e .` with the libjpeg-turbo headers installed (Debian: libjpeg62-turbo-dev)") from None
 
 # The most MCUs between restart markers, by default: measured in BENCHMARKS.md (seekable shards),
-# 1 MCU decodes crops 1.6% faster than 2 for 0.9% more bytes, 4 MCUs 4% slower for 0.6% fewer.
+# 1 MCU decodes crops 1.6% faster than 2 for 0.9% more bytes, 4 MCUs 1-4% slower for 0.6% fewer.
 RESTART_MCUS = 2
 MAX_RESTART_MCUS = 65535  # the restart interval's field in a JPEG is 16 bits
 MCU_SIZE = 16  # pixels: the re-encode writes 4:2:0
@@ -70,9 +70,10 @@ def restart_interval(mcus_per_row: int, most: int) -> int:
 
 def with_restarts(data: bytes, most: int, max_pixels: int) -> tuple[bytes, int] | None:
     """The JPEG rewritten losslessly (same coefficients, standard Huffman tables) with restart
-    markers every `interval` MCUs: (bytes, interval); None where libjpeg-turbo does not rewrite it
-    cleanly (any warning, such as a truncated file: the original is then stored and decoded as
-    before). Out of memory is the machine's and raises."""
+    markers every `interval` MCUs: (bytes, interval); None where it cannot be rewritten cleanly and
+    exactly (a libjpeg warning, such as a truncated file's; progressive scans that leave coefficient
+    bits unsent; coefficients past 8-bit baseline's range): the original is then stored and decoded
+    as before. Out of memory is the machine's and raises."""
     status, rewritten, interval = _restarts.add_restarts(data, most, max_pixels)
     if status == _restarts.OUT_OF_MEMORY:
         raise MemoryError("out of memory adding restart markers to a JPEG")
