@@ -3,6 +3,10 @@
 # munged, slurmctld and two slurmd daemons (node1, node2) from Debian's slurm-wlm, as root.
 #
 #   bash jobs/local_cluster.sh start    start (or keep) it; returns when sinfo shows both nodes idle
+#   bash jobs/local_cluster.sh start --cancel-jobs
+#                                       the same, cancelling its jobs first: the tests own the cluster,
+#                                       and a job left by a killed run (or one the daemons lost in a
+#                                       machine restart) would hold both nodes
 #   bash jobs/local_cluster.sh stop     stop the daemons
 #   bash jobs/local_cluster.sh status   sinfo
 #
@@ -75,6 +79,10 @@ start() {
   for node in node1 node2; do
     pgrep -f "slurmd -f $conf -N $node" >/dev/null || slurmd -f "$conf" -N $node
   done
+  if [[ ${1:-} == --cancel-jobs ]]; then
+    for _ in $(seq 20); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
+    scancel --full --quiet --partition=debug || true
+  fi
   for _ in $(seq 120); do
     if both_idle; then
       echo "local_cluster.sh: node1 and node2 idle (SLURM_CONF=$conf)"
@@ -86,6 +94,10 @@ start() {
   done
   echo "local_cluster.sh: nodes not idle after 60 s; logs in $dir/log" >&2
   sinfo -N >&2 || true
+  if [[ -n $(squeue -h 2>/dev/null) ]]; then
+    squeue >&2 || true
+    echo "local_cluster.sh: jobs hold the nodes: wait for them, or cancel them with: $0 start --cancel-jobs" >&2
+  fi
   exit 1
 }
 
@@ -100,8 +112,8 @@ stop() {
 }
 
 case "${1:-}" in
-  start) start ;;
+  start) start "${2:-}" ;;
   stop) stop ;;
   status) sinfo -N ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [--cancel-jobs]|stop|status" >&2; exit 2 ;;
 esac

@@ -43,10 +43,18 @@ def slurm():
             pytest.fail(f"CI must run the SLURM tests, but {reason}")
         pytest.skip(reason)
     env = {**os.environ, "SLURM_CONF": str(CLUSTER_DIR / "slurm.conf")}
-    started = subprocess.run(["bash", "jobs/local_cluster.sh", "start"], cwd=ROOT, capture_output=True, text=True)
+    started = subprocess.run(["bash", "jobs/local_cluster.sh", "start", "--cancel-jobs"], cwd=ROOT,
+                             capture_output=True, text=True)
     if started.returncode:
         pytest.fail(f"jobs/local_cluster.sh start failed:\n{started.stdout}{started.stderr}")
     return env
+
+
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(slurm):
+    """A test that fails mid-job leaves the job holding both nodes for the next tests: cancel it."""
+    yield
+    subprocess.run(["scancel", "--full", "--quiet", "--partition=debug"], env=slurm)
 
 
 def shell(slurm, script: str, timeout: float = 600, allocation: str = "") -> subprocess.CompletedProcess:
