@@ -27,14 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.labels import LabelError
+from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
+from prepare.shares import split_shares
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
 from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
-from prepare.workers import WorkerPool
+from prepare.workers import WorkerDied, WorkerPool
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
@@ -67,6 +70,8 @@ class PrepareConfig:
     verify: bool = False  # read every shard of an existing dataset against its checksums
     workers: int = 1
     progress_interval: float = 10.0
+    group: NodeGroupEnv | None = None  # the srun step's nodes, sharing the read (None: this node reads alone)
+    group_timeout_s: float = 1800.0  # longest wait for another node in any one collective
 
     def output_options(self) -> dict:
         """The options that decide the bytes of the shards (a re-run must match them)."""
@@ -82,10 +87,15 @@ def prepare(config: PrepareConfig) -> Manifest:
     identity = {"source": fingerprint(source_root, detect_layout(source_root)),
                 "options": config.output_options()}
     make_dest(dest)
-    with exclusive_lock(dest):
+    with exclusive_lock(dest) as waited:
+        if config.group is not None and not waited:
+            return prepare_in_group(source_root, dest, config, identity)
         existing, damaged = verified_existing(dest, identity, config)
         if existing is not None:
             return existing
+        if config.group is not None:
+            raise PrepareError(f"the prepare task of this node that joined the nodes' shared read left no dataset in "
+                               f"{dest}: see its error, then rerun the step")
         remove_incomplete(dest)
         source = open_source(source_root)
         manifest = build_or_clean_up(source, dest, config, identity)
@@ -95,12 +105,83 @@ def prepare(config: PrepareConfig) -> Manifest:
     return manifest
 
 
-def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+def prepare_in_group(source_root: Path, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+    """This node's part of a shared read (this task holds the node's lock). The nodes agree on who
+    needs data; every node reads and sends its share of the source; the nodes that need data
+    receive everything and write their shards; a last round tells each how the others ended."""
+    try:
+        existing, damaged = verified_existing(dest, identity, config)
+        own_error = None
+    except PrepareError as exn:
+        existing, damaged, own_error = None, None, str(exn)
+    group = NodeGroup(config.group, config.group_timeout_s)
+    try:
+        statuses = group.gather({"node": config.group.node, "needs": existing is None, "error": own_error})
+        group.names = [s["node"] for s in statuses]
+        if own_error is not None:  # the others know it from the gather: nothing to announce
+            raise PrepareError(own_error)
+        failed = [(s["node"], s["error"]) for s in statuses if s["error"]]
+        if failed:
+            raise PeerFailed(f"{failed[0][0]} failed: {failed[0][1]}")
+        needs = [s["needs"] for s in statuses]
+        if not any(needs):
+            return existing
+        log.info("shared read: %d nodes read a share of the source each; %s need%s the dataset",
+                 group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
+                 "s" if sum(needs) == 1 else "")
+
+        def receive_or_serve() -> Manifest:
+            if existing is None:
+                return prepare_received(source_root, dest, config, identity, group, needs, damaged)
+            serve_share(open_source(source_root), dest, config, group, needs)
+            return existing
+
+        manifest = announcing_failures(group, receive_or_serve)
+        try:
+            group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
+        except PeerFailed as exn:
+            raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
+        return manifest
+    finally:
+        group.close()
+
+
+def announcing_failures(group: NodeGroup, work):
+    """work(); if it fails here (not because another node did), the others learn why in the round
+    they wait in, and print it too."""
+    try:
+        return work()
+    except PeerFailed:
+        raise
+    except BaseException as exn:
+        group.announce(one_line(exn))
+        raise
+
+
+def prepare_received(source_root: Path, dest: Path, config: PrepareConfig, identity: dict, group: NodeGroup,
+                     needs: list[bool], damaged: Manifest | None) -> Manifest:
+    remove_incomplete(dest)
+    manifest = build_or_clean_up(open_source(source_root), dest, config, identity, group, needs)
+    log_summary(dest, manifest)
+    if damaged is not None:
+        report_rebuild(damaged, manifest)
+    return manifest
+
+
+def one_line(exn: BaseException) -> str:
+    """What another node prints of this node's failure."""
+    if isinstance(exn, (PrepareError, SourceError, LabelError, WorkerDied)):
+        return str(exn)
+    return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
+
+
+def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict,
+                      group: NodeGroup | None = None, needs: list[bool] | None = None) -> Manifest:
     """Build and write the manifest; on any failure remove what this run wrote (spills, shards)
     before the error leaves, and name a full disk in one line."""
     state = RunState(free_at_start=free_bytes(dest))
     try:
-        manifest = build(source, dest, config, identity, state)
+        manifest = build(source, dest, config, identity, state, group, needs)
         state.during = "writing the manifest"
         write_manifest(dest, manifest)
     except BaseException as exn:
@@ -148,15 +229,18 @@ def make_dest(dest: Path) -> None:
 
 @contextmanager
 def exclusive_lock(dest: Path):
-    """One prepare per destination: the others wait here, then find the manifest and verify it."""
+    """One prepare per destination: the others wait here, then find the manifest and verify it.
+    Yields whether this one had to wait (another held the lock when it came)."""
     with open(dest / LOCK_NAME, "a+") as lock:
+        waited = False
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("another prepare is writing %s; waiting for it to finish", dest)
             fcntl.flock(lock, fcntl.LOCK_EX)
+            waited = True
         try:
-            yield
+            yield waited
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -286,7 +370,8 @@ class SplitResult:
     seekable: int = 0  # images stored with restart markers
 
 
-def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState) -> Manifest:
+def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState,
+          group: NodeGroup | None = None, needs: list[bool] | None = None) -> Manifest:
     start = time.monotonic()
     raise_open_file_limit()
     # webdataset's tar reader and writer, and torch, which it imports (about 2 s), are imported
@@ -297,13 +382,21 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                                     config.workers) for split in SPLITS}
     check_free_space(dest, sum(estimate.values()), "the dataset (estimated from the source)", state)
     splits, converted, skipped, source_bytes, seekable = {}, {}, {}, 0, 0
+    moved = ExchangeStats()
+    parts, shares = parts_and_shares(source, group)
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
             num_buckets = shard_count(source.split_bytes(split), shard_bytes)
             state.during = f"spilling the {split} images"
-            result = scatter(source, split, num_buckets, work, config, pool)
+            if group is None:
+                moved.read_bytes += sum(part.size for part in parts[split])
+                images = scatter_parts(parts[split], source.class_index(), num_buckets, work, config, pool)
+            else:
+                images = exchange_split(source, split, parts[split], shares[split], num_buckets, work, config, pool,
+                                        group, needs, moved)
+            result = scatter(source, split, images, num_buckets, config)
             shards = deal_into_shards(result.buckets, config.seed)
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
             count = sum(map(len, result.buckets))
@@ -321,9 +414,83 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
              "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers,
-             "seekable_images": seekable}
+             "seekable_images": seekable, "nodes": group.size if group else 1,
+             "read_from_source_bytes": moved.read_bytes, "received_from_nodes_bytes": moved.received_bytes}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
+
+
+# ---------------------------------------------------------------- the shared read
+
+def parts_and_shares(source: Source, group: NodeGroup | None) -> tuple[dict[str, list[Part]], dict[str, list[int]]]:
+    """The parts of each split, and this node's share of them (all of them when it reads alone)."""
+    parts = {split: source.parts(split) for split in SPLITS}
+    if group is None:
+        return parts, {split: list(range(len(parts[split]))) for split in SPLITS}
+    shares = split_shares({split: [part.size for part in parts[split]] for split in SPLITS}, group.size)
+    return parts, {split: shares[split][group.rank] for split in SPLITS}
+
+
+def exchange_split(source: Source, split: str, parts: list[Part], share: list[int], num_buckets: int, work: Path,
+                   config: PrepareConfig, pool, group: NodeGroup, needs: list[bool],
+                   moved: ExchangeStats) -> Iterator[Scattered]:
+    """This node's share of the split's parts, read and spilled by the workers into part streams
+    and sent to the nodes that need data; if this node needs data, every node's samples spilled
+    to its buckets. Returns the outcomes of every image, in source order (once all have come)."""
+    streams, outcomes = work / "parts", work / "outcomes"
+    streams.mkdir()
+    outcomes.mkdir()
+    classes = source.class_index()
+    jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
+                              str(work), config.resize, config.quality, config.restart_mcus),
+                      i, str(streams / f"{i:06d}.stream")) for i in share)
+    # a few parts ahead of the exchange, each a file until sent: the disk holds no more than that
+    produced = pool.imap_ahead(stream_part, jobs, 2 * config.workers) if pool else map(stream_part, jobs)
+    receive = needs[group.rank]
+    with BucketSpills(work, tag="x") as spills:
+        stats = exchange(group, ((Path(path), read) for path, read in produced), needs,
+                         spills.write_pickled if receive else None, outcomes, split, config.progress_interval)
+    moved.read_bytes += stats.read_bytes
+    moved.received_bytes += stats.received_bytes
+    log.info("%s: read %.2f GB of the source (%d of %d parts), sent %.2f GB to other nodes, received %.2f GB",
+             split, stats.read_bytes / 1e9, len(share), len(parts), stats.sent_bytes / 1e9, stats.received_bytes / 1e9)
+    return read_outcomes(outcomes, len(parts)) if receive else iter(())
+
+
+def serve_share(source: Source, dest: Path, config: PrepareConfig, group: NodeGroup, needs: list[bool]) -> None:
+    """A node that holds the dataset still reads and sends its share (one holder serving every other
+    node would be the bottleneck); it receives and writes nothing. Its scratch goes when it ends."""
+    work_root = dest / WORK_DIR_NAME
+    shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
+    moved = ExchangeStats()
+    parts, shares = parts_and_shares(source, group)
+    try:
+        with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
+            for split in SPLITS:
+                work = work_root / split
+                work.mkdir(parents=True)
+                num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
+                exchange_split(source, split, parts[split], shares[split], num_buckets, work, config, pool, group,
+                               needs, moved)
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    log.info("served: read %.2f GB of the source for the nodes that needed the dataset; this node's is complete",
+             moved.read_bytes / 1e9)
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """Scatter one part into a stream file to send, instead of into this node's spills."""
+    job: "PartJob"
+    index: int  # the part's index in its split
+    path: str
+
+
+def stream_part(stream: StreamJob) -> tuple[str, int]:
+    with PartStream(Path(stream.path)) as out:
+        outcomes = scatter_items(stream.job, out)
+        out.finish(stream.index, outcomes)
+    return stream.path, stream.job.part.size
 
 
 @dataclass(frozen=True)
@@ -337,10 +504,10 @@ class Scattered:
     seekable: bool = False  # stored with restart markers
 
 
-def scatter(source: Source, split: str, num_buckets: int, work: Path, config: PrepareConfig, pool) -> SplitResult:
-    """Read the split once, check each image and spill it to its bucket; account for every image
-    in source order (so bucket key lists, and the shards, are the same for any worker count)."""
-    images = scatter_parts(source.parts(split), source.class_index(), num_buckets, work, config, pool)
+def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets: int,
+            config: PrepareConfig) -> SplitResult:
+    """Account for every image of the split, read once, checked and spilled to its bucket, in source
+    order (so bucket key lists, and the shards, are the same for any worker or node count)."""
     result = SplitResult([[] for _ in range(num_buckets)])
     seen = set()
     with Progress(f"{split}: read", source.split_bytes(split), "MB", scale=1 / MB,
@@ -397,19 +564,24 @@ def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, 
 
 
 def scatter_part(job: PartJob) -> list[Scattered]:
-    out = []
     with BucketSpills(Path(job.work), tag=str(os.getpid())) as spills:
-        for item in job.part.items():
-            with failures_named(item.origin):
-                try:
-                    prepared = prepare_image(item.data, job.resize, job.quality, restart_mcus=job.restart_mcus)
-                except BadImage as exn:
-                    out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
-                    continue
-                spills.write(bucket_of(item.key, job.seed, job.num_buckets),
-                             encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
-                out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note,
-                                     prepared.restart_interval > 0))
+        return scatter_items(job, spills)
+
+
+def scatter_items(job: PartJob, spills: "BucketSpills | PartStream") -> list[Scattered]:
+    """Check (or re-encode) each image of the part and write it to `spills`; the outcomes."""
+    out = []
+    for item in job.part.items():
+        with failures_named(item.origin):
+            try:
+                prepared = prepare_image(item.data, job.resize, job.quality, restart_mcus=job.restart_mcus)
+            except BadImage as exn:
+                out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
+                continue
+            spills.write(bucket_of(item.key, job.seed, job.num_buckets),
+                         encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
+            out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note,
+                                 prepared.restart_interval > 0))
     return out
 
 
@@ -451,9 +623,16 @@ class BucketSpills:
         self.work, self.tag, self.files = work, tag, {}
 
     def write(self, bucket: int, sample: dict) -> None:
+        pickle.dump(sample, self.file(bucket), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def write_pickled(self, bucket: int, pickled) -> None:
+        """A sample pickled elsewhere (by another node's worker), as `write` would have written it."""
+        self.file(bucket).write(pickled)
+
+    def file(self, bucket: int):
         if bucket not in self.files:
             self.files[bucket] = open(spill_path(self.work, bucket, self.tag), "ab")
-        pickle.dump(sample, self.files[bucket], protocol=pickle.HIGHEST_PROTOCOL)
+        return self.files[bucket]
 
     def __enter__(self) -> "BucketSpills":
         return self

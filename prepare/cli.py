@@ -12,10 +12,12 @@ from pathlib import Path
 from prepare.builder import PrepareConfig, PrepareError, prepare
 from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
 from prepare.labels import LabelError
+from prepare.node_group import PeerFailed, node_group_env
 from prepare.sources import SourceError
 from prepare.workers import WorkerDied
 from shards.layout import default_dest
 from shards.resources import available_cpus
+from shards.slurm import SlurmEnvError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=available_cpus(),
                    help="processes that read the source's parts, check and re-encode images (--resize) and "
                         "write shards (default: the CPUs this task was given)")
+    p.add_argument("--no-shared-read", action="store_true",
+                   help="under srun on several nodes, each node reads the whole source itself instead of a share "
+                        "of it (the nodes then exchange what they read over torch.distributed: see README)")
+    p.add_argument("--group-timeout", type=float, default=1800.0, metavar="S",
+                   help="shared read: the longest wait for another node, at the rendezvous or in any exchange "
+                        "round, before this node gives up; a node that dies is noticed at once")
     p.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines when not on a terminal (SLURM logs)")
     return p
@@ -65,12 +73,16 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--quality must be between 1 and 100")
     if not 0 <= args.restart_mcus <= MAX_RESTART_MCUS:
         parser.error(f"--restart-mcus must be between 0 (no markers) and {MAX_RESTART_MCUS}")
-    if args.shard_size <= 0 or args.workers < 1:
-        parser.error("--shard-size and --workers must be positive")
+    if args.shard_size <= 0 or args.workers < 1 or args.group_timeout <= 0:
+        parser.error("--shard-size, --workers and --group-timeout must be positive")
+    try:
+        group = None if args.no_shared_read else node_group_env(os.environ)
+    except SlurmEnvError as exn:
+        parser.error(f"{exn}; or rerun with --no-shared-read")
     return PrepareConfig(source=args.source, dest=args.dest, seed=args.seed, shard_size_mb=args.shard_size,
-                         resize=args.resize, quality=args.quality, restart_mcus=args.restart_mcus, skip_bad=args.skip_bad, force=args.force,
-                         verify=args.verify,
-                         workers=args.workers, progress_interval=args.progress_interval)
+                         resize=args.resize, quality=args.quality, restart_mcus=args.restart_mcus,
+                         skip_bad=args.skip_bad, force=args.force, verify=args.verify, workers=args.workers,
+                         progress_interval=args.progress_interval, group=group, group_timeout_s=args.group_timeout)
 
 
 def setup_logging() -> None:
@@ -87,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         prepare(config)
-    except (PrepareError, SourceError, LabelError, WorkerDied) as exn:
+    except (PrepareError, SourceError, LabelError, WorkerDied, PeerFailed) as exn:
         logging.getLogger("prepare").error("%s", exn)
         return 2
     return 0

@@ -10,9 +10,11 @@ outright (the out-of-memory killer, say) is an error naming what happened, not a
 from __future__ import annotations
 
 import multiprocessing
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 
@@ -47,6 +49,17 @@ class WorkerPool:
         """fn(job) for every job, in the jobs' order."""
         with worker_died_is_named():
             yield from self.executor.map(fn, jobs)
+
+    def imap_ahead(self, fn: Callable, jobs: Iterable, ahead: int) -> Iterator:
+        """fn(job) for every job, in the jobs' order, with at most `ahead` jobs queued or running:
+        for results that take space (files) until the caller has used them."""
+        jobs, pending = iter(jobs), deque()
+        with worker_died_is_named():
+            pending.extend(self.executor.submit(fn, job) for job in islice(jobs, ahead))
+            while pending:
+                result = pending.popleft().result()
+                pending.extend(self.executor.submit(fn, job) for job in islice(jobs, 1))
+                yield result
 
     def imap_unordered(self, fn: Callable, jobs: Iterable) -> Iterator:
         """fn(job) for every job, as each finishes."""

@@ -2,7 +2,8 @@
 
 import pytest
 
-from train.cluster import ClusterError, cpu_threads, default_workers, dist_env, first_host, slurm_port, tasks_per_node
+from shards.slurm import PORT_RANGES, PORT_SPAN, first_host, slurm_port, tasks_per_node
+from train.cluster import ClusterError, cpu_threads, default_workers, dist_env
 
 SRUN = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "7",
         "SLURM_NTASKS": "8", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[01-04,7]", "SLURM_NODEID": "2",
@@ -18,7 +19,17 @@ def test_srun_gives_rank_world_local_rank_and_the_first_node():
 
 def test_ports_differ_between_steps_and_jobs():
     ports = {slurm_port(job, step) for job in (4242, 4243) for step in (0, 1, 2)}
-    assert len(ports) == 6 and all(20000 <= p < 60000 for p in ports)
+    assert len(ports) == 6 and all(20000 <= p < 32768 for p in ports)
+
+
+@pytest.mark.parametrize("job", [0, 93, 4242, 10**7 + 3])
+def test_a_prepare_step_never_takes_a_train_step_port(job):
+    """prepare's node group and train's ranks may run as concurrent steps of one job."""
+    train = {slurm_port(job, step, "train") for step in range(PORT_SPAN)}
+    prepare = {slurm_port(job, step, "prepare") for step in range(PORT_SPAN)}
+    assert not train & prepare and len(train) == len(prepare) == PORT_SPAN
+    starts = sorted(PORT_RANGES.values())
+    assert all(b - a >= PORT_SPAN for a, b in zip(starts, starts[1:])) and starts[-1] + PORT_SPAN <= 32768
 
 
 def test_hostlists_and_tasks_per_node_expand_properly():

@@ -9,9 +9,10 @@ import datetime
 import socket
 from dataclasses import dataclass
 
-import hostlist
 import torch
 import torch.distributed as dist
+
+from shards.slurm import SlurmEnvError, first_host, slurm_port, tasks_per_node
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -40,24 +41,6 @@ class DistEnv:
         return self.rank == 0
 
 
-def slurm_port(job_id: int, step_id: int) -> int:
-    """A rendezvous port from the job and step ids: concurrent jobs and steps sharing a first node
-    get different ports (in 20000-59999, clear of the usual ephemeral range's start)."""
-    return 20000 + (job_id * 64 + step_id) % 40000
-
-
-def first_host(nodelist: str) -> str:
-    hosts = hostlist.expand_hostlist(nodelist)
-    if not hosts:
-        raise ClusterError(f"empty SLURM node list {nodelist!r}")
-    return hosts[0]
-
-
-def tasks_per_node(spec: str) -> list[int]:
-    """SLURM_TASKS_PER_NODE ('2(x3),1') as a list per node ([2, 2, 2, 1])."""
-    return hostlist.parse_slurm_tasks_per_node(spec)
-
-
 def dist_env(environ: dict) -> DistEnv:
     """Rank, world size, local rank and rendezvous address from the launcher's variables.
 
@@ -81,17 +64,25 @@ def dist_env(environ: dict) -> DistEnv:
                        local_world_size=int(environ.get("LOCAL_WORLD_SIZE", environ["WORLD_SIZE"])),
                        **{**job, "cpus_per_task": False})
     if "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ:
+        return slurm_env(environ, job)
+    return DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+                   **job)
+
+
+def slurm_env(environ: dict, job: dict) -> DistEnv:
+    """One rank per srun task; the rendezvous at the step's first node, on the step's own port."""
+    try:
         world = int(environ.get("SLURM_STEP_NUM_TASKS") or environ["SLURM_NTASKS"])
         nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
         addr = environ.get("MASTER_ADDR") or first_host(nodelist)
         port = int(environ.get("MASTER_PORT") or slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])))
         per_node = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "1"))
-        local_world = per_node[int(environ.get("SLURM_NODEID", 0))] if per_node else 1
-        return DistEnv(rank=int(environ["SLURM_PROCID"]), world_size=world,
-                       local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr, master_port=port,
-                       launcher="slurm", local_world_size=local_world, **job)
-    return DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
-                   **job)
+    except SlurmEnvError as exn:
+        raise ClusterError(str(exn)) from None
+    local_world = per_node[int(environ.get("SLURM_NODEID", 0))] if per_node else 1
+    return DistEnv(rank=int(environ["SLURM_PROCID"]), world_size=world,
+                   local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr, master_port=port,
+                   launcher="slurm", local_world_size=local_world, **job)
 
 
 def cpu_threads(env: DistEnv, cpus: int) -> int:

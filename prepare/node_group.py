@@ -1,0 +1,170 @@
+"""The nodes of an srun step as one group over torch.distributed (gloo, CPU tensors), so that they
+share the read of the source: one task per node joins (the one holding the node's lock), with
+the step's node index as its rank and the step's first node as the rendezvous.
+
+Every collective goes through `NodeGroup`, which turns torch's errors into `PeerFailed`, naming
+the node that failed: a node that fails on its own (a full disk, a damaged source) announces its
+one-line error in the next round; a node that dies outright is found by a census on the
+rendezvous store (the survivors check in; whoever does not is named).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from dataclasses import dataclass
+
+from shards.slurm import SlurmEnvError, expand_nodes, slurm_port
+
+log = logging.getLogger("prepare")
+
+DATA, DONE, FAILED = 0, 1, 2  # a node's status in a round
+CENSUS_S = 5.0  # how long survivors wait for each other to check in after a collective failed
+
+
+class PeerFailed(RuntimeError):
+    """Another node of the group failed, or the group itself did: the message names the node."""
+
+
+@dataclass(frozen=True)
+class NodeGroupEnv:
+    """Where this node's task stands in the step, from SLURM's variables (see `node_group_env`)."""
+    rank: int  # this node's index in the step
+    size: int  # nodes in the step
+    addr: str  # the step's first node: the rendezvous store runs in its task
+    port: int
+    node: str  # this node's name, for messages
+
+
+def node_group_env(environ: dict) -> NodeGroupEnv | None:
+    """The group this task would join, or None outside an srun step over several nodes (a batch
+    script's own shell, a login node, one node: each prepares alone, as before)."""
+    if "SLURM_STEP_NUM_NODES" not in environ or "SLURM_NODEID" not in environ:
+        return None
+    size = int(environ["SLURM_STEP_NUM_NODES"])
+    if size < 2:
+        return None
+    try:
+        nodes = expand_nodes(environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"])
+    except (SlurmEnvError, KeyError) as exn:
+        raise SlurmEnvError(f"srun step over {size} nodes without a usable node list: {exn}") from None
+    rank = int(environ["SLURM_NODEID"])
+    if len(nodes) != size or not 0 <= rank < size:
+        raise SlurmEnvError(f"SLURM_NODEID={rank} and a node list of {len(nodes)} do not match "
+                            f"SLURM_STEP_NUM_NODES={size}")
+    port = slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"]), "prepare")
+    return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=port,
+                        node=environ.get("SLURMD_NODENAME") or nodes[rank])
+
+
+class NodeGroup:
+    """A joined group. `gather` exchanges small objects; `round` moves one chunk per node."""
+
+    def __init__(self, env: NodeGroupEnv, timeout_s: float):
+        import torch.distributed as dist  # here: torch takes 2 s to import, a rerun needs none of it
+
+        self.env, self.rank, self.size, self.names = env, env.rank, env.size, [f"node {r}" for r in range(env.size)]
+        self.dist = dist
+        timeout = datetime.timedelta(seconds=timeout_s)
+        try:
+            self.store = dist.TCPStore(env.addr, env.port, env.size, is_master=env.rank == 0, timeout=timeout,
+                                       wait_for_workers=False)
+            dist.init_process_group("gloo", store=self.store, rank=env.rank, world_size=env.size, timeout=timeout)
+            dist.barrier()  # the store answers before every node has joined; one collective proves they all did
+        except Exception as exn:  # torch raises several types here; all mean the same to the user
+            raise PeerFailed(
+                f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed within {timeout_s:.0f} s "
+                f"({type(exn).__name__}: {first_line(exn)}). A node never arrived or died before it: check the other "
+                "nodes' logs, and that the step's first node is reachable on that port; rerun, or prepare each node "
+                "alone with --no-shared-read.") from None
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+    # -------------------------------------------------------------- collectives
+
+    def gather(self, obj) -> list:
+        """Every node's `obj` (small, picklable), in rank order."""
+        out = [None] * self.size
+        self._guarded(lambda: self.dist.all_gather_object(out, obj))
+        return out
+
+    def round(self, status: int, payload, receive: bool, send_to: list[bool]) -> list[tuple[int, memoryview | None]]:
+        """One step of the exchange: every node says its status and how many bytes it has; each
+        sends `payload` (a writable buffer) to the nodes in `send_to`, and receives the others'
+        if `receive`. A FAILED node's payload (its error, UTF-8) goes to every node. Returns
+        (status, bytes received or None) per node; raises PeerFailed if any node failed."""
+        import torch
+
+        dist = self.dist
+        header = torch.tensor([status, len(payload)], dtype=torch.int64)
+        headers = [torch.empty(2, dtype=torch.int64) for _ in range(self.size)]
+        self._guarded(lambda: dist.all_gather(headers, header))
+        said = [(int(h[0]), int(h[1])) for h in headers]
+        # once a node has failed, only failures move: data sent to a node that is leaving would stay
+        # unread in its socket, and closing that resets the connection, losing its message on the way
+        failing = any(s == FAILED for s, _ in said)
+        buffers = {j: torch.empty(n, dtype=torch.uint8) for j, (s, n) in enumerate(said)
+                   if j != self.rank and n and (s == FAILED or (s == DATA and receive and not failing))}
+        sends = len(payload) and (status == FAILED or (status == DATA and not failing))
+        sending = torch.frombuffer(payload, dtype=torch.uint8) if sends else None
+
+        def move():
+            works = [dist.irecv(buffer, src=j) for j, buffer in buffers.items()]
+            if sending is not None:
+                works += [dist.isend(sending, dst=j) for j in range(self.size)
+                          if j != self.rank and (status == FAILED or send_to[j])]
+            for work in works:
+                work.wait()
+
+        self._guarded(move)
+        failed = [(j, bytes(buffers[j].numpy()).decode(errors="replace")) for j, (s, _) in enumerate(said)
+                  if s == FAILED and j != self.rank]
+        if failed:
+            j, message = failed[0]
+            raise PeerFailed(f"{self.names[j]} failed: {message}")
+        return [(s, memoryview(buffers[j].numpy()) if j in buffers else None) for j, (s, _) in enumerate(said)]
+
+    def announce(self, message: str) -> None:
+        """Tell the others, in the round they are waiting in, that this node failed and why."""
+        data = bytearray(message.encode())
+        try:
+            self.round(FAILED, data, receive=False, send_to=[True] * self.size)
+        except PeerFailed:
+            pass  # they know, or they failed too: either way this node's own error is what it reports
+
+    # -------------------------------------------------------------- failures
+
+    def _guarded(self, collective) -> None:
+        try:
+            collective()
+        except Exception as exn:
+            raise PeerFailed(self.describe_failure(exn)) from None
+
+    def describe_failure(self, exn: Exception) -> str:
+        gone = self.census()
+        who = ", ".join(self.names[r] for r in gone) if gone else "a node"
+        return (f"{who} stopped answering mid-exchange ({type(exn).__name__}: {first_line(exn)}): it was killed, "
+                f"lost, or timed out. See {'its' if len(gone) == 1 else 'their'} log; rerun the step (each node "
+                "removes what this run wrote first)")
+
+    def census(self) -> list[int]:
+        """The ranks that do not check in within CENSUS_S. The store lives in node 0's task: if it is
+        gone, node 0 is."""
+        try:
+            self.store.set(f"alive/{self.rank}", "1")
+            deadline = time.monotonic() + CENSUS_S
+            while True:
+                alive = {r for r in range(self.size) if self.store.check([f"alive/{r}"])}
+                if len(alive) == self.size or time.monotonic() > deadline:
+                    return [r for r in range(self.size) if r not in alive]
+                time.sleep(0.1)
+        except Exception:
+            return [0]
+
+
+def first_line(exn: BaseException) -> str:
+    text = str(exn).strip()
+    return text.splitlines()[0] if text else ""

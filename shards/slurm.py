@@ -1,0 +1,43 @@
+"""What both stages read from SLURM's environment the same way: node lists, tasks per node, and
+rendezvous ports that two concurrent steps of a job never share.
+
+`train` forms one group of ranks per step (one per GPU); `prepare` forms one group of nodes per
+step (the task holding each node's lock). Each takes its ports from its own range, so a prepare
+step and a train step of the same job (or of jobs sharing a first node) cannot collide.
+"""
+
+from __future__ import annotations
+
+import hostlist
+
+# [start, start + PORT_SPAN) per stage: below the usual ephemeral range's start (32768), with the
+# train range as it was before prepare had one of its own, now halved.
+PORT_RANGES = {"train": 20000, "prepare": 26000}
+PORT_SPAN = 6000
+
+
+class SlurmEnvError(RuntimeError):
+    """SLURM's variables describe no consistent step."""
+
+
+def slurm_port(job_id: int, step_id: int, stage: str = "train") -> int:
+    """A rendezvous port from the job and step ids: concurrent steps of a job, and jobs whose ids
+    are close, get different ports; `stage` picks a range that the other stage never uses."""
+    return PORT_RANGES[stage] + (job_id * 64 + step_id) % PORT_SPAN
+
+
+def expand_nodes(nodelist: str) -> list[str]:
+    """'gpu[07-09],cpu1' -> ['gpu07', 'gpu08', 'gpu09', 'cpu1'], in SLURM's node order."""
+    hosts = hostlist.expand_hostlist(nodelist)
+    if not hosts:
+        raise SlurmEnvError(f"empty SLURM node list {nodelist!r}")
+    return hosts
+
+
+def first_host(nodelist: str) -> str:
+    return expand_nodes(nodelist)[0]
+
+
+def tasks_per_node(spec: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE ('2(x3),1') as a list per node ([2, 2, 2, 1])."""
+    return hostlist.parse_slurm_tasks_per_node(spec)

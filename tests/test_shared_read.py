@@ -1,0 +1,324 @@
+"""The shared read (prepare on several nodes, each reading a share of the source): the pure share
+assignment and stream framing, and real `python -m prepare` processes joined over gloo, each given
+the variables srun gives a task (tests/test_slurm.py runs the same through a real srun)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SHARD_MB, run_module, tree_bytes
+from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
+from prepare.node_group import node_group_env
+from prepare.sample import SampleSpec, make_sample, tar_bytes
+from prepare.shares import assign_shares, split_shares
+from shards.manifest import read_complete_manifest
+from shards.slurm import PORT_RANGES, PORT_SPAN, SlurmEnvError, slurm_port
+
+# ---------------------------------------------------------------- which node reads which parts
+
+SIZES = {
+    "equal": [100] * 40,
+    "imagenet-like": [random.Random(1).randint(50, 160) * 10**6 for _ in range(1000)],
+    "one huge part": [10**9] + [10**6] * 30,
+    "zeros": [0] * 9,
+    "fewer parts than nodes": [5, 3],
+    "none": [],
+}
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize("kind", SIZES)
+def test_shares_are_disjoint_complete_in_source_order_and_balanced_by_bytes(kind, nodes):
+    sizes = SIZES[kind]
+    shares = assign_shares(sizes, nodes)
+    assert len(shares) == nodes
+    assert sorted(i for share in shares for i in share) == list(range(len(sizes)))  # disjoint and complete
+    assert all(share == sorted(share) for share in shares)  # each node reads its parts in source order
+    loads = [sum(sizes[i] for i in share) for share in shares]
+    largest = max(sizes, default=0)
+    # greedy, largest first: no node more than one part above the lightest, and within 4/3 of the optimum
+    assert max(loads) - min(loads) <= largest
+    assert max(loads) <= 4 / 3 * max(sum(sizes) / nodes, largest) + 1e-9
+    # a pure function of the sizes and the node count: every node computes the same answer alone
+    assert assign_shares(tuple(sizes), nodes) == shares == assign_shares(list(sizes), nodes)
+
+
+def test_the_splits_balance_together():
+    """The val parts go first to the nodes that read least of train."""
+    shares = split_shares({"train": [10, 10, 10], "val": [4, 4, 4, 4, 4]}, 2)
+    loads = [sum([10, 10, 10][i] for i in shares["train"][n]) + 4 * len(shares["val"][n]) for n in range(2)]
+    assert loads == [20, 30] or loads == [30, 20] or abs(loads[0] - loads[1]) <= 4
+    assert abs(loads[0] - loads[1]) <= 4
+
+
+def test_share_arguments_are_checked():
+    with pytest.raises(ValueError, match="at least 1"):
+        assign_shares([1], 0)
+    with pytest.raises(ValueError, match="negative"):
+        assign_shares([1, -1], 2)
+    with pytest.raises(ValueError, match="2 loads for 3 nodes"):
+        assign_shares([1], 3, [0, 0])
+
+
+# ---------------------------------------------------------------- the stream, cut anywhere
+
+def stream_of(records: list[tuple[int, int, bytes]]) -> bytes:
+    return b"".join(RECORD.pack(kind, number, len(body)) + body for kind, number, body in records)
+
+
+def test_a_stream_cut_into_chunks_of_any_size_gives_back_the_same_records():
+    rng = random.Random(0)
+    records = [(SAMPLE, rng.randrange(100), rng.randbytes(rng.randrange(0, 3000))) for _ in range(40)]
+    records += [(OUTCOME, 7, b"outcomes"), (SAMPLE, 3, b"")]
+    data = stream_of(records)
+    for size in [1, 2, 12, 13, 14, 511, 4096, len(data)]:
+        got = []
+        demux = Demux("node9", lambda b, body: got.append((SAMPLE, b, bytes(body))),
+                      lambda p, body: got.append((OUTCOME, p, bytes(body))))
+        for start in range(0, len(data), size):
+            demux.feed(memoryview(data)[start:start + size])
+        demux.finish()
+        assert got == records, size
+
+
+def test_a_stream_ending_inside_a_record_or_of_an_unknown_kind_is_an_error():
+    data = stream_of([(SAMPLE, 1, b"abcdef")])
+    demux = Demux("node9", lambda *a: None, lambda *a: None)
+    demux.feed(data[:-2])
+    with pytest.raises(RuntimeError, match="from node9 ended inside a record"):
+        demux.finish()
+    with pytest.raises(RuntimeError, match="from node9 is corrupt"):
+        Demux("node9", lambda *a: None, lambda *a: None).feed(stream_of([(9, 1, b"x")]))
+
+
+@pytest.mark.parametrize("nodes", [2, 16, 17, 256, 10_000])
+def test_a_rounds_receive_buffers_stay_within_64_mib(nodes):
+    size = chunk_bytes(nodes)
+    assert 256 << 10 <= size <= 4 << 20
+    assert (nodes - 1) * size <= 64 << 20 or size == 256 << 10
+
+
+# ---------------------------------------------------------------- the group, from srun's variables
+
+STEP = {"SLURM_STEP_NUM_NODES": "3", "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gpu[07-08],cpu1",
+        "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURMD_NODENAME": "gpu08"}
+
+
+def test_the_group_is_the_steps_nodes_with_the_first_as_rendezvous():
+    env = node_group_env(STEP)
+    assert (env.rank, env.size, env.addr, env.node) == (1, 3, "gpu07", "gpu08")
+    assert env.port == slurm_port(4242, 0, "prepare")
+    assert PORT_RANGES["prepare"] <= env.port < PORT_RANGES["prepare"] + PORT_SPAN
+
+
+@pytest.mark.parametrize("environ", [{}, {**STEP, "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "gpu07",
+                                          "SLURM_NODEID": "0"},
+                                     {k: v for k, v in STEP.items() if k != "SLURM_STEP_NUM_NODES"}])
+def test_without_an_srun_step_over_several_nodes_a_node_reads_alone(environ):
+    assert node_group_env(environ) is None
+
+
+def test_a_node_list_that_contradicts_the_step_is_refused():
+    with pytest.raises(SlurmEnvError, match="do not match SLURM_STEP_NUM_NODES=3"):
+        node_group_env({**STEP, "SLURM_STEP_NODELIST": "gpu[07-08]"})
+    with pytest.raises(SlurmEnvError, match="do not match"):
+        node_group_env({**STEP, "SLURM_NODEID": "3"})
+
+
+# ---------------------------------------------------------------- nodes as processes, over gloo
+
+def node_env(rank: int, nodes: int, job: int) -> dict:
+    """What srun gives the task of node `rank`: these processes all run here, so the node list
+    names this machine twice (hostlist would fold 'localhost,localhost' into one)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    return {**env, "SLURM_STEP_NUM_NODES": str(nodes), "SLURM_NODEID": str(rank), "SLURM_JOB_ID": str(job),
+            "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURMD_NODENAME": f"n{rank}",
+            "SLURM_STEP_NODELIST": ",".join(["127.0.0.1", "localhost", "127.0.0.2"][:nodes])}
+
+
+def start_nodes(source: Path, dests: list[Path], *extra, workers: int = 1) -> list[subprocess.Popen]:
+    job = random.Random().randrange(10**6)  # a port of its own, clear of earlier runs' sockets
+    return [subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
+                              "--shard-size", str(SHARD_MB), "--workers", str(workers), "--group-timeout", "60",
+                              *map(str, extra)], cwd=ROOT, env=node_env(rank, len(dests), job),
+                             stderr=subprocess.PIPE, text=True)
+            for rank, dest in enumerate(dests)]
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str]]:
+    logs = [p.communicate(timeout=timeout)[1] for p in procs]
+    return [(p.returncode, log) for p, log in zip(procs, logs)]
+
+
+def errors_in(log: str) -> list[str]:
+    return [line for line in log.splitlines() if " ERROR " in line]
+
+
+def manifest_without_run_stats(dest: Path) -> dict:
+    manifest = json.loads((dest / "manifest.json").read_text())
+    return {k: v for k, v in manifest.items() if k != "stats"}
+
+
+@pytest.fixture(scope="module")
+def one_node(sources, tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("one-node") / "imagenet"
+    assert run_module("prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB,
+                      "--workers", 1).returncode == 0
+    return dest
+
+
+def test_two_nodes_each_read_a_share_and_both_write_the_bytes_of_a_one_node_prepare(sources, one_node, tmp_path):
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(sources["official"], dests))
+    assert [code for code, _ in results] == [0, 0], results
+    reads = []
+    for dest, (_, log) in zip(dests, results):
+        assert tree_bytes(dest) == tree_bytes(one_node)
+        assert manifest_without_run_stats(dest) == manifest_without_run_stats(one_node)
+        stats = read_complete_manifest(dest).stats
+        reads.append(stats["read_from_source_bytes"])
+        assert stats["nodes"] == 2 and stats["received_from_nodes_bytes"] > 0
+        assert "shared read: 2 nodes" in log and "train: read" in log
+        assert not (dest / ".prepare-tmp").exists()
+    whole = read_complete_manifest(one_node).stats["read_from_source_bytes"]
+    assert sum(reads) == whole and min(reads) > 0.3 * whole  # 6 class tars of similar size, and val
+
+
+def test_a_node_that_holds_the_dataset_still_reads_its_share_and_only_the_other_receives(sources, one_node,
+                                                                                       tmp_path):
+    holder, needer = tmp_path / "n0", tmp_path / "n1"
+    shutil.copytree(one_node, holder)
+    before = {p: p.stat().st_mtime_ns for p in holder.rglob("*.tar")}
+    results = finish(start_nodes(sources["official"], [holder, needer]))
+    assert [code for code, _ in results] == [0, 0], results
+    assert "n1 needs the dataset" in results[0][1] and "served: read" in results[0][1]
+    assert {p: p.stat().st_mtime_ns for p in holder.rglob("*.tar")} == before  # the holder wrote nothing
+    assert not (holder / ".prepare-tmp").exists()
+    assert tree_bytes(needer) == tree_bytes(one_node)
+    stats = read_complete_manifest(needer).stats
+    whole = read_complete_manifest(one_node).stats["read_from_source_bytes"]
+    assert 0 < stats["read_from_source_bytes"] < whole and stats["received_from_nodes_bytes"] > 0
+
+
+def test_when_every_node_holds_the_dataset_nothing_is_read(sources, one_node, tmp_path):
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    for dest in dests:
+        shutil.copytree(one_node, dest)
+    results = finish(start_nodes(sources["official"], dests))
+    assert [code for code, _ in results] == [0, 0], results
+    assert all("nothing to do" in log and "shared read" not in log for _, log in results)
+
+
+def truncate_second_class_tar(source: Path) -> str:
+    path = source / "ILSVRC2012_img_train.tar"
+    import tarfile
+    with tarfile.open(path) as tar:
+        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    name, data = inner[1]
+    path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
+    return name
+
+
+def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(sources["official"], source)
+    name = truncate_second_class_tar(source)
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(source, dests))
+    assert [code for code, _ in results] == [2, 2], results
+    errors = [errors_in(log) for _, log in results]
+    assert all(len(e) == 1 and f"{name} is truncated" in e[0] for e in errors), errors
+    assert sum("failed: " in e[0] for e in errors) == 1  # the other node names the one where it happened
+    assert all("Traceback" not in log for _, log in results)
+    for dest in dests:
+        assert not (dest / "manifest.json").exists() and not (dest / ".prepare-tmp").exists()
+        assert not any((dest / "train").iterdir())
+
+
+def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_read(sources, one_node, tmp_path):
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    shutil.copytree(one_node, dests[1])
+    results = finish(start_nodes(sources["official"], dests, "--seed", 1))  # n1's dataset has seed 0
+    assert [code for code, _ in results] == [2, 2], results
+    assert "was prepared differently: seed was 0, now 1" in errors_in(results[1][1])[0]
+    assert errors_in(results[0][1])[0].split(" ERROR ")[1].startswith("n1 failed: ")
+    assert "prepared differently" in errors_in(results[0][1])[0]
+    assert not (dests[0] / ".prepare-tmp").exists() and not any((dests[0] / "train").iterdir())
+
+
+def big_source(tmp_path: Path) -> Path:
+    source = tmp_path / "big"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
+    return source
+
+
+def wait_for(condition, procs, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the run ended first"
+        time.sleep(0.002)
+
+
+@pytest.mark.slow
+def test_a_node_killed_mid_exchange_stops_the_other_which_names_it_and_a_rerun_completes(tmp_path):
+    source = big_source(tmp_path)
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    procs = start_nodes(source, dests, "--shard-size", 0.5)
+    wait_for(lambda: any((dests[0] / ".prepare-tmp" / "train").glob("bucket-*")), procs)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    start = time.monotonic()
+    code, log = finish(procs[:1], timeout=60)[0]
+    assert code == 2 and time.monotonic() - start < 30, log
+    errors = errors_in(log)
+    assert len(errors) == 1 and "n1 stopped answering mid-exchange" in errors[0] and "rerun" in errors[0], log
+    assert "Traceback" not in log
+    assert not (dests[0] / ".prepare-tmp").exists()  # the survivor removed its scratch
+    assert (dests[1] / ".prepare-tmp").exists()  # the killed one left its own, for the rerun
+    procs[1].communicate()
+    results = finish(start_nodes(source, dests, "--shard-size", 0.5))
+    assert [c for c, _ in results] == [0, 0], results
+    reference = tmp_path / "reference"
+    assert run_module("prepare", "--source", source, "--dest", reference, "--shard-size", 0.5).returncode == 0
+    assert tree_bytes(dests[0]) == tree_bytes(dests[1]) == tree_bytes(reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["at the start", "mid-exchange"])
+def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path, when):
+    from test_prepare import small_tmpfs
+
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 80 if when == "mid-exchange" else 10)
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the full-disk test, but: {reason}")
+        pytest.skip(reason)
+    try:
+        dests = [tmp_path / "n0", mount / "imagenet"]
+        procs = start_nodes(source, dests, "--shard-size", 0.5)
+        if when == "mid-exchange":
+            wait_for(lambda: any((dests[1] / ".prepare-tmp" / "train").glob("bucket-*")), procs)
+            subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        results = finish(procs)
+        assert [c for c, _ in results] == [2, 2], results
+        full, other = errors_in(results[1][1]), errors_in(results[0][1])
+        said = "ran out of space while" if when == "mid-exchange" else "has 0.01 GB free; the dataset"
+        assert len(full) == 1 and f"{dests[1]} {said}" in full[0], results[1][1]
+        assert len(other) == 1 and f"n1 failed: {dests[1]} {said}" in other[0], results[0][1]
+        for dest in dests:
+            assert not (dest / ".prepare-tmp").exists() and not (dest / "manifest.json").exists()
+    finally:
+        subprocess.run(["umount", mount], check=True)
