@@ -7,8 +7,9 @@
 #   bash jobs/install.sh --gpu    plus NVIDIA nvImageCodec, for train --decode gpu
 #   bash jobs/install.sh --dev    plus pytest and accelerate, nvImageCodec, the benchmark's peers
 #                                 (NVIDIA DALI, simplejpeg), both trackers (tensorboard, wandb),
-#                                 slurm-wlm + munge for the cluster tests, and libjpeg-turbo-progs
-#                                 (cjpeg: the tests' arithmetic-coded and 4x2 JPEGs)
+#                                 slurm-wlm + munge for the cluster tests, libjpeg-turbo-progs
+#                                 (cjpeg: the tests' arithmetic-coded and 4x2 JPEGs), and strace
+#                                 (the shared-read test counts each node's reads of the source)
 #
 # Safe to rerun: it only does what is missing. PYTHON=python3.11 picks the interpreter for the venv.
 set -euo pipefail
@@ -25,7 +26,7 @@ for arg in "$@"; do
 done
 python=${PYTHON:-python3}
 packages=(libjpeg62-turbo-dev zlib1g-dev gcc python3-dev)   # pillow-simd and the native decoder compile against these
-(( dev )) && packages+=(slurm-wlm munge libjpeg-turbo-progs)
+(( dev )) && packages+=(slurm-wlm munge libjpeg-turbo-progs strace)
 
 if command -v dpkg-query >/dev/null; then
   missing=()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import webdataset as wds
 
-from conftest import ROOT, SHARD_MB
+from conftest import ROOT, SHARD_MB, tree_bytes
 from shards.manifest import read_complete_manifest, read_manifest
 from shards.plan import train_plan
 from train.shard_index import key_hash
@@ -118,6 +119,118 @@ def test_a_node_without_the_dataset_makes_train_fail_fast(slurm, sources, tmp_pa
     assert result.returncode != 0
     assert "no prepared dataset at" in result.stderr and "python -m prepare" in result.stderr
     assert time.monotonic() - start < 90  # not the 120 s rendezvous timeout, let alone 30 minutes
+
+
+# ---------------------------------------------------------------- the shared read, through srun
+
+def srun_prepare(slurm, source: Path, dests: Path, *extra: str, wrap: str = "", nodes: str = "-N2"):
+    """`srun --ntasks-per-node=1 python -m prepare` with each node's --dest at dests/<node>, kept
+    from one job to the next as a node's local disk is (SLURM_TMPDIR is per job)."""
+    command = (f"{wrap} {PY} -m prepare --source {source} --dest {dests}/$SLURMD_NODENAME --shard-size 0.5 "
+               f"--workers 1 --progress-interval 0.2 {' '.join(extra)}")
+    return subprocess.Popen(["srun", *nodes.split(), "--ntasks-per-node=1", "--cpus-per-task=2", "bash", "-c", command],
+                            cwd=ROOT, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def big_source(tmp_path: Path) -> Path:
+    from prepare.sample import SampleSpec, make_sample
+
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
+    return source
+
+
+def source_bytes_read(trace: Path, source: Path) -> int:
+    """Bytes that the traced processes' read calls returned from files under `source`
+    (strace -f -y: each line names the file behind the descriptor)."""
+    pattern = re.compile(r"\b(?:read|pread64)\(\d+<" + re.escape(str(source)) + r"/[^>]*>.*\) = (\d+)$")
+    return sum(int(m.group(1)) for line in trace.read_text().splitlines() if (m := pattern.search(line)))
+
+
+def test_two_nodes_each_read_half_of_the_source_and_write_a_one_node_prepares_bytes(slurm, tmp_path):
+    source = big_source(tmp_path)
+    reference = tmp_path / "reference"
+    assert subprocess.run([PY, "-m", "prepare", "--source", source, "--dest", reference, "--shard-size", "0.5",
+                           "--workers", "1"], cwd=ROOT, capture_output=True).returncode == 0
+    traced = srun_prepare(slurm, source, tmp_path / "nodes",
+                          wrap=f"strace -f -y -qq -e trace=read,pread64 -o {tmp_path}/trace.$SLURMD_NODENAME")
+    out, err = traced.communicate(timeout=600)
+    assert traced.returncode == 0, err
+    archives = sum(f.stat().st_size for f in source.glob("*.tar"))
+    counted = {}
+    for node in ("node1", "node2"):
+        dest = tmp_path / "nodes" / node
+        assert tree_bytes(dest) == tree_bytes(reference)
+        manifest = read_complete_manifest(dest)
+        said = manifest.stats["read_from_source_bytes"]
+        counted[node] = source_bytes_read(tmp_path / f"trace.{node}", source)
+        # the log's figure, and the tracer's (its share, plus the archives' headers and tails that
+        # every node reads to find the parts)
+        assert f"{node} task" in err and "shared read: 2 nodes" in err
+        assert 0.35 * archives < said < 0.65 * archives, (node, said, archives)
+        assert said <= counted[node] < said + 0.05 * archives, (node, counted[node], said)
+    assert sum(counted.values()) < 1.1 * archives  # today's design read 2x the archives
+
+
+def test_a_node_killed_mid_exchange_stops_the_other_in_one_line_and_a_rerun_completes(slurm, tmp_path):
+    source, dests = big_source(tmp_path), tmp_path / "nodes"
+    step = srun_prepare(slurm, source, dests)
+    deadline = time.monotonic() + 120
+    while not any((dests / "node1" / ".prepare-tmp" / "train").glob("bucket-*")):
+        assert time.monotonic() < deadline and step.poll() is None, step.communicate()
+        time.sleep(0.005)
+    task = node_task_pid("node2", str(dests))
+    os.kill(task, signal.SIGKILL)
+    start = time.monotonic()
+    out, err = step.communicate(timeout=120)
+    assert step.returncode != 0 and time.monotonic() - start < 60
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "[prepare node1 task 0]" in errors[0], err
+    assert "node2 stopped answering mid-exchange" in errors[0] and "rerun" in errors[0]
+    assert not (dests / "node1" / ".prepare-tmp").exists()  # the survivor removed its scratch
+    assert (dests / "node2" / ".prepare-tmp").exists()  # killed outright: the rerun removes it
+    rerun = srun_prepare(slurm, source, dests)
+    _, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert tree_bytes(dests / "node1") == tree_bytes(dests / "node2") and tree_bytes(dests / "node1")
+    assert not (dests / "node2" / ".prepare-tmp").exists()
+
+
+def node_task_pid(node: str, marker: str) -> int:
+    """The pid of the prepare task that srun started on `node` (both "nodes" run on this machine)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"prepare" in cmdline and cmdline[0].endswith(b"python") and f"SLURMD_NODENAME={node}".encode() in environ \
+                and any(marker.encode() in arg for arg in cmdline) and parent_is_not_python(proc):
+            return int(proc.name)
+    raise AssertionError(f"no prepare task found on {node}")
+
+
+def parent_is_not_python(proc: Path) -> bool:
+    """The task itself, not one of its worker processes."""
+    parent = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+    return b"python" not in Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")[0]
+
+
+def test_a_requeue_where_one_node_holds_the_dataset_reads_shares_and_only_the_other_receives(slurm, tmp_path):
+    source, dests = big_source(tmp_path), tmp_path / "nodes"
+    alone = srun_prepare(slurm, source, dests, nodes="-N1 -w node1")
+    assert alone.wait(timeout=600) == 0, alone.communicate()
+    before = {p: p.stat().st_mtime_ns for p in (dests / "node1").rglob("*.tar")}
+    both = srun_prepare(slurm, source, dests)
+    _, err = both.communicate(timeout=600)
+    assert both.returncode == 0, err
+    assert "node2 needs the dataset" in err and "[prepare node1 task 0] INFO served: read" in err
+    assert {p: p.stat().st_mtime_ns for p in (dests / "node1").rglob("*.tar")} == before
+    assert tree_bytes(dests / "node2") == tree_bytes(dests / "node1")
+    stats = read_complete_manifest(dests / "node2").stats
+    whole = read_complete_manifest(dests / "node1").stats["read_from_source_bytes"]
+    assert 0.35 * whole < stats["read_from_source_bytes"] < 0.65 * whole
+    assert stats["received_from_nodes_bytes"] > 0.3 * whole
 
 
 def job_state(slurm, job: str) -> dict:
