@@ -380,10 +380,11 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     shard_bytes = config.shard_size_mb * MB
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
                                     config.workers) for split in SPLITS}
-    check_free_space(dest, sum(estimate.values()), "the dataset (estimated from the source)", state)
+    parts, shares = parts_and_shares(source, group)
+    check_free_space(dest, sum(estimate.values()) + streams_in_flight(parts, shares, config.workers, group),
+                     "the dataset (estimated from the source)", state)
     splits, converted, skipped, source_bytes, seekable = {}, {}, {}, 0, 0
     moved = ExchangeStats()
-    parts, shares = parts_and_shares(source, group)
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
@@ -431,6 +432,21 @@ def parts_and_shares(source: Source, group: NodeGroup | None) -> tuple[dict[str,
     return parts, {split: shares[split][group.rank] for split in SPLITS}
 
 
+def parts_ahead(workers: int) -> int:
+    """Parts read into stream files ahead of the exchange: one more than keeps every worker busy."""
+    return workers + 1
+
+
+def streams_in_flight(parts: dict[str, list[Part]], shares: dict[str, list[int]], workers: int,
+                      group: NodeGroup | None) -> int:
+    """Disk the shared read needs beyond a one-node prepare's: the part streams read ahead (at most
+    `parts_ahead` of this node's largest parts, a few percent above their size in the source)."""
+    if group is None:
+        return 0
+    sizes = sorted((parts[split][i].size for split in SPLITS for i in shares[split]), reverse=True)
+    return int(1.05 * sum(sizes[:parts_ahead(workers)]))
+
+
 def exchange_split(source: Source, split: str, parts: list[Part], share: list[int], num_buckets: int, work: Path,
                    config: PrepareConfig, pool, group: NodeGroup, needs: list[bool],
                    moved: ExchangeStats) -> Iterator[Scattered]:
@@ -444,16 +460,17 @@ def exchange_split(source: Source, split: str, parts: list[Part], share: list[in
     jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
                               str(work), config.resize, config.quality, config.restart_mcus),
                       i, str(streams / f"{i:06d}.stream")) for i in share)
-    # a few parts ahead of the exchange, each a file until sent: the disk holds no more than that
-    produced = pool.imap_ahead(stream_part, jobs, 2 * config.workers) if pool else map(stream_part, jobs)
+    # parts read ahead of the exchange, each a file until sent: the disk holds no more than that
+    produced = pool.imap_ahead(stream_part, jobs, parts_ahead(config.workers)) if pool else map(stream_part, jobs)
     receive = needs[group.rank]
     with BucketSpills(work, tag="x") as spills:
         stats = exchange(group, ((Path(path), read) for path, read in produced), needs,
                          spills.write_pickled if receive else None, outcomes, split, config.progress_interval)
-    moved.read_bytes += stats.read_bytes
-    moved.received_bytes += stats.received_bytes
-    log.info("%s: read %.2f GB of the source (%d of %d parts), sent %.2f GB to other nodes, received %.2f GB",
-             split, stats.read_bytes / 1e9, len(share), len(parts), stats.sent_bytes / 1e9, stats.received_bytes / 1e9)
+    moved.add(stats)
+    log.info("%s: read %.1f MB of the source (%d of %d parts), sent %.1f MB to other nodes, received %.1f MB; "
+             "%.1f s waiting for this node's parts, %.1f s in exchange rounds, %.1f s spilling", split,
+             stats.read_bytes / 1e6, len(share), len(parts), stats.sent_bytes / 1e6, stats.received_bytes / 1e6,
+             stats.waiting_for_parts_s, stats.in_rounds_s, stats.spilling_s)
     return read_outcomes(outcomes, len(parts)) if receive else iter(())
 
 
@@ -474,8 +491,8 @@ def serve_share(source: Source, dest: Path, config: PrepareConfig, group: NodeGr
                                needs, moved)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    log.info("served: read %.2f GB of the source for the nodes that needed the dataset; this node's is complete",
-             moved.read_bytes / 1e9)
+    log.info("served: read %.1f MB of the source for the nodes that needed the dataset; this node's is complete",
+             moved.read_bytes / 1e6)
 
 
 @dataclass(frozen=True)
@@ -773,6 +790,9 @@ def log_summary(dest: Path, manifest: Manifest) -> None:
         log.info("%s: %d samples in %d shards, %.2f GB", split, s.samples, len(s.shards), s.bytes / 1e9)
     log.info("converted %d images to RGB JPEG, skipped %d bad ones (listed in the manifest)",
              len(manifest.converted), len(manifest.skipped))
+    if st.get("nodes", 1) > 1:
+        log.info("shared read: this node read %.2f GB of the source and received %.2f GB from the %d other nodes",
+                 st["read_from_source_bytes"] / 1e9, st["received_from_nodes_bytes"] / 1e9, st["nodes"] - 1)
     log.info("done: %d images, %.2f GB written in %.1f s: %.0f images/s, %.0f MB/s read; manifest %s",
              st["samples"], st["bytes"] / 1e9, st["elapsed_s"], st["images_per_sec"], st["mb_per_sec"],
              manifest_path(dest))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import pickle
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -95,6 +96,16 @@ class ExchangeStats:
     read_bytes: int = 0  # of the source, by this node
     received_bytes: int = 0  # from the other nodes
     sent_bytes: int = 0  # to the other nodes (each copy counted)
+    # where the main process spent the exchange, in seconds: waiting for this node's workers to
+    # finish its next part, in the rounds (waiting for the slowest node, moving bytes), and
+    # spilling what came; the workers read and check the parts ahead meanwhile
+    waiting_for_parts_s: float = 0.0
+    in_rounds_s: float = 0.0
+    spilling_s: float = 0.0
+
+    def add(self, other: "ExchangeStats") -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
 
 def stream_chunks(produced: Iterator[tuple[Path, int]], size: int, stats: ExchangeStats) -> Iterator[memoryview]:
@@ -126,9 +137,12 @@ def exchange(group: NodeGroup, produced: Iterator[tuple[Path, int]], needs: list
     done = False
     with Progress(f"{desc}: exchange", None, "MB", scale=1 / MB, interval=progress_interval) as bar:
         while True:
+            t0 = time.monotonic()
             chunk = None if done else next(chunks, None)
             done = chunk is None
+            t1 = time.monotonic()
             said = group.round(DONE if done else DATA, chunk if chunk is not None else bytearray(), receive, send_to)
+            t2 = time.monotonic()
             if chunk is not None:
                 stats.sent_bytes += len(chunk) * sum(send_to)
             for j, (_, data) in enumerate(said):
@@ -137,6 +151,9 @@ def exchange(group: NodeGroup, produced: Iterator[tuple[Path, int]], needs: list
                     demuxes[j].feed(data)
                     bar.update(len(data))
                     stats.received_bytes += len(data) if j != group.rank else 0
+            stats.waiting_for_parts_s += t1 - t0
+            stats.in_rounds_s += t2 - t1
+            stats.spilling_s += time.monotonic() - t2
             if all(status == DONE for status, _ in said):
                 break
     for demux in demuxes:
