@@ -43,8 +43,10 @@ echo "  metrics:     $RUN_DIR/metrics.jsonl"
 echo "  checkpoints: $RUN_DIR/last.pt"
 cd "$REPO"
 
-# Once per node, with all of the node's CPUs; idempotent, so a requeued job only verifies.
-srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" --kill-on-bad-exit=1 \
+# On every node, with all of its CPUs; the nodes share one read of the source; idempotent, so a
+# requeued job only verifies (or re-stages just the nodes that lack the data). No --kill-on-bad-exit
+# here: when one node fails, prepare tells the others, which print its error and clean up first.
+srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
     "$PYTHON" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-}
 
 # Training runs in the background so that this shell can forward the preemption signal

@@ -25,13 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.labels import LabelError
-from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
-from prepare.shares import split_shares
+from prepare.node_group import NodeGroupEnv
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
 from prepare.sources import (
@@ -45,6 +43,10 @@ from shards.manifest import (
 )
 from shards.progress import Progress
 from shards.resources import log_pil_build, raise_open_file_limit
+
+if TYPE_CHECKING:
+    from prepare.exchange import PartStream
+    from prepare.shared_read import SharedRead
 
 log = logging.getLogger("prepare")
 
@@ -82,106 +84,43 @@ class PrepareConfig:
 def prepare(config: PrepareConfig) -> Manifest:
     """Prepare the dataset at config.dest, or verify the one already there. Returns its manifest."""
     log_pil_build(log)
+    if config.group is not None:
+        from prepare.shared_read import prepare_in_group  # it builds on this module
+
+        return prepare_in_group(config)
     source_root, dest = config.source.resolve(), config.dest.resolve()
-    check_dest_outside_source(source_root, dest)
-    identity = {"source": fingerprint(source_root, detect_layout(source_root)),
-                "options": config.output_options()}
+    identity = checked_identity(source_root, dest, config)
     make_dest(dest)
-    with exclusive_lock(dest) as waited:
-        if config.group is not None and not waited:
-            return prepare_in_group(source_root, dest, config, identity)
+    with exclusive_lock(dest):
         existing, damaged = verified_existing(dest, identity, config)
         if existing is not None:
             return existing
-        if config.group is not None:
-            raise PrepareError(f"the prepare task of this node that joined the nodes' shared read left no dataset in "
-                               f"{dest}: see its error, then rerun the step")
-        remove_incomplete(dest)
-        source = open_source(source_root)
-        manifest = build_or_clean_up(source, dest, config, identity)
-    log_summary(dest, manifest)
-    if damaged is not None:
-        report_rebuild(damaged, manifest)
-    return manifest
+        return build_and_report(open_source(source_root), dest, config, identity, damaged)
 
 
-def prepare_in_group(source_root: Path, dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
-    """This node's part of a shared read (this task holds the node's lock). The nodes agree on who
-    needs data; every node reads and sends its share of the source; the nodes that need data
-    receive everything and write their shards; a last round tells each how the others ended."""
-    try:
-        existing, damaged = verified_existing(dest, identity, config)
-        own_error = None
-    except PrepareError as exn:
-        existing, damaged, own_error = None, None, str(exn)
-    group = NodeGroup(config.group, config.group_timeout_s)
-    try:
-        statuses = group.gather({"node": config.group.node, "needs": existing is None, "error": own_error})
-        group.names = [s["node"] for s in statuses]
-        if own_error is not None:  # the others know it from the gather: nothing to announce
-            raise PrepareError(own_error)
-        failed = [(s["node"], s["error"]) for s in statuses if s["error"]]
-        if failed:
-            raise PeerFailed(f"{failed[0][0]} failed: {failed[0][1]}")
-        needs = [s["needs"] for s in statuses]
-        if not any(needs):
-            return existing
-        log.info("shared read: %d nodes read a share of the source each; %s need%s the dataset",
-                 group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
-                 "s" if sum(needs) == 1 else "")
-
-        def receive_or_serve() -> Manifest:
-            if existing is None:
-                return prepare_received(source_root, dest, config, identity, group, needs, damaged)
-            serve_share(open_source(source_root), dest, config, group, needs)
-            return existing
-
-        manifest = announcing_failures(group, receive_or_serve)
-        try:
-            group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
-        except PeerFailed as exn:
-            raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
-        return manifest
-    finally:
-        group.close()
+def checked_identity(source_root: Path, dest: Path, config: PrepareConfig) -> dict:
+    """What a complete dataset at `dest` must have been made from (after the first refusals)."""
+    check_dest_outside_source(source_root, dest)
+    return {"source": fingerprint(source_root, detect_layout(source_root)), "options": config.output_options()}
 
 
-def announcing_failures(group: NodeGroup, work):
-    """work(); if it fails here (not because another node did), the others learn why in the round
-    they wait in, and print it too."""
-    try:
-        return work()
-    except PeerFailed:
-        raise
-    except BaseException as exn:
-        group.announce(one_line(exn))
-        raise
-
-
-def prepare_received(source_root: Path, dest: Path, config: PrepareConfig, identity: dict, group: NodeGroup,
-                     needs: list[bool], damaged: Manifest | None) -> Manifest:
+def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, damaged: Manifest | None,
+                     shared: "SharedRead | None" = None) -> Manifest:
     remove_incomplete(dest)
-    manifest = build_or_clean_up(open_source(source_root), dest, config, identity, group, needs)
+    manifest = build_or_clean_up(source, dest, config, identity, shared)
     log_summary(dest, manifest)
     if damaged is not None:
         report_rebuild(damaged, manifest)
     return manifest
-
-
-def one_line(exn: BaseException) -> str:
-    """What another node prints of this node's failure."""
-    if isinstance(exn, (PrepareError, SourceError, LabelError, WorkerDied)):
-        return str(exn)
-    return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
 
 
 def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict,
-                      group: NodeGroup | None = None, needs: list[bool] | None = None) -> Manifest:
+                      shared: "SharedRead | None" = None) -> Manifest:
     """Build and write the manifest; on any failure remove what this run wrote (spills, shards)
     before the error leaves, and name a full disk in one line."""
     state = RunState(free_at_start=free_bytes(dest))
     try:
-        manifest = build(source, dest, config, identity, state, group, needs)
+        manifest = build(source, dest, config, identity, state, shared)
         state.during = "writing the manifest"
         write_manifest(dest, manifest)
     except BaseException as exn:
@@ -229,20 +168,30 @@ def make_dest(dest: Path) -> None:
 
 @contextmanager
 def exclusive_lock(dest: Path):
-    """One prepare per destination: the others wait here, then find the manifest and verify it.
-    Yields whether this one had to wait (another held the lock when it came)."""
+    """One prepare per destination: the others wait here, then find the manifest and verify it."""
     with open(dest / LOCK_NAME, "a+") as lock:
-        waited = False
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("another prepare is writing %s; waiting for it to finish", dest)
             fcntl.flock(lock, fcntl.LOCK_EX)
-            waited = True
         try:
-            yield waited
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def lock_is_held(dest: Path) -> bool:
+    """Whether a prepare holds `dest`'s lock now (a lock dies with its process)."""
+    try:
+        with open(dest / LOCK_NAME, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tuple[Manifest | None, Manifest | None]:
@@ -371,7 +320,9 @@ class SplitResult:
 
 
 def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState,
-          group: NodeGroup | None = None, needs: list[bool] | None = None) -> Manifest:
+          shared: "SharedRead | None" = None) -> Manifest:
+    """Every split: read and spill it (here, or with the other nodes: `shared`), account for it in
+    source order, deal it into shards and write them."""
     start = time.monotonic()
     raise_open_file_limit()
     # webdataset's tar reader and writer, and torch, which it imports (about 2 s), are imported
@@ -380,23 +331,20 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     shard_bytes = config.shard_size_mb * MB
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
                                     config.workers) for split in SPLITS}
-    parts, shares = parts_and_shares(source, group)
-    check_free_space(dest, sum(estimate.values()) + streams_in_flight(parts, shares, config.workers, group),
+    parts = shared.parts if shared else {split: source.parts(split) for split in SPLITS}
+    check_free_space(dest, sum(estimate.values()) + (shared.read_ahead_bytes() if shared else 0),
                      "the dataset (estimated from the source)", state)
     splits, converted, skipped, source_bytes, seekable = {}, {}, {}, 0, 0
-    moved = ExchangeStats()
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
             num_buckets = shard_count(source.split_bytes(split), shard_bytes)
             state.during = f"spilling the {split} images"
-            if group is None:
-                moved.read_bytes += sum(part.size for part in parts[split])
-                images = scatter_parts(parts[split], source.class_index(), num_buckets, work, config, pool)
+            if shared:
+                images = shared.exchange_split(source, split, num_buckets, work, pool)
             else:
-                images = exchange_split(source, split, parts[split], shares[split], num_buckets, work, config, pool,
-                                        group, needs, moved)
+                images = scatter_parts(parts[split], source.class_index(), num_buckets, work, config, pool)
             result = scatter(source, split, images, num_buckets, config)
             shards = deal_into_shards(result.buckets, config.seed)
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
@@ -412,102 +360,14 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             seekable += result.seekable
     elapsed = time.monotonic() - start
     samples = sum(s.samples for s in splits.values())
+    read = shared.stats.read_bytes if shared else sum(part.size for split in SPLITS for part in parts[split])
     stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
              "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers,
-             "seekable_images": seekable, "nodes": group.size if group else 1,
-             "read_from_source_bytes": moved.read_bytes, "received_from_nodes_bytes": moved.received_bytes}
+             "seekable_images": seekable, "nodes": shared.group.size if shared else 1,
+             "read_from_source_bytes": read, "received_from_nodes_bytes": shared.stats.received_bytes if shared else 0}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, stats=stats)
-
-
-# ---------------------------------------------------------------- the shared read
-
-def parts_and_shares(source: Source, group: NodeGroup | None) -> tuple[dict[str, list[Part]], dict[str, list[int]]]:
-    """The parts of each split, and this node's share of them (all of them when it reads alone)."""
-    parts = {split: source.parts(split) for split in SPLITS}
-    if group is None:
-        return parts, {split: list(range(len(parts[split]))) for split in SPLITS}
-    shares = split_shares({split: [part.size for part in parts[split]] for split in SPLITS}, group.size)
-    return parts, {split: shares[split][group.rank] for split in SPLITS}
-
-
-def parts_ahead(workers: int) -> int:
-    """Parts read into stream files ahead of the exchange: one more than keeps every worker busy."""
-    return workers + 1
-
-
-def streams_in_flight(parts: dict[str, list[Part]], shares: dict[str, list[int]], workers: int,
-                      group: NodeGroup | None) -> int:
-    """Disk the shared read needs beyond a one-node prepare's: the part streams read ahead (at most
-    `parts_ahead` of this node's largest parts, a few percent above their size in the source)."""
-    if group is None:
-        return 0
-    sizes = sorted((parts[split][i].size for split in SPLITS for i in shares[split]), reverse=True)
-    return int(1.05 * sum(sizes[:parts_ahead(workers)]))
-
-
-def exchange_split(source: Source, split: str, parts: list[Part], share: list[int], num_buckets: int, work: Path,
-                   config: PrepareConfig, pool, group: NodeGroup, needs: list[bool],
-                   moved: ExchangeStats) -> Iterator[Scattered]:
-    """This node's share of the split's parts, read and spilled by the workers into part streams
-    and sent to the nodes that need data; if this node needs data, every node's samples spilled
-    to its buckets. Returns the outcomes of every image, in source order (once all have come)."""
-    streams, outcomes = work / "parts", work / "outcomes"
-    streams.mkdir()
-    outcomes.mkdir()
-    classes = source.class_index()
-    jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
-                              str(work), config.resize, config.quality, config.restart_mcus),
-                      i, str(streams / f"{i:06d}.stream")) for i in share)
-    # parts read ahead of the exchange, each a file until sent: the disk holds no more than that
-    produced = pool.imap_ahead(stream_part, jobs, parts_ahead(config.workers)) if pool else map(stream_part, jobs)
-    receive = needs[group.rank]
-    with BucketSpills(work, tag="x") as spills:
-        stats = exchange(group, ((Path(path), read) for path, read in produced), needs,
-                         spills.write_pickled if receive else None, outcomes, split, config.progress_interval)
-    moved.add(stats)
-    log.info("%s: read %.1f MB of the source (%d of %d parts), sent %.1f MB to other nodes, received %.1f MB; "
-             "%.1f s waiting for this node's parts, %.1f s in exchange rounds, %.1f s spilling", split,
-             stats.read_bytes / 1e6, len(share), len(parts), stats.sent_bytes / 1e6, stats.received_bytes / 1e6,
-             stats.waiting_for_parts_s, stats.in_rounds_s, stats.spilling_s)
-    return read_outcomes(outcomes, len(parts)) if receive else iter(())
-
-
-def serve_share(source: Source, dest: Path, config: PrepareConfig, group: NodeGroup, needs: list[bool]) -> None:
-    """A node that holds the dataset still reads and sends its share (one holder serving every other
-    node would be the bottleneck); it receives and writes nothing. Its scratch goes when it ends."""
-    work_root = dest / WORK_DIR_NAME
-    shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
-    moved = ExchangeStats()
-    parts, shares = parts_and_shares(source, group)
-    try:
-        with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-            for split in SPLITS:
-                work = work_root / split
-                work.mkdir(parents=True)
-                num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-                exchange_split(source, split, parts[split], shares[split], num_buckets, work, config, pool, group,
-                               needs, moved)
-    finally:
-        shutil.rmtree(work_root, ignore_errors=True)
-    log.info("served: read %.1f MB of the source for the nodes that needed the dataset; this node's is complete",
-             moved.read_bytes / 1e6)
-
-
-@dataclass(frozen=True)
-class StreamJob:
-    """Scatter one part into a stream file to send, instead of into this node's spills."""
-    job: "PartJob"
-    index: int  # the part's index in its split
-    path: str
-
-
-def stream_part(stream: StreamJob) -> tuple[str, int]:
-    with PartStream(Path(stream.path)) as out:
-        outcomes = scatter_items(stream.job, out)
-        out.finish(stream.index, outcomes)
-    return stream.path, stream.job.part.size
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ def setup_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before torch is imported: a peer's death is this node's one-line error, not 20 lines of C++ frames
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     parser = build_parser()
     config = config_from_args(parser.parse_args(argv), parser)
     setup_logging()

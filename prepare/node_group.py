@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import time
 from dataclasses import dataclass
 
@@ -20,7 +21,9 @@ from shards.slurm import SlurmEnvError, expand_nodes, slurm_port
 log = logging.getLogger("prepare")
 
 DATA, DONE, FAILED = 0, 1, 2  # a node's status in a round
-CENSUS_S = 5.0  # how long survivors wait for each other to check in after a collective failed
+BEAT_S = 0.5  # how often a node's heartbeat counts up on the store
+CENSUS_S = 2.0  # how long survivors watch the heartbeats after a collective failed
+RENDEZVOUS_S = 600.0  # the longest wait for every node to arrive (at most --group-timeout)
 
 
 class PeerFailed(RuntimeError):
@@ -35,6 +38,8 @@ class NodeGroupEnv:
     addr: str  # the step's first node: the rendezvous store runs in its task
     port: int
     node: str  # this node's name, for messages
+    step: str  # "JOB.STEP", to tell this step's marks from another's
+    first_task: bool = True  # the node's first task joins the group; its other tasks wait for it
 
 
 def node_group_env(environ: dict) -> NodeGroupEnv | None:
@@ -42,20 +47,22 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
     script's own shell, a login node, one node: each prepares alone, as before)."""
     if "SLURM_STEP_NUM_NODES" not in environ or "SLURM_NODEID" not in environ:
         return None
-    size = int(environ["SLURM_STEP_NUM_NODES"])
-    if size < 2:
-        return None
     try:
+        size = int(environ["SLURM_STEP_NUM_NODES"])
+        if size < 2:
+            return None
         nodes = expand_nodes(environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"])
-    except (SlurmEnvError, KeyError) as exn:
-        raise SlurmEnvError(f"srun step over {size} nodes without a usable node list: {exn}") from None
-    rank = int(environ["SLURM_NODEID"])
+        rank, job, step = int(environ["SLURM_NODEID"]), int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])
+        first_task = int(environ.get("SLURM_LOCALID", 0)) == 0
+    except (KeyError, ValueError) as exn:
+        raise SlurmEnvError(f"an srun step over several nodes without usable SLURM variables ({type(exn).__name__}: "
+                            f"{exn})") from None
     if len(nodes) != size or not 0 <= rank < size:
         raise SlurmEnvError(f"SLURM_NODEID={rank} and a node list of {len(nodes)} do not match "
                             f"SLURM_STEP_NUM_NODES={size}")
-    port = slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"]), "prepare")
-    return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=port,
-                        node=environ.get("SLURMD_NODENAME") or nodes[rank])
+    return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=slurm_port(job, step, "prepare"),
+                        node=environ.get("SLURMD_NODENAME") or nodes[rank], step=f"{job}.{step}",
+                        first_task=first_task)
 
 
 class NodeGroup:
@@ -65,21 +72,36 @@ class NodeGroup:
         import torch.distributed as dist  # here: torch takes 2 s to import, a rerun needs none of it
 
         self.env, self.rank, self.size, self.names = env, env.rank, env.size, [f"node {r}" for r in range(env.size)]
-        self.dist = dist
-        timeout = datetime.timedelta(seconds=timeout_s)
+        self.dist, self.broken = dist, False
+        rendezvous = min(timeout_s, RENDEZVOUS_S)
         try:
-            self.store = dist.TCPStore(env.addr, env.port, env.size, is_master=env.rank == 0, timeout=timeout,
-                                       wait_for_workers=False)
-            dist.init_process_group("gloo", store=self.store, rank=env.rank, world_size=env.size, timeout=timeout)
+            self.store = dist.TCPStore(env.addr, env.port, env.size, is_master=env.rank == 0,
+                                       timeout=datetime.timedelta(seconds=rendezvous), wait_for_workers=False)
+            self.check_owner()
+            dist.init_process_group("gloo", store=self.store, rank=env.rank, world_size=env.size,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
             dist.barrier()  # the store answers before every node has joined; one collective proves they all did
+        except PeerFailed:
+            raise
         except Exception as exn:  # torch raises several types here; all mean the same to the user
             raise PeerFailed(
-                f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed within {timeout_s:.0f} s "
+                f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed within {rendezvous:.0f} s "
                 f"({type(exn).__name__}: {first_line(exn)}). A node never arrived or died before it: check the other "
-                "nodes' logs, and that the step's first node is reachable on that port; rerun, or prepare each node "
-                "alone with --no-shared-read.") from None
+                "nodes' logs, that the step's first node is reachable on that port, and that gloo uses the nodes' "
+                "network (GLOO_SOCKET_IFNAME); rerun, or prepare each node alone with --no-shared-read.") from None
+        self.heart = Heartbeat(env, rendezvous)
+
+    def check_owner(self) -> None:
+        """Jobs whose ids map to the same port must not join each other's group."""
+        if self.rank == 0:
+            self.store.set("owner", self.env.step)
+        owner = self.store.get("owner").decode()
+        if owner != self.env.step:
+            raise PeerFailed(f"the rendezvous port {self.env.port} on {self.env.addr} belongs to another job's step "
+                             f"({owner}): rerun this step (a new step id gives a new port), or use --no-shared-read")
 
     def close(self) -> None:
+        self.heart.stop()
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
 
@@ -102,6 +124,19 @@ class NodeGroup:
         header = torch.tensor([status, len(payload)], dtype=torch.int64)
         headers = [torch.empty(2, dtype=torch.int64) for _ in range(self.size)]
         self._guarded(lambda: dist.all_gather(headers, header))
+        try:
+            return self._rest_of_round(status, payload, receive, send_to, headers)
+        except PeerFailed:
+            raise
+        except BaseException:
+            # the others are already moving this round's bytes: no announcement could match them
+            self.broken = True
+            raise
+
+    def _rest_of_round(self, status, payload, receive, send_to, headers):
+        import torch
+
+        dist = self.dist
         said = [(int(h[0]), int(h[1])) for h in headers]
         # once a node has failed, only failures move: data sent to a node that is leaving would stay
         # unread in its socket, and closing that resets the connection, losing its message on the way
@@ -129,6 +164,8 @@ class NodeGroup:
 
     def announce(self, message: str) -> None:
         """Tell the others, in the round they are waiting in, that this node failed and why."""
+        if self.broken:
+            return
         data = bytearray(message.encode())
         try:
             self.round(FAILED, data, receive=False, send_to=[True] * self.size)
@@ -145,26 +182,58 @@ class NodeGroup:
 
     def describe_failure(self, exn: Exception) -> str:
         gone = self.census()
-        who = ", ".join(self.names[r] for r in gone) if gone else "a node"
-        return (f"{who} stopped answering mid-exchange ({type(exn).__name__}: {first_line(exn)}): it was killed, "
-                f"lost, or timed out. See {'its' if len(gone) == 1 else 'their'} log; rerun the step (each node "
+        who = ", ".join(self.names[r] for r in gone) if gone else "another node"
+        return (f"{who} stopped answering ({first_line(exn)}): killed, lost, or out of time "
+                f"(--group-timeout). See {'its' if len(gone) <= 1 else 'their'} log; rerun the step (each node "
                 "removes what this run wrote first)")
 
     def census(self) -> list[int]:
-        """The ranks that do not check in within CENSUS_S. The store lives in node 0's task: if it is
-        gone, node 0 is."""
+        """The ranks whose heartbeat stopped. The store lives in node 0's task: if it is gone, node 0
+        is (it lingers for CENSUS_S after a failure of its own, so the others can count)."""
         try:
-            self.store.set(f"alive/{self.rank}", "1")
-            deadline = time.monotonic() + CENSUS_S
-            while True:
-                alive = {r for r in range(self.size) if self.store.check([f"alive/{r}"])}
-                if len(alive) == self.size or time.monotonic() > deadline:
-                    return [r for r in range(self.size) if r not in alive]
-                time.sleep(0.1)
+            before = self.heart.beats(self.store)
+            time.sleep(CENSUS_S)
+            after = self.heart.beats(self.store)
         except Exception:
             return [0]
+        if self.rank == 0:
+            time.sleep(CENSUS_S)  # the store goes with this process: the others may still be counting
+        return [r for r in range(self.size) if r != self.rank and after[r] == before[r]]
+
+
+class Heartbeat:
+    """A thread that counts up this node's key on the store every BEAT_S, through its own client:
+    it beats while the main thread waits in a collective, and stops only with the process."""
+
+    def __init__(self, env: NodeGroupEnv, timeout_s: float):
+        import threading
+
+        import torch.distributed as dist
+
+        self.env, self.stopped = env, threading.Event()
+        self.client = dist.TCPStore(env.addr, env.port, is_master=False,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        self.thread = threading.Thread(target=self.run, name="prepare-heartbeat", daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stopped.wait(BEAT_S):
+            try:
+                self.client.add(f"beat/{self.env.rank}", 1)
+            except Exception:
+                return  # the store is gone: the census says who took it
+
+    def beats(self, store) -> list[int]:
+        return [store.add(f"beat/{r}", 0) for r in range(self.env.size)]
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=2 * BEAT_S)
 
 
 def first_line(exn: BaseException) -> str:
+    """The gist of torch's or gloo's error: its first line, less gloo's source location and advice."""
     text = str(exn).strip()
-    return text.splitlines()[0] if text else ""
+    line = text.splitlines()[0] if text else type(exn).__name__
+    line = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)
+    return line.split(". This is typically")[0]

@@ -28,6 +28,8 @@ def test_a_prepare_step_never_takes_a_train_step_port(job):
     train = {slurm_port(job, step, "train") for step in range(PORT_SPAN)}
     prepare = {slurm_port(job, step, "prepare") for step in range(PORT_SPAN)}
     assert not train & prepare and len(train) == len(prepare) == PORT_SPAN
+    jobs = {slurm_port(j, 0, "prepare") for j in range(job, job + PORT_SPAN)}  # every port of the range in use
+    assert len(jobs) == PORT_SPAN
     starts = sorted(PORT_RANGES.values())
     assert all(b - a >= PORT_SPAN for a, b in zip(starts, starts[1:])) and starts[-1] + PORT_SPAN <= 32768
 

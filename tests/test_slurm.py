@@ -166,7 +166,7 @@ def test_two_nodes_each_read_half_of_the_source_and_write_a_one_node_prepares_by
         counted[node] = source_bytes_read(tmp_path / f"trace.{node}", source)
         # the log's figure, and the tracer's (its share, plus the archives' headers and tails that
         # every node reads to find the parts)
-        assert f"{node} task" in err and "shared read: 2 nodes" in err
+        assert f"{node} task" in err and "shared read: 2 of 2 nodes" in err
         assert 0.35 * archives < said < 0.65 * archives, (node, said, archives)
         assert said <= counted[node] < said + 0.05 * archives, (node, counted[node], said)
     assert sum(counted.values()) < 1.1 * archives  # today's design read 2x the archives
@@ -186,7 +186,7 @@ def test_a_node_killed_mid_exchange_stops_the_other_in_one_line_and_a_rerun_comp
     assert step.returncode != 0 and time.monotonic() - start < 60
     errors = [line for line in err.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "[prepare node1 task 0]" in errors[0], err
-    assert "node2 stopped answering mid-exchange" in errors[0] and "rerun" in errors[0]
+    assert "node2 stopped answering" in errors[0] and "rerun" in errors[0]
     assert not (dests / "node1" / ".prepare-tmp").exists()  # the survivor removed its scratch
     assert (dests / "node2" / ".prepare-tmp").exists()  # killed outright: the rerun removes it
     rerun = srun_prepare(slurm, source, dests)

@@ -1,0 +1,334 @@
+"""prepare on several nodes, the source read once per job (README, "Several nodes").
+
+The first task of each node (SLURM_LOCALID 0) joins the nodes' group; further tasks of a node wait
+for it and verify, as with the lock alone. The group's steps, each a gather of small facts:
+
+  1. who is here, and whether each node could set up (a refused --dest, a missing source);
+  2. under the node's lock: what each node has (the dataset, or a need for it), whether it has room
+     to read ahead, and a digest of what it would build (source, options, parts, labels), which
+     must agree;
+  3. every node that can reads its share of the parts (`SharedRead`) and streams it to the nodes
+     that need data, which build from it what a one-node prepare builds;
+  4. a last round, so that each node learns how the others ended.
+
+A failure on one node after step 1 is announced in the round the others wait in (`announce`);
+every node prints it, naming the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from prepare.builder import (
+    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, build_and_report, checked_identity, exclusive_lock,
+    lock_is_held, make_dest, scatter_items, verified_existing,
+)
+from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
+from prepare.labels import LabelError
+from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
+from prepare.shares import split_shares
+from prepare.shuffle import shard_count
+from prepare.sources import Part, Source, SourceError, open_source
+from prepare.space import free_bytes, is_out_of_space
+from prepare.workers import WorkerDied, WorkerPool
+from shards.layout import SPLITS, WORK_DIR_NAME
+from shards.manifest import Manifest
+
+log = logging.getLogger("prepare")
+
+MB = 1 << 20
+STEP_FILE = ".prepare-step"  # in DEST: how this node's first task stands, for the node's other tasks
+USER_ERRORS = (PrepareError, SourceError, LabelError, WorkerDied, OSError)
+
+
+def prepare_in_group(config: PrepareConfig) -> Manifest:
+    env = config.group
+    if not env.first_task:
+        return verify_after_first_task(config)
+    source_root, dest = config.source.resolve(), config.dest.resolve()
+    identity, setup_error = None, None
+    try:
+        identity = checked_identity(source_root, dest, config)
+        make_dest(dest)
+        with contextlib.suppress(OSError):  # a full disk may still hold a complete dataset to serve
+            (dest / f".prepare-node.{env.node}").write_text(env.step)
+    except USER_ERRORS as exn:
+        setup_error = one_line(exn)
+    group = NodeGroup(env, config.group_timeout_s)
+    try:
+        manifest = prepare_with_group(group, source_root, dest, config, identity, setup_error)
+        mark_step(dest, env, "done")
+        return manifest
+    except BaseException as exn:
+        mark_step(dest, env, "failed", one_line(exn))
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            (dest / f".prepare-node.{env.node}").unlink()
+        group.close()
+
+
+def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: PrepareConfig, identity: dict | None,
+                       setup_error: str | None) -> Manifest:
+    here = group.gather({"node": group.env.node, "error": setup_error})
+    group.names = [s["node"] for s in here]
+    raise_first_error(group, [s["error"] for s in here])
+    sharing = [n for n in group.names if n != group.env.node and marker_of(dest, n) == group.env.step]
+    with contextlib.ExitStack() as stack:
+        status = {"sharing": sharing}
+        if not sharing:  # a --dest shared by nodes: the others would wait for the lock forever
+            stack.enter_context(exclusive_lock(dest))
+            mark_step(dest, group.env, "running")
+            status |= node_status(source_root, dest, config, identity)
+        statuses = group.gather(status)
+        refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
+        raise_first_error(group, [s["error"] for s in statuses])
+        refuse_disagreement(group.names, [s["plan"] for s in statuses])
+        needs = [s["needs"] for s in statuses]
+        if not any(needs):
+            return status["existing"]
+        readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
+        log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
+                 len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
+                 "s" if sum(needs) == 1 else "")
+        shared = SharedRead(group, needs, readers, status["parts"], config)
+        manifest = announcing_failures(group, lambda: receive_or_serve(shared, status, dest, config, identity))
+    try:
+        group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
+    except PeerFailed as exn:
+        raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
+    return manifest
+
+
+def node_status(source_root: Path, dest: Path, config: PrepareConfig, identity: dict) -> dict:
+    """What this node tells the others before anything is read (and keeps for itself)."""
+    try:
+        existing, damaged = verified_existing(dest, identity, config)
+        source = open_source(source_root)
+        parts = {split: source.parts(split) for split in SPLITS}
+        room = free_bytes(dest) >= read_ahead_bytes(parts, config.workers)
+        return {"error": None, "needs": existing is None, "can_read": existing is None or room,
+                "plan": plan_digest(identity, source, parts), "existing": existing, "damaged": damaged,
+                "source": source, "parts": parts}
+    except USER_ERRORS as exn:
+        return {"error": one_line(exn)}
+
+
+def receive_or_serve(shared: "SharedRead", status: dict, dest: Path, config: PrepareConfig,
+                     identity: dict) -> Manifest:
+    if status["needs"]:
+        return build_and_report(status["source"], dest, config, identity, status["damaged"], shared)
+    serve(shared, status["source"], dest)
+    return status["existing"]
+
+
+def announcing_failures(group: NodeGroup, work):
+    """work(); if it fails here (not because another node did), the others learn why in the round
+    they wait in, and print it too."""
+    try:
+        return work()
+    except PeerFailed:
+        raise
+    except Exception as exn:
+        group.announce(one_line(exn))
+        raise
+
+
+# ---------------------------------------------------------------- agreeing before reading
+
+def raise_first_error(group: NodeGroup, errors: list[str | None]) -> None:
+    if errors[group.rank] is not None:  # the others learn it from the same gather
+        raise PrepareError(errors[group.rank])
+    failed = [(name, error) for name, error in zip(group.names, errors) if error is not None]
+    if failed:
+        others = f" (and {len(failed) - 1} other node{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+        raise PeerFailed(f"{failed[0][0]} failed{others}: {failed[0][1]}")
+
+
+def refuse_shared_dest(dest: Path, names: list[str], sharing: list[list[str]]) -> None:
+    shared = sorted({name for name, others in zip(names, sharing) if others} | {n for s in sharing for n in s})
+    if shared:
+        raise PrepareError(f"--dest {dest} is one directory on nodes {', '.join(shared)}: the shared read gives each "
+                           "node its own copy on node-local disk. Give a node-local --dest, or rerun with "
+                           "--no-shared-read to have one node write it and the others wait for it")
+
+
+def refuse_disagreement(names: list[str], plans: list[str]) -> None:
+    differing = [name for name, plan in zip(names, plans) if plan != plans[0]]
+    if differing:
+        raise PrepareError(f"nodes {', '.join(differing)} see another source or other options than {names[0]} (the "
+                           "archives' sizes, parts, classes or the command line differ): give every node the same "
+                           "--source, as one path on shared storage, and the same options")
+
+
+def plan_digest(identity: dict, source: Source, parts: dict[str, list[Part]]) -> str:
+    """What must be the same on every node for their streams to make one dataset."""
+    facts = {"identity": identity, "classes": [c.wnid for c in source.classes],
+             "parts": {split: [part.size for part in parts[split]] for split in SPLITS},
+             "bytes": {split: source.split_bytes(split) for split in SPLITS}}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def marker_of(dest: Path, node: str) -> str | None:
+    try:
+        return (dest / f".prepare-node.{node}").read_text()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- the other tasks of a node
+
+def mark_step(dest: Path, env: NodeGroupEnv, state: str, error: str | None = None) -> None:
+    """Tell this node's other tasks how its first task stands (they poll `verify_after_first_task`)."""
+    with contextlib.suppress(OSError):
+        path = dest / STEP_FILE
+        path.with_suffix(".new").write_text(json.dumps({"step": env.step, "state": state, "error": error}))
+        os.replace(path.with_suffix(".new"), path)
+
+
+def verify_after_first_task(config: PrepareConfig) -> Manifest:
+    """A further task of a node: wait for the node's first task (which joins the group), then
+    verify what it wrote, as a task that waited for the lock does."""
+    env, dest = config.group, config.dest.resolve()
+    identity = checked_identity(config.source.resolve(), dest, config)
+    log.info("task %s of %s: the node's first task prepares %s with the other nodes; waiting for it",
+             os.environ.get("SLURM_LOCALID"), env.node, dest)
+    deadline = time.monotonic() + config.group_timeout_s
+    while True:
+        step = read_step(dest)
+        if step.get("step") == env.step and step["state"] in ("done", "failed"):
+            break
+        if step.get("step") == env.step and not lock_is_held(dest):
+            raise PrepareError(f"this node's first prepare task stopped without a word (killed?) while preparing "
+                               f"{dest}: see its log, then rerun the step")
+        if time.monotonic() > deadline:
+            raise PrepareError(f"this node's first prepare task did not start on {dest} within "
+                               f"{config.group_timeout_s:.0f} s: see its log")
+        time.sleep(0.5)
+    if step["state"] == "failed":
+        raise PrepareError(f"this node's first prepare task failed: {step['error']}")
+    with exclusive_lock(dest):
+        existing, _ = verified_existing(dest, identity, config)
+    if existing is None:
+        raise PrepareError(f"this node's first prepare task ended, but {dest} holds no complete dataset: rerun")
+    return existing
+
+
+def read_step(dest: Path) -> dict:
+    try:
+        return json.loads((dest / STEP_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# ---------------------------------------------------------------- reading a share
+
+def parts_ahead(workers: int) -> int:
+    """Parts read into stream files ahead of the exchange: one more than keeps every worker busy
+    (plus the one being sent: `read_ahead_bytes` counts it)."""
+    return workers + 1
+
+
+def read_ahead_bytes(parts: dict[str, list[Part]], workers: int) -> int:
+    """Disk a reading node needs beyond a one-node prepare's: the part streams read ahead and the
+    one being sent (at most that many of the largest parts, a few percent above their size)."""
+    sizes = sorted((part.size for split in SPLITS for part in parts[split]), reverse=True)
+    return int(1.05 * sum(sizes[:parts_ahead(workers) + 1]))
+
+
+class SharedRead:
+    """This node's part in the exchange: its share of each split's parts (none if it cannot read
+    ahead), streamed to the nodes in `needs`; what it received, if it needs data."""
+
+    def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[str, list[Part]],
+                 config: PrepareConfig):
+        self.group, self.needs, self.parts, self.config = group, needs, parts, config
+        shares = split_shares({split: [part.size for part in parts[split]] for split in SPLITS}, len(readers))
+        mine = readers.index(group.rank) if group.rank in readers else None
+        self.shares = {split: shares[split][mine] if mine is not None else [] for split in SPLITS}
+        self.stats = ExchangeStats()
+
+    def read_ahead_bytes(self) -> int:
+        return read_ahead_bytes(self.parts, self.config.workers)
+
+    def exchange_split(self, source: Source, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
+        """This node's share of the split, read and spilled by the workers into part streams and
+        sent; if this node needs data, every node's samples spilled to its buckets. Returns the
+        outcomes of every image of the split, in source order (once all have come)."""
+        config, parts, share = self.config, self.parts[split], self.shares[split]
+        streams, outcomes = work / "parts", work / "outcomes"
+        streams.mkdir()
+        outcomes.mkdir()
+        classes = source.class_index()
+        jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
+                                  str(work), config.resize, config.quality, config.restart_mcus),
+                          i, str(streams / f"{i:06d}.stream")) for i in share)
+        ahead = parts_ahead(config.workers)
+        produced = pool.imap_ahead(stream_part, jobs, ahead) if pool else map(stream_part, jobs)
+        receive = self.needs[self.group.rank]
+        with BucketSpills(work, tag="x") as spills:
+            stats = exchange(self.group, ((Path(path), read) for path, read in produced), self.needs,
+                             spills.write_pickled, outcomes, split, config.progress_interval)
+        self.stats.add(stats)
+        log.info("%s: read %.1f MB of the source (%d of %d parts), sent %.1f MB to other nodes, received %.1f MB; "
+                 "%.1f s waiting for this node's parts, %.1f s in exchange rounds, %.1f s spilling", split,
+                 stats.read_bytes / 1e6, len(share), len(parts), stats.sent_bytes / 1e6, stats.received_bytes / 1e6,
+                 stats.waiting_for_parts_s, stats.in_rounds_s, stats.spilling_s)
+        return read_outcomes(outcomes, len(parts)) if receive else iter(())
+
+
+def serve(shared: SharedRead, source: Source, dest: Path) -> None:
+    """A node that holds the dataset still reads and sends its share (one holder serving every other
+    node would be the bottleneck); it receives and writes nothing. Its scratch goes when it ends."""
+    config = shared.config
+    work_root = dest / WORK_DIR_NAME
+    shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
+    try:
+        with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
+            for split in SPLITS:
+                work = work_root / split
+                work.mkdir(parents=True)
+                num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
+                shared.exchange_split(source, split, num_buckets, work, pool)
+    except OSError as exn:
+        if is_out_of_space(exn):
+            raise PrepareError(f"{dest} ran out of space while reading this node's share for the others (its "
+                               "dataset is complete and untouched): free space on it, then rerun") from None
+        raise
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    log.info("served: read %.1f MB of the source for the nodes that needed the dataset; this node's is complete",
+             shared.stats.read_bytes / 1e6)
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """Scatter one part into a stream file to send, instead of into this node's spills."""
+    job: PartJob
+    index: int  # the part's index in its split
+    path: str
+
+
+def stream_part(stream: StreamJob) -> tuple[str, int]:
+    with PartStream(Path(stream.path)) as out:
+        outcomes = scatter_items(stream.job, out)
+        out.finish(stream.index, outcomes)
+    return stream.path, stream.job.part.size
+
+
+def one_line(exn: BaseException) -> str:
+    """What another node prints of this node's failure."""
+    if isinstance(exn, (PrepareError, SourceError, LabelError, WorkerDied, PeerFailed)):
+        return str(exn)
+    if isinstance(exn, OSError) and exn.filename:
+        return f"{exn.filename}: {exn.strerror or exn}"
+    return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
