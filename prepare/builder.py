@@ -653,6 +653,6 @@ def log_summary(dest: Path, manifest: Manifest) -> None:
     if st.get("nodes", 1) > 1:
         log.info("shared read: this node read %.2f GB of the source and received %.2f GB from the %d other nodes",
                  st["read_from_source_bytes"] / 1e9, st["received_from_nodes_bytes"] / 1e9, st["nodes"] - 1)
-    log.info("done: %d images, %.2f GB written in %.1f s: %.0f images/s, %.0f MB/s read; manifest %s",
+    log.info("done: %d images, %.2f GB written in %.1f s: %.0f images/s, %.0f MB/s of images; manifest %s",
              st["samples"], st["bytes"] / 1e9, st["elapsed_s"], st["images_per_sec"], st["mb_per_sec"],
              manifest_path(dest))

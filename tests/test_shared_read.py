@@ -104,11 +104,11 @@ def test_a_stream_ending_inside_a_record_or_of_an_unknown_kind_is_an_error():
         Demux("node9", lambda *a: None, lambda *a: None).feed(stream_of([(9, 1, b"x")]))
 
 
-@pytest.mark.parametrize("nodes", [2, 16, 17, 256, 10_000])
-def test_a_rounds_receive_buffers_stay_within_64_mib(nodes):
-    size = chunk_bytes(nodes)
-    assert 256 << 10 <= size <= 4 << 20
-    assert (nodes - 1) * size <= 64 << 20 or size == 256 << 10
+@pytest.mark.parametrize("nodes, expected", [(2, 4 << 20), (16, 4 << 20), (17, 4 << 20), (65, 1 << 20),
+                                             (257, 256 << 10), (10_000, 256 << 10)])
+def test_a_rounds_receive_buffers_stay_within_64_mib_up_to_257_nodes(nodes, expected):
+    assert chunk_bytes(nodes) == expected
+    assert (nodes - 1) * chunk_bytes(nodes) <= 64 << 20 or nodes > 257
 
 
 # ---------------------------------------------------------------- the group, from srun's variables
