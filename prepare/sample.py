@@ -186,7 +186,7 @@ def meta_mat(images: SampleImages) -> bytes:
     table = np.zeros((len(rows), 1), dtype=[(f, "O") for f in fields])
     for r, (i, wnid, words, children, height, count) in enumerate(rows):
         table[r, 0] = (np.array([[i]], dtype=np.uint16), wnid, words, f"gloss of {words}",
-                       np.array([[len(children)]], dtype=np.uint8),
+                       np.array([[len(children)]], dtype=np.uint16),
                        np.array([children], dtype=np.uint16) if children else np.zeros((1, 0), dtype=np.uint8),
                        np.array([[height]], dtype=np.uint8), np.array([[count]], dtype=np.uint16))
     out = io.BytesIO()

@@ -82,19 +82,87 @@ def check_tar_file_complete(path: Path) -> None:
         check_tar_complete(f.read(), str(path))
 
 
-def iterate_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
-    """(member name, bytes) of the regular files of a tar stream, via webdataset's reader.
+def iterate_tar(data: bytes, origin: str) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of the regular files of a tar held in memory, as webdataset's reader
+    (`tar_file_iterator` with skip_meta=None) yields them: tarfile's "r|*" stream, regular files
+    only, top-level names of the form __*__ left out. Written out here so that prepare never
+    imports webdataset, which imports torch (1-2 s a run, and larger forked workers).
 
-    Links and other special members are skipped by the reader: nothing in a hostile archive can
-    point outside it.
+    A tar of plain members only (`plain_tar_members`: what the official archives hold) is sliced
+    without tarfile; anything else (links, pax or GNU long names, odd or damaged headers,
+    compression) is read by tarfile from the start, as before.
+
+    Links and other special members are skipped: nothing in a hostile archive can point outside it.
     """
-    from webdataset.tariterators import tar_file_iterator  # here: webdataset imports torch (2 s)
+    members = plain_tar_members(data)
+    if members is None:
+        yield from iterate_tar_stream(io.BytesIO(data), origin)
+        return
+    for name, start, size in members:
+        if "/" not in name and name.startswith("__") and name.endswith("__"):
+            continue
+        yield name, data[start:start + size]
 
+
+def iterate_tar_stream(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
+    """`iterate_tar` by tarfile, for any tar."""
     try:
-        for entry in tar_file_iterator(fileobj, skip_meta=None):
-            yield entry["fname"], entry["data"]
+        stream = tarfile.open(fileobj=fileobj, mode="r|*")
+        for tarinfo in stream:
+            name = tarinfo.name
+            if not tarinfo.isreg() or name is None:
+                continue
+            if "/" not in name and name.startswith("__") and name.endswith("__"):
+                continue
+            yield name, stream.extractfile(tarinfo).read()
+            stream.members = []
     except (tarfile.TarError, OSError, EOFError) as exn:
         raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: copy or download it again") from None
+
+
+# A number field that tarfile's nti reads as octal: spaces, octal digits, spaces, then a NUL and
+# anything (nti reads up to the first NUL and strips). Stricter than nti: what it refuses is left to tarfile.
+_OCTAL_FIELD = re.compile(rb" *[0-7]* *(?:\0.*)?", re.DOTALL)
+_NUMBER_FIELDS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (148, 156), (329, 337), (337, 345))
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\x5d\x00\x00\x80", b"\xfd7zXZ")  # what "r|*" would decompress
+_BLOCK = tarfile.BLOCKSIZE
+_ZERO_BLOCK = bytes(_BLOCK)
+
+
+def plain_tar_members(data: bytes) -> list[tuple[str, int, int]] | None:
+    """(name, data offset, size) of every member, where the tar holds only what tarfile's stream
+    reader would read as plain regular files (type "0", or NUL without a trailing slash; no ustar
+    prefix; octal number fields; the unsigned checksum right; data within `data`) up to a zero
+    block or the end; None otherwise, and then tarfile reads it. Names as tarfile decodes them."""
+    if data.startswith(_COMPRESSED):
+        return None
+    members, offset, end = [], 0, len(data)
+    while True:
+        if offset == end:
+            return members if offset else None  # tarfile: an empty file is an error
+        if offset + _BLOCK > end:
+            return None
+        header = data[offset:offset + _BLOCK]
+        if header == _ZERO_BLOCK:
+            return members if offset else None
+        for a, b in _NUMBER_FIELDS:
+            if not _OCTAL_FIELD.fullmatch(header, a, b):
+                return None
+        if header[345] or header[156] not in b"0\0":  # a ustar prefix; not a regular file
+            return None
+        checksum = header[148:156].split(b"\0", 1)[0].strip()
+        if int(checksum or b"0", 8) != 256 + sum(header[:148]) + sum(header[156:]):
+            return None
+        name = header[:100].split(b"\0", 1)[0].decode(tarfile.ENCODING, "surrogateescape")
+        if header[156] == 0 and name.endswith("/"):  # an old-style directory
+            return None
+        size_field = header[124:136].split(b"\0", 1)[0].strip()
+        size = int(size_field or b"0", 8)
+        start = offset + _BLOCK
+        if start + size > end:
+            return None
+        members.append((name, start, size))
+        offset = start + -(-size // _BLOCK) * _BLOCK
 
 
 @dataclass(frozen=True)
@@ -114,7 +182,7 @@ class ClassTar:
         origin = f"{self.archive}:{self.name}"
         data = read_range(self.archive, self.offset, self.size, origin)
         check_tar_complete(data, origin)
-        for member, image in iterate_tar(io.BytesIO(data), origin):
+        for member, image in iterate_tar(data, origin):
             key = image_key(member, origin)
             if key is not None:
                 yield Item(key, self.wnid, f"{origin}:{member}", data=image)
@@ -134,7 +202,7 @@ class MemberRange:
 
     def items(self) -> Iterator[Item]:
         data = read_range(self.archive, self.offset, self.size, self.archive) + TAR_END
-        for member, image in iterate_tar(io.BytesIO(data), self.archive):
+        for member, image in iterate_tar(data, self.archive):
             origin = f"{self.archive}:{member}"
             key = image_key(member, origin)
             if key is None:

@@ -33,7 +33,7 @@ def worker_died_is_named():
 
 class WorkerPool:
     """`workers` processes forked now, before the caller starts any thread: they inherit the modules
-    imported so far (webdataset and torch: 2 s a worker otherwise)."""
+    imported so far."""
 
     def __init__(self, workers: int):
         self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))

@@ -52,3 +52,12 @@ def test_devkit_without_meta_mat_names_the_file(tmp_path):
         tar.addfile(info, io.BytesIO(b""))
     with pytest.raises(LabelError, match="lacks data/meta.mat"):
         read_devkit(path)
+
+
+def test_meta_mat_of_imagenets_1000_classes():
+    """The internal synsets above 1,000 leaves have more than 255 children (a uint8 overflowed)."""
+    from prepare.sample import SampleSpec, sample_images
+
+    images = sample_images(SampleSpec(classes=1000, train_per_class=1, val_per_class=0, max_width=16))
+    synsets = parse_meta_mat(meta_mat(images))
+    assert len(leaf_synsets(synsets)) == 1000 and max(s.num_children for s in synsets) > 255

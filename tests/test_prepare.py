@@ -663,3 +663,93 @@ def test_every_image_prepare_cannot_use_is_a_bad_image_with_the_reason():
     assert prepare_image(jpeg(), max_pixels=333 * 217).restart_interval == 1  # and made seekable
     with pytest.raises(BadImage, match="333 x 217 pixels"):
         prepare_image(jpeg(), max_pixels=333 * 217 - 1)
+
+
+def random_samples(rng, count: int) -> list[dict]:
+    """Samples as prepare writes them, with the odd cases: empty and block-sized data, names that
+    need a pax header (long, non-ASCII)."""
+    samples = []
+    for i in range(count):
+        size = rng.choice([0, 1, 511, 512, 513, 1024, int(rng.integers(0, 200_000))])
+        key = rng.choice([f"n01440764_{i}", "k" * int(rng.integers(90, 110)) + str(i), f"clé_{i}", f"ILSVRC2012_val_{i:08d}"])
+        samples.append({"__key__": key, "jpg": rng.bytes(size), "cls": str(int(rng.integers(1000))).encode(),
+                        "json": b'{"height": 375, "width": 500, "wnid": "n01440764"}'})
+    return samples
+
+
+def test_the_shard_writer_writes_webdatasets_bytes():
+    """ShardTarWriter's shards are byte for byte webdataset's TarWriter(encoder=False, mtime=0)
+    on a tarfile stream, and their SHA-256 the digest of those bytes, whatever the flush size."""
+    import hashlib
+
+    from prepare.builder import ShardTarWriter
+
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        samples = random_samples(rng, int(rng.integers(0, 40)))
+        expected = io.BytesIO()
+        with wds.TarWriter(expected, encoder=False, mtime=0) as writer:
+            for sample in samples:
+                writer.write(sample)
+        got = io.BytesIO()
+        writer = ShardTarWriter(got)
+        writer.FLUSH = [1, 4096, 1 << 20][trial % 3]
+        for sample in samples:
+            writer.write(sample)
+        writer.close()
+        assert got.getvalue() == expected.getvalue()
+        assert writer.digest.hexdigest() == hashlib.sha256(expected.getvalue()).hexdigest()
+
+
+def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
+    """iterate_tar's slicing of plain tars yields what tarfile's stream reader yields, and every tar
+    it does not take (links, directories, long names, damaged or truncated headers) goes to tarfile."""
+    from prepare.sources import iterate_tar, iterate_tar_stream, plain_tar_members
+
+    rng = np.random.default_rng(1)
+
+    def read(fn, data):
+        try:
+            return list(fn(data))
+        except SourceError:
+            return "refused"
+
+    def same(data: bytes) -> bool:
+        assert read(lambda d: iterate_tar(d, "x"), data) == read(lambda d: iterate_tar_stream(io.BytesIO(d), "x"), data)
+        return plain_tar_members(data) is not None
+
+    def tar_of(kinds, fmt) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+            for i, kind in enumerate(kinds):
+                info = tarfile.TarInfo({"file": f"n01440764_{i}.JPEG", "meta": "__meta__", "long": "a" * 120 + ".JPEG",
+                                        "dir": f"d{i}", "symlink": f"s{i}.JPEG", "link": f"l{i}.JPEG"}[kind])
+                data = rng.bytes(int(rng.choice([0, 1, 512, 700, 5000]))) if kind in ("file", "meta", "long") else b""
+                info.size = len(data)
+                if kind in ("dir", "symlink", "link"):
+                    info.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "link": tarfile.LNKTYPE}[kind]
+                    info.linkname = "../../etc/passwd" if kind == "symlink" else "n01440764_0.JPEG"
+                if fmt == tarfile.USTAR_FORMAT and kind == "long":
+                    continue  # too long for ustar
+                tar.addfile(info, io.BytesIO(data))
+        return out.getvalue()
+
+    plain = tar_of(["file"] * 5 + ["meta"], tarfile.GNU_FORMAT)
+    assert same(plain)
+    for fmt in (tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
+        for odd in ("dir", "symlink", "link", "long"):
+            same(tar_of(["file", odd, "file"], fmt))
+    members = plain_tar_members(plain)
+    for _ in range(300):  # one byte of a header changed, the tar cut short, junk after its end
+        data = bytearray(plain)
+        cut = int(rng.integers(3))
+        if cut == 0:
+            header = members[int(rng.integers(len(members)))][1] - 512
+            data[header + int(rng.integers(512))] = int(rng.choice([0, 32, 48, 55, 56, 95, 120, 128, 255]))
+        elif cut == 1:
+            data = data[:int(rng.integers(len(data) + 1))]
+        else:
+            data += rng.bytes(int(rng.integers(1, 2000)))
+        same(bytes(data))
+    for data in (b"", bytes(1024), b"\x1f\x8b\x08" + bytes(1021)):
+        assert not same(data)
