@@ -110,3 +110,17 @@ def test_the_pil_paths_workers_split_an_epoch_into_round_robin_runs_of_whole_bat
         read = [(p.shard, i) for plan in plans for p in plan.pieces for i in range(p.start, p.stop)]
         assert len(read) == len(set(read)) == steps_per_epoch(sum(sizes), 1, batch) * batch
         assert all(plan.num_samples % batch == 0 for plan in plans)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 8, 64, 256])
+def test_the_job_start_model_reads_the_source_once_and_is_never_slower_on_a_fast_network(nodes):
+    from prepare.startup_model import DATASETS, PARAMS, shared, today
+
+    for dataset in DATASETS.values():
+        alone, together = today(nodes, dataset, PARAMS), shared(nodes, dataset, PARAMS)
+        assert alone["fs_bytes"] == nodes * dataset["source"] and together["fs_bytes"] == dataset["source"]
+        assert together["total"] <= alone["total"] + 1e-9  # the network (5 GB/s) outruns the disk (2 GB/s)
+        if nodes == 1:
+            assert together["total"] == alone["total"]
+        slow = dict(PARAMS, net=1.0)  # gloo at one TCP stream's rate: the exchange binds
+        assert shared(nodes, dataset, slow)["total"] >= together["total"]
