@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under srun on several nodes, each node reads the whole source itself instead of a share "
                         "of it (the nodes then exchange what they read over torch.distributed: see README)")
     p.add_argument("--group-timeout", type=float, default=1800.0, metavar="S",
-                   help="shared read: the longest wait for another node, at the rendezvous or in any exchange "
-                        "round, before this node gives up; a node that dies is noticed at once")
+                   help="shared read: the longest wait for another node in any round before this node gives up "
+                        "(at the rendezvous, at most 600 s of it); a node that dies is noticed at once")
     p.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                    help="seconds between progress lines when not on a terminal (SLURM logs)")
     return p
