@@ -395,8 +395,7 @@ def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets
             seen.add(image.key)
             if image.error is not None:
                 if not config.skip_bad:
-                    raise PrepareError(f"{image.origin} {image.error}. Replace or remove it, or rerun with "
-                                       "--skip-bad to leave it out (it is then listed in the manifest).")
+                    raise bad_image_stops_the_run(image)
                 log.warning("skipping %s: %s", image.origin, image.error)
                 result.skipped[image.key] = image.error
                 continue
@@ -412,6 +411,11 @@ def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets
     if not seen:
         raise SourceError(f"the {split} split of {source.root} holds no images")
     return result
+
+
+def bad_image_stops_the_run(image: Scattered) -> PrepareError:
+    return PrepareError(f"{image.origin} {image.error}. Replace or remove it, or rerun with --skip-bad to leave it "
+                        "out (it is then listed in the manifest).")
 
 
 @dataclass(frozen=True)

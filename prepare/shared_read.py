@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, build_and_report, checked_identity, exclusive_lock,
-    lock_is_held, make_dest, scatter_items, verified_existing,
+    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
+    checked_identity, exclusive_lock, lock_is_held, make_dest, scatter_items, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.labels import LabelError
@@ -271,7 +271,7 @@ class SharedRead:
         classes = source.class_index()
         jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
                                   str(work), config.resize, config.quality, config.restart_mcus),
-                          i, str(streams / f"{i:06d}.stream")) for i in share)
+                          i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i in share)
         ahead = parts_ahead(config.workers)
         produced = pool.imap_ahead(stream_part, jobs, ahead) if pool else map(stream_part, jobs)
         receive = self.needs[self.group.rank]
@@ -316,12 +316,16 @@ class StreamJob:
     job: PartJob
     index: int  # the part's index in its split
     path: str
+    skip_bad: bool
 
 
 def stream_part(stream: StreamJob) -> tuple[str, int]:
     with PartStream(Path(stream.path)) as out:
         outcomes = scatter_items(stream.job, out)
         out.finish(stream.index, outcomes)
+    bad = [image for image in outcomes if image.error is not None]
+    if bad and not stream.skip_bad:  # stop now, not after the exchange (the receivers would stop there too)
+        raise bad_image_stops_the_run(bad[0])
     return stream.path, stream.job.part.size
 
 

@@ -181,21 +181,22 @@ def one_node(sources, tmp_path_factory) -> Path:
     return dest
 
 
-def test_two_nodes_each_read_a_share_and_both_write_the_bytes_of_a_one_node_prepare(sources, one_node, tmp_path):
-    dests = [tmp_path / "n0", tmp_path / "n1"]
-    results = finish(start_nodes(sources["official"], dests))
-    assert [code for code, _ in results] == [0, 0], results
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_nodes_each_read_a_share_and_all_write_the_bytes_of_a_one_node_prepare(sources, one_node, tmp_path, nodes):
+    dests = [tmp_path / f"n{rank}" for rank in range(nodes)]
+    results = finish(start_nodes(sources["official"], dests, workers=2))
+    assert [code for code, _ in results] == [0] * nodes, results
     reads = []
     for dest, (_, log) in zip(dests, results):
         assert tree_bytes(dest) == tree_bytes(one_node)
         assert manifest_without_run_stats(dest) == manifest_without_run_stats(one_node)
         stats = read_complete_manifest(dest).stats
         reads.append(stats["read_from_source_bytes"])
-        assert stats["nodes"] == 2 and stats["received_from_nodes_bytes"] > 0
-        assert "shared read: 2 of 2 nodes" in log and "train: read" in log
+        assert stats["nodes"] == nodes and stats["received_from_nodes_bytes"] > 0
+        assert f"shared read: {nodes} of {nodes} nodes" in log and "train: read" in log
         assert not (dest / ".prepare-tmp").exists()
     whole = read_complete_manifest(one_node).stats["read_from_source_bytes"]
-    assert sum(reads) == whole and min(reads) > 0.3 * whole  # 6 class tars of similar size, and val
+    assert sum(reads) == whole and min(reads) > 0.6 * whole / nodes  # 6 class tars of similar size, and val
 
 
 def test_a_node_that_holds_the_dataset_still_reads_its_share_and_only_the_other_receives(sources, one_node,
@@ -247,6 +248,32 @@ def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_pa
     for dest in dests:
         assert not (dest / "manifest.json").exists() and not (dest / ".prepare-tmp").exists()
         assert not any((dest / "train").iterdir())
+
+
+def test_a_bad_image_stops_every_node_as_soon_as_its_part_is_read(sources, tmp_path):
+    """Without --skip-bad, the node that reads the part stops the run there (one node's prepare
+    stops on it too); every node names the image."""
+    from test_prepare import rewrite_class_tar
+
+    source = tmp_path / "source"
+    shutil.copytree(sources["official"], source)
+    bad = {}
+
+    def damage(members):
+        name, _ = members[3]
+        bad["key"] = name.rsplit("/", 1)[-1].split(".")[0]
+        return tar_bytes([(n, b"not a jpeg at all" if n == name else body) for n, body in members])
+
+    rewrite_class_tar(source, damage)
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(source, dests))
+    assert [code for code, _ in results] == [2, 2], results
+    errors = [errors_in(log)[0] for _, log in results]
+    assert all(f"{bad['key']}.JPEG does not decode" in e and "--skip-bad" in e for e in errors), errors
+    assert sum(" failed: " in e for e in errors) == 1  # found by its reader, announced to the other
+    results = finish(start_nodes(source, dests, "--skip-bad"))
+    assert [code for code, _ in results] == [0, 0], results
+    assert all(list(read_complete_manifest(d).skipped) == [bad["key"]] for d in dests)
 
 
 def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_read(sources, one_node, tmp_path):
