@@ -36,7 +36,7 @@ from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_mess
 from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
-from prepare.workers import WorkerDied, WorkerPool
+from prepare.workers import WorkerPool
 from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,

@@ -4,7 +4,6 @@ the variables srun gives a task (tests/test_slurm.py runs the same through a rea
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
