@@ -84,24 +84,25 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
     raise_first_error(group, [s["error"] for s in here])
     sharing = [n for n in group.names if n != group.env.node and marker_of(dest, n) == group.env.step]
     with contextlib.ExitStack() as stack:
-        status = {"sharing": sharing}
+        said, node = {"sharing": sharing}, None
         if not sharing:  # a --dest shared by nodes: the others would wait for the lock forever
             stack.enter_context(exclusive_lock(dest))
             mark_step(dest, group.env, "running")
-            status |= node_status(source_root, dest, config, identity)
-        statuses = group.gather(status)
+            node, facts = node_state(source_root, dest, config, identity)
+            said |= facts
+        statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
         raise_first_error(group, [s["error"] for s in statuses])
         refuse_disagreement(group.names, [s["plan"] for s in statuses])
         needs = [s["needs"] for s in statuses]
         if not any(needs):
-            return status["existing"]
+            return node.existing
         readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
         log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
                  len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
                  "s" if sum(needs) == 1 else "")
-        shared = SharedRead(group, needs, readers, status["parts"], config)
-        manifest = announcing_failures(group, lambda: receive_or_serve(shared, status, dest, config, identity))
+        shared = SharedRead(group, needs, readers, node.parts, config)
+        manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
     try:
         group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
     except PeerFailed as exn:
@@ -109,26 +110,37 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
     return manifest
 
 
-def node_status(source_root: Path, dest: Path, config: PrepareConfig, identity: dict) -> dict:
-    """What this node tells the others before anything is read (and keeps for itself)."""
+@dataclass(frozen=True)
+class NodeState:
+    """What this node found before anything is read, kept here (the others get `node_state`'s facts)."""
+    existing: Manifest | None  # its complete dataset, if it holds one
+    damaged: Manifest | None  # the damaged dataset --verify is rebuilding
+    source: Source
+    parts: dict[str, list[Part]]
+
+
+def node_state(source_root: Path, dest: Path, config: PrepareConfig,
+               identity: dict) -> tuple[NodeState | None, dict]:
+    """This node's state, and the small facts it tells the others (never the parts or the source:
+    a tree's listing is 1.3 M rows)."""
     try:
         existing, damaged = verified_existing(dest, identity, config)
         source = open_source(source_root)
         parts = {split: source.parts(split) for split in SPLITS}
         room = free_bytes(dest) >= read_ahead_bytes(parts, config.workers)
-        return {"error": None, "needs": existing is None, "can_read": existing is None or room,
-                "plan": plan_digest(identity, source, parts), "existing": existing, "damaged": damaged,
-                "source": source, "parts": parts}
+        facts = {"error": None, "needs": existing is None, "can_read": existing is None or room,
+                 "plan": plan_digest(identity, source, parts)}
+        return NodeState(existing, damaged, source, parts), facts
     except USER_ERRORS as exn:
-        return {"error": one_line(exn)}
+        return None, {"error": one_line(exn)}
 
 
-def receive_or_serve(shared: "SharedRead", status: dict, dest: Path, config: PrepareConfig,
+def receive_or_serve(shared: "SharedRead", node: NodeState, dest: Path, config: PrepareConfig,
                      identity: dict) -> Manifest:
-    if status["needs"]:
-        return build_and_report(status["source"], dest, config, identity, status["damaged"], shared)
-    serve(shared, status["source"], dest)
-    return status["existing"]
+    if node.existing is None:
+        return build_and_report(node.source, dest, config, identity, node.damaged, shared)
+    serve(shared, node.source, dest)
+    return node.existing
 
 
 def announcing_failures(group: NodeGroup, work):

@@ -288,10 +288,8 @@ def rewrite_class_tar(source: Path, edit) -> None:
     path.write_bytes(tar_bytes([(name, edit(tar_members(io.BytesIO(data))))] + inner[1:]))
 
 
-def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_path):
-    """With workers each class tar is read, checked and spilled by a worker: a bad image still stops
-    the run by name, --skip-bad still lists it, and the shards equal a one-process run's."""
-    source = copy_official(sources, tmp_path)
+def replace_an_image_with_junk(source: Path) -> str:
+    """Make the fourth image of the first class tar not an image; its key."""
     bad = {}
 
     def damage(members):
@@ -300,6 +298,23 @@ def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_pat
         return tar_bytes([(n, b"not a jpeg at all" if n == name else body) for n, body in members])
 
     rewrite_class_tar(source, damage)
+    return bad["key"]
+
+
+def truncate_second_class_tar(source: Path) -> str:
+    """Cut the train archive's second class tar in half, at a block boundary; its member name."""
+    path = source / "ILSVRC2012_img_train.tar"
+    inner = tar_members(io.BytesIO(path.read_bytes()))
+    name, data = inner[1]
+    path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
+    return name
+
+
+def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_path):
+    """With workers each class tar is read, checked and spilled by a worker: a bad image still stops
+    the run by name, --skip-bad still lists it, and the shards equal a one-process run's."""
+    source = copy_official(sources, tmp_path)
+    bad = {"key": replace_an_image_with_junk(source)}
     with pytest.raises(PrepareError, match=f"{bad['key']}.JPEG does not decode.*--skip-bad"):
         prepare(config(source, tmp_path / "stopped", workers=2))
     prepare(config(source, tmp_path / "two", workers=2, skip_bad=True))
@@ -322,10 +337,7 @@ def test_trees_read_in_many_chunks_give_the_same_bytes_with_any_worker_count(sou
 
 def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, tmp_path):
     source = copy_official(sources, tmp_path)
-    path = source / "ILSVRC2012_img_train.tar"
-    inner = tar_members(io.BytesIO(path.read_bytes()))
-    name, data = inner[1]
-    path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
+    name = truncate_second_class_tar(source)
     with pytest.raises(SourceError, match=f"{name} is truncated"):
         prepare(config(source, tmp_path / "out", workers=2))
     assert not (tmp_path / "out" / "manifest.json").exists()

@@ -19,10 +19,11 @@ import pytest
 from conftest import ROOT, SHARD_MB, run_module, tree_bytes
 from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
 from prepare.node_group import node_group_env
-from prepare.sample import SampleSpec, make_sample, tar_bytes
+from prepare.sample import SampleSpec, make_sample
 from prepare.shares import assign_shares, split_shares
 from shards.manifest import read_complete_manifest
 from shards.slurm import PORT_RANGES, PORT_SPAN, SlurmEnvError, slurm_port
+from test_prepare import big_source, copy_official, replace_an_image_with_junk, truncate_second_class_tar
 
 # ---------------------------------------------------------------- which node reads which parts
 
@@ -223,19 +224,8 @@ def test_when_every_node_holds_the_dataset_nothing_is_read(sources, one_node, tm
     assert all("nothing to do" in log and "shared read" not in log for _, log in results)
 
 
-def truncate_second_class_tar(source: Path) -> str:
-    path = source / "ILSVRC2012_img_train.tar"
-    import tarfile
-    with tarfile.open(path) as tar:
-        inner = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    name, data = inner[1]
-    path.write_bytes(tar_bytes(inner[:1] + [(name, data[: len(data) // 2 // 512 * 512])] + inner[2:]))
-    return name
-
-
 def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_path):
-    source = tmp_path / "source"
-    shutil.copytree(sources["official"], source)
+    source = copy_official(sources, tmp_path)
     name = truncate_second_class_tar(source)
     dests = [tmp_path / "n0", tmp_path / "n1"]
     results = finish(start_nodes(source, dests))
@@ -252,18 +242,8 @@ def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_pa
 def test_a_bad_image_stops_every_node_as_soon_as_its_part_is_read(sources, tmp_path):
     """Without --skip-bad, the node that reads the part stops the run there (one node's prepare
     stops on it too); every node names the image."""
-    from test_prepare import rewrite_class_tar
-
-    source = tmp_path / "source"
-    shutil.copytree(sources["official"], source)
-    bad = {}
-
-    def damage(members):
-        name, _ = members[3]
-        bad["key"] = name.rsplit("/", 1)[-1].split(".")[0]
-        return tar_bytes([(n, b"not a jpeg at all" if n == name else body) for n, body in members])
-
-    rewrite_class_tar(source, damage)
+    source = copy_official(sources, tmp_path)
+    bad = {"key": replace_an_image_with_junk(source)}
     dests = [tmp_path / "n0", tmp_path / "n1"]
     results = finish(start_nodes(source, dests))
     assert [code for code, _ in results] == [2, 2], results
@@ -284,12 +264,6 @@ def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_rea
     assert errors_in(results[0][1])[0].split(" ERROR ")[1].startswith("n1 failed: ")
     assert "prepared differently" in errors_in(results[0][1])[0]
     assert not (dests[0] / ".prepare-tmp").exists() and not any((dests[0] / "train").iterdir())
-
-
-def big_source(tmp_path: Path) -> Path:
-    source = tmp_path / "big"
-    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
-    return source
 
 
 def wait_for(condition, procs, seconds: float = 120) -> None:
