@@ -30,10 +30,11 @@ from typing import Iterator
 
 from prepare.builder import (
     BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, exclusive_lock, lock_is_held, make_dest, scatter_items, verified_existing,
+    checked_identity, make_dest, scatter_items, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.labels import LabelError
+from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
@@ -219,7 +220,7 @@ def verify_after_first_task(config: PrepareConfig) -> Manifest:
         step = read_step(dest)
         if step.get("step") == env.step and step["state"] in ("done", "failed"):
             break
-        if step.get("step") == env.step and not lock_is_held(dest):
+        if step.get("step") == env.step and not held_by_a_live_prepare(dest):
             raise PrepareError(f"this node's first prepare task stopped without a word (killed?) while preparing "
                                f"{dest}: see its log, then rerun the step")
         if time.monotonic() > deadline:

@@ -9,13 +9,20 @@ outright (the out-of-memory killer, say) is an error naming what happened, not a
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from itertools import islice
 from typing import Callable, Iterable, Iterator
+
+from prepare.lock import close_inherited_locks
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class WorkerDied(RuntimeError):
@@ -31,12 +38,25 @@ def worker_died_is_named():
                          "node's memory (fewer --workers use less), then rerun") from None
 
 
+def die_with_parent(parent: int) -> None:
+    """A worker's first act: SIGKILL from the kernel when the thread that forked it ends (the main
+    thread: WorkerPool is made there), exit now if the parent is already gone, and let go of the
+    parent's locks."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died between the fork and the line above
+        os._exit(1)
+    close_inherited_locks()
+
+
 class WorkerPool:
     """`workers` processes forked now, before the caller starts any thread: they inherit the modules
-    imported so far."""
+    imported so far. Made in the main thread: the workers die with the thread that forked them."""
 
     def __init__(self, workers: int):
-        self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                            initializer=die_with_parent, initargs=(os.getpid(),))
         self.executor.submit(int).result()  # a fork executor starts all its processes at the first task
 
     def __enter__(self) -> "WorkerPool":

@@ -1,0 +1,151 @@
+"""One prepare per destination, with real processes: a prepare killed by kill -9 leaves no worker
+running and no lock held; a lock kept by a dead prepare's leftover processes is taken over; a live
+holder is waited for (prepare/lock.py, prepare/workers.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_module, tree_bytes
+from prepare.lock import exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, start_time
+from prepare.sample import SampleSpec, make_sample
+from shards.layout import LOCK_NAME
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the processes whose command line holds `text` (prepare's workers are forks: they
+    carry their parent's command line)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                pids.append(int(cmdline.parent.name))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return pids
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# ---------------------------------------------------------------- who holds it: pure decisions
+
+def test_a_holder_is_dead_only_where_its_pid_and_start_time_name_no_running_process_of_this_host():
+    mine = identity()
+    pid, started, host = mine.split()
+    assert not holder_is_dead(mine)
+    assert holder_is_dead(f"{pid} {int(started) + 1} {host}")  # the pid reused by another process
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert holder_is_dead(f"{gone.pid} 1 {host}")
+    assert not holder_is_dead(f"{gone.pid} 1 another-host")  # not ours to judge: taken as alive
+    for record in ("", "garbage", f"{pid} None {host}", "x 1 host"):
+        assert not holder_is_dead(record)
+    assert start_time(os.getpid()) == started
+
+
+def test_the_lock_file_names_its_holder_and_a_free_lock_is_not_held(tmp_path):
+    assert not held_by_a_live_prepare(tmp_path)
+    with exclusive_lock(tmp_path):
+        assert (tmp_path / LOCK_NAME).read_text() == identity()
+        assert f"{os.getpid()} " in identity() and identity().endswith(socket.gethostname())
+    assert not held_by_a_live_prepare(tmp_path)
+
+
+# ---------------------------------------------------------------- with real processes
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from prepare.lock import acquire
+    acquire(Path(sys.argv[1]))
+    print("held", flush=True)
+    if sys.argv[2] == "orphan":  # a child that keeps the descriptor (as workers of an older prepare did)
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+        os._exit(0)  # the holder dies; its child, now init's, still holds the flock
+    time.sleep(float(sys.argv[3]))
+""")
+
+
+def hold(dest: Path, how: str, seconds: float = 0) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest), how, str(seconds)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_lock_kept_by_a_dead_prepares_leftover_process_is_taken_over(tmp_path):
+    dest = tmp_path / "imagenet"
+    dest.mkdir()
+    hold(dest, "orphan").wait()
+    leftovers = processes_naming(str(dest))
+    try:
+        assert leftovers, "the stand-in for a leftover worker is not running"
+        assert not held_by_a_live_prepare(dest)  # held, but by a dead prepare's leftovers
+        started = time.monotonic()
+        with exclusive_lock(dest):
+            assert time.monotonic() - started < 5
+            assert (dest / LOCK_NAME).read_text() == identity()
+            assert held_by_a_live_prepare(dest)  # by us, alive
+        assert not held_by_a_live_prepare(dest)
+    finally:
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_prepare_waits_for_a_live_holder_names_it_and_goes_on_when_it_ends(tmp_path):
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=2, train_per_class=4, val_per_class=2))
+    dest = tmp_path / "imagenet"
+    dest.mkdir()
+    holder = hold(dest, "live", seconds=3)
+    assert held_by_a_live_prepare(dest)
+    started = time.monotonic()
+    result = run_module("prepare", "--source", source, "--dest", dest, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started > 2  # it waited for the holder
+    assert f"another prepare (pid {holder.pid} on {socket.gethostname()}) is writing {dest}; waiting" in result.stderr
+    holder.wait()
+
+
+@pytest.mark.slow
+def test_kill_9_early_in_a_run_leaves_no_process_and_a_rerun_completes_with_identical_shards(tmp_path):
+    """The out-of-memory killer, a node's health check or a user's kill -9 kill the prepare process
+    alone: its workers must die with it and must not keep the lock (a rerun waited for ever)."""
+    source = tmp_path / "big"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
+    args = ["--source", source, "--shard-size", 0.5, "--workers", 2]
+    reference = tmp_path / "reference"
+    assert run_module("prepare", *args, "--dest", reference).returncode == 0
+    dest = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "prepare", *map(str, args), "--dest", str(dest)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_until(lambda: len(processes_naming(str(dest))) >= 3, 30)  # the prepare and its 2 workers
+    time.sleep(0.7)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_until(lambda: not processes_naming(str(dest)), 5), "workers outlived their prepare"
+    assert not held_by_a_live_prepare(dest)
+    started = time.monotonic()
+    rerun = run_module("prepare", *args, "--dest", dest, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert time.monotonic() - started < 60
+    assert tree_bytes(dest) == tree_bytes(reference)
+    assert not processes_naming(str(dest))
