@@ -148,6 +148,11 @@ def read_manifest(root: Path) -> Manifest:
             f"`srun --ntasks-per-node=1 python -m prepare --source /path/to/imagenet --dest {root}` "
             "on every node of the job first"
         ) from None
+    except NotADirectoryError:
+        raise DatasetNotReady(f"{root} is not a directory: give the folder `python -m prepare` wrote "
+                              "(its --dest)") from None
+    except OSError as exn:
+        raise DatasetNotReady(f"cannot read {path}: {exn.strerror}") from None
     try:
         return Manifest.from_json(text)
     except (ValueError, KeyError, TypeError) as exn:

@@ -362,3 +362,177 @@ def test_the_errors_it_raises_are_importable_from_train():
     assert (train.ResumeError, train.ConfigError) == (train.checkpoint.ResumeError, train.config.ConfigError)
     with pytest.raises(AttributeError):
         train.Nothing
+
+
+# ---------------------------------------------------------------- ordinary inputs: the right data or one clear error
+
+@pytest.mark.parametrize("seed", [np.int64(0), np.int32(0), torch.tensor(0)])
+def test_a_seed_that_is_an_integer_of_another_type_is_the_same_seed(prepared, seed):
+    with loader(prepared, seed=0) as data:
+        reference = records(data.batches())
+    with loader(prepared, seed=seed) as data:
+        assert same(records(data.batches()), reference)
+        assert type(data.state_dict()["seed"]) is int
+
+
+@pytest.mark.parametrize("epoch", [np.int64(2), np.arange(3)[2], torch.tensor(2)])
+def test_an_epoch_that_is_an_integer_of_another_type_is_the_same_epoch(prepared, epoch):
+    with loader(prepared) as data:
+        data.set_epoch(2)
+        reference = records(data.batches())
+        data.set_epoch(epoch)
+        assert same(records(data.batches()), reference)
+        assert type(data.state_dict()["epoch"]) is int
+
+
+@pytest.mark.parametrize("seed", [0.0, 1.5, None, "abc", np.float64(0)])
+def test_a_seed_that_is_not_a_whole_number_is_refused(prepared, seed):
+    with pytest.raises(ConfigError, match="seed must be a whole number"):
+        loader(prepared, seed=seed)
+
+
+@pytest.mark.parametrize("epoch, message", [(1.0, "whole number"), (None, "whole number"), ("1", "whole number"),
+                                            (-1, "at least 0")])
+def test_an_epoch_that_is_not_a_whole_number_of_0_or_more_is_refused(prepared, epoch, message):
+    with loader(prepared) as data, pytest.raises(ConfigError, match=f"epoch must be.*{message}"):
+        data.set_epoch(epoch)
+
+
+def test_a_state_is_plain_data_for_json_and_torch_load_weights_only(prepared, tmp_path):
+    import json
+
+    with loader(prepared, seed=np.int64(3), batch_size=np.int64(4)) as data:
+        data.set_epoch(np.int64(1))
+        batches = data.batches()
+        next(batches)
+        state = data.state_dict()
+        batches.close()
+    assert all(type(value) in (int, str) for value in state.values())
+    assert json.loads(json.dumps(state)) == state
+    torch.save({"loader": state}, tmp_path / "checkpoint.pt")
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["loader"] == state
+
+
+def without_epoch(state: dict) -> dict:
+    return {name: value for name, value in state.items() if name != "epoch"}
+
+
+@pytest.mark.parametrize("malformed, message", [
+    (lambda state: None, "not NoneType"), (lambda state: [1, 2], "not list"),
+    (lambda state: {"position": 0}, "lacks format, dataset_id"), (without_epoch, "lacks epoch"),
+    (lambda state: {**state, "epoch": "x"}, "epoch is 'x'"), (lambda state: {**state, "epoch": None}, "epoch is None"),
+    (lambda state: {**state, "epoch": -5}, "epoch is -5"), (lambda state: {**state, "position": 1.0}, "position is 1.0"),
+    (lambda state: {**state, "position": -1}, "position is -1"),
+])
+def test_a_malformed_state_is_refused_in_one_line(prepared, malformed, message):
+    with loader(prepared) as data, pytest.raises(ResumeError, match=message):
+        data.load_state_dict(malformed(data.state_dict()))
+
+
+def test_a_state_at_an_epochs_end_loads_into_another_world_size_and_mid_epoch_does_not(prepared, monkeypatch):
+    """An elastic restart between epochs (fewer nodes after a requeue): nothing of the finished epoch
+    is left to resume, so the new world starts the next epoch whole. Mid-epoch, it is refused."""
+    as_world(monkeypatch, 2, 0)
+    with loader(prepared) as two:
+        two.set_epoch(4)
+        batches = two.batches()
+        next(batches)
+        mid_epoch = two.state_dict()
+        list(batches)
+        at_end = two.state_dict()
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name)
+    with loader(prepared) as one:
+        one.set_epoch(5)
+        epoch_5 = records(one.batches())
+    with loader(prepared) as one:
+        with pytest.raises(ResumeError, match="world_size: the state's 2, this loader's 1"):
+            one.load_state_dict(mid_epoch)
+        one.load_state_dict(at_end)
+        assert same(records(one.batches()), epoch_5) and one.state_dict()["epoch"] == 5
+    with loader(prepared) as one:
+        one.load_state_dict(at_end)
+        one.set_epoch(4)  # the usual resume loop: the state's own epoch is over
+        assert list(one.batches()) == []
+
+
+def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
+    train_samples = read_manifest(prepared).splits["train"].samples
+    with pytest.raises(ConfigError, match=f"{train_samples} train samples over 2 rank.*no batch of {train_samples}.*"
+                                          f"at most {train_samples // 2}"):
+        loader(prepared, batch_size=train_samples, rank=0, world_size=2)
+    val_samples = read_manifest(prepared).splits["val"].samples
+    with pytest.raises(ConfigError, match=f"{val_samples} val samples over {val_samples + 1} ranks leave rank "
+                                          f"{val_samples} none"):
+        loader(prepared, "val", rank=val_samples, world_size=val_samples + 1)
+    with loader(prepared, batch_size=1, rank=val_samples, world_size=val_samples + 1) as train:
+        with pytest.raises(ConfigError, match=f"leave rank {val_samples} none"):
+            train.with_split("val")
+
+
+@pytest.mark.parametrize("device, message", [
+    ("meta", "holds no data"), ("gpu", "not a torch device"), ("cuda", "no CUDA GPU"), ("cuda:7", "no CUDA GPU"),
+])
+def test_a_device_that_cannot_work_is_refused_at_construction(prepared, device, message):
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        device, message = f"cuda:{torch.cuda.device_count()}", "sees .* GPU"
+    with pytest.raises(ConfigError, match=message):
+        loader(prepared, device=device)
+
+
+def test_a_root_that_is_a_file_is_not_a_dataset(tmp_path):
+    from shards.manifest import DatasetNotReady
+
+    (tmp_path / "imagenet").write_text("not a folder")
+    with pytest.raises(DatasetNotReady, match="is not a directory"):
+        loader(tmp_path / "imagenet")
+
+
+def test_more_workers_than_cpus_decode_with_the_cpus_and_say_so(prepared, caplog):
+    from shards.resources import available_cpus
+
+    with caplog.at_level("WARNING", logger="train"), loader(prepared, workers=1000) as data:
+        assert data.threads == available_cpus()
+    assert f"workers=1000 is more than the {available_cpus()} CPUs" in caplog.text
+
+
+def spawned_rank(rank: int, world: int, rendezvous: str, root: str, order: str, results) -> None:
+    """mp.spawn's target: make the loader before or after joining the group, then read an epoch."""
+    import torch.distributed as dist
+
+    def join():
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+
+    if order == "after":
+        join()
+    try:
+        with ImageNetLoader(root, batch_size=4, image_size=SIZE, device="cpu", workers=1) as data:
+            if order == "before":
+                join()
+            results.put((rank, sorted(h for b in data.batches() for h in b.key_hashes.tolist())))
+    except ConfigError as error:
+        results.put((rank, str(error)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_under_mp_spawn_a_loader_made_before_the_group_is_refused_and_after_it_reads_its_share(prepared, tmp_path,
+                                                                                               monkeypatch):
+    import torch.multiprocessing as mp
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    context = mp.get_context("spawn")
+    for order in ("before", "after"):
+        results = context.Queue()
+        mp.spawn(spawned_rank, args=(2, str(tmp_path / order), str(prepared), order, results), nprocs=2)
+        got = dict(results.get(timeout=60) for _ in range(2))
+        if order == "before":
+            for rank in (0, 1):
+                assert got[rank] == (f"this loader was made as rank 0 of 1, but torch.distributed now says rank {rank} "
+                                     "of 2: make the loader after init_process_group (or pass rank= and world_size=)")
+        else:
+            assert not set(got[0]) & set(got[1])
+            assert len(got[0]) == len(got[1]) == steps_per_epoch(read_manifest(prepared).splits["train"].samples, 2,
+                                                                 4) * 4

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import operator
 import os
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -126,17 +127,26 @@ class ImageNetLoader:
                  dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: int = 1000,
                  max_bad_samples: int | None = 100, fixed_shape: bool = False, prefetch: int = 2,
                  rank: int | None = None, world_size: int | None = None):
-        check_settings(split, batch_size, image_size, workers, decode, dtype, shuffle_buffer, max_bad_samples,
-                       prefetch, rank, world_size)
-        self.root, self.device = Path(root), torch.device(device)
-        self.batch_size, self.image_size, self.seed = batch_size, image_size, seed
-        self.dtype, self.channels_last, self.shuffle_buffer = dtype, channels_last, shuffle_buffer
-        self.max_bad_samples, self.fixed_shape, self.prefetch = max_bad_samples, fixed_shape, prefetch
-        self.rank, self.world_size = (rank, world_size) if rank is not None else process_place()
+        # Every setting checked, and every number made a plain int, before a thread starts.
+        check_split(split)
+        self.batch_size = whole_number("batch_size", batch_size, least=1)
+        self.image_size = whole_number("image_size", image_size, least=1, most=MAX_IMAGE_SIZE)
+        self.seed = whole_number("seed", seed)
+        self.shuffle_buffer = whole_number("shuffle_buffer", shuffle_buffer, least=1)
+        self.prefetch = whole_number("prefetch", prefetch, least=1)
+        self.max_bad_samples = None if max_bad_samples is None else whole_number("max_bad_samples", max_bad_samples,
+                                                                                 least=0)
+        workers = None if workers is None else whole_number("workers", workers, least=1)
+        check_decode(decode)
+        check_dtype(dtype)
+        self.device, self.root = checked_device(device), Path(root)
+        self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
+        self.rank, self.world_size, self._place_given = place_of(rank, world_size)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
+        check_has_batches(split, manifest.splits[split].samples, self.world_size, self.rank, self.batch_size)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
-        loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in SPLITS}, batch_size=batch_size,
-                        image_size=image_size, threads=workers or workers_for(), decode=decode,
+        loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in SPLITS}, batch_size=self.batch_size,
+                        image_size=self.image_size, threads=decode_threads(workers), decode=decode,
                         pin_memory=self.device.type == "cuda")
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), manifest.num_classes)
         self._begin(split)
@@ -154,6 +164,7 @@ class ImageNetLoader:
         stops the threads."""
         check_split(split)
         self._check_open()
+        check_has_batches(split, len(self._shared.loader.splits[split]), self.world_size, self.rank, self.batch_size)
         other = copy.copy(self)
         other._begin(split)
         with self._shared.lock:
@@ -171,18 +182,29 @@ class ImageNetLoader:
     def __len__(self) -> int:
         """Batches this rank yields in a whole epoch: the same on every rank for train (the last
         partial global batch is dropped); for val, this rank's share, its last batch partial."""
-        samples = len(self._shared.loader.splits[self.split])
-        if self.split == "train":
-            return steps_per_epoch(samples, self.world_size, self.batch_size)
-        start, stop = even_split(samples, self.world_size, self.rank)
-        return -(-(stop - start) // self.batch_size)
+        self._check_place()
+        return epoch_length(self.split, len(self._shared.loader.splits[self.split]), self.world_size,
+                            self.batch_size, self.rank)
+
+    def _check_place(self) -> None:
+        """A loader made before init_process_group (mp.spawn's usual order) read its place from the
+        environment, rank 0 of 1 where nothing is set: on every rank it would read the whole dataset."""
+        if self._place_given or not (dist.is_available() and dist.is_initialized()):
+            return
+        group = dist.get_rank(), dist.get_world_size()
+        if group != (self.rank, self.world_size):
+            raise ConfigError(f"this loader was made as rank {self.rank} of {self.world_size}, but torch.distributed "
+                              f"now says rank {group[0]} of {group[1]}: make the loader after "
+                              "init_process_group (or pass rank= and world_size=)")
 
     # ------------------------------------------------------------ epochs and position
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next pass reads, as DistributedSampler.set_epoch: its own order and
         augmentation. After load_state_dict, the state's epoch continues where the state stopped;
-        any other starts at its first batch. A pass without set_epoch reads the epoch after the last."""
+        any other starts at its first batch. A pass without set_epoch reads the epoch after the last.
+        Any whole number of 0 or more: numpy integers and 0-d tensors are the same epoch as the int."""
+        epoch = whole_number("epoch", epoch, least=0)
         if self._resumable != epoch:
             self._position = 0
         self._epoch, self._chosen, self._started, self._resumable = epoch, True, False, None
@@ -198,7 +220,9 @@ class ImageNetLoader:
 
     def state_dict(self) -> dict:
         """Where this loader is: the epoch and the batches of it taken, and what that position is
-        valid for. The same on every rank at the same step: rank 0 may save it alone."""
+        valid for. The same on every rank at the same step: rank 0 may save it alone. Plain ints and
+        strings: it passes json.dumps and torch.load(weights_only=True)."""
+        self._check_place()
         return {"format": STATE_FORMAT, "dataset_id": self._shared.dataset_id, "split": self.split, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size, "shuffle_buffer": self.shuffle_buffer,
                 "epoch": self._epoch, "position": self._position}
@@ -206,18 +230,22 @@ class ImageNetLoader:
     def load_state_dict(self, state: dict) -> None:
         """Continue from a state_dict(): the next pass (or set_epoch with the state's epoch) yields
         exactly the batches after the ones taken, the same pixels and labels. ResumeError where the
-        state belongs to another dataset, seed, batch size, world size or split."""
+        state is malformed or belongs to another dataset, seed, batch size, split or (mid-epoch)
+        world size. A state at an epoch's end loads into any world size: the next epoch is whole."""
+        epoch, position = checked_state(state)
         mine = self.state_dict()
-        wrong = [f"{name}: the state's {state.get(name)!r}, this loader's {mine[name]!r}" for name in STATE_IDENTITY
-                 if state.get(name) != mine[name]]
+        finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
+        wrong = [f"{name}: the state's {state[name]!r}, this loader's {mine[name]!r}" for name in STATE_IDENTITY
+                 if state[name] != mine[name] and not (finished and name == "world_size")]
         if wrong:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
                               "as the state's was made, or start without it")
-        epoch, position = state["epoch"], state["position"]
-        if self.split == "val":  # a finished val pass: a rank may have one batch more than this one
-            position = min(position, len(self)) if isinstance(position, int) else position
-        if not (isinstance(position, int) and 0 <= position <= len(self)):
-            raise ResumeError(f"the loader state's position {position!r} is outside its epoch of {len(self)} batches")
+        if finished:
+            position = len(self)  # nothing of the epoch is left, whatever this world's length
+        elif self.split == "val":  # a val pass: a rank may have one batch more than this one
+            position = min(position, len(self))
+        if position > len(self):
+            raise ResumeError(f"the loader state's position {position} is outside its epoch of {len(self)} batches")
         self._epoch, self._position = epoch, position
         self._chosen, self._started, self._resumable = True, False, epoch
 
@@ -245,6 +273,7 @@ class ImageNetLoader:
     def _pass(self) -> Iterator[Batch]:
         self._pass_open = True
         try:
+            self._check_place()
             epoch, start = self._begin_pass()
             args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
                             batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, start_step=start)
@@ -358,26 +387,125 @@ def check_split(split: str) -> None:
         raise ConfigError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
 
 
-def check_settings(split: str, batch_size: int, image_size: int, workers: int | None, decode: str, dtype,
-                   shuffle_buffer: int, max_bad_samples: int | None, prefetch: int, rank: int | None,
-                   world_size: int | None) -> None:
-    """Each setting that cannot work is a ConfigError saying which and why."""
-    check_split(split)
-    for name, value in (("batch_size", batch_size), ("image_size", image_size), ("shuffle_buffer", shuffle_buffer),
-                        ("prefetch", prefetch)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a whole number of at least 1, not {value!r}")
-    if image_size > MAX_IMAGE_SIZE:
-        raise ConfigError(f"image_size must be at most {MAX_IMAGE_SIZE}, not {image_size}")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"workers must be at least 1, or None for this rank's share of the CPUs, not {workers!r}")
+def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
+    """`value` as a plain int: an int, or anything that is one (numpy integers, 0-d integer tensors:
+    __index__), so that np.int64(0) is the seed 0 and not another stream. ConfigError for anything
+    else (a float, None, a string) and outside [least, most]."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be a whole number, not {value!r} ({type(value).__name__})") from None
+    if least is not None and number < least:
+        raise ConfigError(f"{name} must be at least {least}, not {number}")
+    if most is not None and number > most:
+        raise ConfigError(f"{name} must be at most {most}, not {number}")
+    return int(number)
+
+
+def check_decode(decode: str) -> None:
     if decode not in DECODES:
         raise ConfigError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
+
+
+def check_dtype(dtype) -> None:
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError(f"dtype must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...), "
                           f"not {dtype!r}")
-    if max_bad_samples is not None and (not isinstance(max_bad_samples, int) or max_bad_samples < 0):
-        raise ConfigError(f"max_bad_samples must be 0 or more, or None, not {max_bad_samples!r}")
-    if (rank is None) != (world_size is None) or (rank is not None and not 0 <= rank < world_size):
-        raise ConfigError(f"rank and world_size go together, 0 <= rank < world_size (or neither: torch.distributed's, "
-                          f"or the launcher's), not rank={rank!r}, world_size={world_size!r}")
+
+
+def checked_device(device) -> torch.device:
+    """The device, checked now rather than at the first batch, deep inside torch."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exn:
+        raise ConfigError(f"device {device!r} is not a torch device ({exn}): give 'cuda', 'cuda:N' or 'cpu'") from None
+    if device.type == "meta":
+        raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'cpu')")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {str(device)!r}, but torch sees no CUDA GPU in this process "
+                              "(torch.cuda.is_available() is False): use device='cpu', or run where a GPU is visible")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), cuda:0 to "
+                              f"cuda:{count - 1} (CUDA_VISIBLE_DEVICES renumbers them): use cuda:LOCAL_RANK")
+    return device
+
+
+def place_of(rank, world_size) -> tuple[int, int, bool]:
+    """(rank, world size, whether they were given): given, or process_place()'s."""
+    if rank is None and world_size is None:
+        return *process_place(), False
+    if rank is None or world_size is None:
+        raise ConfigError(f"rank and world_size go together (or neither: torch.distributed's, or the launcher's), not "
+                          f"rank={rank!r}, world_size={world_size!r}")
+    rank, world_size = whole_number("rank", rank, least=0), whole_number("world_size", world_size, least=1)
+    if rank >= world_size:
+        raise ConfigError(f"rank and world_size go together, 0 <= rank < world_size, not rank={rank}, "
+                          f"world_size={world_size}")
+    return rank, world_size, True
+
+
+def decode_threads(workers: int | None) -> int:
+    """`workers`, at most the CPUs this process may use: more threads only contend for them (the
+    batches are the same for any count). None: workers_for()."""
+    if workers is None:
+        return workers_for()
+    cpus = available_cpus()
+    if workers > cpus:
+        log.warning("workers=%d is more than the %d CPUs this process may use: decoding with %d threads", workers,
+                    cpus, cpus)
+        return cpus
+    return workers
+
+
+def epoch_length(split: str, samples: int, world_size: int, batch_size: int, rank: int) -> int:
+    """Batches rank `rank` yields in a whole epoch (shards.plan): train whole global batches,
+    the same on every rank; val the rank's even share, its last batch partial."""
+    if split == "train":
+        return steps_per_epoch(samples, world_size, batch_size)
+    start, stop = even_split(samples, world_size, rank)
+    return -(-(stop - start) // batch_size)
+
+
+def check_has_batches(split: str, samples: int, world_size: int, rank: int, batch_size: int) -> None:
+    """An epoch with no batch on this rank is a mistake, not an empty loop (whose loss is never set)."""
+    if epoch_length(split, samples, world_size, batch_size, rank) > 0:
+        return
+    if split == "train":
+        raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
+                          f"lower batch_size to at most {samples // world_size} (or use fewer ranks)")
+    raise ConfigError(f"{samples} val samples over {world_size} ranks leave rank {rank} none: use at most {samples} "
+                      "ranks for validation")
+
+
+def checked_state(state) -> tuple[int, int]:
+    """(epoch, position) of a state_dict() as saved; ResumeError for anything else."""
+    if not isinstance(state, Mapping):
+        raise ResumeError(f"a loader state is the dict that state_dict() returned, not {type(state).__name__}")
+    missing = [name for name in (*STATE_IDENTITY, "epoch", "position") if name not in state]
+    if missing:
+        raise ResumeError(f"this loader state lacks {', '.join(missing)}: pass the whole dict that state_dict() "
+                          "returned")
+    numbers = []
+    for name in ("epoch", "position"):
+        try:
+            numbers.append(operator.index(state[name]))
+        except TypeError:
+            numbers.append(-1)
+        if numbers[-1] < 0:
+            raise ResumeError(f"the loader state's {name} is {state[name]!r}, not a whole number of 0 or more: "
+                              "pass the dict that state_dict() returned")
+    return int(numbers[0]), int(numbers[1])
+
+
+def longest_epoch(state: Mapping, samples: int) -> int:
+    """The most batches a rank of the state's world had in its epoch (rank 0's: val's longest);
+    a position there is the epoch's end. No end where the state's numbers are not numbers."""
+    try:
+        world_size, batch_size = operator.index(state["world_size"]), operator.index(state["batch_size"])
+    except TypeError:
+        return 1 << 62
+    if world_size < 1 or batch_size < 1:
+        return 1 << 62
+    return epoch_length(state["split"], samples, world_size, batch_size, 0)
