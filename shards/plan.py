@@ -16,6 +16,15 @@ Train, per epoch:
      reads stay near-sequential, nothing is held, and a resumed run skips exactly the samples
      already consumed without decoding them.
 
+Train with repeated augmentation (repeats r > 1, torchvision's RASampler, DeiT's): the epoch keeps
+its length (the same steps), and each of its ceil(steps x batch x world / r) distinct samples is
+read r times, each time with its own augmentation. As in RASampler, the distinct samples' order is
+one for all ranks, repeated r times in place, and rank k takes every world-th of that list from k:
+the r readings of a sample fall on r different ranks where the world has that many (on one rank r /
+world times where it has fewer), at about the same step. The distinct samples are the first of the
+epoch's permuted shards, emitted through one shuffle buffer, so each rank's reads still run forward
+through them.
+
 Validation: the shards in order, cut into `world_size` contiguous runs differing by at most one
 sample; every sample is read exactly once.
 """
@@ -39,6 +48,7 @@ class Piece:
 class ReadPlan:
     pieces: tuple[Piece, ...]  # read in this order: `positions` 0..n-1 run through them
     order: tuple[int, ...]  # emission order, as positions; order[k] is among the first k + buffer read
+    repeats: tuple[int, ...] = ()  # with repeated augmentation: which reading of its sample each emission is
 
     @property
     def num_samples(self) -> int:
@@ -117,6 +127,23 @@ def train_plan(shard_sizes: list[int], *, epoch: int, seed: int, world_size: int
     # was worker 0 of 1): orders, and mid-epoch checkpoints, made before stay valid.
     rng = seeded_rng(seed, epoch, rank, 0)
     return run_plan(shard_sizes, order, rank * per_rank, per_rank, shuffle_buffer, rng)
+
+
+def repeated_train_plan(shard_sizes: list[int], *, epoch: int, seed: int, world_size: int, rank: int,
+                        batch_size: int, shuffle_buffer: int, repeats: int) -> ReadPlan:
+    """What rank `rank` reads in training epoch `epoch` with `repeats` readings of each sample (see
+    the module doc). Returns a ReadPlan of steps_per_epoch(...) * batch_size emissions, with the
+    reading index (0 to repeats - 1) of each; repeats=1 is train_plan's plan."""
+    if repeats == 1:
+        return train_plan(shard_sizes, epoch=epoch, seed=seed, world_size=world_size, rank=rank,
+                          batch_size=batch_size, shuffle_buffer=shuffle_buffer)
+    emitted = steps_per_epoch(sum(shard_sizes), world_size, batch_size) * batch_size  # by this rank
+    distinct = -(-emitted * world_size // repeats)
+    order = shard_permutation(len(shard_sizes), seed, epoch)
+    shared = buffered_order(distinct, shuffle_buffer, seeded_rng(seed, epoch, "repeated"))  # one for all ranks
+    places = range(rank, emitted * world_size, world_size)  # this rank's places in the repeated list
+    return ReadPlan(pieces_of_range(shard_sizes, order, 0, distinct), tuple(shared[i // repeats] for i in places),
+                    tuple(i % repeats for i in places))
 
 
 def even_split(total: int, parts: int, index: int) -> tuple[int, int]:

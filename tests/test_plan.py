@@ -2,7 +2,7 @@
 
 import pytest
 
-from shards.plan import buffered_order, seeded_rng, steps_per_epoch, train_plan, val_plan
+from shards.plan import buffered_order, repeated_train_plan, seeded_rng, steps_per_epoch, train_plan, val_plan
 
 SHARD_LAYOUTS = [[7, 6, 6], [3], [10] * 7, [5, 4, 4, 4, 4], [1, 1]]
 
@@ -81,3 +81,72 @@ def test_buffered_order_is_a_bounded_permutation(n, buffer):
     assert all(position < k + max(buffer, 1) for k, position in enumerate(order))
     if buffer <= 1:
         assert order == tuple(range(n))
+
+
+# ---------------------------------------------------------------- repeated augmentation
+
+def repeated_reads(sizes, epoch, seed, world, batch, repeats, buffer=4):
+    """{rank: [((shard, index), reading) in emission order]} for one epoch with repeats."""
+    reads = {}
+    for rank in range(world):
+        plan = repeated_train_plan(sizes, epoch=epoch, seed=seed, world_size=world, rank=rank, batch_size=batch,
+                                   shuffle_buffer=buffer, repeats=repeats)
+        read = samples_of(plan)
+        reads[rank] = [(read[p], r) for p, r in zip(plan.order, plan.repeats)]
+    return reads
+
+
+@pytest.mark.parametrize("sizes", [[7, 6, 6], [10] * 7, [5, 4, 4, 4, 4], [40, 3]])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("batch", [1, 2, 4])
+@pytest.mark.parametrize("repeats", [2, 3, 4])
+def test_repeats_keep_the_epochs_steps_and_read_each_sample_r_times(sizes, world, batch, repeats):
+    """RASampler's contract: every rank the same steps as without repeats; each distinct sample read
+    `repeats` times over the ranks (the last one of the epoch possibly fewer), each reading with its
+    own index."""
+    reads = repeated_reads(sizes, epoch=1, seed=0, world=world, batch=batch, repeats=repeats)
+    steps = steps_per_epoch(sum(sizes), world, batch)
+    assert [len(r) for r in reads.values()] == [steps * batch] * world
+    if not steps:
+        return  # no global batch: the loader refuses this
+    readings: dict = {}
+    for rank, emitted in reads.items():
+        for sample, reading in emitted:
+            readings.setdefault(sample, []).append((reading, rank))
+    total = steps * batch * world
+    assert len(readings) == -(-total // repeats)
+    counts = sorted(len(r) for r in readings.values())
+    assert counts[1:] == [repeats] * (len(counts) - 1) and 1 <= counts[0] <= repeats
+    for sample, got in readings.items():
+        assert sorted(r for r, _ in got) == list(range(len(got)))  # readings 0, 1, ...: each its own augmentation
+        if world % repeats == 0:
+            assert len({rank for _, rank in got}) == len(got)  # on different ranks where the world allows
+
+
+@pytest.mark.parametrize("world, repeats", [(8, 4), (4, 4), (2, 4), (1, 3)])
+def test_repeats_of_a_sample_fall_in_one_global_step(world, repeats):
+    """As RASampler places them: the readings of a sample are trained on together (in one step, or
+    two where a rank's consecutive readings straddle its batches)."""
+    batch = 4
+    reads = repeated_reads([50, 50], epoch=0, seed=3, world=world, batch=batch, repeats=repeats)
+    steps_of: dict = {}
+    for emitted in reads.values():
+        for position, (sample, _) in enumerate(emitted):
+            steps_of.setdefault(sample, set()).add(position // batch)
+    spread = [max(s) - min(s) for s in steps_of.values()]
+    assert max(spread) <= 1
+    if batch % max(1, repeats // world) == 0:
+        assert max(spread) == 0
+
+
+def test_one_repeat_is_the_plain_plan():
+    args = dict(epoch=2, seed=4, world_size=3, rank=1, batch_size=2, shuffle_buffer=5)
+    plain = train_plan([7, 6, 6], **args)
+    assert repeated_train_plan([7, 6, 6], repeats=1, **args) == plain and plain.repeats == ()
+
+
+def test_repeated_orders_differ_across_epochs_and_repeat_for_a_seed():
+    args = dict(sizes=[10] * 7, world=2, batch=3, repeats=2)
+    e0 = repeated_reads(epoch=0, seed=1, **args)
+    assert repeated_reads(epoch=0, seed=1, **args) == e0
+    assert repeated_reads(epoch=1, seed=1, **args) != e0
