@@ -12,7 +12,6 @@ again, and since every byte depends only on (source, options), it writes the sam
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.labels import LabelError
+from prepare.lock import exclusive_lock
 from prepare.node_group import NodeGroupEnv
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
@@ -37,7 +37,7 @@ from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
 from prepare.workers import WorkerPool
-from shards.layout import LOCK_NAME, SPLITS, WORK_DIR_NAME, shard_name
+from shards.layout import SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
     read_manifest, write_manifest,
@@ -167,34 +167,6 @@ def make_dest(dest: Path) -> None:
         raise PrepareError(f"cannot create --dest {dest}: {exn.strerror}. Choose a writable directory.") from None
 
 
-@contextmanager
-def exclusive_lock(dest: Path):
-    """One prepare per destination: the others wait here, then find the manifest and verify it."""
-    with open(dest / LOCK_NAME, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another prepare is writing %s; waiting for it to finish", dest)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def lock_is_held(dest: Path) -> bool:
-    """Whether a prepare holds `dest`'s lock now (a lock dies with its process)."""
-    try:
-        with open(dest / LOCK_NAME, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            return False
-    except BlockingIOError:
-        return True
-    except FileNotFoundError:
-        return False
-
-
 def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tuple[Manifest | None, Manifest | None]:
     """(the manifest of a complete dataset made from the same source and options, None), or
     (None, the damaged dataset's manifest when --verify is rebuilding it), or (None, None).
@@ -316,6 +288,7 @@ class SplitResult:
     buckets: list[list[str]]
     converted: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    damaged: dict[str, str] = field(default_factory=dict)  # stored as they are: key -> what libjpeg found
     source_bytes: int = 0
     seekable: int = 0  # images stored with restart markers
 
@@ -332,7 +305,8 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     parts = shared.parts if shared else {split: source.parts(split) for split in SPLITS}
     check_free_space(dest, sum(estimate.values()) + (shared.read_ahead_bytes() if shared else 0),
                      "the dataset (estimated from the source)", state)
-    splits, converted, skipped, source_bytes, seekable = {}, {}, {}, 0, 0
+    splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
+    damage_log = DamageLog()
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
         for i, split in enumerate(SPLITS):
             work = dest / WORK_DIR_NAME / split
@@ -343,7 +317,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                 images = shared.exchange_split(source, split, num_buckets, work, pool)
             else:
                 images = scatter_parts(parts[split], source.class_index(), num_buckets, work, config, pool)
-            result = scatter(source, split, images, num_buckets, config)
+            result = scatter(source, split, images, num_buckets, config, damage_log)
             shards = deal_into_shards(result.buckets, config.seed)
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
             count = sum(map(len, result.buckets))
@@ -354,6 +328,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
             converted |= result.converted
             skipped |= result.skipped
+            damaged |= result.damaged
             source_bytes += result.source_bytes
             seekable += result.seekable
     elapsed = time.monotonic() - start
@@ -365,7 +340,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
              "seekable_images": seekable, "nodes": shared.group.size if shared else 1,
              "read_from_source_bytes": read, "received_from_nodes_bytes": shared.stats.received_bytes if shared else 0}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
-                    splits=splits, converted=converted, skipped=skipped, stats=stats)
+                    splits=splits, converted=converted, skipped=skipped, damaged=damaged, stats=stats)
 
 
 @dataclass(frozen=True)
@@ -377,13 +352,41 @@ class Scattered:
     error: str | None  # why it is unusable (then it was not spilled)
     note: str | None = None  # how it was normalised, if it was
     seekable: bool = False  # stored with restart markers
+    damage: str | None = None  # what libjpeg found wrong in its entropy-coded data (kept, or with --skip-bad an error)
+
+
+DAMAGED_NAMED = 20  # damaged JPEGs a run names in its log one by one; the rest are counted (the manifest lists all)
+
+
+class DamageLog:
+    """One warning line for each of a run's first DAMAGED_NAMED damaged JPEGs, then one line saying
+    that the others are only counted: a source with thousands of them keeps a readable log."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit, self.seen = DAMAGED_NAMED if limit is None else limit, 0
+
+    def warn(self, message: str, *args) -> None:
+        self.seen += 1
+        if self.seen <= self.limit:
+            log.warning(message, *args)
+        elif self.seen == self.limit + 1:
+            log.warning("more damaged JPEGs: the log names no more of them (%d so far); the manifest lists "
+                        "every one and the summary counts them", self.seen)
+
+
+def damaged_image(damage: str) -> str:
+    """Why a damaged JPEG is left out with --skip-bad (after its origin, as BadImage's reasons)."""
+    return f"has damaged JPEG data (libjpeg: {damage})"
 
 
 def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets: int,
-            config: PrepareConfig) -> SplitResult:
+            config: PrepareConfig, damage_log: DamageLog | None = None) -> SplitResult:
     """Account for every image of the split, read once, checked and spilled to its bucket, in source
-    order (so bucket key lists, and the shards, are the same for any worker or node count)."""
+    order (so bucket key lists, and the shards, are the same for any worker or node count). Damaged
+    JPEGs are named in the log (`damage_log`: the first few of the run) and listed: as `damaged`
+    where they are stored, as `skipped` with --skip-bad."""
     result = SplitResult([[] for _ in range(num_buckets)])
+    damage_log = damage_log or DamageLog()
     seen = set()
     with Progress(f"{split}: read", source.split_bytes(split), "MB", scale=1 / MB,
                   interval=config.progress_interval) as bar:
@@ -396,9 +399,16 @@ def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets
             if image.error is not None:
                 if not config.skip_bad:
                     raise bad_image_stops_the_run(image)
-                log.warning("skipping %s: %s", image.origin, image.error)
+                if image.damage is None:
+                    log.warning("skipping %s: %s", image.origin, image.error)
+                else:
+                    damage_log.warn("skipping %s: %s", image.origin, image.error)
                 result.skipped[image.key] = image.error
                 continue
+            if image.damage is not None:
+                damage_log.warn("damaged JPEG %s: libjpeg says \"%s\"; stored as it is, listed under \"damaged\" "
+                                "in the manifest (--skip-bad leaves such images out)", image.origin, image.damage)
+                result.damaged[image.key] = image.damage
             if image.note:
                 result.converted[image.key] = image.note
             result.seekable += image.seekable
@@ -429,6 +439,7 @@ class PartJob:
     resize: int | None
     quality: int
     restart_mcus: int
+    skip_bad: bool = False  # a damaged JPEG is then a bad image, not spilled
 
 
 def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, work: Path, config: PrepareConfig,
@@ -437,7 +448,7 @@ def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, 
     worker reads it at its offset (or its files), checks or re-encodes every image and spills it
     to bucket files of its own. Only small outcomes come back, in source order."""
     jobs = (PartJob(part, {w: classes[w] for w in part.wnids()}, num_buckets, config.seed, str(work), config.resize,
-                    config.quality, config.restart_mcus) for part in parts)
+                    config.quality, config.restart_mcus, config.skip_bad) for part in parts)
     for scattered in pool.imap(scatter_part, jobs) if pool else map(scatter_part, jobs):
         yield from scattered
 
@@ -457,10 +468,14 @@ def scatter_items(job: PartJob, spills: "BucketSpills | PartStream") -> list[Sca
             except BadImage as exn:
                 out.append(Scattered(item.key, item.origin, len(item.data), str(exn)))
                 continue
+            if prepared.damage is not None and job.skip_bad:
+                out.append(Scattered(item.key, item.origin, len(item.data), damaged_image(prepared.damage),
+                                     damage=prepared.damage))
+                continue
             spills.write(bucket_of(item.key, job.seed, job.num_buckets),
                          encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
             out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note,
-                                 prepared.restart_interval > 0))
+                                 prepared.restart_interval > 0, prepared.damage))
     return out
 
 
@@ -705,8 +720,11 @@ def log_summary(dest: Path, manifest: Manifest) -> None:
     for split in SPLITS:
         s = manifest.splits[split]
         log.info("%s: %d samples in %d shards, %.2f GB", split, s.samples, len(s.shards), s.bytes / 1e9)
-    log.info("converted %d images to RGB JPEG, skipped %d bad ones (listed in the manifest)",
-             len(manifest.converted), len(manifest.skipped))
+    checked = manifest.options.get("restart_mcus")  # the rewrite is what decodes (so checks) the JPEGs' data
+    damage = (f"stored {len(manifest.damaged)} with damaged JPEG data as they are" if checked
+              else "damaged JPEG data not checked (--restart-mcus 0)")
+    log.info("converted %d images to RGB JPEG, skipped %d bad ones, %s (listed in the manifest)",
+             len(manifest.converted), len(manifest.skipped), damage)
     if st.get("nodes", 1) > 1:
         log.info("shared read: this node read %.2f GB of the source and received %.2f GB from the %d other nodes",
                  st["read_from_source_bytes"] / 1e9, st["received_from_nodes_bytes"] / 1e9, st["nodes"] - 1)

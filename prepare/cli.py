@@ -41,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart-mcus", type=int, default=RESTART_MCUS, metavar="N",
                    help="make the JPEGs seekable: rewrite each one losslessly (the same pixels) with a restart "
                         "marker every at most N MCUs (blocks of 8 to 16 px a side), so that the loader decodes only the "
-                        "part of an image its crop covers; 0 keeps the original bytes (see README)")
+                        "part of an image its crop covers; 0 keeps the original bytes, their data not decoded (so "
+                        "damage in it is not checked: see README)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="leave out images that do not decode (listed in the manifest) instead of stopping")
+                   help="leave out images that do not decode (listed in the manifest) instead of stopping, and JPEGs "
+                        "whose data libjpeg finds damaged (without it they are stored and listed as damaged)")
     p.add_argument("--force", action="store_true",
                    help="replace a dataset at --dest that was prepared with other options or is damaged")
     p.add_argument("--verify", action="store_true",

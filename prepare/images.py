@@ -6,6 +6,10 @@ markers (prepare/native/restarts.c, about 1 ms an image), or, with restart_mcus=
 bytes are kept (a header parse). Everything else (CMYK, grayscale, PNG named .JPEG, or every image
 with --resize) is decoded and re-encoded, its markers written by the encoder at no extra cost.
 
+The rewrite reads every coefficient, so it is also where damage in a JPEG's entropy-coded data shows:
+libjpeg warns (or fails) on what it notices, and the image's `Prepared.damage` says so in libjpeg's
+words. A JPEG the rewrite refuses (it cannot be kept exactly, but decodes as it is) is not damaged.
+
 Seekable: a baseline JPEG with a restart marker every few MCUs (8x8 to 16x16 pixel blocks), an
 interval that divides the MCUs of a row, so that the intervals form a grid. The loader's decoder
 then Huffman-decodes only the intervals a crop covers instead of everything above and beside it.
@@ -51,6 +55,16 @@ class Prepared:
     source_height: int
     note: str | None = None  # what was done, for the manifest's `converted` list
     restart_interval: int = 0  # MCUs between restart markers: 0 where the stored JPEG has none
+    damage: str | None = None  # libjpeg's words on damaged entropy-coded data (the original bytes are kept)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What the lossless rewrite with restart markers made of a JPEG: the new bytes, or why not."""
+    data: bytes | None  # the rewritten JPEG; None where the original is kept
+    interval: int = 0  # MCUs between its restart markers
+    damage: str | None = None  # damaged data: libjpeg's warning or error, e.g. "Corrupt JPEG data: bad Huffman code"
+    refusal: str | None = None  # a JPEG that decodes as it is but cannot be rewritten exactly: why
 
 
 def shrunk_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
@@ -68,16 +82,33 @@ def restart_interval(mcus_per_row: int, most: int) -> int:
     return max(n for n in range(1, min(most, mcus_per_row) + 1) if mcus_per_row % n == 0)
 
 
-def with_restarts(data: bytes, most: int, max_pixels: int) -> tuple[bytes, int] | None:
+def rewrite_with_restarts(data: bytes, most: int, max_pixels: int) -> Rewrite:
     """The JPEG rewritten losslessly (same coefficients, standard Huffman tables) with restart
-    markers every `interval` MCUs: (bytes, interval); None where it cannot be rewritten cleanly and
-    exactly (a libjpeg warning, such as a truncated file's; progressive scans that leave coefficient
-    bits unsent; coefficients past 8-bit baseline's range): the original is then stored and decoded
-    as before. Out of memory is the machine's and raises."""
-    status, rewritten, interval = _restarts.add_restarts(data, most, max_pixels)
+    markers every at most `most` MCUs, or why it was not (the original is then stored and decoded
+    as before):
+
+    - damage: libjpeg warned about or failed on the data (a bad Huffman code, a marker where data
+      should be, the file ending early, more scans than the training decoder reads), in its words;
+    - refusal: the JPEG decodes as it is but cannot be kept exactly (progressive scans that leave
+      coefficient bits unsent, coefficients past 8-bit baseline's range, a header oddity libjpeg
+      decodes past, samples of other than 8 bits, more than `max_pixels`, not a JPEG).
+
+    Out of memory is the machine's and raises."""
+    status, rewritten, interval, reason = _restarts.add_restarts_with_reason(data, most, max_pixels)
     if status == _restarts.OUT_OF_MEMORY:
         raise MemoryError("out of memory adding restart markers to a JPEG")
-    return (rewritten, interval) if status == _restarts.OK else None
+    if status == _restarts.OK:
+        return Rewrite(rewritten, interval)
+    if status == _restarts.CORRUPT:
+        return Rewrite(None, damage=reason or "libjpeg could not decode its data")
+    return Rewrite(None, refusal=reason or "cannot be rewritten exactly")
+
+
+def with_restarts(data: bytes, most: int, max_pixels: int) -> tuple[bytes, int] | None:
+    """The JPEG rewritten losslessly with restart markers every `interval` MCUs: (bytes, interval);
+    None where it is not (damaged or refused: `rewrite_with_restarts` says which and why)."""
+    rewrite = rewrite_with_restarts(data, most, max_pixels)
+    return (rewrite.data, rewrite.interval) if rewrite.data is not None else None
 
 
 def looks_complete(data: bytes) -> bool:
@@ -103,7 +134,10 @@ def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90, m
     """Check one image and return what to store (see `Prepared`), seekable with restart markers
     every at most `restart_mcus` MCUs (0: none, original bytes kept where they can be); BadImage if
     it does not decode, or if it has more than `max_pixels` pixels (the contract's limit: checked
-    from the header, before anything is decoded)."""
+    from the header, before anything is decoded). A good RGB JPEG whose entropy-coded data libjpeg
+    finds damaged while rewriting it is kept as it is, with `damage` saying what libjpeg found (the
+    caller decides whether to store it), unless PIL cannot decode it either (BadImage); with
+    restart_mcus=0 its data is not decoded, so not checked."""
     with pil_errors_are_bad_images():
         image = Image.open(io.BytesIO(data))
     width, height = image.size
@@ -115,10 +149,17 @@ def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90, m
         if not looks_complete(data):
             with pil_errors_are_bad_images():
                 image.load()  # decode fully: only a real decode error makes it bad
-        rewritten = with_restarts(data, restart_mcus, max_pixels) if restart_mcus else None
-        if rewritten is None:
+        if not restart_mcus:
             return Prepared(None, width, height, width, height)
-        return Prepared(rewritten[0], width, height, width, height, restart_interval=rewritten[1])
+        rewrite = rewrite_with_restarts(data, restart_mcus, max_pixels)
+        if rewrite.damage is not None:  # damage that leaves nothing to decode (no tables, say) is a bad image
+            try:
+                with pil_errors_are_bad_images():
+                    image.load()
+            except BadImage:
+                raise BadImage(f"does not decode as an image (libjpeg: {rewrite.damage})") from None
+        return Prepared(rewrite.data, width, height, width, height, restart_interval=rewrite.interval,
+                        damage=rewrite.damage)
     with pil_errors_are_bad_images():
         if target != (width, height):
             image.draft("RGB", target)  # DCT-domain downscale by up to 8x: much less to decode

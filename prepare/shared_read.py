@@ -283,7 +283,8 @@ class SharedRead:
         outcomes.mkdir()
         classes = source.class_index()
         jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
-                                  str(work), config.resize, config.quality, config.restart_mcus),
+                                  str(work), config.resize, config.quality, config.restart_mcus,
+                                  config.skip_bad),
                           i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i in share)
         ahead = parts_ahead(config.workers)
         produced = pool.imap_ahead(stream_part, jobs, ahead) if pool else map(stream_part, jobs)

@@ -59,6 +59,9 @@ class Manifest:
     converted: dict[str, str] = field(default_factory=dict)  # key -> what was done to it
     skipped: dict[str, str] = field(default_factory=dict)  # key -> why it is not in the shards
     stats: dict = field(default_factory=dict)  # counts, bytes, elapsed, images/s, MB/s
+    # key -> what libjpeg found wrong in its entropy-coded data, for images stored as they are (a
+    # manifest written before prepare checked has none: read as empty)
+    damaged: dict[str, str] = field(default_factory=dict)
     format: str = FORMAT
 
     def to_json(self) -> str:
@@ -80,6 +83,7 @@ class Manifest:
             splits=splits,
             converted=raw.get("converted", {}),
             skipped=raw.get("skipped", {}),
+            damaged=raw.get("damaged", {}),
             stats=raw.get("stats", {}),
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -387,6 +388,158 @@ def test_an_image_over_the_pixel_limit_stops_the_run_unless_skip_bad(sources, im
     manifest = read_manifest(tmp_path / "out")
     assert list(manifest.skipped) == [key] and "more than the limit" in manifest.skipped[key]
     assert manifest.splits["val"].samples == len(images.val) - 1
+
+
+def damaged_in_the_middle(data: bytes, fill: bytes = b"\0", length: int = 300) -> bytes:
+    """The JPEG with `length` bytes in the middle of its first scan's entropy-coded data overwritten
+    with `fill` repeated (zeros: a stretch of a disk or a transfer lost); it still ends in EOI."""
+    from jpegs import segments
+
+    start = segments(data)[-1][2]
+    at = (start + len(data) - 2) // 2 - length // 2
+    return data[:at] + (fill * length)[:length] + data[at + length:]
+
+
+DAMAGED_SEEDS = (0, 1, 2, 3, 5)  # with seed 4 the zeroed stretch shows only as coefficients past baseline's range
+
+
+def a_damaged_jpeg(seed: int = 0) -> bytes:
+    """A real photo-like JPEG (Huffman tables made for it, as most cameras' and editors' are) with
+    300 bytes of its scan zeroed: for the DAMAGED_SEEDS, libjpeg runs out of data before the last
+    MCU. (Much damage decodes without a word from libjpeg: see README, Damaged JPEG data.)"""
+    from jpegs import jpeg
+
+    damaged = damaged_in_the_middle(jpeg(333, 217, optimize=True, seed=seed))
+    assert damaged.endswith(b"\xff\xd9")
+    return damaged
+
+
+PREMATURE_END = "Corrupt JPEG data: premature end of data segment"
+
+
+def test_the_rewrite_tells_damaged_data_from_a_jpeg_it_refuses():
+    """Damage is libjpeg's warning or error on the data, in its words; a refusal is a sound JPEG
+    the rewrite cannot keep exactly. Both keep the original bytes; only damage is reported."""
+    from jpegs import DQT, jpeg, many_scans, photo, without
+    from prepare.images import BadImage, prepare_image, rewrite_with_restarts, with_restarts
+    from shards.limits import MAX_PIXELS
+
+    good = rewrite_with_restarts(jpeg(333, 217), 2, MAX_PIXELS)
+    assert good.data is not None and good.interval == 1 and good.damage is None and good.refusal is None
+    damaged = rewrite_with_restarts(a_damaged_jpeg(), 2, MAX_PIXELS)
+    assert (damaged.data, damaged.damage, damaged.refusal) == (None, PREMATURE_END, None)
+    # a stretch of bytes that are no Huffman code, in a baseline scan: libjpeg-turbo's fast path,
+    # which it takes while a whole MCU's worth of input is buffered, reads them as zeros silently
+    for kind in ({}, {"optimize": True}, {"mode": "L"}, {"subsampling": 0}):
+        garbled = damaged_in_the_middle(jpeg(1000, 700, **kind), fill=b"\xff\x00")  # stuffed: 0xFF data bytes
+        assert rewrite_with_restarts(garbled, 2, MAX_PIXELS).damage == "Corrupt JPEG data: bad Huffman code", kind
+        assert with_restarts(garbled, 2, MAX_PIXELS) is None
+    truncated = jpeg(333, 217)[:5000]
+    assert rewrite_with_restarts(truncated, 2, MAX_PIXELS).damage == "Premature end of JPEG file"
+    progressive = rewrite_with_restarts(many_scans(photo(64, 48), 10), 2, MAX_PIXELS)  # scans stop short: fine
+    assert progressive.damage is None and progressive.data is None
+    assert progressive.refusal == "progressive scans leave coefficient bits unsent (decoders estimate them)"
+    too_large = rewrite_with_restarts(jpeg(333, 217), 2, 333 * 217 - 1)
+    assert too_large.damage is None and "more than the limit" in too_large.refusal
+    assert rewrite_with_restarts(b"\xff\xd8 not a JPEG", 2, MAX_PIXELS).damage is not None
+    assert rewrite_with_restarts(b"not a JPEG", 2, MAX_PIXELS).refusal == "no JPEG start-of-image marker"
+
+    kept = prepare_image(a_damaged_jpeg())
+    assert kept.data is None and kept.damage == PREMATURE_END and kept.restart_interval == 0
+    # damage that leaves nothing to decode (a JPEG without its quantisation tables, which PIL opens
+    # as RGB, but no decoder can decode) is an image that does not decode
+    with pytest.raises(BadImage, match=r"does not decode as an image \(libjpeg: Quantization table 0x00 was not "
+                                       r"defined\)"):
+        prepare_image(without(jpeg(333, 217), DQT))
+    assert prepare_image(a_damaged_jpeg(), restart_mcus=0).damage is None  # its data not decoded: not checked
+    assert prepare_image(many_scans(photo(64, 48), 10)).damage is None
+    assert prepare_image(jpeg(333, 217)).damage is None
+
+
+def damaged_val_source(sources, images, tmp_path: Path, count: int = 1) -> tuple[Path, list[str], str]:
+    """A copy of the official sample whose first `count` val images are damaged JPEGs (their scans
+    zeroed in the middle) and the next a progressive JPEG the rewrite refuses but that is fine:
+    (the source, the damaged keys, the progressive one's key)."""
+    from jpegs import many_scans, photo
+
+    source = copy_official(sources, tmp_path)
+    path = source / "ILSVRC2012_img_val.tar"
+    members = dict(tar_members(io.BytesIO(path.read_bytes())))
+    keys = [key for key, _, _ in images.val[:count + 1]]
+    for i, key in enumerate(keys[:-1]):
+        members[f"{key}.JPEG"] = a_damaged_jpeg(seed=DAMAGED_SEEDS[i])
+    members[f"{keys[-1]}.JPEG"] = many_scans(photo(64, 48), 10)
+    path.write_bytes(tar_bytes(list(members.items())))
+    return source, keys[:-1], keys[-1]
+
+
+def warnings_in(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_damaged_jpeg_is_stored_named_and_listed_and_left_out_with_skip_bad(sources, images, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="prepare")
+    source, (key,), progressive = damaged_val_source(sources, images, tmp_path)
+    damaged = a_damaged_jpeg(seed=DAMAGED_SEEDS[0])
+    dest = tmp_path / "kept"
+    prepare(config(source, dest))
+    manifest = read_manifest(dest)
+    assert manifest.damaged == {key: PREMATURE_END}
+    assert not manifest.skipped and progressive not in manifest.damaged
+    stored = stored_images(dest)
+    assert stored[key] == damaged  # the original bytes, not rewritten
+    assert restart_interval_of(stored[progressive]) == 0 and progressive not in manifest.converted
+    named = [m for m in warnings_in(caplog) if key in m]
+    origin = f"{source / 'ILSVRC2012_img_val.tar'}:{key}.JPEG"
+    assert named == [f'damaged JPEG {origin}: libjpeg says "{PREMATURE_END}"; stored as it is, listed under '
+                     '"damaged" in the manifest (--skip-bad leaves such images out)']
+    assert not [m for m in warnings_in(caplog) if progressive in m]
+    assert "skipped 0 bad ones, stored 1 with damaged JPEG data as they are (listed in the manifest)" in caplog.text
+    assert manifest.splits["val"].samples == len(images.val)
+
+    caplog.clear()
+    prepare(config(source, dest))  # the same options: complete, nothing to do
+    assert "nothing to do" in caplog.text
+    raw = json.loads((dest / "manifest.json").read_text())
+    del raw["damaged"]  # as a manifest written before prepare checked for damage
+    (dest / "manifest.json").write_text(json.dumps(raw))
+    assert read_manifest(dest).damaged == {}
+    caplog.clear()
+    prepare(config(source, dest))
+    assert "nothing to do" in caplog.text
+
+    caplog.clear()
+    skipped = tmp_path / "skipped"
+    prepare(config(source, skipped, skip_bad=True))
+    manifest = read_manifest(skipped)
+    assert manifest.skipped == {key: f"has damaged JPEG data (libjpeg: {PREMATURE_END})"} and not manifest.damaged
+    assert key not in stored_images(skipped) and progressive in stored_images(skipped)
+    assert manifest.splits["val"].samples == len(images.val) - 1
+    assert [m for m in warnings_in(caplog) if key in m] == [
+        f"skipping {origin}: has damaged JPEG data (libjpeg: {PREMATURE_END})"]
+
+    caplog.clear()
+    plain = tmp_path / "plain"
+    prepare(config(source, plain, restart_mcus=0))  # nothing decodes the data: stored, not checked
+    assert not read_manifest(plain).damaged and stored_images(plain)[key] == damaged
+    assert "damaged JPEG data not checked (--restart-mcus 0)" in caplog.text
+
+
+def test_many_damaged_jpegs_are_all_listed_and_the_first_few_named(sources, images, tmp_path, caplog, monkeypatch):
+    import prepare.builder as builder
+
+    monkeypatch.setattr(builder, "DAMAGED_NAMED", 2)
+    caplog.set_level(logging.INFO, logger="prepare")
+    source, keys, _ = damaged_val_source(sources, images, tmp_path, count=4)
+    dest = tmp_path / "out"
+    prepare(config(source, dest, workers=2))
+    assert read_manifest(dest).damaged == {key: PREMATURE_END for key in keys}
+    damaged_lines = [m for m in warnings_in(caplog) if "damaged JPEG" in m]
+    assert len(damaged_lines) == 3
+    assert all(f":{key}.JPEG: libjpeg says" in m for m, key in zip(damaged_lines[:2], keys))
+    assert damaged_lines[2:] == ["more damaged JPEGs: the log names no more of them (3 so far); the manifest lists "
+                                 "every one and the summary counts them"]
+    assert "stored 4 with damaged JPEG data as they are" in caplog.text
 
 
 def test_not_enough_space_is_refused_before_writing(sources, tmp_path):

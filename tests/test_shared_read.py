@@ -23,7 +23,8 @@ from prepare.sample import SampleSpec, make_sample
 from prepare.shares import assign_shares, split_shares
 from shards.manifest import read_complete_manifest
 from shards.slurm import PORT_RANGES, PORT_SPAN, SlurmEnvError, slurm_port
-from test_prepare import big_source, copy_official, replace_an_image_with_junk, truncate_second_class_tar
+from test_prepare import (PREMATURE_END, big_source, copy_official, damaged_val_source, replace_an_image_with_junk,
+                          truncate_second_class_tar)
 
 # ---------------------------------------------------------------- which node reads which parts
 
@@ -253,6 +254,29 @@ def test_a_bad_image_stops_every_node_as_soon_as_its_part_is_read(sources, tmp_p
     results = finish(start_nodes(source, dests, "--skip-bad"))
     assert [code for code, _ in results] == [0, 0], results
     assert all(list(read_complete_manifest(d).skipped) == [bad["key"]] for d in dests)
+
+
+def test_damaged_jpegs_reach_every_nodes_manifest_as_in_a_one_node_prepare(sources, images, tmp_path):
+    """A damaged JPEG is found by the node that reads its part; every node names it in its log and
+    lists it in its manifest (as `damaged`, or with --skip-bad as `skipped`), as one node alone does."""
+    source, (key,), _ = damaged_val_source(sources, images, tmp_path)
+    for extra in ([], ["--skip-bad"]):
+        reference = tmp_path / f"one{len(extra)}"
+        alone = run_module("prepare", "--source", source, "--dest", reference, "--shard-size", SHARD_MB,
+                           "--workers", 1, *extra)
+        assert alone.returncode == 0, alone.stderr
+        manifest = read_complete_manifest(reference)
+        if extra:
+            assert list(manifest.skipped) == [key] and PREMATURE_END in manifest.skipped[key] and not manifest.damaged
+        else:
+            assert manifest.damaged == {key: PREMATURE_END} and not manifest.skipped
+        dests = [tmp_path / f"n{rank}-{len(extra)}" for rank in range(2)]
+        results = finish(start_nodes(source, dests, *extra, workers=2))
+        assert [code for code, _ in results] == [0, 0], results
+        for dest, (_, log) in zip(dests, results):
+            assert manifest_without_run_stats(dest) == manifest_without_run_stats(reference)
+            assert tree_bytes(dest) == tree_bytes(reference)
+            assert f"{key}.JPEG: " in log and PREMATURE_END in log, log
 
 
 def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_read(sources, one_node, tmp_path):

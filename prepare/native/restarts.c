@@ -6,7 +6,14 @@
  * Whatever the bytes: a decompressor and a compressor per image, the header's pixel count checked
  * before libjpeg allocates the image's coefficients, libjpeg's max_memory_to_use capping them, the
  * first warning of damaged data, or a scan past the MAX_SCANS-th (as the training decoder stops,
- * train/native/jpegcrop.c), ends the transcode (CORRUPT). */
+ * train/native/jpegcrop.c), ends the transcode (CORRUPT).
+ *
+ * Every status but OK comes with a reason: for CORRUPT, libjpeg's own message (its warning or error,
+ * e.g. "Corrupt JPEG data: premature end of data segment"), which prepare logs and lists in the
+ * manifest as the image's damage; for REFUSED (a sound JPEG this rewrite cannot keep exactly),
+ * what stopped it. The input is handed to libjpeg in chunks (`chunked_input`): with a whole file in
+ * its buffer libjpeg-turbo's fast Huffman path decodes a bad code as zero without a word, so
+ * damage in the middle of a baseline scan would go unseen. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -25,27 +32,80 @@ enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEM
 #define MAX_SCANS 100 /* the training decoder's limit: a file past it is damage or an attack */
 #define LIBJPEG_SLACK ((size_t)48 << 20)
 
+#define REASON_LENGTH JMSG_LENGTH_MAX /* libjpeg's messages fit, by its own definition */
+
 struct guard {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     int status;
+    char *reason; /* REASON_LENGTH bytes, the transcoder's */
 };
 
 static void on_error(j_common_ptr cinfo) {
     struct guard *g = (struct guard *)cinfo->err;
     int code = g->pub.msg_code;
     g->status = code == JERR_NO_BACKING_STORE ? TOO_LARGE : code == JERR_OUT_OF_MEMORY ? OUT_OF_MEMORY : CORRUPT;
+    (*g->pub.format_message)(cinfo, g->reason); /* snprintf into JMSG_LENGTH_MAX bytes */
     longjmp(g->jump, 1);
 }
 
-static void on_message(j_common_ptr cinfo, int level) { /* warnings of damage end the transcode */
+/* Warnings end the transcode: those about the data (a bad code, a marker where data should be, the
+ * file ending early...) as CORRUPT, with libjpeg's words; those about a header's harmless oddity
+ * (scan parameters a sequential JPEG ignores, an unknown Adobe transform code) as REFUSED: the
+ * image decodes as before, kept as it is. Extraneous bytes before a marker, an unknown JFIF
+ * revision and a bad ICC marker pass (sound files carry them). */
+static void on_message(j_common_ptr cinfo, int level) {
     struct guard *g = (struct guard *)cinfo->err;
     int code = g->pub.msg_code;
-    if (level == -1 && code != JWRN_EXTRANEOUS_DATA && code != JWRN_JFIF_MAJOR && code != JWRN_BOGUS_ICC) {
-        g->status = CORRUPT;
-        longjmp(g->jump, 1);
-    }
+    if (level != -1 || code == JWRN_EXTRANEOUS_DATA || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC)
+        return;
+    g->status = code == JWRN_NOT_SEQUENTIAL || code == JWRN_ADOBE_XFORM ? REFUSED : CORRUPT;
+    (*g->pub.format_message)(cinfo, g->reason);
+    longjmp(g->jump, 1);
 }
+
+/* The input, handed to libjpeg at most CHUNK bytes at a time (no copy). libjpeg-turbo Huffman-decodes
+ * a baseline MCU on its fast path only while a whole 512 bytes a block of the MCU are buffered, and
+ * that path takes a bad code for zero silently; the slow path warns (JWRN_HUFF_BAD_CODE). At its end,
+ * as jpeg_mem_src: a warning (JWRN_JPEG_EOF, which ends the transcode) and an EOI marker. */
+#define CHUNK 256
+
+typedef struct {
+    struct jpeg_source_mgr pub;
+    const JOCTET *data;
+    size_t length, position;
+} chunked_input;
+
+static void input_start(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static boolean input_fill(j_decompress_ptr cinfo) {
+    static const JOCTET eoi[2] = {0xFF, JPEG_EOI};
+    chunked_input *s = (chunked_input *)cinfo->src;
+    if (s->position >= s->length) {
+        WARNMS(cinfo, JWRN_JPEG_EOF);
+        s->pub.next_input_byte = eoi, s->pub.bytes_in_buffer = 2;
+        return TRUE;
+    }
+    size_t n = s->length - s->position < CHUNK ? s->length - s->position : CHUNK;
+    s->pub.next_input_byte = s->data + s->position, s->pub.bytes_in_buffer = n;
+    s->position += n;
+    return TRUE;
+}
+
+static void input_skip(j_decompress_ptr cinfo, long count) {
+    chunked_input *s = (chunked_input *)cinfo->src;
+    if (count <= 0)
+        return;
+    if ((size_t)count <= s->pub.bytes_in_buffer) {
+        s->pub.next_input_byte += count, s->pub.bytes_in_buffer -= (size_t)count;
+        return;
+    }
+    size_t beyond = (size_t)count - s->pub.bytes_in_buffer; /* past what is buffered: the next fill starts there */
+    s->pub.bytes_in_buffer = 0;
+    s->position = beyond < s->length - s->position ? s->position + beyond : s->length;
+}
+
+static void input_end(j_decompress_ptr cinfo) { (void)cinfo; }
 
 /* The restart interval, in MCUs: the largest divisor of the MCUs of a row that is at most `most`,
  * so that no interval straddles two rows (a decoder seeks to rows and columns of intervals). */
@@ -60,6 +120,7 @@ static void on_progress(j_common_ptr cinfo) {
     if (cinfo->is_decompressor && ((j_decompress_ptr)cinfo)->input_scan_number > MAX_SCANS) {
         struct guard *g = (struct guard *)cinfo->err;
         g->status = CORRUPT;
+        snprintf(g->reason, REASON_LENGTH, "more than %d scans (the training decoder stops there)", MAX_SCANS);
         longjmp(g->jump, 1);
     }
 }
@@ -140,15 +201,17 @@ typedef struct {
     struct guard in_err, out_err;
     struct jpeg_progress_mgr progress;
     volatile int in_made, out_made;
+    chunked_input input;
     growing_output output;
+    char reason[REASON_LENGTH]; /* why the status is not OK */
 } transcoder;
 
 static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned int most, int64_t max_pixels,
                      unsigned int *interval) {
     t->in.err = jpeg_std_error(&t->in_err.pub);
-    t->in_err.pub.error_exit = on_error, t->in_err.pub.emit_message = on_message;
+    t->in_err.pub.error_exit = on_error, t->in_err.pub.emit_message = on_message, t->in_err.reason = t->reason;
     t->out.err = jpeg_std_error(&t->out_err.pub);
-    t->out_err.pub.error_exit = on_error, t->out_err.pub.emit_message = on_message;
+    t->out_err.pub.error_exit = on_error, t->out_err.pub.emit_message = on_message, t->out_err.reason = t->reason;
     if (setjmp(t->in_err.jump))
         return t->in_err.status;
     jpeg_create_decompress(&t->in);
@@ -156,18 +219,33 @@ static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned
     t->in.mem->max_memory_to_use = (long)(6 * (size_t)max_pixels + LIBJPEG_SLACK);
     t->progress.progress_monitor = on_progress;
     t->in.progress = &t->progress;
-    jpeg_mem_src(&t->in, data, (unsigned long)length);
+    t->input.pub.init_source = input_start, t->input.pub.fill_input_buffer = input_fill;
+    t->input.pub.skip_input_data = input_skip, t->input.pub.resync_to_restart = jpeg_resync_to_restart;
+    t->input.pub.term_source = input_end;
+    t->input.data = data, t->input.length = length;
+    t->in.src = &t->input.pub;
     for (int m = 0; m < 16; m++) /* APPn (EXIF, ICC, ...) and comments travel with the image */
         jpeg_save_markers(&t->in, JPEG_APP0 + m, 0xFFFF);
     jpeg_save_markers(&t->in, JPEG_COM, 0xFFFF);
     jpeg_read_header(&t->in, TRUE);
-    if ((int64_t)t->in.image_width * (int64_t)t->in.image_height > max_pixels)
+    if ((int64_t)t->in.image_width * (int64_t)t->in.image_height > max_pixels) {
+        snprintf(t->reason, REASON_LENGTH, "%u x %u pixels, more than the limit of %lld", t->in.image_width,
+                 t->in.image_height, (long long)max_pixels);
         return TOO_LARGE;
-    if (t->in.data_precision != 8)
+    }
+    if (t->in.data_precision != 8) {
+        snprintf(t->reason, REASON_LENGTH, "%d-bit samples (baseline JPEG has 8)", t->in.data_precision);
         return REFUSED;
+    }
     jvirt_barray_ptr *coefficients = jpeg_read_coefficients(&t->in);
-    if (!every_bit_sent(&t->in) || !coefficients_fit(&t->in, coefficients))
+    if (!every_bit_sent(&t->in)) {
+        snprintf(t->reason, REASON_LENGTH, "progressive scans leave coefficient bits unsent (decoders estimate them)");
         return REFUSED;
+    }
+    if (!coefficients_fit(&t->in, coefficients)) {
+        snprintf(t->reason, REASON_LENGTH, "coefficients past 8-bit baseline's range");
+        return REFUSED;
+    }
     if (setjmp(t->out_err.jump))
         return t->out_err.status;
     jpeg_create_compress(&t->out);
@@ -204,8 +282,8 @@ static void close_transcoder(transcoder *t) {
     free(t->output.buffer);
 }
 
-static PyObject *py_add_restarts(PyObject *self, PyObject *args, PyObject *kwargs) {
-    (void)self;
+/* add_restarts and add_restarts_with_reason: one transcode, the reason returned by the second. */
+static PyObject *rewrite(PyObject *args, PyObject *kwargs, int with_reason) {
     static char *keywords[] = {"data", "most", "max_pixels", NULL};
     Py_buffer view;
     long long most;
@@ -225,17 +303,43 @@ static PyObject *py_add_restarts(PyObject *self, PyObject *args, PyObject *kwarg
     int status;
     if (length < 4 || data[0] != 0xFF || data[1] != 0xD8) {
         status = NOT_JPEG;
+        snprintf(t.reason, REASON_LENGTH, "no JPEG start-of-image marker");
     } else {
         Py_BEGIN_ALLOW_THREADS
         status = transcode(&t, data, length, (unsigned int)most, max_pixels, &interval);
         Py_END_ALLOW_THREADS
     }
-    PyObject *result = status == OK ? Py_BuildValue("iy#I", status, (const char *)t.output.buffer, (Py_ssize_t)t.output.length,
-                                                    interval)
-                                    : Py_BuildValue("iOI", status, Py_None, 0u);
+    t.reason[REASON_LENGTH - 1] = '\0';
+    PyObject *result = NULL;
+    if (status == OK) {
+        result = with_reason ? Py_BuildValue("iy#IO", status, (const char *)t.output.buffer,
+                                             (Py_ssize_t)t.output.length, interval, Py_None)
+                             : Py_BuildValue("iy#I", status, (const char *)t.output.buffer,
+                                             (Py_ssize_t)t.output.length, interval);
+    } else if (!with_reason) {
+        result = Py_BuildValue("iOI", status, Py_None, 0u);
+    } else {
+        /* libjpeg's messages are ASCII; Latin-1 takes any byte a parameter might have brought */
+        PyObject *reason = t.reason[0] ? PyUnicode_DecodeLatin1(t.reason, (Py_ssize_t)strlen(t.reason), "replace")
+                                       : (Py_INCREF(Py_None), Py_None);
+        if (reason) {
+            result = Py_BuildValue("iOIO", status, Py_None, 0u, reason);
+            Py_DECREF(reason);
+        }
+    }
     close_transcoder(&t);
     PyBuffer_Release(&view);
     return result;
+}
+
+static PyObject *py_add_restarts(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    return rewrite(args, kwargs, 0);
+}
+
+static PyObject *py_add_restarts_with_reason(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    return rewrite(args, kwargs, 1);
 }
 
 static PyMethodDef methods[] = {
@@ -244,8 +348,14 @@ static PyMethodDef methods[] = {
      "rewritten losslessly as a baseline JPEG with libjpeg's standard Huffman tables and a restart marker every "
      "`interval` MCUs, the largest divisor of the MCUs of a row at most `most`. Status REFUSED for a "
      "progressive JPEG whose scans leave coefficient bits unsent (decoders estimate those: no exact rewrite), "
-     "and for coefficients past 8-bit baseline's range (damage: no code for them). "
+     "for coefficients past 8-bit baseline's range (damage: no code for them), and for a header oddity libjpeg "
+     "warns about but decodes past; CORRUPT where libjpeg warns about or fails on the data. "
      "The GIL is released."},
+    {"add_restarts_with_reason", (PyCFunction)(void (*)(void))py_add_restarts_with_reason,
+     METH_VARARGS | METH_KEYWORDS,
+     "add_restarts_with_reason(data, most, max_pixels) -> (status, bytes or None, interval, reason or None): "
+     "add_restarts, and for every status but OK why: libjpeg's own message for CORRUPT (e.g. \"Corrupt JPEG "
+     "data: premature end of data segment\"), what stopped the rewrite for the others. The GIL is released."},
     {NULL, NULL, 0, NULL},
 };
 
