@@ -197,11 +197,51 @@ def restart_markers(data: bytes) -> list[int]:
     return [i for i in range(segments(data)[-1][2], len(data) - 1) if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
 
 
+def with_restart_interval(data: bytes, mcus: int) -> bytes:
+    """The JPEG whose DRI segment says a restart interval of `mcus`, whatever its markers say."""
+    dri = next(start for marker, start, _ in segments(data) if marker == 0xDD)
+    return data[:dri + 4] + mcus.to_bytes(2, "big") + data[dri + 6:]
+
+
+def restart_intervals(data: bytes) -> tuple[bytes, list[bytes]]:
+    """A JPEG with restart markers as its header (up to the scan's entropy-coded data) and each
+    restart interval's entropy-coded bytes, without the marker that ends it."""
+    start = segments(data)[-1][2]
+    ends = restart_markers(data) + [entropy_end(data, start)]
+    return data[:start], [data[a:b] for a, b in zip([start] + [end + 2 for end in ends[:-1]], ends)]
+
+
+def with_intervals(header: bytes, intervals: list[bytes]) -> bytes:
+    """The JPEG of these intervals after this header, numbered in order: RST0, RST1, ... (mod 8)
+    between them, EOI after the last."""
+    markers = [bytes([0xFF, 0xD0 + k % 8]) for k in range(len(intervals) - 1)] + [b"\xff\xd9"]
+    return header + b"".join(interval + marker for interval, marker in zip(intervals, markers))
+
+
+def broken_grids(seekable: bytes, at: int) -> dict[str, bytes]:
+    """A seekable JPEG (restart intervals of 2 MCUs or more) whose intervals no longer make the
+    grid its header promises, its markers in order but for the swap: interval `at` emptied, lost
+    or doubled (the later markers renumbered), the markers after it and after the next swapped, a
+    DRI of half the interval. libjpeg decodes some of them without a warning, into shifted MCUs."""
+    header, intervals = restart_intervals(seekable)
+    empty, lost, added = list(intervals), list(intervals), list(intervals)
+    empty[at] = b""
+    del lost[at]
+    added.insert(at, intervals[at])
+    swapped = bytearray(seekable)  # the markers after intervals at and at + 1
+    a, b = restart_markers(seekable)[at:at + 2]
+    swapped[a + 1], swapped[b + 1] = seekable[b + 1], seekable[a + 1]
+    dri_end = next(end for marker, _, end in segments(seekable) if marker == 0xDD)
+    interval = int.from_bytes(seekable[dri_end - 2:dri_end], "big")
+    return {"an empty interval": with_intervals(header, empty), "a lost interval": with_intervals(header, lost),
+            "an added interval": with_intervals(header, added), "renumbered markers": bytes(swapped),
+            "a DRI that lies": with_restart_interval(seekable, interval // 2)}  # each interval read as its first MCUs
+
+
 def hostile_restarts(seekable: bytes) -> dict[str, bytes]:
     """A seekable JPEG (restart marker every MCU, 6 MCUs a row) whose grid of intervals lies."""
     rst = restart_markers(seekable)
-    dri = next(start for marker, start, _ in segments(seekable) if marker == 0xDD)
-    with_dri = lambda n: seekable[:dri + 4] + n.to_bytes(2, "big") + seekable[dri + 6:]
+    with_dri = lambda n: with_restart_interval(seekable, n)
     a, b = rst[7], rst[8]
     swapped = bytearray(seekable)
     swapped[a + 1], swapped[b + 1] = seekable[b + 1], seekable[a + 1]

@@ -4,12 +4,14 @@ native modules, so that a crash kills only this process. Not a test module; run 
     python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE
     python tests/native_fuzz_worker.py --pil IMAGE SIZE
 
-It writes one JSON line per case decoded alone (status, digest of the slot; and prepare's rewrite
-with restart markers: its status, digest, and where it succeeded whether the rewritten JPEG,
-decoded by seeking, gives the original's pixels), flushed before the next case starts (after a
-crash the last line tells the parent which case was next), then per batch of cases the cases whose
-status or pixels differ when decoded (or rewritten) in chunks of other sizes on THREADS threads,
-then the tar cases and random arguments, and last the process's peak resident memory.
+It writes one JSON line per case decoded alone (status, digest of the slot; prepare's rewrite with
+restart markers: its status, digest, and where it succeeded whether the rewritten JPEG, decoded by
+seeking, gives the original's pixels; for the cases the corpus marks as_whole, whether the crop is
+the same with seeking off: its status, and its pixels where decoded), flushed before the next case
+starts (after a crash the last line tells the parent which case was next), then per batch of cases
+the cases whose status or pixels differ when decoded (or rewritten) in chunks of other sizes on
+THREADS threads, then the tar cases and random arguments, and last the process's peak resident
+memory.
 Before decoding it caps its address space (RLIMIT_AS) at what it holds plus the stated bound for
 every thread: an allocation past the bound fails (OUT_OF_MEMORY), even one never touched, which
 resident memory alone would not show. With --pil it decodes one image file by the PIL path and
@@ -64,6 +66,7 @@ class Corpus:
             self.boxes, self.flips = npz["boxes"], npz["flips"]
             self.tar, self.tar_cuts = npz["tar"].tobytes(), npz["tar_cuts"]
             self.tar_flips = npz["tar_flips"]
+            self.as_whole = npz["as_whole"]
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -71,12 +74,13 @@ class Corpus:
     def data(self, case: int) -> bytes:
         return self.blob[self.offsets[case]:self.offsets[case] + self.lengths[case]]
 
-    def decode(self, start: int, stop: int, out: np.ndarray, first: int, max_pixels: int) -> np.ndarray:
+    def decode(self, start: int, stop: int, out: np.ndarray, first: int, max_pixels: int,
+               seek: bool = True) -> np.ndarray:
         n = stop - start
         status = np.zeros(n, np.int32)
         _jpegcrop.decode_crops((self.blob,), np.zeros(n, np.int32), self.offsets[start:stop], self.lengths[start:stop],
                                boxes=self.boxes[start:stop], flips=self.flips[start:stop], out=out, first=first,
-                               status=status, max_pixels=max_pixels)
+                               status=status, max_pixels=max_pixels, seek=seek)
         return status
 
     def rewrite(self, case: int, max_pixels: int) -> list:
@@ -206,8 +210,13 @@ def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: i
                 alone[case] = [status, digest(slot[0])]
                 rewritten[case] = corpus.rewrite(case, max_pixels)
                 lossless = corpus.rewrite_is_lossless(case, max_pixels, size) if rewritten[case][1] else None
+                as_whole = None
+                if corpus.as_whole[case]:
+                    slot[:] = 55
+                    usual = int(corpus.decode(case, case + 1, slot, 0, max_pixels, seek=False)[0])
+                    as_whole = usual == status and (status != _jpegcrop.OK or digest(slot[0]) == alone[case][1])
                 emit({"case": case, "status": status, "digest": alone[case][1], "rewrite": rewritten[case],
-                      "lossless": lossless})
+                      "lossless": lossless, "as_whole": as_whole})
             emit({"next": {"chunks": [batch, stop]}})
             emit({"batch": [batch, stop], "differ": chunked_differences(corpus, batch, stop, alone, rewritten,
                                                                          max_pixels, size, threads)})

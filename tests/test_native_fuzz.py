@@ -5,15 +5,18 @@ The corpus is built here: truncations at every header byte, seeded bit and byte 
 headers that lie about the size or the sampling factors (4x2, 4x1, 1x4 and impossible ones),
 seekable JPEGs (prepare's rewrite with restart markers) with markers swapped, dropped, added or
 replaced, restart intervals that lie, megabytes between two markers and a megabyte of header,
+grids broken by an interval emptied, lost or added (the later markers renumbered), two markers
+swapped or a DRI that halves the interval (at every interval in the slow run),
 progressive, arithmetic-coded, CMYK, YCCK and two-component JPEGs, JPEGs of 100, 101 and 190
 scans, JPEGs without their quantisation or Huffman tables next to JPEGs with optimised ones,
 images at the pixel limit and one pixel over it, bytes that are no JPEG at all, boxes that are
 NaN, infinite or outside the image, damaged tar shards, and calls with every argument drawn from
 good and bad values. Asserted: no crash and no hang; every image decodes to the same status and
 pixels alone and in chunks of any size on several threads, and whatever garbage fresh allocations
-hold (glibc's MALLOC_PERTURB_); no allocation past the stated bound (the workers cap their address
-space at memory_bound(max_pixels) a thread over their base: a larger malloc would fail and show
-as OUT_OF_MEMORY) and the peak resident memory under it. The fast subset runs the corpus with a
+hold (glibc's MALLOC_PERTURB_); a seekable JPEG whose markers lie decodes as with seeking off
+(the same status, and pixels where decoded); no allocation past the stated bound (the workers cap
+their address space at memory_bound(max_pixels) a thread over their base: a larger malloc would
+fail and show as OUT_OF_MEMORY) and the peak resident memory under it. The fast subset runs the corpus with a
 limit of 2**20 pixels (seconds); the slow one, more cases, real images at the dataset's own limit
 (shards.limits.MAX_PIXELS) in two threads at once, and the PIL path's bytes a pixel.
 """
@@ -33,8 +36,8 @@ import webdataset as wds
 from PIL import Image
 
 from conftest import ROOT
-from jpegs import (DHT, DQT, cjpeg, cmyk, hostile_restarts, jpeg, many_scans, photo, segments, two_components,
-                   with_sampling, with_size, without, ycck)
+from jpegs import (DHT, DQT, broken_grids, cjpeg, cmyk, hostile_restarts, jpeg, many_scans, photo, restart_intervals,
+                   segments, two_components, with_restart_interval, with_sampling, with_size, without, ycck)
 from prepare.images import with_restarts
 from shards.limits import MAX_PIXELS
 from train import _jpegcrop, decoder
@@ -48,8 +51,14 @@ OK, TOO_LARGE, MAX_SCANS = decoder.DECODED, decoder.TOO_LARGE, _jpegcrop.MAX_SCA
 class Corpus:
     names: list[str] = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
+    boxes: dict[int, list[float]] = field(default_factory=dict)  # a case's own crop (else boxes_for's)
+    as_whole: list[int] = field(default_factory=list)  # cases whose crop must be the same with seek off
 
-    def add(self, name: str, data: bytes) -> None:
+    def add(self, name: str, data: bytes, box: list[float] | None = None, as_whole: bool = False) -> None:
+        if box is not None:
+            self.boxes[len(self.names)] = box
+        if as_whole:
+            self.as_whole.append(len(self.names))
         self.names.append(name)
         self.blobs.append(data)
 
@@ -113,7 +122,8 @@ def build_corpus(full: bool, seed: int = 0) -> Corpus:
                               (1000, 1000), (1024, 1024), (1025, 1024), (8200, 8200)]:
             corpus.add(f"{name} claiming {width} x {height}", with_size(found[name], width, height))
     for name, data in hostile_restarts(found["seekable 4:2:0"]).items():
-        corpus.add(name, data)
+        corpus.add(name, data, as_whole=True)
+    add_broken_grids(corpus, full)
     baseline = found["baseline 4:2:0"]
     for factors in [[(4, 2), (1, 1), (1, 1)], [(4, 1), (1, 1), (1, 1)], [(1, 4), (1, 1), (1, 1)], [(4, 4), (1, 1), (1, 1)],
                     [(3, 3), (1, 1), (1, 1)], [(0, 1), (1, 1), (1, 1)], [(1, 1), (4, 2), (1, 1)], [(2, 2), (2, 2), (2, 2)],
@@ -141,6 +151,31 @@ def build_corpus(full: bool, seed: int = 0) -> Corpus:
                        ("tables only", without(standard, 0xC0)[:header_end(standard) - 20] + b"\xff\xd9")]:
         corpus.add(name, data)
     return corpus
+
+
+def add_broken_grids(corpus: Corpus, full: bool) -> None:
+    """Seekable JPEGs (intervals of 2 MCUs, 12 MCUs a row) whose grid is not the one their header
+    promises (tests/jpegs.py's broken_grids; in the slow run at every interval, with every other
+    restart interval that divides a row, and a random box more), cropped above, over and below the
+    damage: the seek must give the whole image path's status and pixels."""
+    rng = np.random.default_rng(1)
+    shares = [(0.1, 0.0, 0.5, 0.25), (0.0, 0.3, 0.3, 0.5), (0.4, 0.5, 0.9, 0.8), (0.0, 0.8, 0.5, 1.0)]
+    for name, (data, width, height) in {"grey": (with_restarts(jpeg(96, 72, mode="L"), 2, MAX_PIXELS)[0], 96, 72),
+                                        "4:2:0": (with_restarts(jpeg(192, 144), 2, MAX_PIXELS)[0], 192, 144)}.items():
+        intervals = len(restart_intervals(data)[1])
+        damaged = {}
+        for at in range(intervals - 2) if full else (1, intervals // 2, intervals - 3):
+            damaged |= {f"seekable {name}, {kind} at {at}": bad for kind, bad in broken_grids(data, at).items()}
+        for mcus in (1, 3, 4, 6, 12) if full else ():
+            damaged[f"seekable {name}, a DRI of {mcus}"] = with_restart_interval(data, mcus)
+        for label, bad in damaged.items():
+            boxes = list(shares)
+            if full:
+                (left, right), (top, bottom) = np.sort(rng.uniform(0, 1, (2, 2)), axis=1).tolist()
+                boxes.append((left, top, right, bottom))
+            for left, top, right, bottom in boxes:
+                box = [left * width, top * height, right * width, bottom * height]
+                corpus.add(f"{label}, box {[round(v) for v in box]}", bad, box=box, as_whole=True)
 
 
 def _encode(image: Image.Image, format: str = "JPEG", **options) -> bytes:
@@ -178,6 +213,8 @@ def write_corpus(corpus: Corpus, tmp_path: Path, seed: int, tar_flips: int) -> P
     lengths = np.array([len(b) for b in corpus.blobs], np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     boxes, flips = boxes_for(len(corpus.blobs), seed)
+    for case, box in corpus.boxes.items():
+        boxes[case] = box
     tar = shard_bytes(tmp_path)
     cuts = sorted(set(range(0, 1100)) | {c + d for c in range(512, len(tar), 512) for d in (-1, 0, 1)})
     rng = np.random.default_rng(seed)
@@ -185,7 +222,7 @@ def write_corpus(corpus: Corpus, tmp_path: Path, seed: int, tar_flips: int) -> P
     path = tmp_path / "corpus.npz"
     np.savez(path, blob=np.frombuffer(b"".join(corpus.blobs), np.uint8), offsets=offsets, lengths=lengths, boxes=boxes,
              flips=flips, tar=np.frombuffer(tar, np.uint8), tar_cuts=np.array([c for c in cuts if c <= len(tar)]),
-             tar_flips=flips_at)
+             tar_flips=flips_at, as_whole=np.isin(np.arange(len(corpus.blobs)), corpus.as_whole))
     return path
 
 
@@ -195,6 +232,7 @@ class Report:
     digests: dict[int, str] = field(default_factory=dict)  # of each case's slot, decoded alone
     rewrites: dict[int, list] = field(default_factory=dict)  # prepare's rewrite with restart markers: status, digest
     lossy: list[int] = field(default_factory=list)  # rewritten, but the seek's crop differs from the original's
+    not_as_whole: list[int] = field(default_factory=list)  # of Corpus.as_whole: other than with seek off
     differ: list[int] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     memory: list[tuple[int, int]] = field(default_factory=list)  # (base, peak) of each worker process
@@ -228,6 +266,8 @@ def run_worker(corpus_path: Path, count: int, tmp_path: Path, *, max_pixels: int
                 report.rewrites[record["case"]] = record["rewrite"]
                 if record["lossless"] is False:
                     report.lossy.append(record["case"])
+                if record.get("as_whole") is False:
+                    report.not_as_whole.append(record["case"])
             report.differ += record.get("differ", [])
             report.tar_cases += record.get("tar_cases", 0)
             report.argument_calls += record.get("argument_calls", 0)
@@ -253,6 +293,7 @@ def check(report: Report, corpus: Corpus, max_pixels: int, threads: int) -> None
     assert {status for status, _ in report.rewrites.values()} <= {0, 1, 2, 3, 4}
     assert not report.differ, f"decoded or rewritten differently in chunks and threads: {named(report.differ)[:20]}"
     assert not report.lossy, f"rewritten with restart markers, but decoded differently: {named(report.lossy)[:20]}"
+    assert not report.not_as_whole, f"a seek unlike the whole image path: {named(report.not_as_whole)[:20]}"
     bound = threads * _jpegcrop.memory_bound(max_pixels)
     for base, peak in report.memory:
         assert peak <= base + bound, f"peak RSS {peak / 2**20:.0f} MiB, base {base / 2**20:.0f} MiB + {bound / 2**20:.0f}"

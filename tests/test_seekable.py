@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, config, run_module
-from jpegs import (as_images, cjpeg, hostile_restarts, jpeg, many_scans, photo, restart_markers, segments,
-                   with_size)
+from jpegs import (as_images, broken_grids, cjpeg, hostile_restarts, jpeg, many_scans, photo, restart_intervals,
+                   restart_markers, segments, with_intervals, with_size)
 from prepare import _restarts
 from prepare.builder import prepare
 from prepare.images import MCU_SIZE, prepare_image, restart_interval, with_restarts
@@ -174,6 +174,61 @@ def test_a_grid_of_intervals_that_lies_is_damage_or_decodes_as_usual(damage):
         assert (status == DECODED).all() and not seeked[1:].any()
     else:
         assert (status == CORRUPT).all() and not seeked[2]
+
+
+# Seekable JPEGs (intervals of 2 MCUs) and an interval in a middle row to damage: 4:2:0, 16 x 16 px
+# MCUs, 8 intervals a row, 12 rows, interval 41 at x 32-64, y 80-96; grey, 8 x 8 px MCUs, 6 intervals
+# a row, 9 rows, interval 25 at x 16-32, y 32-40.
+GRIDS = {"4:2:0": (lambda: jpeg(256, 192), 41), "grey": (lambda: jpeg(96, 72, mode="L"), 25)}
+# Boxes as shares of the image, each of which seeks in the intact file: above the damage (the first
+# rows), the middle rows, over the damage, below it, the last rows short of the last column.
+GRID_BOXES = {"first rows": (0.05, 0.0, 0.45, 0.2), "top left corner": (0.0, 0.0, 0.15, 0.15),
+              "middle rows, left": (0.0, 0.25, 0.25, 0.45), "over the damage": (0.1, 0.35, 0.5, 0.6),
+              "below the damage": (0.3, 0.6, 0.7, 0.85), "last rows, left": (0.0, 0.8, 0.4, 1.0)}
+
+
+@pytest.mark.parametrize("damage", list(broken_grids(with_restarts(jpeg(96, 72, mode="L"), 2, MAX_PIXELS)[0], 25)))
+@pytest.mark.parametrize("grid", list(GRIDS))
+def test_a_grid_that_is_not_the_one_its_header_promises_decodes_as_the_whole_image_does(grid, damage):
+    """An interval emptied, lost or added (the later markers renumbered: their order still looks
+    right), two markers swapped, a DRI that halves the interval: the seek checks the whole scan's
+    markers, so such a file never seeks, whichever intervals the crop covers, and each crop is the
+    whole image path's: its pixels, or its status. (libjpeg decodes some of these without a
+    warning, into shifted MCUs; a seek would miss damage outside its window.)"""
+    make, at = GRIDS[grid]
+    seekable, _ = with_restarts(make(), 2, MAX_PIXELS)
+    data = broken_grids(seekable, at)[damage]
+    width, height = Image.open(io.BytesIO(seekable)).size
+    names = [name for name in GRID_BOXES for _ in range(2)]  # each box unflipped and flipped
+    crops = np.array([GRID_BOXES[name] for name in names], np.float32) * [width, height, width, height]
+    flips, n = np.arange(len(names)) % 2 == 1, len(names)
+    for size in (8, 32):
+        sought, usual = np.zeros((n, size, size, 3), np.uint8), np.zeros((n, size, size, 3), np.uint8)
+        seeked = np.zeros(n, np.bool_)
+        assert (decode_crops(as_images([seekable] * n), crops, flips, sought, 0, seeked=seeked) == DECODED).all()
+        assert seeked.all()
+        status = decode_crops(as_images([data] * n), crops, flips, sought, 0, seeked=seeked)
+        expected = decode_crops(as_images([data] * n), crops, flips, usual, 0, seek=False)
+        wrong = {names[i]: (int(status[i]), int(expected[i]), bool(seeked[i])) for i in range(n)
+                 if status[i] != expected[i] or status[i] == DECODED and (seeked[i] or
+                                                                           not np.array_equal(sought[i], usual[i]))}
+        assert not wrong, f"{size} px: box: (status, whole image path's status, seeked) {wrong}"
+
+
+def test_what_libjpeg_reads_alike_still_seeks():
+    """Fill bytes before every marker (libjpeg skips them) and bytes after EOI (it never reads them)
+    leave the grid whole: the crops still seek, with the whole image path's pixels."""
+    seekable, _ = with_restarts(jpeg(256, 192), 2, MAX_PIXELS)
+    header, intervals = restart_intervals(seekable)
+    filled = with_intervals(header, [interval + b"\xff\xff" for interval in intervals])
+    crops = np.array(list(GRID_BOXES.values()), np.float32) * [256, 192, 256, 192]
+    n = len(crops)
+    flips, usual = np.zeros(n, bool), np.zeros((n, 32, 32, 3), np.uint8)
+    assert (decode_crops(as_images([seekable] * n), crops, flips, usual, 0, seek=False) == DECODED).all()
+    for data in (filled, seekable + b"\x00\xff\xd8 trailing bytes \xff"):
+        sought, seeked = np.zeros((n, 32, 32, 3), np.uint8), np.zeros(n, np.bool_)
+        assert (decode_crops(as_images([data] * n), crops, flips, sought, 0, seeked=seeked) == DECODED).all()
+        assert seeked.all() and np.array_equal(sought, usual)
 
 
 def test_a_header_libjpeg_reads_is_walked_as_libjpeg_walks_it():

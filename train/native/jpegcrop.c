@@ -404,7 +404,7 @@ static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scr
     size_t most = SEEK_HEADER + SEEK_BYTES_PER_PIXEL * (size_t)mcus * p.mcu_width * p.mcu_height;
     size_t built = build_window_jpeg(&p, j->data, j->length, most, &s->seek);
     if (built == 0 || built == (size_t)-1)
-        return 0; /* not the grid the header promised (the usual path finds the damage), too long, or no memory */
+        return 0; /* not the promised grid (damage: decoded whole, as libjpeg meets it), too long, or no memory */
     *length = built, *origin_x = x, *origin_y = y, *expect = facts_of(c, p.window_width, p.window_height);
     return 1;
 }
@@ -611,7 +611,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
                 if (sk)
                     sk[i] = (uint8_t)seeked_here;
-                if (s.seek.capacity_bytes > SEEK_KEEP || s.seek.capacity_starts > SEEK_KEEP)
+                if (s.seek.capacity_bytes > SEEK_KEEP || s.seek.capacity_spans > SEEK_KEEP)
                     free_seek_scratch(&s.seek);
                 if (st[i] != OK)
                     memset(j.out, 0, slot); /* what a failed decode wrote is not kept */

@@ -90,16 +90,22 @@ size_t plan_window(seek_plan *p, double left, double top, double right, double b
     return (size_t)(p->col1 - p->col0) * (p->row1 - p->row0);
 }
 
-/* Where intervals 0..count-1 lie in the entropy-coded data starting at `at`: interval k is bytes
- * [spans[2k], spans[2k + 1]); it ends where its restart marker (RSTk mod 8) begins, fill bytes
- * included, and the image's last one (interval total - 1) at its end marker. 0 where the markers
- * are not those. */
-static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t count, size_t total,
-                          size_t *spans) {
-    for (size_t k = 0; k < count; k++) {
-        spans[2 * k] = at;
+/* Whether the scan's entropy-coded data from `at` is the grid the header promises, walked to its
+ * end: mcu_rows x per_row intervals, each of a byte at least (an MCU's codes take a bit at least:
+ * libjpeg warns at an empty interval), each but the last ended by RST0, RST1, ... (mod 8) in turn,
+ * fill bytes allowed before it, the last by EOI (libjpeg reads nothing after it). Anything else (any
+ * other marker, one out of order, too few or too many intervals) libjpeg warns of or decodes into
+ * shifted MCUs wherever it lies, which the window's intervals alone do not show: such a file is
+ * decoded whole. Fills spans with the window's intervals (rows [row0, row1), columns [first, end)),
+ * in order: interval i is bytes [spans[2i], spans[2i + 1]); *bytes is their sum. */
+static int walk_grid(const uint8_t *data, size_t length, size_t at, const seek_plan *p, size_t per_row,
+                     size_t first, size_t end, size_t *spans, size_t *bytes) {
+    size_t total = (size_t)p->mcu_rows * per_row, row = 0, col = 0, sum = 0;
+    for (size_t k = 0; k < total; k++) {
+        size_t start = at;
+        const uint8_t *ff;
         for (;;) {
-            const uint8_t *ff = at < length ? memchr(data + at, 0xFF, length - at) : NULL;
+            ff = at < length ? memchr(data + at, 0xFF, length - at) : NULL;
             if (!ff)
                 return 0;
             size_t i = (size_t)(ff - data) + 1;
@@ -107,34 +113,37 @@ static int find_intervals(const uint8_t *data, size_t length, size_t at, size_t 
                 i++;
             if (i >= length)
                 return 0;
-            if (data[i] == 0x00) { /* a stuffed 0xFF of the data itself */
-                at = i + 1;
-                continue;
-            }
-            if (data[i] != 0xD0 + (k & 7) && !(k + 1 == total && data[i] == 0xD9))
-                return 0; /* a restart out of order, a marker inside the data: not the promised grid */
-            spans[2 * k + 1] = (size_t)(ff - data);
             at = i + 1;
+            if (data[i] == 0x00) /* a stuffed 0xFF of the data itself (FF FF 00 too, as libjpeg reads it) */
+                continue;
+            if (data[i] != (k + 1 < total ? 0xD0 + (k & 7) : 0xD9))
+                return 0;
             break;
         }
+        size_t stop = (size_t)(ff - data);
+        if (stop == start)
+            return 0;
+        if (row >= p->row0 && row < p->row1 && col >= first && col < end)
+            *spans++ = start, *spans++ = stop, sum += stop - start;
+        if (++col == per_row)
+            col = 0, row++;
     }
+    *bytes = sum;
     return 1;
 }
 
 size_t build_window_jpeg(const seek_plan *p, const uint8_t *data, size_t length, size_t most, seek_scratch *s) {
     size_t sof = p->sof, per_row = p->mcus_per_row / p->interval;
     size_t first = p->col0 / p->interval, end = p->col1 / p->interval;
-    size_t needed = (p->row1 - 1) * per_row + end; /* intervals 0 up to the window's last */
-    if (needed > (length - p->entropy_at) / 2)
-        return 0; /* each ends in a 2-byte marker: too short to hold them (before the table is allocated) */
-    if (grow_buffer((void **)&s->starts, &s->capacity_starts, sizeof(size_t) * 2 * needed))
+    size_t total = (size_t)p->mcu_rows * per_row, count = (size_t)(p->row1 - p->row0) * (end - first);
+    if (total > (length - p->entropy_at) / 3)
+        return 0; /* each interval is a byte and a 2-byte marker at least: too short to hold them */
+    if (grow_buffer((void **)&s->spans, &s->capacity_spans, sizeof(size_t) * 2 * count))
         return (size_t)-1;
-    size_t *spans = s->starts;
-    if (!find_intervals(data, length, p->entropy_at, needed, (size_t)p->mcu_rows * per_row, spans))
+    size_t *spans = s->spans, bytes;
+    if (!walk_grid(data, length, p->entropy_at, p, per_row, first, end, spans, &bytes))
         return 0;
-    size_t capacity = p->entropy_at + 2, total = (size_t)(p->row1 - p->row0) * (end - first);
-    for (size_t r = p->row0; r < p->row1; r++)
-        capacity += spans[2 * (r * per_row + end - 1) + 1] - spans[2 * (r * per_row + first)] + 2 * (end - first);
+    size_t capacity = p->entropy_at + bytes + 2 * count; /* a marker after each interval */
     if (capacity > most)
         return 0;
     if (grow_buffer((void **)&s->bytes, &s->capacity_bytes, capacity))
@@ -144,22 +153,20 @@ size_t build_window_jpeg(const seek_plan *p, const uint8_t *data, size_t length,
     unsigned int width = p->window_width, height = p->window_height;
     out[sof + 5] = (uint8_t)(height >> 8), out[sof + 6] = (uint8_t)height; /* FF Cn, length(2), P, Y(2), X(2) */
     out[sof + 7] = (uint8_t)(width >> 8), out[sof + 8] = (uint8_t)width;
-    size_t at = p->entropy_at, written = 0;
-    for (size_t r = p->row0; r < p->row1; r++) {
-        for (size_t c = first; c < end; c++) {
-            size_t k = r * per_row + c, bytes = spans[2 * k + 1] - spans[2 * k];
-            memcpy(out + at, data + spans[2 * k], bytes);
-            at += bytes;
-            if (++written < total) /* renumbered: the window's own intervals run 0, 1, 2, ... */
-                out[at++] = 0xFF, out[at++] = (uint8_t)(0xD0 + ((written - 1) & 7));
-        }
+    size_t at = p->entropy_at;
+    for (size_t i = 0; i < count; i++) {
+        size_t n = spans[2 * i + 1] - spans[2 * i];
+        memcpy(out + at, data + spans[2 * i], n);
+        at += n;
+        if (i + 1 < count) /* renumbered: the window's own intervals run 0, 1, 2, ... */
+            out[at++] = 0xFF, out[at++] = (uint8_t)(0xD0 + (i & 7));
     }
     out[at++] = 0xFF, out[at++] = 0xD9;
     return at;
 }
 
 void free_seek_scratch(seek_scratch *s) {
-    free(s->starts);
+    free(s->spans);
     free(s->bytes);
     memset(s, 0, sizeof(*s));
 }
