@@ -11,7 +11,7 @@ import torch
 from jpegs import jpeg
 from conftest import shard_set, write_shard
 from test_loader import epoch_batches, plan_args
-from train.device_batches import DeviceBatches, decode_to_device, to_device
+from train.device_batches import DeviceBatches, decode_to_device, normalise, to_device
 from train.device_decode import DeviceDecoder
 from train.loader import Batch, Loader
 from train.shard_index import ShardSet
@@ -32,9 +32,10 @@ def test_device_decode_batches_carry_the_same_crops(prepared):
     shards = shard_set(prepared, "val")
     cpu = epoch_batches(shards, 1, split="val", batch=6, size=48)[0]
     with Loader({"val": shards}, batch_size=6, image_size=48, threads=2, decode="gpu") as loader:
-        encoded = next(loader.epoch(plan_args(shards, split="val", batch=6)))
+        encoded = next(loader.epoch(plan_args(shards, split="val", batch=6, size=48)))
     assert encoded.key_hashes.tolist() == cpu.key_hashes.tolist()
     device, kept, bad = decode_to_device(encoded.images, torch.device("cpu"), DeviceDecoder())
+    device = normalise(device, channels_last=True)
     reference = to_device(cpu.images, torch.device("cpu"))
     assert kept == list(range(6)) and bad == ()
     assert device.shape == reference.shape == (6, 3, 48, 48)
@@ -130,7 +131,7 @@ def test_device_decode_leaves_out_a_jpeg_cut_short_and_names_it(tmp_path):
     write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 3 else d, i) for i, d in enumerate(good)])
     shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with Loader({"val": shards}, batch_size=3, image_size=40, threads=2, decode="gpu") as loader, \
-            DeviceBatches(loader.epoch(plan_args(shards, split="val", batch=3)), torch.device("cpu")) as batches:
+            DeviceBatches(loader.epoch(plan_args(shards, split="val", batch=3, size=40)), torch.device("cpu")) as batches:
         got = list(batches)
     assert [len(b.labels) for b in got] == [3, 2] and got[1].labels.tolist() == [4, 5]
     assert got[1].bad == ((f"{tmp_path / 's.tar'}: k3", "damaged JPEG data"),)

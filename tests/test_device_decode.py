@@ -15,7 +15,7 @@ from PIL import Image
 from jpegs import as_images, jpeg, photo
 from train import decoder
 from train.device_decode import GROUP_BYTES, DeviceDecoder, crop_resize_flip, resize_groups, resize_weights
-from train.transforms import centre_crops, decode_windows, train_crops
+from train.transforms import centre_crops, decode_windows, default_resize, train_crops
 
 CPU = torch.device("cpu")
 
@@ -57,7 +57,7 @@ def test_region_decode_and_batched_resize_match_pils_resize_of_the_whole_image(s
     if split == "train":
         boxes, flips = train_crops(np.arange(len(blobs), dtype=np.uint64) * 7919, dims[:, 0], dims[:, 1], 3, 1)
     else:
-        boxes, flips = centre_crops(dims[:, 0], dims[:, 1]), np.zeros(len(blobs), bool)
+        boxes, flips = centre_crops(dims[:, 0], dims[:, 1], default_resize(size), size), np.zeros(len(blobs), bool)
     got = device_path(blobs, boxes, flips, size)
     for name, blob, box, flip, image in zip(KINDS, blobs, boxes, flips, got):
         difference = np.abs(image - pil_reference(blob, box, flip, size))

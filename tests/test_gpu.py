@@ -12,7 +12,7 @@ import webdataset as wds
 
 from conftest import run_module
 from shards.manifest import read_manifest
-from train.device_batches import decode_to_device, to_device
+from train.device_batches import decode_to_device, normalise, to_device
 from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
 from train.metrics import read_metrics
@@ -64,11 +64,11 @@ def test_batched_resize_on_the_gpu_matches_the_cpu():
 def first_batch(prepared, split: str, size: int, decode: str):
     shard_set = ShardSet.of(prepared, read_manifest(prepared), split)
     args = PlanArgs(split=split, epoch=0, seed=1, world_size=1, rank=0, batch_size=16,
-                    shuffle_buffer=8)
+                    shuffle_buffer=8, size=size)
     with Loader({split: shard_set}, batch_size=16, image_size=size, threads=2, decode=decode, pin_memory=True) as loader:
         batch = next(loader.epoch(args))
         if decode == "gpu":
-            return decode_to_device(batch.images, CUDA, DeviceDecoder())[0]
+            return normalise(decode_to_device(batch.images, CUDA, DeviceDecoder())[0], channels_last=True)
         return to_device(batch.images, CUDA)
 
 

@@ -56,6 +56,22 @@ def test_the_readme_example_runs_verbatim_on_two_ranks(prepared, tmp_path, launc
     assert lines == [("0", str(val), "2"), ("1", str(val), "2")], result.stdout  # every val image once over 2 ranks
 
 
+def test_the_readme_example_runs_with_the_recipes_augmentation_added_and_nothing_else_changed(prepared, tmp_path):
+    """MixUp/CutMix make the training targets soft: F.cross_entropy takes them as they are."""
+    text = readme_example()
+    made = 'image_size=size, device=device) as train_data'
+    assert made in text and "from train import ImageNetLoader\n" in text
+    augment = 'augment=Augment(policy="trivialaugment", erasing=0.1, mixup=0.2, cutmix=1.0)'
+    text = text.replace(made, f"image_size=size, device=device,\n                    {augment}) as train_data")
+    example = tmp_path / "example.py"
+    imports = "from train import Augment, ImageNetLoader\n"
+    example.write_text(text.replace("from train import ImageNetLoader\n", imports))
+    result = run(torchrun(str(example), str(prepared), "2", "8", "32"), cwd=tmp_path)
+    val = read_manifest(prepared).splits["val"].samples
+    lines = re.findall(r"epoch (\d): loss [\d.]+, val top-1 [\d.]+% of (\d+) images, (\d) ranks", result.stdout)
+    assert lines == [("0", str(val), "2"), ("1", str(val), "2")], result.stdout
+
+
 def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, tmp_path):
     state, out = tmp_path / "state.json", tmp_path / "out"
     run(torchrun(str(RESUME_SCRIPT), str(prepared), "whole", str(state), f"{out}-whole"), cwd=tmp_path)
@@ -67,3 +83,27 @@ def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, 
         assert stop["digests"] == whole["digests"][:3]
         assert resumed["digests"] == whole["digests"][3:] and len(whole["digests"]) > 4
         assert stop["state"] == json.loads(state.read_text())  # rank 1's own state equals what rank 0 saved
+
+
+EXIT_PROBE = """
+import atexit, os, sys
+def threads_at_exit():
+    tasks = os.listdir(f"/proc/{os.getpid()}/task")
+    names = sorted(open(f"/proc/{os.getpid()}/task/{t}/comm").read().strip() for t in tasks)
+    print(f"threads at exit on rank {os.environ['RANK']}: {' '.join(names)}", flush=True)
+atexit.register(threads_at_exit)
+sys.argv.pop(0)
+exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"))
+"""
+
+
+def test_the_readme_example_leaves_no_process_group_thread_running_at_exit(prepared, tmp_path):
+    """The README example's process group is gone before the interpreter shuts down: gloo's threads
+    still running then ended one run in 15 with `terminate called without an active exception`."""
+    example, probe = tmp_path / "example.py", tmp_path / "probe.py"
+    example.write_text(readme_example())
+    probe.write_text(EXIT_PROBE)
+    result = run(torchrun(str(probe), str(example), str(prepared), "1", "8", "32"), cwd=tmp_path)
+    exits = re.findall(r"threads at exit on rank (\d): (.*)", result.stdout)
+    assert sorted(rank for rank, _ in exits) == ["0", "1"], result.stdout
+    assert not any(re.search(r"gloo|nccl", names) for _, names in exits), exits

@@ -407,7 +407,9 @@ def test_a_state_is_plain_data_for_json_and_torch_load_weights_only(prepared, tm
         next(batches)
         state = data.state_dict()
         batches.close()
-    assert all(type(value) in (int, str) for value in state.values())
+    leaves = [v for value in state.values() for v in (value.values() if isinstance(value, dict) else [value])]
+    assert all(type(leaf) in (int, str, float, bool, type(None)) for leaf in leaves)
+    assert type(state["seed"]) is type(state["epoch"]) is type(state["batch_size"]) is int
     assert json.loads(json.dumps(state)) == state
     torch.save({"loader": state}, tmp_path / "checkpoint.pt")
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["loader"] == state
@@ -421,7 +423,8 @@ def without_epoch(state: dict) -> dict:
     (lambda state: None, "not NoneType"), (lambda state: [1, 2], "not list"),
     (lambda state: {"position": 0}, "lacks format, dataset_id"), (without_epoch, "lacks epoch"),
     (lambda state: {**state, "epoch": "x"}, "epoch is 'x'"), (lambda state: {**state, "epoch": None}, "epoch is None"),
-    (lambda state: {**state, "epoch": -5}, "epoch is -5"), (lambda state: {**state, "position": 1.0}, "position is 1.0"),
+    (lambda state: {**state, "epoch": -5}, "epoch is -5"),
+    (lambda state: {**state, "position": 1.0}, "position is 1.0"),
     (lambda state: {**state, "position": -1}, "position is -1"),
 ])
 def test_a_malformed_state_is_refused_in_one_line(prepared, malformed, message):

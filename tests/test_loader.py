@@ -20,19 +20,21 @@ from train import decoder
 from train.decoder import pil_decode_crop
 from train.loader import Batch, Loader, PlanArgs, chunk_size
 from train.shard_index import ShardSet, key_hash
-from train.transforms import centre_crops
+from train.transforms import centre_crops, default_resize
 
 
-def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, world_size=1, rank=0) -> PlanArgs:
+def plan_args(shards: ShardSet, split="train", batch=4, epoch=0, start_step=0, world_size=1, rank=0, size=32
+              ) -> PlanArgs:
     return PlanArgs(split=split, epoch=epoch, seed=0, world_size=world_size, rank=rank,
-                    batch_size=batch, shuffle_buffer=8, start_step=start_step)
+                    batch_size=batch, shuffle_buffer=8, size=size, start_step=start_step)
 
 
 def epoch_batches(shards: ShardSet, threads: int, size=32, **plan) -> list[Batch]:
     """Every batch of an epoch, copied out of the ring buffers (a batch is valid until the next)."""
     batch = plan.get("batch", 4)
     with Loader({plan.get("split", "train"): shards}, batch_size=batch, image_size=size, threads=threads) as loader:
-        return [Batch(b.images.clone(), b.labels, b.key_hashes, b.bad) for b in loader.epoch(plan_args(shards, **plan))]
+        return [Batch(b.images.clone(), b.labels, b.key_hashes, b.bad)
+                for b in loader.epoch(plan_args(shards, size=size, **plan))]
 
 
 def test_validation_reads_every_sample_once_with_its_label(prepared):
@@ -52,8 +54,8 @@ def test_validation_pixels_are_the_centre_crop(prepared):
     for i in range(4):
         data = bytes(shards.images(np.array([i])).data(0))
         width, height = Image.open(io.BytesIO(data)).size
-        box = centre_crops(np.array([width]), np.array([height]))[0]
-        reference = pil_decode_crop(data, tuple(box.tolist()), False, 48)
+        box = centre_crops(np.array([width]), np.array([height]), default_resize(48), 48)[0]
+        reference = pil_decode_crop(data, tuple(box.tolist()), False, 48, dct_scaling=False)
         assert np.abs(first.images[i].numpy().astype(int) - reference).max() <= 2
 
 
@@ -116,14 +118,14 @@ def test_cmyk_decodes_natively_and_other_formats_go_through_pil_counted_and_logg
     shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with caplog.at_level(logging.WARNING, logger="train"), \
             Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
-        batches = [b.images.clone() for b in loader.epoch(plan_args(shards, split="val", batch=3))]
+        batches = [b.images.clone() for b in loader.epoch(plan_args(shards, split="val", batch=3, size=40))]
         assert loader.fallbacks == 2
     assert caplog.text.count("decoded by the PIL path") == 1
     pixels = torch.cat(batches)
     for i, make in odd.items():
         width, height = Image.open(io.BytesIO(good[i])).size
-        box = centre_crops(np.array([width]), np.array([height]))[0]
-        reference = pil_decode_crop(make(good[i]), tuple(box.tolist()), False, 40)
+        box = centre_crops(np.array([width]), np.array([height]), default_resize(40), 40)[0]
+        reference = pil_decode_crop(make(good[i]), tuple(box.tolist()), False, 40, dct_scaling=False)
         assert np.abs(pixels[i].numpy().astype(int) - reference).max() <= 2
 
 
@@ -134,7 +136,7 @@ def test_a_damaged_sample_is_left_out_and_named(tmp_path):
     write_shard(tmp_path / "s.tar", [(f"k{i}", broken if i == 2 else d, i) for i, d in enumerate(good)])
     shards = ShardSet([tmp_path / "s.tar"], [6], classes=10)
     with Loader({"val": shards}, batch_size=3, image_size=40, threads=2) as loader:
-        batches = list(loader.epoch(plan_args(shards, split="val", batch=3)))
+        batches = list(loader.epoch(plan_args(shards, split="val", batch=3, size=40)))
     assert [len(b.labels) for b in batches] == [2, 3]
     assert batches[0].labels.tolist() == [0, 1] and batches[0].bad == ((f"{tmp_path / 's.tar'}: k2", "damaged JPEG data"),)
 

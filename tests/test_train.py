@@ -336,3 +336,37 @@ def test_a_tracker_whose_package_is_missing_is_one_line_naming_the_extra(prepare
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
     assert f"--tracker {tracker} needs the {tracker} package: pip install 'imagenet-slurm[{tracker}]'" in errors[0]
+
+
+def test_the_torchvision_v2_recipe_trains_resumes_bit_identically_after_a_preemption_and_reports_the_ema(
+        prepared, tmp_path):
+    """Every part of the recipe on (policy, erasing, mixing, repeats, EMA, separate validation sizes),
+    one rank: a run preempted mid-epoch and resumed ends with exactly the weights, EMA and metrics of
+    a run that was not."""
+    args = ["--recipe", "torchvision-v2", "--epochs", 2, "--val-crop", 32, "--val-resize", 37, "--workers", 2,
+            "--ema-steps", 2, "--max-steps", 14]
+    reference = Ranks(1, train_args(prepared, tmp_path / "ref", *args), tmp_path / "ref-logs")
+    assert reference.wait() == [0], reference.text()
+    run = tmp_path / "run"
+    first = Ranks(1, train_args(prepared, run, *args), tmp_path / "a")
+    first.wait_for("epoch 0 step 5/")
+    first.procs[0].send_signal(signal.SIGUSR1)
+    assert first.wait() == [0], first.text()
+    assert load_checkpoint(checkpoint_path(run)).step >= 5
+    second = Ranks(1, train_args(prepared, run, *args, "--resume", "auto", "--workers", 1), tmp_path / "b")
+    assert second.wait() == [0], second.text()
+    ours, theirs = read_metrics(run), read_metrics(tmp_path / "ref")
+    # Timings and the counters of a process's life differ; the training loss is summed in float32 on the device
+    # per process: a resumed epoch adds the two parts' sums (a difference of about 1e-8).
+    drop = {"resumed_at_step", "images_per_sec", "images_per_sec_per_gpu", "data_wait_fraction", "epoch_time_s",
+            "seeked_images", "pil_fallbacks", "train_loss"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in ours] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in theirs]
+    assert [r["train_loss"] for r in ours] == pytest.approx([r["train_loss"] for r in theirs], rel=1e-6)
+    assert all("ema_val_top1" in r and r["ema_val_images"] == read_manifest(prepared).splits["val"].samples
+               for r in ours)
+    final, reference_final = load_checkpoint(checkpoint_path(run)), load_checkpoint(checkpoint_path(tmp_path / "ref"))
+    for saved, expected in ((final.model, reference_final.model), (final.ema, reference_final.ema)):
+        assert saved.keys() == expected.keys()
+        assert all(torch.equal(saved[name], tensor) for name, tensor in expected.items())
+    assert "val top-1" in second.text() and "(EMA " in second.text()

@@ -1,6 +1,7 @@
 """Training on prepared ImageNet shards: `python -m train`, and the library it reads its data with.
 
     from train import ImageNetLoader    # the data path for your own loop (train/imagenet_loader.py)
+    from train import Augment, ResolutionRamp  # its recipes: policies, erasing, mixing; progressive resizing
 
 and the errors it raises, each one line saying what to do: ConfigError (a setting that cannot
 work), DatasetNotReady (no prepared dataset, or a damaged one), DamagedData (more bad samples
@@ -9,8 +10,10 @@ than allowed), ResumeError (a state or checkpoint of another run).
 
 import importlib
 
-__all__ = ["ImageNetLoader", "ConfigError", "DatasetNotReady", "DamagedData", "ResumeError"]
-_HOMES = {"ImageNetLoader": "train.imagenet_loader", "ConfigError": "train.config", "ResumeError": "train.checkpoint",
+__all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "ConfigError", "DatasetNotReady", "DamagedData",
+           "ResumeError"]
+_HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.policies", "ResolutionRamp": "train.transforms",
+          "ConfigError": "train.config", "ResumeError": "train.checkpoint",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
 

@@ -32,6 +32,7 @@ class Checkpoint:
     ranks: list[dict]  # per rank {"rng": rng_state(), "sums": EpochSums as a dict}; read only mid-epoch
     config: dict  # TrainConfig.to_dict() of the run that wrote it
     loader: dict | None = None  # mid-epoch: the train ImageNetLoader's state_dict() after `step` steps
+    ema: dict | None = None  # --ema: the AveragedModel's state_dict (its weights, buffers and n_averaged)
 
     def to_state(self) -> dict:
         """A plain dict for torch.save (not dataclasses.asdict: that would deep-copy every tensor)."""
@@ -63,10 +64,16 @@ class Checkpoint:
                               f"{world_size}. Resume with {self.world_size} tasks so the epoch's remaining "
                               "samples are read exactly.")
 
-    def restore(self, model: torch.nn.Module, optimizer, scheduler, scaler, rank: int, device: torch.device) -> dict:
-        """Load the training state; mid-epoch, also this rank's RNG state. Returns this rank's
-        epoch sums (empty at an epoch boundary)."""
+    def restore(self, model: torch.nn.Module, optimizer, scheduler, scaler, rank: int, device: torch.device,
+                ema: torch.nn.Module | None = None) -> dict:
+        """Load the training state (and the weights' average, with --ema); mid-epoch, also this rank's
+        RNG state. Returns this rank's epoch sums (empty at an epoch boundary)."""
         model.load_state_dict(self.model)
+        if ema is not None:
+            if self.ema is None:
+                raise ResumeError("this run keeps an EMA of the weights (--ema) but the checkpoint has none: resume "
+                                  "with --no-ema, or start a new run")
+            ema.load_state_dict(self.ema)
         optimizer.load_state_dict(self.optimizer)
         scheduler.load_state_dict(self.scheduler)
         scaler.load_state_dict(self.scaler)

@@ -9,7 +9,7 @@ import sys
 from shards.manifest import DamagedData, DatasetNotReady
 from train.checkpoint import ResumeError
 from train.cluster import ClusterError, DistEnv, dist_env
-from train.config import ConfigError, build_parser, config_from_args
+from train.config import ConfigError, parse_config
 
 # The user's mistakes and the environment's (damaged data included): one line, exit 2. Anything else
 # keeps its traceback.
@@ -23,8 +23,7 @@ def setup_logging(env: DistEnv) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    config = config_from_args(parser.parse_args(argv), parser)
+    config = parse_config(argv)
     try:
         env = dist_env(os.environ)
         setup_logging(env)

@@ -10,6 +10,8 @@ from pathlib import Path
 from shards.layout import default_dest
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/trackers.py)
+POLICIES = ("none", "trivialaugment", "randaugment", "autoaugment")  # --policy (train/policies.py)
+LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
 
 
 class ConfigError(Exception):
@@ -52,6 +54,24 @@ class TrainConfig:
     tracker: str = "none"  # or "tensorboard", "wandb": rank 0 logs there too (metrics.jsonl either way)
     wandb_project: str = "imagenet-slurm"
     dataset_id: str = ""  # filled from the manifest: which dataset the run trains on
+    # The recipe (train/recipes.py) and what it sets: schedule, augmentation, sizes, EMA
+    recipe: str = "classic"
+    lr_schedule: str = "cosine"
+    nesterov: bool = True
+    policy: str = "none"  # torchvision's TrivialAugmentWide, RandAugment, AutoAugment (ImageNet policy)
+    policy_ops: int = 2  # RandAugment's num_ops
+    policy_magnitude: int = 9  # RandAugment's magnitude (of 31 bins)
+    policy_interpolation: str = "nearest"  # of the policy's geometric ops
+    random_erase: float = 0.0  # RandomErasing's probability
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    repeats: int = 1  # repeated augmentation: readings of each sample per epoch
+    ramp: tuple[int, int, int, int] | None = None  # progressive resizing: start px, end px, start epoch, end epoch
+    val_resize: int | None = None  # validation's Resize (None: val crop x 256/224)
+    val_crop: int | None = None  # validation's CenterCrop (None: the training size, a ramp's last)
+    ema: bool = False  # evaluate and keep an exponential moving average of the weights too
+    ema_steps: int = 32  # steps between EMA updates
+    ema_decay: float = 0.99998  # per step of 1 image x 1 epoch, adjusted as torchvision's reference does
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; WANDB_MODE=offline without internet), "
                         "from rank 0")
     p.add_argument("--wandb-project", default=d.wandb_project, help="the Weights & Biases project (--tracker wandb)")
+    add_recipe_arguments(p, d)
     p.add_argument("--max-bad-samples", type=int, default=d.max_bad_samples,
                    help="bad samples (damaged, over the pixel limit, or labelled with no class) are left out, named and "
                         "counted; more than this many in one "
@@ -117,12 +138,67 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
+    from train.recipes import RECIPES
+
+    g = p.add_argument_group("recipe", "what --recipe sets (README: Recipes); a flag given here overrides it")
+    g.add_argument("--recipe", choices=sorted(RECIPES), default=d.recipe,
+                   help="start from a published recipe's settings: classic (RandomResizedCrop + flip), "
+                        "torchvision-v2 (ResNet-50 IMAGENET1K_V2's), ffcv-rn50 (FFCV's rn50_88_epochs)")
+    g.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=d.lr_schedule,
+                   help="after the linear warm-up, cosine or linear decay to 0")
+    g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=d.nesterov)
+    g.add_argument("--policy", choices=POLICIES, default=d.policy,
+                   help="torchvision's per-sample augmentation policy, on each training crop")
+    g.add_argument("--policy-ops", type=int, default=d.policy_ops, help="randaugment: ops per sample")
+    g.add_argument("--policy-magnitude", type=int, default=d.policy_magnitude, help="randaugment: magnitude bin")
+    g.add_argument("--policy-interpolation", choices=("nearest", "bilinear"), default=d.policy_interpolation)
+    g.add_argument("--random-erase", type=float, default=d.random_erase, help="RandomErasing's probability")
+    g.add_argument("--mixup-alpha", type=float, default=d.mixup_alpha, help="MixUp's alpha (0: off)")
+    g.add_argument("--cutmix-alpha", type=float, default=d.cutmix_alpha, help="CutMix's alpha (0: off)")
+    g.add_argument("--repeats", type=int, default=d.repeats,
+                   help="repeated augmentation: each sample read this many times an epoch (torchvision's --ra-reps)")
+    g.add_argument("--ramp", type=int, nargs=4, metavar=("START_PX", "END_PX", "START_EPOCH", "END_EPOCH"),
+                   default=d.ramp, help="progressive resizing, as FFCV's: the training size from START_PX to END_PX "
+                                        "between the epochs, in steps of 32 (instead of --image-size)")
+    g.add_argument("--no-ramp", dest="ramp", action="store_const", const=None, help="no progressive resizing")
+    g.add_argument("--val-resize", type=int, default=d.val_resize,
+                   help="validation's Resize (default: --val-crop x 256/224)")
+    g.add_argument("--val-crop", type=int, default=d.val_crop,
+                   help="validation's CenterCrop (default: the training size, a ramp's end)")
+    g.add_argument("--ema", action=argparse.BooleanOptionalAction, default=d.ema,
+                   help="keep an EMA of the weights (torch's AveragedModel), evaluated and checkpointed too")
+    g.add_argument("--ema-steps", type=int, default=d.ema_steps, help="steps between EMA updates")
+    g.add_argument("--ema-decay", type=float, default=d.ema_decay,
+                   help="torchvision's --model-ema-decay (adjusted by the global batch, --ema-steps and --epochs)")
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """The command line as a TrainConfig: --recipe's values first, then every flag given."""
+    from train.recipes import recipe
+
+    parser = build_parser()
+    chosen, _ = parser.parse_known_args(argv)
+    parser.set_defaults(**recipe(chosen.recipe))
+    return config_from_args(parser.parse_args(argv), parser)
+
+
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
     if args.data is None:
         parser.error("--data is required outside a SLURM job (no $SLURM_TMPDIR): the folder prepare wrote")
-    for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every"):
+    for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "policy_ops",
+                 "ema_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("val_resize", "val_crop"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.random_erase <= 1:
+        parser.error("--random-erase is a probability, from 0 to 1")
+    if min(args.mixup_alpha, args.cutmix_alpha) < 0:
+        parser.error("--mixup-alpha and --cutmix-alpha are 0 (off) or more")
+    if not 0 < args.ema_decay < 1:
+        parser.error("--ema-decay is between 0 and 1")
     if args.max_bad_samples < 0:
         parser.error("--max-bad-samples must be 0 or more")
     if args.workers is not None and args.workers < 1:
@@ -131,4 +207,5 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--signal {args.signal}: no such signal")
     values = {k: v for k, v in vars(args).items()}
     values["data"], values["run_dir"] = str(Path(args.data)), str(Path(args.run_dir))
+    values["ramp"] = tuple(args.ramp) if args.ramp is not None else None
     return TrainConfig(**values)

@@ -8,9 +8,11 @@ PIL's resize(box=...) uses (its support widens with the downscale: antialiased),
 asked and writes it straight into its slot of a batch, all with the GIL released, so that a
 thread pool decodes on every core. In a seekable JPEG (a restart marker every few MCUs, in a grid:
 what prepare writes by default) only the restart intervals that cover the crop's window are
-decoded, from a small JPEG of them (train/native/seek.c), with the same pixels and statuses; a
-seek reads only its window's intervals, so damage elsewhere in such a file goes unseen by that
-crop. `image_sizes` reads the headers, which the crop draws need.
+decoded, from a small JPEG of them (train/native/seek.c), with the same pixels and statuses. A
+file whose restart markers, walked to its end, are not the grid its header promises (an interval
+lost, added or empty, markers out of order, a restart interval that lies) does not seek: it decodes
+as usual. A seek Huffman-decodes only its window's intervals, so damage inside another interval's
+data goes unseen by that crop. `image_sizes` reads the headers, which the crop draws need.
 
 Each image gets a status: DECODED; CORRUPT (damaged data, or more than MAX_SCANS scans) or
 TOO_LARGE (more than shards.limits.MAX_PIXELS pixels), a bad sample; NOT_JPEG or REFUSED (a JPEG
@@ -108,17 +110,18 @@ def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = M
 
 def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
                  max_pixels: int = MAX_PIXELS, simd: str | None = None, seek: bool = True,
-                 seeked: np.ndarray | None = None) -> np.ndarray:
+                 seeked: np.ndarray | None = None, dct_scaling: bool = True) -> np.ndarray:
     """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
     out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
     zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
     with restart markers decodes only the restart intervals its box covers where that pays (the same
-    pixels); `seeked` (bool (n,)), if given, is set where that happened. Returns the status per
-    image."""
+    pixels); `seeked` (bool (n,)), if given, is set where that happened. With `dct_scaling`, a box at
+    least twice the output decodes at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
+    resize); validation asks for none. Returns the status per image."""
     status = np.zeros(len(images), np.int32)
     _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
                            flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
-                           max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked)
+                           max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked, dct_scaling=dct_scaling)
     return status
 
 
@@ -160,17 +163,19 @@ def pil_size(data: bytes) -> tuple[int, int]:
     return pil_open(data).size
 
 
-def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int) -> np.ndarray:
-    """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows, resize the
-    box to size x size (bilinear with box, antialiased), flip. PilFailure for a bad image (damaged,
-    unknown, too large): PIL raises many exception types on such bytes, all of them mean that."""
+def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int,
+                    dct_scaling: bool = True) -> np.ndarray:
+    """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows (and
+    `dct_scaling`), resize the box to size x size (bilinear with box, antialiased), flip. PilFailure
+    for a bad image (damaged, unknown, too large): PIL raises many exception types on such bytes, all
+    of them mean that."""
     from PIL import Image
 
     image = pil_open(data)
     try:
         width, height = image.size
         shrink = min((box[2] - box[0]) / size, (box[3] - box[1]) / size)
-        if shrink >= 2 and image.format == "JPEG":
+        if dct_scaling and shrink >= 2 and image.format == "JPEG":
             image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
         fx, fy = width / image.size[0], height / image.size[1]
         if image.mode != "RGB":

@@ -1,11 +1,15 @@
-"""Batches onto the device: normalised there, a background thread and CUDA stream ahead of the step.
+"""Batches onto the device: augmented and normalised there, a background thread and CUDA stream
+ahead of the step.
 
     to_device        uint8 NHWC on the host -> normalised NCHW (channels_last) on the device, in a
                      floating dtype (float32 by default)
-    decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized, flipped and
-                     normalised on the device (train/device_decode.py)
-    DeviceBatches    the next batches moved (or decoded) onto the device in a background thread,
-                     on a CUDA stream of its own, while the current one trains
+    decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized and flipped on the
+                     device (train/device_decode.py)
+    finished         a batch's images on the device through the rest of torchvision's train
+                     preset, in its order: the policy's ops on uint8, normalisation, random erasing
+                     (train/augment.py, each sample's own draws from the batch record)
+    DeviceBatches    the next batches moved (or decoded) onto the device and finished in a
+                     background thread, on a CUDA stream of its own, while the current one trains
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import Iterable, Iterator
 
 import torch
 
+from train.augment import apply_policy_rounds, erase
 from train.device_decode import DeviceDecoder, crop_resize_flip
-from train.loader import Batch, EncodedBatch
+from train.loader import Batch, EncodedBatch, take
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -41,19 +46,34 @@ def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = 
     return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last, dtype)
 
 
-def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: DeviceDecoder,
-                     channels_last: bool = True, dtype: torch.dtype = torch.float32
+def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: DeviceDecoder
                      ) -> tuple[torch.Tensor, list[int], tuple]:
-    """An EncodedBatch decoded, cropped, resized and flipped on the device, normalised: (x, the
-    images kept, (sample, why) of those no decoder took)."""
+    """An EncodedBatch decoded, cropped, resized and flipped on the device: (x float NCHW in 0-255,
+    the images kept, (sample, why) of those no decoder took)."""
     images = device_decoder.decode(batch.jpegs, batch.windows, device)
     kept = [i for i, image in enumerate(images) if image is not None]
     bad = tuple((batch.describe(i), "damaged data (no decoder on the device or the host takes it)")
                 for i, image in enumerate(images) if image is None)
     if not kept:
-        return torch.empty((0, 3, batch.size, batch.size), device=device, dtype=dtype), kept, bad
-    x = crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size)
-    return normalise(x, channels_last, dtype), kept, bad
+        return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
+    return crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size), kept, bad
+
+
+def finished(x: torch.Tensor, batch: Batch, interpolation: str, channels_last: bool = True,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A batch's images on the device (uint8, or float in 0-255 from the device decode; NCHW) through
+    the policy's ops, normalisation and random erasing, as the batch record draws them: in `dtype`."""
+    if batch.ops is not None:
+        if x.is_floating_point():  # the device decode's resize, rounded as PIL's is
+            x = x.round().clamp_(0, 255).to(torch.uint8)
+        # the draws stay on the host, where apply_policy_rounds plans the call: no device sync
+        x = apply_policy_rounds(x, batch.ops, batch.magnitudes, interpolation=interpolation)
+    x = x.float()  # a copy: normalise works in place
+    if batch.erase is None:
+        return normalise(x, channels_last, dtype)
+    mean, std = normalisation(x.device)
+    x = erase(x.sub_(mean).div_(std), batch.erase)
+    return x.to(dtype=dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
 def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -81,8 +101,10 @@ class DeviceBatches:
     _END = object()
 
     def __init__(self, batches: Iterable[Batch], device: torch.device, channels_last: bool = True, depth: int = 2,
-                 device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32):
+                 device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32,
+                 interpolation: str = "nearest"):
         self.device, self.channels_last, self.dtype = device, channels_last, dtype
+        self.interpolation = interpolation  # of the policy's geometric ops
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -113,21 +135,20 @@ class DeviceBatches:
         try:
             with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
                 for batch in iterator:
-                    images, labels, hashes, bad = batch.images, batch.labels, batch.key_hashes, batch.bad
-                    if isinstance(images, EncodedBatch):
+                    if isinstance(batch.images, EncodedBatch):
                         self.device_decoder = self.device_decoder or DeviceDecoder()
-                        x, kept, lost = decode_to_device(images, self.device, self.device_decoder, self.channels_last,
-                                                         self.dtype)
-                        labels, hashes, bad = labels[kept], hashes[kept], bad + lost
+                        x, kept, lost = decode_to_device(batch.images, self.device, self.device_decoder)
+                        batch = take(batch, kept)._replace(bad=batch.bad + lost)
                     else:
-                        x = to_device(images, self.device, self.channels_last, self.dtype)
-                    y = labels.to(self.device, non_blocking=True)
+                        x = batch.images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
+                    x = finished(x, batch, self.interpolation, self.channels_last, self.dtype)
+                    y = batch.labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:
                         ready = torch.cuda.Event()
                         ready.record(self.stream)
                         ready.synchronize()  # the host buffer is read: the loader may reuse it
-                    if not self._put((batch._replace(images=x, labels=y, key_hashes=hashes, bad=bad), ready)):
+                    if not self._put((batch._replace(images=x, labels=y), ready)):
                         return
         except BaseException as error:  # handed to the consumer, raised there
             self._put(error)

@@ -41,14 +41,20 @@ from train.cluster import ClusterError, default_workers, dist_env
 from train.config import ConfigError
 from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import DeviceBatches
-from train.loader import DECODES, Batch, Loader, PlanArgs
+from train.loader import DECODES, Batch, Loader, PlanArgs, take
+from train.policies import Augment, mixing_seed
 from train.shard_index import ShardSet
+from train.transforms import ResolutionRamp, default_resize
 
 log = logging.getLogger("train")
 
 STATE_FORMAT = "imagenet-loader/1"
 # What a saved position is only valid for: another value reads other samples in another order.
-STATE_IDENTITY = ("format", "dataset_id", "split", "seed", "batch_size", "world_size", "shuffle_buffer")
+STATE_IDENTITY = ("format", "dataset_id", "split", "seed", "batch_size", "shuffle_buffer")
+# What a position inside an epoch is valid for besides: the rest of the epoch would be read or augmented
+# otherwise. At an epoch's end nothing of it is left: the next epoch may differ in these.
+MID_EPOCH_IDENTITY = ("world_size", "repeats", "size", "augment")
+STATE_DEFAULTS = {"repeats": 1}  # states saved before repeats; one lacking "size" or "augment" is not checked
 
 
 @dataclass
@@ -104,7 +110,8 @@ class ImageNetLoader:
     split:           "train" (RandomResizedCrop + flip, shuffled, whole batches, the same count on
                      every rank) or "val" (resize + centre crop, every sample once over the ranks)
     batch_size:      per rank
-    image_size:      the crop's side; validation resizes to size x 256/224 and crops the centre
+    image_size:      the training crop's side, or a ResolutionRamp (a side that changes with the
+                     epoch, as FFCV's progressive resizing)
     device:          any torch device; with CUDA, pinned buffers and a copy on a side stream
     seed:            the shuffle and the augmentation
     workers:         decoding threads; None: this rank's share of the CPUs it may use, less one
@@ -120,17 +127,26 @@ class ImageNetLoader:
     prefetch:        batches moved onto the device ahead of the one the caller holds
     rank, world_size: both or neither; the data-parallel place of this process where it is not
                      torch.distributed's (tensor or pipeline parallelism), as DistributedSampler's
+    augment:         train only: an Augment, torchvision's per-sample policies, random erasing and
+                     MixUp/CutMix (train/policies.py); None: RandomResizedCrop + flip alone
+    repeats:         train only: readings of each sample per epoch, each with its own augmentation
+                     (repeated augmentation, torchvision's RASampler); the epoch keeps its length
+    val_crop, val_resize: validation's CenterCrop(val_crop) after Resize(val_resize), as torchvision's
+                     evaluation preset (None: the training size, and val_crop x 256/224)
     """
 
-    def __init__(self, root: str | Path, split: str = "train", *, batch_size: int, image_size: int,
+    def __init__(self, root: str | Path, split: str = "train", *, batch_size: int, image_size: int | ResolutionRamp,
                  device: torch.device | str, seed: int = 0, workers: int | None = None, decode: str = "cpu",
                  dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: int = 1000,
                  max_bad_samples: int | None = 100, fixed_shape: bool = False, prefetch: int = 2,
-                 rank: int | None = None, world_size: int | None = None):
+                 rank: int | None = None, world_size: int | None = None, augment: Augment | None = None,
+                 repeats: int = 1, val_crop: int | None = None, val_resize: int | None = None):
         # Every setting checked, and every number made a plain int, before a thread starts.
         check_split(split)
         self.batch_size = whole_number("batch_size", batch_size, least=1)
-        self.image_size = whole_number("image_size", image_size, least=1, most=MAX_IMAGE_SIZE)
+        self.image_size = checked_image_size(image_size)
+        self.val_crop, self.val_resize = checked_val_sizes(val_crop, val_resize, self.image_size)
+        self.augment, self.repeats = checked_augment(augment), whole_number("repeats", repeats, least=1)
         self.seed = whole_number("seed", seed)
         self.shuffle_buffer = whole_number("shuffle_buffer", shuffle_buffer, least=1)
         self.prefetch = whole_number("prefetch", prefetch, least=1)
@@ -145,10 +161,12 @@ class ImageNetLoader:
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         check_has_batches(split, manifest.splits[split].samples, self.world_size, self.rank, self.batch_size)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
+        largest = max(self.val_crop, largest_size(self.image_size))
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in SPLITS}, batch_size=self.batch_size,
-                        image_size=self.image_size, threads=decode_threads(workers), decode=decode,
+                        image_size=largest, threads=decode_threads(workers), decode=decode,
                         pin_memory=self.device.type == "cuda")
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), manifest.num_classes)
+        self._mixer = mixer_for(self.augment, manifest.num_classes)
         self._begin(split)
 
     def _begin(self, split: str) -> None:
@@ -185,6 +203,12 @@ class ImageNetLoader:
         self._check_place()
         return epoch_length(self.split, len(self._shared.loader.splits[self.split]), self.world_size,
                             self.batch_size, self.rank)
+
+    def size_of(self, epoch: int) -> int:
+        """The output side of this loader's images in `epoch`."""
+        if self.split == "val":
+            return self.val_crop
+        return self.image_size if isinstance(self.image_size, int) else self.image_size.size(epoch)
 
     def _check_place(self) -> None:
         """A loader made before init_process_group (mp.spawn's usual order) read its place from the
@@ -225,6 +249,8 @@ class ImageNetLoader:
         self._check_place()
         return {"format": STATE_FORMAT, "dataset_id": self._shared.dataset_id, "split": self.split, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size, "shuffle_buffer": self.shuffle_buffer,
+                "repeats": self.repeats, "size": self.size_of(self._epoch),
+                "augment": self.augment.to_dict() if self.split == "train" else None,
                 "epoch": self._epoch, "position": self._position}
 
     def load_state_dict(self, state: dict) -> None:
@@ -233,10 +259,12 @@ class ImageNetLoader:
         state is malformed or belongs to another dataset, seed, batch size, split or (mid-epoch)
         world size. A state at an epoch's end loads into any world size: the next epoch is whole."""
         epoch, position = checked_state(state)
-        mine = self.state_dict()
+        mine = {**self.state_dict(), "size": self.size_of(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
-        wrong = [f"{name}: the state's {state[name]!r}, this loader's {mine[name]!r}" for name in STATE_IDENTITY
-                 if state[name] != mine[name] and not (finished and name == "world_size")]
+        theirs = {**STATE_DEFAULTS, **state}
+        names = STATE_IDENTITY + (() if finished else tuple(n for n in MID_EPOCH_IDENTITY if n in theirs))
+        wrong = [f"{name}: the state's {theirs[name]!r}, this loader's {mine[name]!r}" for name in names
+                 if theirs[name] != mine[name]]
         if wrong:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
                               "as the state's was made, or start without it")
@@ -253,9 +281,10 @@ class ImageNetLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(images, labels) of the next pass: images in `dtype`, normalised, (B, 3, S, S), on the
-        device; labels int64 on the device. A batch with bad samples left out is that much smaller."""
+        device; labels int64 on the device, or with MixUp/CutMix soft targets, float (B, classes).
+        A batch with bad samples left out is that much smaller."""
         for batch in self.batches():
-            yield batch.images, batch.labels
+            yield batch.images, batch.labels if batch.targets is None else batch.targets
 
     def batches(self) -> Iterator[Batch]:
         """The next pass as full batch records: images and labels on the device, the samples' key
@@ -275,10 +304,14 @@ class ImageNetLoader:
         try:
             self._check_place()
             epoch, start = self._begin_pass()
+            train = self.split == "train"
             args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
-                            batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, start_step=start)
+                            batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, size=self.size_of(epoch),
+                            resize=self.val_resize, start_step=start, repeats=self.repeats if train else 1,
+                            augment=self.augment if train else Augment())
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
-                               device_decoder=self._shared.device_decoder, dtype=self.dtype) as on_device:
+                               device_decoder=self._shared.device_decoder, dtype=self.dtype,
+                               interpolation=self.augment.interpolation) as on_device:
                 arriving = iter(on_device)
                 while True:
                     asked = time.perf_counter()
@@ -290,8 +323,11 @@ class ImageNetLoader:
                     self.counters.images += len(batch.labels)
                     self.counters.pil_fallbacks += batch.pil_fallbacks
                     self.counters.seeked_images += batch.seeked
-                    if self.fixed_shape and self.split == "train":
+                    if self.fixed_shape and train:
                         batch = filled(batch, self.batch_size, self.channels_last)
+                    if self._mixer is not None and train and len(batch.labels):
+                        seed = mixing_seed(self.seed, epoch, self.rank, self._position)
+                        batch = mixed(batch, self._mixer, seed, self.channels_last)
                     self._position += 1  # the caller has it: a state taken now resumes after it
                     yield batch
         finally:
@@ -367,7 +403,28 @@ def filled(batch: Batch, size: int, channels_last: bool) -> Batch:
     images = batch.images[index]
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
-    return batch._replace(images=images, labels=batch.labels[index])
+    return take(batch, index)._replace(images=images, key_hashes=batch.key_hashes)
+
+
+def mixer_for(augment: Augment, num_classes: int):
+    """torchvision's MixUp and CutMix, one of them per batch where both are asked (its reference's
+    RandomChoice); None where neither is."""
+    from torchvision.transforms import v2
+
+    chosen = [mix(alpha=alpha, num_classes=num_classes)
+              for mix, alpha in ((v2.MixUp, augment.mixup), (v2.CutMix, augment.cutmix)) if alpha > 0]
+    return v2.RandomChoice(chosen) if chosen else None
+
+
+def mixed(batch: Batch, mixer, seed: int, channels_last: bool) -> Batch:
+    """The batch through MixUp/CutMix with torch's CPU generator seeded for this step (and given back
+    as it was): a resumed run mixes exactly as the first did. The labels become soft targets."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        images, targets = mixer(batch.images, batch.labels)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)  # MixUp's roll makes it contiguous
+    return batch._replace(images=images, targets=targets)
 
 
 def device_decoder_for(decode: str):
@@ -400,6 +457,35 @@ def whole_number(name: str, value, *, least: int | None = None, most: int | None
     if most is not None and number > most:
         raise ConfigError(f"{name} must be at most {most}, not {number}")
     return int(number)
+
+
+def checked_image_size(image_size) -> int | ResolutionRamp:
+    if isinstance(image_size, ResolutionRamp):
+        if image_size.largest > MAX_IMAGE_SIZE:
+            raise ConfigError(f"image_size's ramp reaches {image_size.largest} px, more than {MAX_IMAGE_SIZE}")
+        return image_size
+    return whole_number("image_size", image_size, least=1, most=MAX_IMAGE_SIZE)
+
+
+def largest_size(image_size: int | ResolutionRamp) -> int:
+    return image_size if isinstance(image_size, int) else image_size.largest
+
+
+def checked_val_sizes(val_crop, val_resize, image_size: int | ResolutionRamp) -> tuple[int, int]:
+    """(crop, resize) of validation: torchvision's CenterCrop(crop) after Resize(resize); by default
+    the training size (a ramp's last) and the classic ratio, 256 for 224."""
+    default = image_size if isinstance(image_size, int) else image_size.end
+    crop = default if val_crop is None else whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
+    resize = default_resize(crop) if val_resize is None else whole_number("val_resize", val_resize, least=crop)
+    return crop, resize
+
+
+def checked_augment(augment) -> Augment:
+    if augment is None:
+        return Augment()
+    if not isinstance(augment, Augment):
+        raise ConfigError(f"augment must be a train.Augment (or None), not {augment!r}")
+    return augment
 
 
 def check_decode(decode: str) -> None:
@@ -483,7 +569,7 @@ def checked_state(state) -> tuple[int, int]:
     """(epoch, position) of a state_dict() as saved; ResumeError for anything else."""
     if not isinstance(state, Mapping):
         raise ResumeError(f"a loader state is the dict that state_dict() returned, not {type(state).__name__}")
-    missing = [name for name in (*STATE_IDENTITY, "epoch", "position") if name not in state]
+    missing = [name for name in (*STATE_IDENTITY, "world_size", "epoch", "position") if name not in state]
     if missing:
         raise ResumeError(f"this loader state lacks {', '.join(missing)}: pass the whole dict that state_dict() "
                           "returned")

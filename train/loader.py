@@ -31,11 +31,12 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 import torch
 
-from shards.plan import ReadPlan, train_plan, val_plan
+from shards.plan import ReadPlan, repeated_train_plan, val_plan
 from train import decoder
 from train.decoder import Images, PilFailure
+from train.policies import Augment, erasing_boxes, policy_draws, repeat_keys
 from train.shard_index import ShardSet
-from train.transforms import crops, decode_windows
+from train.transforms import crops, decode_windows, default_resize
 
 log = logging.getLogger("train")
 
@@ -51,7 +52,8 @@ WHY = {decoder.CORRUPT: "damaged JPEG data", decoder.TOO_LARGE: "more pixels tha
 
 @dataclass(frozen=True, kw_only=True)
 class PlanArgs:
-    """What the read plan needs besides the shard sizes (see shards.plan)."""
+    """What an epoch's batches depend on besides the shards: the read plan's arguments (see
+    shards.plan), the output size, and what training samples get besides their crop and flip."""
     split: str
     epoch: int
     seed: int
@@ -59,14 +61,40 @@ class PlanArgs:
     rank: int
     batch_size: int
     shuffle_buffer: int
+    size: int  # the output side of this epoch's images
+    resize: int | None = None  # validation: Resize's size before CenterCrop(size); None: size x 256/224
     start_step: int = 0  # resume: batches of this epoch the rank already took
+    repeats: int = 1  # readings of each sample per epoch (repeated augmentation)
+    augment: Augment = Augment()
+
+    def crops(self) -> "Crops":
+        if self.split == "train":
+            return Crops(self.size, train=(self.seed, self.epoch), augment=self.augment)
+        return Crops(self.size, resize=self.resize or default_resize(self.size))
+
+
+@dataclass(frozen=True)
+class Crops:
+    """What an epoch's crops (and augmentation) are a pure function of, besides each sample's key
+    (and repeat): training's (seed, epoch) and augmentation, or validation's resize; and the size."""
+    size: int
+    train: tuple[int, int] | None = None
+    augment: Augment = Augment()
+    resize: int | None = None
+
+    @property
+    def dct_scaling(self) -> bool:
+        """Training crops may decode at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
+        resize, for a fraction of the decode); validation matches torchvision's pixels, so never."""
+        return self.train is not None
 
 
 def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
     if args.split == "val":
         return val_plan(shard_sizes, world_size=args.world_size, rank=args.rank)
-    return train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size, rank=args.rank,
-                      batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer)
+    return repeated_train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size,
+                               rank=args.rank, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
+                               repeats=args.repeats)
 
 
 def chunk_size(batch_size: int, threads: int) -> int:
@@ -99,23 +127,30 @@ class EncodedBatch(NamedTuple):
 class Batch(NamedTuple):
     """What the loader yields: images (uint8 NHWC, a view of a pinned ring buffer, valid until the
     next batch is asked for; or an EncodedBatch), labels, key hashes, the samples left out, how
-    many images the PIL path decoded, and how many were decoded from only the restart intervals
-    their crops cover (seekable shards)."""
+    many images the PIL path decoded, how many were decoded from only the restart intervals
+    their crops cover (seekable shards), and each training sample's augmentation beyond its crop
+    (train/policies.py): its policy's ops and magnitudes, its erasing box, which reading of it this
+    is (repeated augmentation), and, after MixUp or CutMix, the soft targets."""
     images: torch.Tensor | EncodedBatch
     labels: torch.Tensor  # int64
     key_hashes: torch.Tensor  # int64, shard_index.KEY_HASH_BITS bits
     bad: tuple = ()  # (sample, why) of the samples left out of this batch
     pil_fallbacks: int = 0
     seeked: int = 0
+    ops: torch.Tensor | None = None  # int64 (n, rounds): policies.OPS ids, -1 none; None: no policy
+    magnitudes: torch.Tensor | None = None  # float64 (n, rounds): as torchvision's op receives them
+    erase: torch.Tensor | None = None  # int32 (n, 4): top, left, height, width; height 0 none; None: no erasing
+    repeats: torch.Tensor | None = None  # int64 (n,): the reading of each sample; None: no repeats
+    targets: torch.Tensor | None = None  # float (n, classes) after MixUp/CutMix; None: the labels are the targets
 
 
 @dataclass
 class Chunk:
     """Up to chunk_size images of a batch, one task, for slots [first, first + n): the task reads
-    their headers, draws their crops and hands them to the decode strategy."""
+    their headers, draws their crops (and augmentation) and hands them to the decode strategy."""
     first: int
     images: Images
-    hashes: np.ndarray
+    keys: np.ndarray  # what each sample's augmentation is drawn from: its key hash, mixed with its repeat
     dims: np.ndarray | None = None  # int32 (n, 2): width, height
     boxes: np.ndarray | None = None  # float32 (n, 4)
     flips: np.ndarray | None = None  # bool (n,)
@@ -123,12 +158,17 @@ class Chunk:
     notes: dict[int, str] = field(default_factory=dict)  # image -> why, where PIL said more than the status
     fallbacks: int = 0  # decoded by the PIL path
     seeked: int = 0  # decoded from only the restart intervals their crops cover
+    ops: np.ndarray | None = None  # the policy's draws (policies.policy_draws)
+    magnitudes: np.ndarray | None = None
+    erase: np.ndarray | None = None  # policies.erasing_boxes
 
 
 class InFlight(NamedTuple):
-    """A batch whose decode is queued: its samples, chunks, their futures, its ring and slot."""
+    """A batch whose decode is queued: its samples (and their repeats), chunks, their futures, its
+    ring and slot."""
     shards: ShardSet
     ids: np.ndarray
+    repeats: np.ndarray | None
     chunks: list[Chunk]
     futures: list[Future]
     ring: int
@@ -139,11 +179,11 @@ def label_problem(classes: int) -> str:
     return f"its .cls is not a class index from 0 to {classes - 1}"
 
 
-def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: bool = False) -> None:
-    """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk. With
-    `check_markers` (--decode gpu) a JPEG whose marker structure is broken is CORRUPT. An image
-    whose header fails is drawn a crop of a 1 x 1 image: it is left out, and the others' crops do
-    not depend on it."""
+def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
+    """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk (and,
+    in training, the rest of its augmentation). With `check_markers` (--decode gpu) a JPEG whose
+    marker structure is broken is CORRUPT. An image whose header fails is drawn a crop of a 1 x 1
+    image: it is left out, and the others' crops do not depend on it."""
     chunk.dims, chunk.status = decoder.image_sizes(chunk.images, check_markers)
     for i in np.flatnonzero(chunk.status == decoder.NOT_JPEG).tolist():
         try:
@@ -152,7 +192,18 @@ def draw_crops(chunk: Chunk, augment: tuple[int, int] | None, check_markers: boo
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
     fine = (chunk.status == KEPT) | (chunk.status == decoder.NOT_JPEG)
     dims = np.where(fine[:, None], chunk.dims, 1)
-    chunk.boxes, chunk.flips = crops(chunk.hashes, dims[:, 0], dims[:, 1], augment)
+    chunk.boxes, chunk.flips = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, (spec.resize, spec.size))
+    if spec.train is not None:
+        draw_augmentation(chunk, spec)
+
+
+def draw_augmentation(chunk: Chunk, spec: Crops) -> None:
+    """Each sample's policy ops and magnitudes and its erasing box (policies.py), where asked."""
+    (seed, epoch), augment, size = spec.train, spec.augment, spec.size
+    if augment.policy is not None:
+        chunk.ops, chunk.magnitudes = policy_draws(chunk.keys, seed, epoch, augment, size, size)
+    if augment.erasing > 0:
+        chunk.erase = erasing_boxes(chunk.keys, seed, epoch, augment.erasing, size, size)
 
 
 # ---------------------------------------------------------------- the decode strategies
@@ -167,7 +218,9 @@ class CpuDecode:
     training epoch), then kept for the next time."""
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
-        self.shape, self.ring_size, self.pin_memory = (batch_size, image_size, image_size, 3), ring, pin_memory
+        # A slot holds a batch of the largest size; an epoch of a smaller one views its first bytes.
+        self.batch_size, self.slot_bytes = batch_size, batch_size * image_size * image_size * 3
+        self.ring_size, self.pin_memory = ring, pin_memory
         self.rings: list[list[torch.Tensor]] = []
         self.free: list[int] = []
         self.lock = threading.Lock()  # epochs open and close in several threads (each DeviceBatches' own)
@@ -183,7 +236,7 @@ class CpuDecode:
         with self.lock:
             if self.free:
                 return self.free.pop()
-            self.rings.append([torch.empty(self.shape, dtype=torch.uint8, pin_memory=self.pin_memory)
+            self.rings.append([torch.empty(self.slot_bytes, dtype=torch.uint8, pin_memory=self.pin_memory)
                                for _ in range(self.ring_size)])
             return len(self.rings) - 1
 
@@ -191,24 +244,29 @@ class CpuDecode:
         with self.lock:
             self.free.append(ring)
 
-    def buffer(self, ring: int, slot: int) -> np.ndarray:
-        return self.rings[ring][slot].numpy()
+    def view(self, ring: int, slot: int, size: int) -> torch.Tensor:
+        """The slot as a batch of size x size images, uint8 (B, size, size, 3), C-contiguous."""
+        return self.rings[ring][slot][:self.batch_size * size * size * 3].view(self.batch_size, size, size, 3)
 
-    def decode(self, chunk: Chunk, out: np.ndarray, augment) -> None:
+    def buffer(self, ring: int, slot: int, size: int) -> np.ndarray:
+        return self.view(ring, slot, size).numpy()
+
+    def decode(self, chunk: Chunk, out: np.ndarray, spec: Crops) -> None:
         """In a decode thread: the chunk's crops into out[chunk.first:]."""
-        draw_crops(chunk, augment)
+        draw_crops(chunk, spec)
         seeked = np.zeros(len(chunk.images), np.bool_)
-        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first, seeked=seeked)
+        decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first, seeked=seeked,
+                                       dct_scaling=spec.dct_scaling)
         chunk.status = np.where(chunk.status == KEPT, decoded, chunk.status)
         chunk.seeked = int((seeked & (chunk.status == KEPT)).sum())
         for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
-            self.pil_fallback(chunk, i, out)
+            self.pil_fallback(chunk, i, out, spec.dct_scaling)
 
-    def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray) -> None:
+    def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, dct_scaling: bool) -> None:
         """The PIL path for an image the native decoder does not take: same crop, same slot."""
         try:
             out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
-                                                           bool(chunk.flips[i]), out.shape[1])
+                                                           bool(chunk.flips[i]), out.shape[1], dct_scaling)
         except PilFailure as failure:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
             return
@@ -216,9 +274,9 @@ class CpuDecode:
         chunk.fallbacks += 1
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
-               slot: int) -> torch.Tensor:
+               slot: int, size: int) -> torch.Tensor:
         """The kept images of a finished batch: a view of its ring slot, gaps closed in order."""
-        images = self.rings[ring][slot]
+        images = self.view(ring, slot, size)
         if len(keep) < len(ids):
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return images[:len(keep)]
@@ -230,7 +288,7 @@ class GpuDecode:
     JPEG goes to the device decoder too (its PIL fallback decodes it)."""
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
-        self.size = image_size  # the batches are bytes; nothing to allocate ahead
+        pass  # the batches are bytes; nothing to allocate ahead
 
     def describe(self, threads: int) -> str:
         return f"decoder: on the device (--decode gpu); headers, marker checks and crops by {threads} threads"
@@ -244,15 +302,15 @@ class GpuDecode:
     def release(self, ring: int) -> None:
         pass
 
-    def buffer(self, ring: int, slot: int) -> None:
+    def buffer(self, ring: int, slot: int, size: int) -> None:
         return None
 
-    def decode(self, chunk: Chunk, out: None, augment) -> None:
-        draw_crops(chunk, augment, check_markers=True)
+    def decode(self, chunk: Chunk, out: None, spec: Crops) -> None:
+        draw_crops(chunk, spec, check_markers=True)
         chunk.status[chunk.status == decoder.NOT_JPEG] = KEPT  # PIL read its size: the device's fallback decodes it
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
-               slot: int) -> EncodedBatch:
+               slot: int, size: int) -> EncodedBatch:
         """The kept samples' bytes end to end in one array, with their windows and crops."""
         kept = ids[keep]
         images = shards.images(kept)
@@ -260,13 +318,36 @@ class GpuDecode:
         decoder.gather(images, data)
         dims = np.concatenate([c.dims for c in chunks])[keep]
         boxes = np.concatenate([c.boxes for c in chunks])[keep]
-        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], self.size)
+        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size)
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
         return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
-                            flips, self.size, lambda i: shards.describe(int(kept[i])))
+                            flips, size, lambda i: shards.describe(int(kept[i])))
 
 
 DECODES = {"cpu": CpuDecode, "gpu": GpuDecode}
+
+PER_SAMPLE = ("labels", "key_hashes", "ops", "magnitudes", "erase", "repeats", "targets")  # Batch's rows
+
+
+def take(batch: Batch, index: torch.Tensor | list[int]) -> Batch:
+    """The batch's per-sample fields (all but the images) at `index`, in its order."""
+    fields = {}
+    for name in PER_SAMPLE:
+        value = getattr(batch, name)
+        if value is not None:
+            fields[name] = value[torch.as_tensor(index, dtype=torch.long, device=value.device)]
+    return batch._replace(**fields)
+
+
+def augmentation_of(chunks: list[Chunk], keep: np.ndarray, repeats: np.ndarray | None) -> dict:
+    """The kept samples' augmentation draws, as Batch fields (those drawn at all)."""
+    fields = {}
+    for name in ("ops", "magnitudes", "erase"):
+        if getattr(chunks[0], name) is not None:
+            fields[name] = torch.from_numpy(np.concatenate([getattr(c, name) for c in chunks])[keep])
+    if repeats is not None:
+        fields["repeats"] = torch.from_numpy(repeats[keep])
+    return fields
 
 
 # ---------------------------------------------------------------- the loader
@@ -281,9 +362,10 @@ class Loader:
 
     def __init__(self, splits: dict[str, ShardSet], *, batch_size: int, image_size: int, threads: int,
                  decode: str = "cpu", pin_memory: bool = False, ring: int = 4):
+        """image_size: the largest output side any epoch asks for (the buffers' size)."""
         if decode not in DECODES:
             raise ValueError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
-        self.splits, self.batch_size, self.ring_size = splits, batch_size, ring
+        self.splits, self.batch_size, self.ring_size, self.max_size = splits, batch_size, ring, image_size
         self.threads = max(1, threads)
         self.strategy = DECODES[decode](batch_size=batch_size, image_size=image_size, ring=ring,
                                         pin_memory=pin_memory)
@@ -313,13 +395,17 @@ class Loader:
     def epoch(self, args: PlanArgs) -> Iterator[Batch]:
         """The rank's batches of an epoch from `args.start_step` on: whole batches in training,
         and a last partial one in validation."""
+        if not 1 <= args.size <= self.max_size:
+            raise ValueError(f"an epoch of {args.size} px images from a loader made for at most {self.max_size}")
         shards = self.splits[args.split]
-        ids = shards.ids(plan_for(args, shards.sizes))[args.start_step * args.batch_size:]
-        batches = [ids[i:i + self.batch_size] for i in range(0, len(ids), self.batch_size)]
-        augment = (args.seed, args.epoch) if args.split == "train" else None
-        return self._decoded(shards, batches, augment)
+        plan, start = plan_for(args, shards.sizes), args.start_step * args.batch_size
+        ids = shards.ids(plan)[start:]
+        repeats = np.asarray(plan.repeats, np.int64)[start:] if plan.repeats else None
+        batches = [(ids[i:i + self.batch_size], None if repeats is None else repeats[i:i + self.batch_size])
+                   for i in range(0, len(ids), self.batch_size)]
+        return self._decoded(shards, batches, args.crops())
 
-    def _decoded(self, shards: ShardSet, batches: list[np.ndarray], augment: tuple[int, int] | None
+    def _decoded(self, shards: ShardSet, batches: list[tuple[np.ndarray, np.ndarray | None]], spec: Crops
                  ) -> Iterator[Batch]:
         """Batch k decodes into slot k mod R of the epoch's ring; R - 1 batches decode ahead of the one
         the caller holds, and a slot is reused only once the caller has asked for the batch after it."""
@@ -330,9 +416,9 @@ class Loader:
             for k in range(len(batches)):
                 while submitted < len(batches) and submitted < k + self.ring_size:
                     slot = submitted % self.ring_size
-                    in_flight.append(self._submit(shards, batches[submitted], ring, slot, augment))
+                    in_flight.append(self._submit(shards, *batches[submitted], ring, slot, spec))
                     submitted += 1
-                yield self._finish(in_flight.popleft())
+                yield self._finish(in_flight.popleft(), spec.size)
         finally:
             for batch in in_flight:  # the caller left early: stop what is queued
                 for f in batch.futures:
@@ -343,17 +429,19 @@ class Loader:
                         f.exception()  # wait: a running task still writes into its ring slot
             self.strategy.release(ring)
 
-    def _submit(self, shards: ShardSet, ids: np.ndarray, ring: int, slot: int, augment) -> InFlight:
+    def _submit(self, shards: ShardSet, ids: np.ndarray, repeats: np.ndarray | None, ring: int, slot: int,
+                spec: Crops) -> InFlight:
         """Queue the batch's tasks, a chunk each."""
         shards.ensure_indexed(ids)
-        images, hashes, out = shards.images(ids), shards.hashes[ids], self.strategy.buffer(ring, slot)
-        chunks = [Chunk(first, images[first:first + self.chunk], hashes[first:first + self.chunk])
+        images, out = shards.images(ids), self.strategy.buffer(ring, slot, spec.size)
+        keys = repeat_keys(shards.hashes[ids], repeats)
+        chunks = [Chunk(first, images[first:first + self.chunk], keys[first:first + self.chunk])
                   for first in range(0, len(ids), self.chunk)]
-        futures = [self.pool.submit(self.strategy.decode, c, out, augment) for c in chunks]
-        return InFlight(shards, ids, chunks, futures, ring, slot)
+        futures = [self.pool.submit(self.strategy.decode, c, out, spec) for c in chunks]
+        return InFlight(shards, ids, repeats, chunks, futures, ring, slot)
 
-    def _finish(self, batch: InFlight) -> Batch:
-        shards, ids, chunks, futures, ring, slot = batch
+    def _finish(self, batch: InFlight, size: int) -> Batch:
+        shards, ids, repeats, chunks, futures, ring, slot = batch
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
         status = np.concatenate([c.status for c in chunks])
@@ -371,8 +459,8 @@ class Loader:
         self._log_first_seeks(seeked, len(keep))
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
-        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot), labels, hashes, bad, fallbacks,
-                     seeked)
+        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot, size), labels, hashes, bad,
+                     fallbacks, seeked, **augmentation_of(chunks, keep, repeats))
 
     def _log_first_seeks(self, seeked: int, images: int) -> None:
         """Which decode path the first batch took: seeking pays about 1.3x (README: seekable shards)."""

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
@@ -32,6 +33,8 @@ from train.config import ConfigError, TrainConfig
 from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
+from train.policies import Augment
+from train.transforms import ResolutionRamp
 from train.shard_index import KEY_HASH_BITS
 from train.trackers import NoTracker, open_tracker, require
 
@@ -83,6 +86,7 @@ class Run:
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
     tracker: NoTracker = field(default_factory=NoTracker)  # --tracker's (rank 0): opened where the run resumes
+    ema: AveragedModel | None = None  # --ema: the average of the weights, evaluated and checkpointed too
 
 
 # ---------------------------------------------------------------- set-up
@@ -100,9 +104,10 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-    """SGD with Nesterov momentum, no decay on norm layers and biases; `lr` is the peak rate."""
-    return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=True)
+def build_optimizer(model: torch.nn.Module, lr: float, momentum: float, weight_decay: float,
+                    nesterov: bool = True) -> torch.optim.Optimizer:
+    """SGD with momentum (Nesterov's by default), no decay on norm layers and biases; `lr` is the peak rate."""
+    return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov)
 
 
 def step_module(model: torch.nn.Module, world_size: int, device: torch.device, compile: bool) -> torch.nn.Module:
@@ -120,6 +125,30 @@ def warmup_cosine(warmup_steps: int, total_steps: int):
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return factor
+
+
+def warmup_linear(warmup_steps: int, total_steps: int):
+    """LR multiplier per optimizer step: linear warm-up to 1, then linear decay to 0 at the end (FFCV's
+    schedule, which interpolates per step between per-epoch rates)."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, 1 - (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return factor
+
+
+SCHEDULES = {"cosine": warmup_cosine, "linear": warmup_linear}
+
+
+def ema_of(model: torch.nn.Module, config: TrainConfig, world_size: int) -> AveragedModel | None:
+    """--ema: torch's AveragedModel with an exponential average of parameters and buffers, its decay
+    per update adjusted to the global batch, --ema-steps and --epochs as torchvision's reference
+    adjusts --model-ema-decay (so one value serves any batch and length)."""
+    if not config.ema:
+        return None
+    adjust = world_size * config.batch_size * config.ema_steps / config.epochs
+    alpha = min(1.0, (1.0 - config.ema_decay) * adjust)
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(1.0 - alpha), use_buffers=True)
 
 
 def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
@@ -141,24 +170,37 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                           f"{global_batch} ({env.world_size} ranks x --batch-size {config.batch_size}): lower --batch-size")
     if config.max_steps:
         steps = min(steps, config.max_steps)
-    optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay)
-    schedule = warmup_cosine(round(config.warmup_epochs * steps), config.epochs * steps)
+    optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay,
+                                config.nesterov)
+    schedule = SCHEDULES[config.lr_schedule](round(config.warmup_epochs * steps), config.epochs * steps)
     amp_dtype = amp_dtype_for(config.amp, device)
     return Run(config=config, env=env, manifest=manifest, device=device, model=model,
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, control=control, preemption=preemption, **build_data(config, device))
+               steps=steps, control=control, preemption=preemption, ema=ema_of(model, config, env.world_size),
+               **build_data(config, device))
 
 
 def build_data(config: TrainConfig, device: torch.device) -> dict:
     """The public loader of the train split, and the val one sharing its threads and buffers. Bad
     samples are limited by agreement over the ranks here (check_bad_samples), not by each rank."""
-    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size, image_size=config.image_size,
+    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size, image_size=image_size_of(config),
                                 device=device, seed=config.seed, workers=config.workers, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
-                                max_bad_samples=None)
+                                max_bad_samples=None, augment=augment_of(config), repeats=config.repeats,
+                                val_crop=config.val_crop, val_resize=config.val_resize)
     return {"train_data": train_data, "val_data": train_data.with_split("val")}
+
+
+def augment_of(config: TrainConfig) -> Augment:
+    return Augment(policy=None if config.policy == "none" else config.policy, num_ops=config.policy_ops,
+                   magnitude=config.policy_magnitude, interpolation=config.policy_interpolation,
+                   erasing=config.random_erase, mixup=config.mixup_alpha, cutmix=config.cutmix_alpha)
+
+
+def image_size_of(config: TrainConfig) -> int | ResolutionRamp:
+    return ResolutionRamp(*config.ramp) if config.ramp else config.image_size
 
 
 def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
@@ -248,9 +290,10 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                                   "the dataset is damaged; run prepare with --verify on this node")
             if preempted:
                 break  # before the step: the batch is read again on resume
-            loss, logits = step(x, y)
+            loss, logits = step(x, y if batch.targets is None else batch.targets)  # MixUp/CutMix: soft targets
+            update_ema(run, epoch, done)
             loss_sum += loss.detach().float() * len(y)
-            correct += (logits.argmax(1) == y).sum()
+            correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
             done += 1
@@ -270,6 +313,17 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     return done, preempted, position
 
 
+def update_ema(run: Run, epoch: int, index: int) -> None:
+    """After the step of batch `index` (0-based) of the epoch, every --ema-steps batches, as
+    torchvision's reference does it; during the warm-up epochs the average restarts at each update,
+    so that it follows the weights until the warm-up ends."""
+    if run.ema is None or index % run.config.ema_steps:
+        return
+    run.ema.update_parameters(run.model)
+    if epoch < run.config.warmup_epochs:
+        run.ema.n_averaged.fill_(0)
+
+
 def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps_here: int) -> None:
     """Loss, learning rate and images/s so far this epoch (this rank's x the ranks) to the tracker."""
     images_per_sec = steps_here * run.config.batch_size * run.env.world_size / max(elapsed, 1e-9)
@@ -277,10 +331,17 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
                      "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
 
 
+def evaluate_all(run: Run) -> dict:
+    """The model's validation metrics, and with --ema the average's too (as ema_val_*)."""
+    metrics = evaluate(run, run.model)  # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
+    if run.ema is not None:
+        metrics |= {f"ema_{name}": value for name, value in evaluate(run, run.ema.module).items()}
+    return metrics
+
+
 @torch.no_grad()
-def evaluate(run: Run) -> dict:
+def evaluate(run: Run, model: torch.nn.Module) -> dict:
     """Top-1/top-5 over every validation sample exactly once across ranks (asserted)."""
-    model = run.model  # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
     model.eval()
     sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
     k = min(5, run.manifest.num_classes)
@@ -332,7 +393,7 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         save_checkpoint(path, Checkpoint(
             model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
             scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size, ranks=ranks,
-            config=run.config.to_dict(), loader=loader))
+            config=run.config.to_dict(), loader=loader, ema=run.ema.state_dict() if run.ema is not None else None))
         log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
@@ -414,7 +475,8 @@ def resume(run: Run) -> tuple[int, int, EpochSums]:
         return 0, 0, EpochSums()
     checkpoint = load_checkpoint(path)
     checkpoint.check_resumable(config, run.env.world_size)
-    sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device)
+    sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
+                              ema=run.ema)
     if checkpoint.mid_epoch:
         run.train_data.load_state_dict(checkpoint.loader or position_of_old(run, checkpoint))
     if run.env.is_main:
@@ -458,7 +520,7 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
                 if config.requeue:
                     requeue_job(run.env.job_id)
             return 0
-        record = epoch_record(run, epoch, done, sums, evaluate(run), start_step)
+        record = epoch_record(run, epoch, done, sums, evaluate_all(run), start_step)
         if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none
             append_metrics(config.run_dir, record)
             run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])

@@ -26,7 +26,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def epoch_line(record: dict) -> str:
+    ema = f" (EMA {record['ema_val_top1']:.2f}%)" if "ema_val_top1" in record else ""
     return (f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} top-1 {record['train_top1']:.2f}% | "
-            f"val top-1 {record['val_top1']:.2f}% top-5 {record['val_top5']:.2f}% on {record['val_images']} images | "
-            f"{record['images_per_sec']:.0f} img/s ({record['images_per_sec_per_gpu']:.0f} per rank), "
+            f"val top-1 {record['val_top1']:.2f}%{ema} top-5 {record['val_top5']:.2f}% on {record['val_images']} "
+            f"images | {record['images_per_sec']:.0f} img/s ({record['images_per_sec_per_gpu']:.0f} per rank), "
             f"data wait {100 * record['data_wait_fraction']:.0f}%")

@@ -6,8 +6,10 @@ random numbers come from a counter-based generator (splitmix64) keyed by the sam
 hash and a per-epoch seed, so a sample's augmentation does not depend on which thread decodes it,
 on the batch it falls in, or on a resume.
 
-Validation: resize the shorter side to size * 256 / 224 and centre-crop `size` (torchvision's
-Resize(256) + CenterCrop(224)): the box in source pixels, resized to size x size in one step.
+Validation: torchvision's Resize(resize) + CenterCrop(crop) (the evaluation preset; 256 and 224
+classically, 232 and 224 in torchvision's V2 recipe), as the box in source pixels that the resize
+grid and the crop's integer offset keep, resized to crop x crop in one step: the same sampling
+positions and filter as resizing the whole image, then cropping.
 
 Boxes are (left, top, right, bottom) in source pixels, float32; the decoder (train/decoder.py)
 or the device (train/device_decode.py, which decodes each box's `decode_windows`) resizes each box
@@ -17,6 +19,7 @@ to size x size.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +27,7 @@ from shards.plan import seeded_rng
 
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-RESIZE_FOR_CROP = 256 / 224
+RESIZE_FOR_CROP = 256 / 224  # the classic evaluation's resize for a crop: Resize(256) for CenterCrop(224)
 TRIES = 10  # RandomResizedCrop's attempts before the centre-crop fallback
 DRAWS = 2 * TRIES + 3  # uniforms per sample: (area, log ratio) per try, top, left, flip
 
@@ -40,14 +43,16 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def epoch_key(seed: int, epoch: int) -> np.uint64:
-    """The augmentation stream of an epoch (independent of the read plan's streams)."""
-    return np.uint64(seeded_rng(seed, "augment", epoch).getrandbits(64))
+def epoch_key(seed: int, epoch: int, stream: str = "augment") -> np.uint64:
+    """An augmentation stream of an epoch: "augment" for the crop and flip, "policy" and "erasing"
+    for the rest, so that turning a policy on does not change a sample's crop (all independent of the
+    read plan's streams)."""
+    return np.uint64(seeded_rng(seed, stream, epoch).getrandbits(64))
 
 
-def uniforms(key_hashes: np.ndarray, seed: int, epoch: int, count: int) -> np.ndarray:
-    """(n, count) float64 in [0, 1): draw j of sample i depends only on (seed, epoch, its key, j)."""
-    streams = splitmix64(key_hashes.astype(np.uint64) ^ epoch_key(seed, epoch))
+def uniforms(key_hashes: np.ndarray, seed: int, epoch: int, count: int, stream: str = "augment") -> np.ndarray:
+    """(n, count) float64 in [0, 1): draw j of sample i depends only on (seed, epoch, stream, its key, j)."""
+    streams = splitmix64(key_hashes.astype(np.uint64) ^ epoch_key(seed, epoch, stream))
     counters = np.arange(count, dtype=np.uint64) * _GOLDEN
     bits = splitmix64(streams[:, None] ^ counters[None, :])
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
@@ -88,21 +93,39 @@ def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
     return random_resized_crops(widths, heights, u), u[:, 2 * TRIES + 2] < 0.5
 
 
-def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
-          augment: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray, augment: tuple[int, int] | None,
+          centre: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(boxes, flips) for a batch: train_crops with augment = (seed, epoch), else the validation
-    centre crop and no flips."""
+    centre crop of centre = (resize, crop) and no flips."""
     if augment is None:
-        return centre_crops(widths, heights), np.zeros(len(widths), bool)
+        resize, crop = centre
+        return centre_crops(widths, heights, resize, crop), np.zeros(len(widths), bool)
     return train_crops(key_hashes, widths, heights, *augment)
 
 
-def centre_crops(widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
-    """The centre crop, in source pixels, that Resize(size*256/224) + CenterCrop(size) keeps."""
-    w, h = widths.astype(np.float64), heights.astype(np.float64)
-    side = np.minimum(w, h) / RESIZE_FOR_CROP
-    left, top = (w - side) / 2, (h - side) / 2
-    return np.stack([left, top, left + side, top + side], axis=1).astype(np.float32)
+def default_resize(crop: int) -> int:
+    """The classic evaluation's Resize for a CenterCrop of `crop`: 256 for 224."""
+    return round(crop * RESIZE_FOR_CROP)
+
+
+def resized_sizes(widths: np.ndarray, heights: np.ndarray, resize: int) -> tuple[np.ndarray, np.ndarray]:
+    """(width, height) after torchvision's Resize(resize): the shorter side `resize`, the longer
+    int(resize * long / short), as its _compute_resized_output_size computes it."""
+    w, h = widths.astype(np.int64), heights.astype(np.int64)
+    short, long = np.minimum(w, h), np.maximum(w, h)
+    new_long = np.floor((resize * long) / short.astype(np.float64)).astype(np.int64)  # int() of a positive float
+    return np.where(w <= h, resize, new_long), np.where(w <= h, new_long, resize)
+
+
+def centre_crops(widths: np.ndarray, heights: np.ndarray, resize: int, crop: int) -> np.ndarray:
+    """The box, in source pixels, that torchvision's Resize(resize) + CenterCrop(crop) keeps, on
+    their grid: CenterCrop's integer offset (round half to even, as round()) in the resized image,
+    mapped back through each axis's own scale (source / resized), so that resizing the box to crop x
+    crop samples at the whole image's resize positions with its filter (resize >= crop)."""
+    new_w, new_h = resized_sizes(widths, heights, resize)
+    top, left = np.rint((new_h - crop) / 2.0), np.rint((new_w - crop) / 2.0)
+    sx, sy = widths / new_w.astype(np.float64), heights / new_h.astype(np.float64)
+    return np.stack([left * sx, top * sy, (left + crop) * sx, (top + crop) * sy], axis=1).astype(np.float32)
 
 
 def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, size: int
@@ -121,3 +144,43 @@ def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, s
     windows = np.stack([left, top, right, bottom], axis=1).astype(np.int32)
     inside = boxes - np.stack([left, top, left, top], axis=1)
     return windows, inside.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class ResolutionRamp:
+    """A training crop size that changes with the epoch, as FFCV's progressive resizing: `start` px
+    up to `start_epoch`, `end` px from `end_epoch`, in between linear, rounded to a multiple of `step`
+    (FFCV's get_resolution, line for line)."""
+    start: int
+    end: int
+    start_epoch: int
+    end_epoch: int
+    step: int = 32
+
+    def __post_init__(self):
+        from train.config import ConfigError
+
+        numbers = (self.start, self.end, self.start_epoch, self.end_epoch, self.step)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or min(numbers) < 0 or \
+                min(self.start, self.end, self.step) < 1 or self.end_epoch < self.start_epoch:
+            raise ConfigError(f"a resolution ramp takes whole sizes of at least 1 px, a step of at least 1, and "
+                              f"0 <= start_epoch <= end_epoch, not {self}")
+        if min(self.sizes()) < 1:
+            raise ConfigError(f"{self} rounds some epochs to 0 px: give sizes of at least one step")
+
+    def size(self, epoch: int) -> int:
+        if epoch <= self.start_epoch:
+            return self.start
+        if epoch >= self.end_epoch:
+            return self.end
+        between = np.interp([epoch], [self.start_epoch, self.end_epoch], [self.start, self.end])[0]
+        return int(np.round(between / self.step)) * self.step
+
+    def sizes(self) -> list[int]:
+        """The size of every epoch from start_epoch to end_epoch (before and after: the ends)."""
+        return [self.size(epoch) for epoch in range(self.start_epoch, self.end_epoch + 1)]
+
+    @property
+    def largest(self) -> int:
+        """The largest size of any epoch (rounding to the step may pass the larger end)."""
+        return max(self.sizes())

@@ -55,12 +55,13 @@ class Ours:
         self.loader = Loader({"train": ShardSet.of(root, manifest, "train")}, batch_size=batch, image_size=size,
                              threads=threads, decode=decode, pin_memory=pin_memory)
         self.rank, self.world_size, self.batch, self.shuffle_buffer = rank, world_size, batch, shuffle_buffer
+        self.size = size
 
     def __iter__(self) -> Iterator[tuple]:
         for epoch in itertools.count():
             yield from self.loader.epoch(PlanArgs(
                 split="train", epoch=epoch, seed=0, world_size=self.world_size,
-                rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer))
+                rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer, size=self.size))
 
     def memory_mb(self) -> float:
         return self.loader.memory_bytes() / 2**20
@@ -69,11 +70,14 @@ class Ours:
         self.loader.close()
 
 
-def library_passes(root: Path, threads: int, batch: int, size: int) -> tuple[ImageNetLoader, Iterator[tuple]]:
+def library_passes(root: Path, threads: int, batch: int, size: int, **options
+                   ) -> tuple[ImageNetLoader, Iterator[tuple]]:
     """The public ImageNetLoader on the CPU device, epoch after epoch as a user's loop reads it:
     (loader, its (images, labels) batches, normalised). Ours above, with the copy onto the device
-    and the normalisation that the library adds (on a CPU device, in its background thread)."""
-    loader = ImageNetLoader(root, "train", batch_size=batch, image_size=size, device="cpu", workers=threads)
+    and the normalisation that the library adds (on a CPU device, in its background thread), and
+    whatever else `options` ask of it (augment=, repeats=)."""
+    loader = ImageNetLoader(root, "train", batch_size=batch, image_size=size, device="cpu", workers=threads,
+                            **options)
 
     def passes():
         for epoch in itertools.count():
@@ -109,10 +113,13 @@ def extract_image_folder(manifest: Manifest, root: Path, out: Path) -> Path:
     return out
 
 
-def baseline_loader(folder: Path, workers: int, batch: int, size: int, images: int) -> DataLoader:
-    """torchvision's ImageFolder + RandomResizedCrop, flip, ToTensor, Normalize in a DataLoader."""
-    transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(),
-                           T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+def baseline_loader(folder: Path, workers: int, batch: int, size: int, images: int,
+                    policy: torch.nn.Module | None = None, erasing: float = 0.0) -> DataLoader:
+    """torchvision's ImageFolder + RandomResizedCrop, flip, (a policy,) ToTensor, Normalize (, RandomErasing)
+    in a DataLoader: its classification reference's train preset."""
+    transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *([policy] if policy else []),
+                           T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                           *([T.RandomErasing(erasing)] if erasing else [])])
     dataset = datasets.ImageFolder(str(folder), transform=transform)
     sampler = RandomSampler(dataset, num_samples=images + 64 * batch)
     return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=workers,

@@ -22,7 +22,7 @@ from shards.manifest import read_complete_manifest
 from train.bench.decoders import one_core
 from train.decoder import Images, decode_crops, image_sizes
 from train.shard_index import ShardSet
-from train.transforms import centre_crops, train_crops
+from train.transforms import centre_crops, default_resize, train_crops
 
 AREAS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1.01))  # bands of box area / image area
 
@@ -40,7 +40,8 @@ def measure(plain: Images, seekable: Images, hashes: np.ndarray, size: int) -> d
     """ms per image of the plain JPEGs' crops and the seekable ones', by box area too."""
     dims, _ = image_sizes(plain)
     boxes, flips = train_crops(hashes, dims[:, 0], dims[:, 1], seed=0, epoch=0)
-    centres, no_flips = centre_crops(dims[:, 0], dims[:, 1]), np.zeros(len(plain), np.bool_)
+    centres = centre_crops(dims[:, 0], dims[:, 1], default_resize(size), size)
+    no_flips = np.zeros(len(plain), np.bool_)
     area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / (dims[:, 0] * dims[:, 1])
     bands = {f"{lo:.1f}-{min(hi, 1):.1f}": np.flatnonzero((area >= lo) & (area < hi)) for lo, hi in AREAS}
     bands = {name: ids for name, ids in bands.items() if len(ids)}

@@ -25,7 +25,8 @@ VARIANTS = {"GPU Huffman": OPTIONS + " nvjpeg_cuda_decoder:hybrid_huffman_thresh
 
 def first_batch(root: Path, decode: str):
     shard_set = ShardSet.of(root, read_manifest(root), "train")
-    args = PlanArgs(split="train", epoch=0, seed=0, world_size=1, rank=0, batch_size=BATCH, shuffle_buffer=1000)
+    args = PlanArgs(split="train", epoch=0, seed=0, world_size=1, rank=0, batch_size=BATCH, shuffle_buffer=1000,
+                    size=224)
     with Loader({"train": shard_set}, batch_size=BATCH, image_size=224, threads=4, decode=decode,
                 pin_memory=True) as loader:
         batch = next(loader.epoch(args))

@@ -201,6 +201,7 @@ typedef struct {
     int size;
     uint8_t *out; /* size * size * 3 */
     int seek;     /* may decode only the restart intervals that cover the crop */
+    int dct_scaling; /* may decode at 1/2-1/8 scale in the DCT (validation's exact grid: not) */
 } job;
 
 /* Buffers grown as needed and kept from one image to the next of a call; every byte read from them
@@ -274,7 +275,7 @@ static void box_in(const job *j, double width, double height, double box[4]) {
 static int crop_filters(const struct jpeg_decompress_struct *c, const job *j, scratch *s) {
     double box[4];
     box_in(j, c->image_width, c->image_height, box);
-    int shrink = dct_shrink(c, box[2] - box[0], box[3] - box[1], j->size);
+    int shrink = j->dct_scaling ? dct_shrink(c, box[2] - box[0], box[3] - box[1], j->size) : 1;
     unsigned int width = (c->image_width + shrink - 1) / shrink, height = (c->image_height + shrink - 1) / shrink;
     double sx = (double)width / c->image_width, sy = (double)height / c->image_height;
     if (make_filter(&s->fx, box[0] * sx, box[2] * sx, (int)width, j->size) ||
@@ -560,16 +561,16 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args, PyObject *kwargs
 static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
-                               "max_pixels", "simd", "seek", "seeked", NULL};
+                               "max_pixels", "simd", "seek", "seeked", "dct_scaling", NULL};
     PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *seeked_o = Py_None;
     PyObject *result = NULL;
     Py_ssize_t first;
     long long max_pixels;
     const char *simd = NULL;
-    int seek = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpO", keywords, &buffers, &which, &offsets, &lengths,
+    int seek = 1, dct_scaling = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOp", keywords, &buffers, &which, &offsets, &lengths,
                                      &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
-                                     &seeked_o) ||
+                                     &seeked_o, &dct_scaling) ||
         check_max_pixels(max_pixels) < 0)
         return NULL;
     const resampler *rs = find_resampler(simd);
@@ -605,7 +606,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
             memset(&s, 0, sizeof(s));
             for (Py_ssize_t i = 0; i < im.n; i++) {
                 job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
-                         .out = slot0 + (size_t)i * slot, .seek = seek};
+                         .out = slot0 + (size_t)i * slot, .seek = seek, .dct_scaling = dct_scaling};
                 memcpy(j.box, b + 4 * i, sizeof(j.box));
                 int seeked_here;
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
@@ -680,12 +681,13 @@ static PyMethodDef methods[] = {
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
      "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None, "
-     "seek=True, seeked=None): "
+     "seek=True, seeked=None, dct_scaling=True): "
      "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
      "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
      "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
      "seek: a JPEG with restart markers may decode only the intervals its crop covers, where that pays; "
-     "seeked (bool or uint8 n), if given, says which did. "
+     "seeked (bool or uint8 n), if given, says which did. dct_scaling: a crop at least twice the output may "
+     "decode at 1/2 to 1/8 scale in the DCT (False: at full scale, the exact resize of the whole image's grid). "
      "GIL released."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
      "gather(buffers, which, offsets, lengths, out, at=0): the images' bytes end to end into out (uint8) "

@@ -1,0 +1,142 @@
+"""Which augmentation each sample draws (train/policies.py): torchvision's policies' distributions,
+recorded from torchvision's own classes, RandomErasing's make_params line for line, and draws that
+are a pure function of (seed, epoch, key, repeat)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from torchvision.transforms import v2
+
+from train.config import ConfigError
+from train.policies import (
+    ERASE_RATIO, ERASE_SCALE, ERASE_TRIES, OPS, Augment, erasing_boxes, policy_draws, repeat_keys,
+)
+from train.transforms import uniforms
+
+KEYS = np.arange(1, 12001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+SIZE = (176, 150)  # height, width: the translations of RandAugment and AutoAugment scale with them
+
+
+def torchvisions_draws(transform: v2.Transform, calls: int) -> Counter:
+    """(op names and magnitudes, in order) of each call of torchvision's own policy, recorded by
+    replacing the op it applies with a recorder."""
+    seen: Counter = Counter()
+    applied: list = []
+
+    def record(image, transform_id, magnitude, interpolation, fill):
+        applied.append((transform_id, round(magnitude, 5)))
+        return image
+
+    transform._apply_image_or_video_transform = record
+    image = torch.zeros((3, *SIZE), dtype=torch.uint8)
+    torch.manual_seed(0)
+    for _ in range(calls):
+        applied.clear()
+        transform(image)
+        seen[tuple(applied)] += 1
+    return seen
+
+
+def our_draws(augment: Augment, keys=KEYS) -> Counter:
+    ops, magnitudes = policy_draws(keys, 5, 2, augment, *SIZE)
+    seen: Counter = Counter()
+    for row_ops, row_magnitudes in zip(ops.tolist(), magnitudes.tolist()):
+        seen[tuple((OPS[o], round(m, 5)) for o, m in zip(row_ops, row_magnitudes) if o >= 0)] += 1
+    return seen
+
+
+@pytest.mark.parametrize("augment, transform", [
+    (Augment(policy="trivialaugment"), lambda: v2.TrivialAugmentWide()),
+    (Augment(policy="randaugment", num_ops=1, magnitude=9), lambda: v2.RandAugment(num_ops=1, magnitude=9)),
+    (Augment(policy="randaugment", num_ops=1, magnitude=27), lambda: v2.RandAugment(num_ops=1, magnitude=27)),
+    (Augment(policy="autoaugment"), lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET)),
+], ids=["trivialaugment", "randaugment-m9", "randaugment-m27", "autoaugment"])
+def test_ops_and_magnitudes_have_the_distribution_of_torchvisions_own_policy(augment, transform):
+    """A two-sample chi-square over every (ops, magnitudes) outcome: ours from 12,000 keys, torchvision's
+    from 12,000 calls of its class. Every outcome we draw is one torchvision draws, and the other way
+    round for every outcome frequent enough to be seen in both."""
+    ours, theirs = our_draws(augment), torchvisions_draws(transform(), len(KEYS))
+    outcomes = sorted(set(ours) | set(theirs))
+    common = [o for o in outcomes if ours[o] + theirs[o] >= 20]
+    assert len(common) >= 10
+    table = np.array([[ours[o] for o in common], [theirs[o] for o in common]])
+    assert scipy.stats.chi2_contingency(table).pvalue > 1e-4
+    rare = [o for o in outcomes if o not in common]
+    assert sum(ours[o] + theirs[o] for o in rare) < 0.02 * 2 * len(KEYS)
+    assert {op for outcome in ours for op, _ in outcome} <= set(transform()._AUGMENTATION_SPACE)
+
+
+def test_randaugment_applies_num_ops_ops_in_order():
+    ops, magnitudes = policy_draws(KEYS[:2000], 0, 0, Augment(policy="randaugment", num_ops=3), *SIZE)
+    assert ops.shape == magnitudes.shape == (2000, 3) and (ops >= 0).all()
+    for r in range(3):  # each round uniform over RandAugment's 14 ops
+        counts = np.bincount(ops[:, r], minlength=len(OPS))[[OPS.index(n) for n in v2.RandAugment._AUGMENTATION_SPACE]]
+        assert scipy.stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_a_samples_draws_depend_on_seed_epoch_key_and_repeat_only():
+    augment = Augment(policy="trivialaugment")
+    ops, magnitudes = policy_draws(KEYS[:50], 1, 3, augment, 64, 64)
+    alone = policy_draws(KEYS[7:8], 1, 3, augment, 64, 64)
+    assert alone[0][0] == ops[7] and alone[1][0] == magnitudes[7]
+    reversed_ = policy_draws(KEYS[:50][::-1].copy(), 1, 3, augment, 64, 64)
+    assert np.array_equal(reversed_[0][::-1], ops)
+    assert not np.array_equal(policy_draws(KEYS[:50], 1, 4, augment, 64, 64)[0], ops)  # another epoch
+    assert not np.array_equal(policy_draws(KEYS[:50], 2, 3, augment, 64, 64)[0], ops)  # another seed
+    keys = repeat_keys(KEYS[:50], np.arange(50) % 4)
+    assert np.array_equal(keys[::4], KEYS[:50:4]) and not np.isin(keys[1::4], KEYS).any()
+
+
+def test_the_policys_stream_is_not_the_crops():
+    """Turning a policy on must not change a sample's crop: the streams are distinct."""
+    crops_u = uniforms(KEYS[:100], 0, 0, 4)
+    assert not np.array_equal(uniforms(KEYS[:100], 0, 0, 4, "policy"), crops_u)
+    assert not np.array_equal(uniforms(KEYS[:100], 0, 0, 4, "erasing"), crops_u)
+
+
+def make_params_reference(height: int, width: int, p: float, u: np.ndarray) -> tuple[int, int, int, int] | None:
+    """torchvision v2 RandomErasing's forward (the p test) and make_params, line for line, with its
+    random draws replaced by u; (i, j, h, w), or None where nothing is erased."""
+    if u[0] >= p:
+        return None
+    area = height * width
+    log_ratio = (math.log(ERASE_RATIO[0]), math.log(ERASE_RATIO[1]))
+    for attempt in range(ERASE_TRIES):
+        erase_area = area * (ERASE_SCALE[0] + (ERASE_SCALE[1] - ERASE_SCALE[0]) * u[1 + attempt])
+        aspect_ratio = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * u[1 + ERASE_TRIES + attempt])
+        h = int(round(math.sqrt(erase_area * aspect_ratio)))
+        w = int(round(math.sqrt(erase_area / aspect_ratio)))
+        if not (h < height and w < width):
+            continue
+        i = int(u[-2] * (height - h + 1))
+        j = int(u[-1] * (width - w + 1))
+        return i, j, h, w
+    return None
+
+
+@pytest.mark.parametrize("height, width", [(224, 224), (176, 176), (40, 29), (8, 8)])
+@pytest.mark.parametrize("p", [0.1, 0.5, 1.0])
+def test_erasing_boxes_are_random_erasings_make_params(height, width, p):
+    boxes = erasing_boxes(KEYS[:3000], 3, 1, p, height, width)
+    u = uniforms(KEYS[:3000], 3, 1, 3 + 2 * ERASE_TRIES, "erasing")
+    for box, draws in zip(boxes.tolist(), u):
+        expected = make_params_reference(height, width, p, draws)
+        assert box == (list(expected) if expected else [0, 0, 0, 0])
+    if height >= 40:
+        assert abs((boxes[:, 2] > 0).mean() - p) < 0.05
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"policy": "augmix"}, "policy must be one of"), ({"interpolation": "bicubic"}, "interpolation"),
+    ({"num_ops": 0}, "num_ops"), ({"magnitude": 31}, "magnitude must be below"), ({"erasing": 1.5}, "erasing"),
+    ({"mixup": -1}, "mixup"), ({"cutmix": float("nan")}, "cutmix"),
+])
+def test_an_augmentation_that_cannot_work_is_refused_by_name(options, message):
+    with pytest.raises(ConfigError, match=message):
+        Augment(**options)
