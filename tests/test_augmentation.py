@@ -218,3 +218,12 @@ def test_resume_is_bit_identical_with_every_option_on_two_ranks(prepared):
             data.load_state_dict(state)
             data.set_epoch(2)
             assert same(head + records(data.batches()), whole)
+
+
+def test_the_augmented_batches_are_the_same_for_any_prefetch_depth(prepared):
+    runs = []
+    for prefetch in (1, 4):
+        with loader(prepared, augment=EVERYTHING, repeats=2, prefetch=prefetch) as data:
+            data.set_epoch(1)
+            runs.append(records(data.batches()))
+    assert same(*runs)

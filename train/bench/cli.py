@@ -16,7 +16,7 @@ import torch.distributed as dist
 import train.bench
 from shards.manifest import read_complete_manifest
 from shards.resources import available_cpus, log_pil_build
-from train.bench.loaders import Ours, extract_image_folder
+from train.bench.loaders import AUGMENTS, Ours, extract_image_folder
 from train.bench.measure import global_rate, measure_data, measure_feed, measure_full, measure_model
 from train.bench.report import plot, summarise, table
 from train.cluster import device_for, dist_env, init_distributed
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode", choices=["cpu", "gpu"], default="cpu",
                    help="decode path of the feed and full modes (as train --decode); data mode always decodes on the CPU")
     p.add_argument("--no-dali", action="store_true", help="skip DALI even when installed")
+    p.add_argument("--augment", choices=sorted(AUGMENTS), default="none",
+                   help="feed and full modes: the training batches' augmentation beyond the crop and flip "
+                        "(torchvision-v2: TrivialAugmentWide, bilinear, and RandomErasing 0.1, on the device)")
     return p
 
 
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         init_distributed(env, device, 120)
     stats, _ = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
+             "augment": args.augment,
              "data": str(root), "baseline_data": args.baseline_data or str(root)}
     data = None
     if "data" in modes:
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if "model" in modes:
         extra["model_images_per_sec"] = global_rate(measure_model(args, num_classes, env, device), env)
     feed = lambda: Ours(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
-                        rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=device.type == "cuda")
+                        rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=device.type == "cuda",
+                        augment=AUGMENTS[args.augment])
     if "feed" in modes:
         extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed()), env)
     if "full" in modes:

@@ -18,7 +18,7 @@ from torchvision import transforms as T
 
 from shards.manifest import Manifest
 from shards.plan import steps_per_epoch
-from train import ImageNetLoader
+from train import Augment, ImageNetLoader
 from train.config import ConfigError
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, to_device
 from train.loader import Loader, PlanArgs
@@ -43,25 +43,33 @@ def worker_rss_mb() -> list[float]:
 
 # ---------------------------------------------------------------- ours
 
+# --augment: the training batches' augmentation beyond the crop and flip (the loader draws it, the device
+# applies it: DeviceBatches); MixUp/CutMix, which the public loader adds on the caller's side, not included
+AUGMENTS = {"none": Augment(),
+            "torchvision-v2": Augment(policy="trivialaugment", interpolation="bilinear", erasing=0.1)}
+
+
 class Ours:
     """Our training loader (train.loader.Loader), epoch after epoch (seed 0), as python -m train reads
     it; iterate it for batches, `close()` it after."""
 
     def __init__(self, manifest: Manifest, root: Path, threads: int, batch: int, size: int, *, rank: int = 0,
-                 world_size: int = 1, decode: str = "cpu", pin_memory: bool = False, shuffle_buffer: int = 1000):
+                 world_size: int = 1, decode: str = "cpu", pin_memory: bool = False, shuffle_buffer: int = 1000,
+                 augment: Augment = Augment()):
         samples = manifest.splits["train"].samples
         if steps_per_epoch(samples, world_size, batch) == 0:
             raise ConfigError(f"{samples} training samples make no batch of {batch} per rank: lower --batch-size")
         self.loader = Loader({"train": ShardSet.of(root, manifest, "train")}, batch_size=batch, image_size=size,
                              threads=threads, decode=decode, pin_memory=pin_memory)
         self.rank, self.world_size, self.batch, self.shuffle_buffer = rank, world_size, batch, shuffle_buffer
-        self.size = size
+        self.size, self.augment = size, augment
 
     def __iter__(self) -> Iterator[tuple]:
         for epoch in itertools.count():
             yield from self.loader.epoch(PlanArgs(
                 split="train", epoch=epoch, seed=0, world_size=self.world_size,
-                rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer, size=self.size))
+                rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer, size=self.size,
+                augment=self.augment))
 
     def memory_mb(self) -> float:
         return self.loader.memory_bytes() / 2**20
