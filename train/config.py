@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import operator
 import signal
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -17,6 +18,21 @@ LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear
 class ConfigError(Exception):
     """A setting that cannot work (an unknown model, a batch larger than the data): the message says
     which one and what to change."""
+
+
+def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
+    """`value` as a plain int: an int, or anything that is one (numpy integers, 0-d integer tensors:
+    __index__), so that np.int64(0) is the seed 0 and not another stream. ConfigError for anything
+    else (a float, None, a string) and outside [least, most]."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be a whole number, not {value!r} ({type(value).__name__})") from None
+    if least is not None and number < least:
+        raise ConfigError(f"{name} must be at least {least}, not {number}")
+    if most is not None and number > most:
+        raise ConfigError(f"{name} must be at most {most}, not {number}")
+    return int(number)
 
 
 # Settings that change what a checkpoint means: resuming with other values is refused.

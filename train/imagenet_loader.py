@@ -38,7 +38,7 @@ from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
 from train.checkpoint import ResumeError
 from train.cluster import ClusterError, default_workers, dist_env
-from train.config import ConfigError
+from train.config import ConfigError, whole_number
 from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import DeviceBatches
 from train.loader import DECODES, Batch, Loader, PlanArgs, take
@@ -442,21 +442,6 @@ def device_decoder_for(decode: str):
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
-
-
-def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
-    """`value` as a plain int: an int, or anything that is one (numpy integers, 0-d integer tensors:
-    __index__), so that np.int64(0) is the seed 0 and not another stream. ConfigError for anything
-    else (a float, None, a string) and outside [least, most]."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ConfigError(f"{name} must be a whole number, not {value!r} ({type(value).__name__})") from None
-    if least is not None and number < least:
-        raise ConfigError(f"{name} must be at least {least}, not {number}")
-    if most is not None and number > most:
-        raise ConfigError(f"{name} must be at most {most}, not {number}")
-    return int(number)
 
 
 def checked_image_size(image_size) -> int | ResolutionRamp:

@@ -25,7 +25,7 @@ from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy, RandAugmen
 
 from shards.plan import seeded_rng
 from train.augment import OPS  # the ops it applies, by id; -1 is none
-from train.config import ConfigError
+from train.config import ConfigError, whole_number
 from train.transforms import splitmix64, uniforms
 
 POLICIES = {"trivialaugment": TrivialAugmentWide, "randaugment": RandAugment, "autoaugment": AutoAugment}
@@ -68,9 +68,7 @@ class Augment:
             raise ConfigError(f"augment interpolation must be one of {', '.join(INTERPOLATIONS)}, not "
                               f"{self.interpolation!r}")
         for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ConfigError(f"augment {name} must be a whole number of at least {least}, not {value!r}")
+            object.__setattr__(self, name, whole_number(f"augment {name}", getattr(self, name), least=least))
         if self.magnitude >= self.num_magnitude_bins:
             raise ConfigError(f"augment magnitude must be below num_magnitude_bins ({self.num_magnitude_bins}), "
                               f"not {self.magnitude}")
