@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
-from prepare.labels import LabelError
 from prepare.lock import exclusive_lock
 from prepare.node_group import NodeGroupEnv
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
@@ -37,6 +36,7 @@ from prepare.sources import (
     Item, Part, Source, SourceError, detect_layout, fingerprint, open_source,
 )
 from prepare.workers import WorkerPool
+from shards.errors import UserError
 from shards.layout import SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
@@ -55,7 +55,7 @@ MB = 1 << 20
 SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")
 
 
-class PrepareError(RuntimeError):
+class PrepareError(UserError, RuntimeError):
     """A refusal or failure whose message tells the user what to do."""
 
 
@@ -485,7 +485,7 @@ def failures_named(what: str):
     Errors that already say what to do, and a full disk (named by the main process), pass."""
     try:
         yield
-    except (PrepareError, SourceError, LabelError):
+    except UserError:
         raise
     except OSError as exn:
         if is_out_of_space(exn):

@@ -9,12 +9,10 @@ import socket
 import sys
 from pathlib import Path
 
-from prepare.builder import PrepareConfig, PrepareError, prepare
+from prepare.builder import PrepareConfig, prepare
 from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
-from prepare.labels import LabelError
-from prepare.node_group import PeerFailed, node_group_env
-from prepare.sources import SourceError
-from prepare.workers import WorkerDied
+from prepare.node_group import node_group_env
+from shards.errors import UserError
 from shards.layout import default_dest
 from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         prepare(config)
-    except (PrepareError, SourceError, LabelError, WorkerDied, PeerFailed) as exn:
+    except UserError as exn:
         logging.getLogger("prepare").error("%s", exn)
         return 2
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import scipy.io
 
+from shards.errors import UserError
 from shards.manifest import ClassInfo
 
 WNID = re.compile(r"^n\d{8}$")
@@ -23,7 +24,7 @@ META_MAT = "data/meta.mat"
 GROUND_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
 
 
-class LabelError(ValueError):
+class LabelError(UserError, ValueError):
     """Labels that cannot be trusted: missing, inconsistent or unparseable."""
 
 

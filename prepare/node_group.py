@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from shards.errors import UserError
 from shards.slurm import SlurmEnvError, expand_nodes, slurm_port
 
 log = logging.getLogger("prepare")
@@ -26,7 +27,7 @@ CENSUS_S = 2.0  # how long survivors watch the heartbeats after a collective fai
 RENDEZVOUS_S = 600.0  # the longest wait for every node to arrive (at most --group-timeout)
 
 
-class PeerFailed(RuntimeError):
+class PeerFailed(UserError, RuntimeError):
     """Another node of the group failed, or the group itself did: the message names the node."""
 
 

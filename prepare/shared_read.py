@@ -33,14 +33,14 @@ from prepare.builder import (
     checked_identity, make_dest, scatter_items, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
-from prepare.labels import LabelError
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
-from prepare.sources import Part, Source, SourceError, open_source
+from prepare.sources import Part, Source, open_source
 from prepare.space import free_bytes, is_out_of_space
-from prepare.workers import WorkerDied, WorkerPool
+from prepare.workers import WorkerPool
+from shards.errors import UserError
 from shards.layout import SPLITS, WORK_DIR_NAME
 from shards.manifest import Manifest
 
@@ -48,7 +48,7 @@ log = logging.getLogger("prepare")
 
 MB = 1 << 20
 STEP_FILE = ".prepare-step"  # in DEST: how this node's first task stands, for the node's other tasks
-USER_ERRORS = (PrepareError, SourceError, LabelError, WorkerDied, OSError)
+USER_ERRORS = (UserError, OSError)  # a node's failure the others are told of, in one line
 
 
 def prepare_in_group(config: PrepareConfig) -> Manifest:
@@ -345,7 +345,7 @@ def stream_part(stream: StreamJob) -> tuple[str, int]:
 
 def one_line(exn: BaseException) -> str:
     """What another node prints of this node's failure."""
-    if isinstance(exn, (PrepareError, SourceError, LabelError, WorkerDied, PeerFailed)):
+    if isinstance(exn, UserError):
         return str(exn)
     if isinstance(exn, OSError) and exn.filename:
         return f"{exn.filename}: {exn.strerror or exn}"

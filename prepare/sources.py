@@ -24,6 +24,7 @@ from prepare.labels import (
     Devkit, LabelError, check_val_labels, class_table, leaf_synsets, parse_kaggle_val_solution,
     parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
 )
+from shards.errors import UserError
 from shards.manifest import ClassInfo
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -42,7 +43,7 @@ OFFICIAL_FILES = {  # name -> why it is needed, for the error when it is missing
 }
 
 
-class SourceError(ValueError):
+class SourceError(UserError, ValueError):
     """The source cannot be read as ImageNet: the message names the file and what to do."""
 
 

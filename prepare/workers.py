@@ -21,11 +21,12 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from prepare.lock import close_inherited_locks
+from shards.errors import UserError
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(UserError, RuntimeError):
     """A worker process ended without finishing its task: killed, or out of memory."""
 
 

@@ -14,16 +14,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from shards.errors import UserError
 from shards.layout import MANIFEST_NAME, SPLITS
 
 FORMAT = "imagenet-wds/1"
 
 
-class DatasetNotReady(RuntimeError):
+class DatasetNotReady(UserError, RuntimeError):
     """No complete prepared dataset where one was expected."""
 
 
-class DamagedData(Exception):
+class DamagedData(UserError):
     """A prepared dataset's bytes are damaged (more samples failed to decode than allowed, or a
     shard fails its checksum): the message names the shard and what to do."""
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hostlist
 
+from shards.errors import UserError
+
 # [start, start + PORT_SPAN) per stage, below the usual ephemeral range's start (32768). The span
 # is odd (7 x 857), so job * 64 + step takes every value of it: jobs 5,999 ids apart share a port.
 PORT_RANGES = {"train": 20000, "prepare": 26000}
 PORT_SPAN = 5999
 
 
-class SlurmEnvError(RuntimeError):
+class SlurmEnvError(UserError, RuntimeError):
     """SLURM's variables describe no consistent step."""
 
 

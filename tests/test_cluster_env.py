@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import ROOT
 from shards.slurm import PORT_RANGES, PORT_SPAN, first_host, slurm_port, tasks_per_node
 from train.cluster import ClusterError, cpu_threads, default_workers, dist_env
 
@@ -80,3 +81,24 @@ def test_the_job_is_read_with_the_ranks():
 def test_default_workers_are_the_ranks_share_of_its_cpus_less_one(environ, cpus, workers):
     """torchrun inside an srun task: SLURM_CPUS_PER_TASK is the task's, shared by the node's 4 ranks."""
     assert default_workers(dist_env(environ), cpus) == workers
+
+
+def test_every_one_line_error_is_a_user_error_caught_in_one_place():
+    """The house rule: errors of the user's making derive from shards.errors.UserError, which each
+    command line catches once (prepare/cli.py, train/cli.py) to print one line without a traceback."""
+    from prepare.builder import PrepareError
+    from prepare.labels import LabelError
+    from prepare.node_group import PeerFailed
+    from prepare.sources import SourceError
+    from prepare.workers import WorkerDied
+    from shards.errors import UserError
+    from shards.manifest import DamagedData, DatasetNotReady
+    from shards.slurm import SlurmEnvError
+    from train import ConfigError, ResumeError
+    from train.cluster import ClusterError
+
+    for error in (PrepareError, LabelError, PeerFailed, SourceError, WorkerDied, DamagedData, DatasetNotReady,
+                  SlurmEnvError, ConfigError, ResumeError, ClusterError):
+        assert issubclass(error, UserError), error
+    for cli in ("prepare/cli.py", "train/cli.py"):
+        assert (ROOT / cli).read_text().count("except UserError") == 1, cli

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import torch
 
+from shards.errors import UserError
 from shards.manifest import write_file_atomic
 from train.config import MUST_MATCH_ON_RESUME, TrainConfig
 
 CHECKPOINT_NAME = "last.pt"
 
 
-class ResumeError(RuntimeError):
+class ResumeError(UserError, RuntimeError):
     """The checkpoint cannot continue this run: the message says why and what to do."""
 
 

@@ -6,14 +6,9 @@ import logging
 import os
 import sys
 
-from shards.manifest import DamagedData, DatasetNotReady
-from train.checkpoint import ResumeError
-from train.cluster import ClusterError, DistEnv, dist_env
-from train.config import ConfigError, parse_config
-
-# The user's mistakes and the environment's (damaged data included): one line, exit 2. Anything else
-# keeps its traceback.
-USER_ERRORS = (ConfigError, DatasetNotReady, DamagedData, ClusterError, ResumeError)
+from shards.errors import UserError
+from train.cluster import DistEnv, dist_env
+from train.config import parse_config
 
 
 def setup_logging(env: DistEnv) -> None:
@@ -30,6 +25,6 @@ def main(argv: list[str] | None = None) -> int:
         from train.loop import main as run  # after argument parsing: --help stays fast
 
         return run(config, env)
-    except USER_ERRORS as exn:
+    except UserError as exn:  # the user's mistakes and the environment's: one line, exit 2 (a bug keeps its traceback)
         logging.getLogger("train").error("%s", exn)
         return 2

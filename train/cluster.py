@@ -12,12 +12,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from shards.errors import UserError
 from shards.slurm import SlurmEnvError, first_host, slurm_port, tasks_per_node
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(UserError, RuntimeError):
     """The environment describes no consistent distributed job."""
 
 

@@ -8,6 +8,7 @@ import signal
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from shards.errors import UserError
 from shards.layout import default_dest
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/trackers.py)
@@ -15,7 +16,7 @@ POLICIES = ("none", "trivialaugment", "randaugment", "autoaugment")  # --policy 
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """A setting that cannot work (an unknown model, a batch larger than the data): the message says
     which one and what to change."""
 
