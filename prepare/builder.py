@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol
 
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.lock import exclusive_lock
@@ -47,7 +47,6 @@ from shards.resources import log_pil_build, raise_open_file_limit
 
 if TYPE_CHECKING:
     from prepare.exchange import PartStream
-    from prepare.shared_read import SharedRead
 
 log = logging.getLogger("prepare")
 
@@ -83,12 +82,10 @@ class PrepareConfig:
 
 
 def prepare(config: PrepareConfig) -> Manifest:
-    """Prepare the dataset at config.dest, or verify the one already there. Returns its manifest."""
+    """Prepare the dataset at config.dest on this node alone, or verify the one already there.
+    Returns its manifest. (With the other nodes of an srun step: prepare.shared_read.prepare_in_group,
+    which builds with this module's stages and a reader of its own.)"""
     log_pil_build(log)
-    if config.group is not None:
-        from prepare.shared_read import prepare_in_group  # it builds on this module
-
-        return prepare_in_group(config)
     source_root, dest = config.source.resolve(), config.dest.resolve()
     identity = checked_identity(source_root, dest, config)
     make_dest(dest)
@@ -106,22 +103,23 @@ def checked_identity(source_root: Path, dest: Path, config: PrepareConfig) -> di
 
 
 def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, damaged: Manifest | None,
-                     shared: "SharedRead | None" = None) -> Manifest:
+                     reader: "Reader | None" = None) -> Manifest:
+    """Build the dataset from the samples `reader` yields (this node's own read of `source` by
+    default), log it, and compare it with the damaged dataset it replaces."""
     remove_incomplete(dest)
-    manifest = build_or_clean_up(source, dest, config, identity, shared)
+    manifest = build_or_clean_up(source, dest, config, identity, reader or LocalRead(source, config))
     log_summary(dest, manifest)
     if damaged is not None:
         report_rebuild(damaged, manifest)
     return manifest
 
 
-def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict,
-                      shared: "SharedRead | None" = None) -> Manifest:
+def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identity: dict, reader: "Reader") -> Manifest:
     """Build and write the manifest; on any failure remove what this run wrote (spills, shards)
     before the error leaves, and name a full disk in one line."""
     state = RunState(free_at_start=free_bytes(dest))
     try:
-        manifest = build(source, dest, config, identity, state, shared)
+        manifest = build(source, dest, config, identity, state, reader)
         state.during = "writing the manifest"
         write_manifest(dest, manifest)
     except BaseException as exn:
@@ -293,18 +291,50 @@ class SplitResult:
     seekable: int = 0  # images stored with restart markers
 
 
+class Reader(Protocol):
+    """Where a build's samples come from, a stage passed in: this node's own read of the source
+    (LocalRead), or the shared read's exchange with the other nodes (prepare/shared_read.py)."""
+
+    def disk_ahead(self) -> int:
+        """Bytes of --dest the reader needs beyond the build's own (parts read ahead)."""
+
+    def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
+        """Every image of the split, read, checked and spilled to its bucket under `work`: the
+        outcomes, in source order."""
+
+    def stats(self) -> dict:
+        """The manifest's stats of the reading: nodes, read_from_source_bytes, received_from_nodes_bytes."""
+
+
+class LocalRead:
+    """This node reads every part of the source itself, in its workers."""
+
+    def __init__(self, source: Source, config: PrepareConfig):
+        self.source, self.config = source, config
+        self.parts = {split: source.parts(split) for split in SPLITS}
+
+    def disk_ahead(self) -> int:
+        return 0
+
+    def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
+        return scatter_parts(self.parts[split], self.source.class_index(), num_buckets, work, self.config, pool)
+
+    def stats(self) -> dict:
+        read = sum(part.size for split in SPLITS for part in self.parts[split])
+        return {"nodes": 1, "read_from_source_bytes": read, "received_from_nodes_bytes": 0}
+
+
 def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, state: RunState,
-          shared: "SharedRead | None" = None) -> Manifest:
-    """Every split: read and spill it (here, or with the other nodes: `shared`), account for it in
-    source order, deal it into shards and write them."""
+          reader: Reader) -> Manifest:
+    """Every split: its images from `reader` (read and spilled), accounted for in source order,
+    dealt into shards, written."""
     start = time.monotonic()
     raise_open_file_limit()
     shard_bytes = config.shard_size_mb * MB
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
                                     config.workers) for split in SPLITS}
-    parts = shared.parts if shared else {split: source.parts(split) for split in SPLITS}
-    check_free_space(dest, sum(estimate.values()) + (shared.read_ahead_bytes() if shared else 0),
-                     "the dataset (estimated from the source)", state)
+    check_free_space(dest, sum(estimate.values()) + reader.disk_ahead(), "the dataset (estimated from the source)",
+                     state)
     splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
     damage_log = DamageLog()
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
@@ -313,10 +343,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             work.mkdir(parents=True)
             num_buckets = shard_count(source.split_bytes(split), shard_bytes)
             state.during = f"spilling the {split} images"
-            if shared:
-                images = shared.exchange_split(source, split, num_buckets, work, pool)
-            else:
-                images = scatter_parts(parts[split], source.class_index(), num_buckets, work, config, pool)
+            images = reader.split_images(split, num_buckets, work, pool)
             result = scatter(source, split, images, num_buckets, config, damage_log)
             shards = deal_into_shards(result.buckets, config.seed)
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
@@ -333,12 +360,10 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             seekable += result.seekable
     elapsed = time.monotonic() - start
     samples = sum(s.samples for s in splits.values())
-    read = shared.stats.read_bytes if shared else sum(part.size for split in SPLITS for part in parts[split])
     stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
              "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers,
-             "seekable_images": seekable, "nodes": shared.group.size if shared else 1,
-             "read_from_source_bytes": read, "received_from_nodes_bytes": shared.stats.received_bytes if shared else 0}
+             "seekable_images": seekable, **reader.stats()}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, damaged=damaged, stats=stats)
 

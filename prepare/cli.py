@@ -12,6 +12,7 @@ from pathlib import Path
 from prepare.builder import PrepareConfig, prepare
 from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
 from prepare.node_group import node_group_env
+from prepare.shared_read import prepare_in_group
 from shards.errors import UserError
 from shards.layout import default_dest
 from shards.resources import available_cpus
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(parser.parse_args(argv), parser)
     setup_logging()
     try:
-        prepare(config)
+        (prepare if config.group is None else prepare_in_group)(config)
     except UserError as exn:
         logging.getLogger("prepare").error("%s", exn)
         return 2

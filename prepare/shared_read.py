@@ -43,6 +43,7 @@ from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.layout import SPLITS, WORK_DIR_NAME
 from shards.manifest import Manifest
+from shards.resources import log_pil_build
 
 log = logging.getLogger("prepare")
 
@@ -52,6 +53,9 @@ USER_ERRORS = (UserError, OSError)  # a node's failure the others are told of, i
 
 
 def prepare_in_group(config: PrepareConfig) -> Manifest:
+    """Prepare the dataset at config.dest with the other nodes of the srun step (config.group), the
+    source read once over them; or, in a further task of this node, wait for its first task."""
+    log_pil_build(log)
     env = config.group
     if not env.first_task:
         return verify_after_first_task(config)
@@ -139,7 +143,7 @@ def node_state(source_root: Path, dest: Path, config: PrepareConfig,
 def receive_or_serve(shared: "SharedRead", node: NodeState, dest: Path, config: PrepareConfig,
                      identity: dict) -> Manifest:
     if node.existing is None:
-        return build_and_report(node.source, dest, config, identity, node.damaged, shared)
+        return build_and_report(node.source, dest, config, identity, node.damaged, SharedReader(shared, node.source))
     serve(shared, node.source, dest)
     return node.existing
 
@@ -298,6 +302,24 @@ class SharedRead:
                  stats.read_bytes / 1e6, len(share), len(parts), stats.sent_bytes / 1e6, stats.received_bytes / 1e6,
                  stats.waiting_for_parts_s, stats.in_rounds_s, stats.spilling_s)
         return read_outcomes(outcomes, len(parts)) if receive else iter(())
+
+
+class SharedReader:
+    """The build's reader (builder.Reader) on a node that needs the dataset: each split's images
+    come from the exchange (this node's share read and sent, every node's samples received)."""
+
+    def __init__(self, shared: SharedRead, source: Source):
+        self.shared, self.source = shared, source
+
+    def disk_ahead(self) -> int:
+        return self.shared.read_ahead_bytes()
+
+    def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
+        return self.shared.exchange_split(self.source, split, num_buckets, work, pool)
+
+    def stats(self) -> dict:
+        return {"nodes": self.shared.group.size, "read_from_source_bytes": self.shared.stats.read_bytes,
+                "received_from_nodes_bytes": self.shared.stats.received_bytes}
 
 
 def serve(shared: SharedRead, source: Source, dest: Path) -> None:
