@@ -12,20 +12,16 @@ again, and since every byte depends only on (source, options), it writes the sam
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import pickle
-import re
 import shutil
-import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.lock import exclusive_lock
@@ -37,7 +33,8 @@ from prepare.sources import (
 )
 from prepare.workers import WorkerPool
 from shards.errors import UserError
-from shards.layout import SPLITS, WORK_DIR_NAME, shard_name
+from shards.format import sample_record, write_tar
+from shards.layout import SHARD_FILE, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
     read_manifest, write_manifest,
@@ -51,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("prepare")
 
 MB = 1 << 20
-SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")
 
 
 class PrepareError(UserError, RuntimeError):
@@ -144,8 +140,9 @@ def remove_this_run(dest: Path) -> None:
     folders before it started, so whatever is there now is this run's)."""
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
     for split in SPLITS:
-        for path in (dest / split).glob("*.tar"):
-            path.unlink(missing_ok=True)
+        for path in (dest / split).iterdir() if (dest / split).is_dir() else ():
+            if SHARD_FILE.match(path.name):
+                path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- refusals and idempotence
@@ -575,11 +572,11 @@ def read_spill(path: Path) -> dict[str, dict]:
 
 
 def encode_sample(item: Item, data: bytes, label: int, image: Prepared) -> dict:
+    """The sample as shards.format writes it, with its image's sizes (and the source's, if resized)."""
     meta = {"wnid": item.wnid, "width": image.width, "height": image.height}
     if (image.source_width, image.source_height) != (image.width, image.height):
         meta |= {"source_width": image.source_width, "source_height": image.source_height}
-    return {"__key__": item.key, "jpg": data, "cls": str(label).encode(),
-            "json": json.dumps(meta, sort_keys=True).encode()}
+    return sample_record(item.key, data, label, meta)
 
 
 # ---------------------------------------------------------------- dealing spill buckets into shards
@@ -638,7 +635,7 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
     info = None
     if job.index is not None:
         name = shard_name(job.split, job.index)
-        partial = work / f"{job.split}-{job.index:06d}.tar.partial"
+        partial = work / (Path(name).name + ".partial")
         with failures_named(str(dest / name)):
             checksum = write_tar(partial, (samples[k] for k in job.keys))
             os.replace(partial, dest / name)
@@ -648,96 +645,6 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
     for path in incoming:
         path.unlink()
     return info
-
-
-def write_tar(path: Path, samples: Iterable[dict]) -> str:
-    """A shard with the bytes webdataset's TarWriter(encoder=False, mtime=0) writes (same samples,
-    same bytes; tests/test_prepare.py compares them), by `ShardTarWriter`. Fsynced: the manifest
-    written after it must not outlive it. Returns its SHA-256, computed from the bytes as they are
-    written (no second read)."""
-    with open(path, "wb") as f:
-        writer = ShardTarWriter(f)
-        for sample in samples:
-            writer.write(sample)
-        writer.close()
-        f.flush()
-        os.fsync(f.fileno())
-    return writer.digest.hexdigest()
-
-
-class ShardTarWriter:
-    """webdataset's TarWriter(encoder=False, mtime=0, user and group "bigdata", mode 0o444) to a
-    tarfile "w|" stream, byte for byte, without tarfile's per-member Python (a TarInfo, its copy,
-    tobuf, copyfileobj: 0.06-0.08 ms a sample, most of prepare's CPU on small images).
-
-    Each header is tarfile's own header for a template member, built once with the running
-    Python's tarfile, with the name, size and checksum filled in; a member whose name or size that
-    header cannot hold (non-ASCII or over 100 bytes, 8 GiB or more: tarfile then writes a pax
-    header first) is given tarfile's own tobuf. Data padded to 512-byte blocks, the end of archive
-    two zero blocks padded to tarfile's 10 KiB record, as tarfile writes them. Bytes are hashed
-    and written in runs of about 1 MiB."""
-
-    FLUSH = 1 << 20
-
-    def __init__(self, f, user: str = "bigdata", group: str = "bigdata", mode: int = 0o444, mtime: int = 0):
-        self.f, self.digest, self.buf, self.offset = f, hashlib.sha256(), bytearray(), 0
-        self.user, self.group, self.mode, self.mtime = user, group, mode, mtime
-        template = bytearray(self.tarinfo("", 0).tobuf(tarfile.DEFAULT_FORMAT, tarfile.ENCODING, "surrogateescape"))
-        if len(template) != tarfile.BLOCKSIZE:  # pragma: no cover - a pax header for the template itself
-            raise RuntimeError("tarfile's header for a plain member is not one block")
-        template[0:100] = bytes(100)  # name
-        template[124:136] = bytes(12)  # size
-        template[148:156] = b" " * 8  # the checksum field, counted as spaces
-        self.middle, self.tail = bytes(template[100:124]), bytes(template[136:148])
-        self.after_checksum = bytes(template[156:])
-        self.base_sum = sum(template)
-
-    def tarinfo(self, name: str, size: int) -> tarfile.TarInfo:
-        ti = tarfile.TarInfo(name)
-        ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = size, self.mtime, self.mode, self.user, self.group
-        return ti
-
-    def header(self, name: str, size: int) -> bytes:
-        if not name.isascii() or len(name) > 100 or size >= 8 ** 11:
-            return self.tarinfo(name, size).tobuf(tarfile.DEFAULT_FORMAT, tarfile.ENCODING, "surrogateescape")
-        encoded = name.encode("ascii")
-        size_field = b"%011o\0" % size
-        checksum = self.base_sum + sum(encoded) + sum(size_field)
-        return b"".join((encoded, bytes(100 - len(encoded)), self.middle, size_field, self.tail,
-                         b"%06o\0 " % checksum, self.after_checksum))
-
-    def write(self, sample: dict) -> None:
-        """One sample: its members key.EXT in sorted order of EXT, as TarWriter writes them
-        (keys starting with "_" left out; every value bytes)."""
-        if "__key__" not in sample:
-            raise ValueError("object must contain a __key__")
-        key, buf = sample["__key__"], self.buf
-        for k in sorted(sample):
-            if k[0] == "_":
-                continue
-            v = sample[k]
-            if not isinstance(v, (bytes, bytearray, memoryview)):
-                raise ValueError(f"{k} doesn't map to a bytes after encoding ({type(v)})")
-            size = len(v)
-            buf += self.header(key + "." + k, size)
-            buf += v
-            if size % tarfile.BLOCKSIZE:
-                buf += bytes(tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
-        if len(buf) >= self.FLUSH:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.buf:
-            self.digest.update(self.buf)
-            self.f.write(self.buf)
-            self.offset += len(self.buf)
-            self.buf.clear()
-
-    def close(self) -> None:
-        """The end of the archive: two zero blocks, then zeros to the end of a 10 KiB record."""
-        end = self.offset + len(self.buf) + 2 * tarfile.BLOCKSIZE
-        self.buf += bytes(2 * tarfile.BLOCKSIZE + (-end) % tarfile.RECORDSIZE)
-        self.flush()
 
 
 def log_summary(dest: Path, manifest: Manifest) -> None:

@@ -41,14 +41,13 @@ from prepare.sources import Part, Source, open_source
 from prepare.space import free_bytes, is_out_of_space
 from prepare.workers import WorkerPool
 from shards.errors import UserError
-from shards.layout import SPLITS, WORK_DIR_NAME
+from shards.layout import SPLITS, STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
 from shards.resources import log_pil_build
 
 log = logging.getLogger("prepare")
 
 MB = 1 << 20
-STEP_FILE = ".prepare-step"  # in DEST: how this node's first task stands, for the node's other tasks
 USER_ERRORS = (UserError, OSError)  # a node's failure the others are told of, in one line
 
 
@@ -65,7 +64,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
         identity = checked_identity(source_root, dest, config)
         make_dest(dest)
         with contextlib.suppress(OSError):  # a full disk may still hold a complete dataset to serve
-            (dest / f".prepare-node.{env.node}").write_text(env.step)
+            (dest / node_marker(env.node)).write_text(env.step)
     except USER_ERRORS as exn:
         setup_error = one_line(exn)
     group = NodeGroup(env, config.group_timeout_s)
@@ -78,7 +77,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
         raise
     finally:
         with contextlib.suppress(OSError):
-            (dest / f".prepare-node.{env.node}").unlink()
+            (dest / node_marker(env.node)).unlink()
         group.close()
 
 
@@ -197,7 +196,7 @@ def plan_digest(identity: dict, source: Source, parts: dict[str, list[Part]]) ->
 
 def marker_of(dest: Path, node: str) -> str | None:
     try:
-        return (dest / f".prepare-node.{node}").read_text()
+        return (dest / node_marker(node)).read_text()
     except OSError:
         return None
 

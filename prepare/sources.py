@@ -25,6 +25,7 @@ from prepare.labels import (
     parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
 )
 from shards.errors import UserError
+from shards.format import MAX_KEY_LENGTH
 from shards.manifest import ClassInfo
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -68,6 +69,9 @@ def image_key(name: str, origin: str) -> str | None:
         return None
     if not KEY.match(stem):
         raise SourceError(f"{origin}: image name {name!r} cannot be a sample key (only letters, digits, _ and -)")
+    if len(stem) > MAX_KEY_LENGTH:
+        raise SourceError(f"{origin}: image name {name!r} is longer than {MAX_KEY_LENGTH} characters before its "
+                          "suffix, the longest sample key a shard's tar headers hold: shorten it")
     return stem
 
 

@@ -3,20 +3,32 @@
     DEST/manifest.json              written last: its presence means "complete"
     DEST/train/train-000000.tar     WebDataset shards: KEY.jpg, KEY.cls, KEY.json
     DEST/val/val-000000.tar
-    DEST/.prepare.lock              flock taken by the one prepare that works
+    DEST/.prepare.lock              flock taken by the one prepare that works, naming its holder
     DEST/.prepare-tmp/              spill files and shards being written (never read by train)
+    DEST/.prepare-step              the shared read: how a node's first task stands, for its other tasks
+    DEST/.prepare-node.NODE         the shared read: NODE's first task works here (one --dest on two nodes)
+
+The shard format itself (what a sample is in a tar) is shards/format.py.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 SPLITS = ("train", "val")
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".prepare.lock"
 WORK_DIR_NAME = ".prepare-tmp"
+STEP_FILE = ".prepare-step"
 DEFAULT_SUBDIR = "imagenet"
+SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")  # the names shard_name gives, in a split's folder
+
+
+def node_marker(node: str) -> str:
+    """The file a node's first task keeps in DEST while it prepares there with the other nodes."""
+    return f".prepare-node.{node}"
 
 
 def shard_name(split: str, index: int) -> str:

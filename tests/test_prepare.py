@@ -847,7 +847,7 @@ def test_the_shard_writer_writes_webdatasets_bytes():
     on a tarfile stream, and their SHA-256 the digest of those bytes, whatever the flush size."""
     import hashlib
 
-    from prepare.builder import ShardTarWriter
+    from shards.format import ShardTarWriter
 
     rng = np.random.default_rng(0)
     for trial in range(20):
@@ -918,3 +918,14 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
         same(bytes(data))
     for data in (b"", bytes(1024), b"\x1f\x8b\x08" + bytes(1021)):
         assert not same(data)
+
+
+def test_an_image_name_longer_than_a_shard_key_can_be_is_refused_by_name():
+    """A key of more than MAX_KEY_LENGTH characters would need a pax header in the shard, which the
+    reader's native index does not read: refused at the source, not found damaged at training."""
+    from prepare.sources import image_key
+    from shards.format import MAX_KEY_LENGTH
+
+    assert image_key("a" * MAX_KEY_LENGTH + ".JPEG", "x") == "a" * MAX_KEY_LENGTH
+    with pytest.raises(SourceError, match=f"longer than {MAX_KEY_LENGTH} characters"):
+        image_key("n01440764/" + "a" * (MAX_KEY_LENGTH + 1) + ".JPEG", "train.tar:n01440764.tar")

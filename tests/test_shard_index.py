@@ -10,7 +10,8 @@ import webdataset as wds
 from conftest import shard_set, write_shard
 from jpegs import jpeg
 from shards.manifest import read_manifest
-from train.shard_index import BAD_LABEL, ShardSet, key_hash, parse_label, tar_index
+from shards.format import BAD_LABEL, parse_label
+from train.shard_index import ShardSet, key_hash, tar_index
 
 
 def test_the_shard_index_finds_every_sample_as_webdataset_reads_it(prepared):
@@ -74,3 +75,24 @@ def test_close_raises_nothing_while_a_view_of_a_shard_is_held(prepared):
     shards.close()
     assert shards.maps == [None] * len(shards.paths)
     view.release()
+
+
+def test_the_native_index_reads_what_the_format_module_writes(tmp_path):
+    """train's fast reader and prepare's writer agree through shards/format.py: the index finds each
+    sample's members where the writer put them, and parse_label reads the writer's labels."""
+    from shards.format import sample_record, write_tar
+
+    from shards.format import MAX_KEY_LENGTH
+
+    samples = [sample_record(f"k{i}", bytes([i]) * (700 * i + 1), i * 37, {"width": i, "height": 2})
+               for i in range(5)] + [sample_record("x" * MAX_KEY_LENGTH, b"\xff\xd8", 999, {})]
+    path = tmp_path / "train-000000.tar"
+    write_tar(path, samples)
+    data = path.read_bytes()
+    rows = tar_index(data)
+    assert len(rows) == len(samples)
+    for row, sample in zip(rows.tolist(), samples):
+        key_at, key_len, jpg_at, jpg_len, cls_at, cls_len = row
+        assert data[key_at:key_at + key_len].decode() == sample["__key__"]
+        assert data[jpg_at:jpg_at + jpg_len] == sample["jpg"]
+        assert parse_label(data[cls_at:cls_at + cls_len]) == int(sample["cls"])

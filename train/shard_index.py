@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shards.format import parse_label
 from shards.manifest import DatasetNotReady, Manifest
 from shards.plan import ReadPlan
 from shards.resources import raise_open_file_limit
@@ -30,8 +31,6 @@ except ImportError as exn:  # pragma: no cover - only on an install that skipped
                       "`pip install -e .`") from None
 
 KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
-BAD_LABEL = -1  # a .cls that is not a decimal class index
-LABEL_DIGITS = 9  # more digits than any class count needs: not a label
 
 
 def key_hash64(key: bytes | str) -> int:
@@ -43,12 +42,6 @@ def key_hash64(key: bytes | str) -> int:
 def key_hash(key: bytes | str) -> int:
     """A 40-bit hash of a sample key: summed over an epoch, it tells which samples were read."""
     return key_hash64(key) >> (64 - KEY_HASH_BITS)
-
-
-def parse_label(raw: bytes) -> int:
-    """The class index a .cls holds (decimal digits, as prepare writes them), or BAD_LABEL."""
-    text = raw.strip()
-    return int(text) if text.isdigit() and len(text) <= LABEL_DIGITS else BAD_LABEL
 
 
 def tar_index(shard) -> np.ndarray:
