@@ -40,7 +40,12 @@ class NodeGroupEnv:
     port: int
     node: str  # this node's name, for messages
     step: str  # "JOB.STEP", to tell this step's marks from another's
-    first_task: bool = True  # the node's first task joins the group; its other tasks wait for it
+    local_task: int = 0  # this task's index on its node (SLURM_LOCALID): the first (0) joins the group,
+    # the others wait for it
+
+    @property
+    def first_task(self) -> bool:
+        return self.local_task == 0
 
 
 def node_group_env(environ: dict) -> NodeGroupEnv | None:
@@ -54,7 +59,7 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
             return None
         nodes = expand_nodes(environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"])
         rank, job, step = int(environ["SLURM_NODEID"]), int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])
-        first_task = int(environ.get("SLURM_LOCALID", 0)) == 0
+        local_task = int(environ.get("SLURM_LOCALID", 0))
     except (KeyError, ValueError) as exn:
         raise SlurmEnvError(f"an srun step over several nodes without usable SLURM variables ({type(exn).__name__}: "
                             f"{exn})") from None
@@ -63,7 +68,7 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
                             f"SLURM_STEP_NUM_NODES={size}")
     return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=slurm_port(job, step, "prepare"),
                         node=environ.get("SLURMD_NODENAME") or nodes[rank], step=f"{job}.{step}",
-                        first_task=first_task)
+                        local_task=local_task)
 
 
 class NodeGroup:

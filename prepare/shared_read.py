@@ -216,8 +216,8 @@ def verify_after_first_task(config: PrepareConfig) -> Manifest:
     verify what it wrote, as a task that waited for the lock does."""
     env, dest = config.group, config.dest.resolve()
     identity = checked_identity(config.source.resolve(), dest, config)
-    log.info("task %s of %s: the node's first task prepares %s with the other nodes; waiting for it",
-             os.environ.get("SLURM_LOCALID"), env.node, dest)
+    log.info("task %d of %s: the node's first task prepares %s with the other nodes; waiting for it",
+             env.local_task, env.node, dest)
     deadline = time.monotonic() + config.group_timeout_s
     while True:
         step = read_step(dest)

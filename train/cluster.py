@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -84,6 +84,24 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
     return DistEnv(rank=int(environ["SLURM_PROCID"]), world_size=world,
                    local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr, master_port=port,
                    launcher="slurm", local_world_size=local_world, **job)
+
+
+def process_env(environ: dict) -> DistEnv:
+    """This process's place as the public loader sees it, in one value: the launcher's (dist_env),
+    with torch.distributed's rank and world size where a group is initialised, however it was made
+    (mp.spawn sets no variable). A group with no launcher behind it shares the node's CPUs among
+    LOCAL_WORLD_SIZE ranks if that is set, else the whole world (an upper bound of this node's)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return dist_env(environ)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        env = dist_env(environ)
+    except ClusterError:  # half a launcher's variables, which the group does not need
+        env = dist_env({})
+    if env.launcher != "single":
+        return replace(env, rank=rank, world_size=world)
+    local = int(environ.get("LOCAL_WORLD_SIZE") or world)
+    return replace(env, rank=rank, world_size=world, local_rank=rank % local, local_world_size=local)
 
 
 def cpu_threads(env: DistEnv, cpus: int) -> int:

@@ -37,7 +37,7 @@ from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
 from train.checkpoint import ResumeError
-from train.cluster import ClusterError, default_workers, dist_env
+from train.cluster import default_workers, process_env
 from train.config import ConfigError, whole_number
 from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import DeviceBatches
@@ -65,29 +65,6 @@ class Counters:
     pil_fallbacks: int = 0  # decoded by the PIL path (an image the crop-region decoder does not take)
     seeked_images: int = 0  # decoded from only the restart intervals their crops cover (seekable shards)
     data_wait_s: float = 0.0  # seconds the caller waited for a batch
-
-
-def process_place(environ=os.environ) -> tuple[int, int]:
-    """(rank, world size): torch.distributed's when it is initialised (however it was launched),
-    else the launcher's variables (dist_env: srun, torchrun, accelerate launch, or one process)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    env = dist_env(environ)
-    return env.rank, env.world_size
-
-
-def workers_for(environ=os.environ) -> int:
-    """This rank's share of the CPUs it may use, less one (cluster.default_workers). Where only
-    torch.distributed knows the ranks (mp.spawn, say), LOCAL_WORLD_SIZE if set, else the world size,
-    an upper bound of the ranks on this node, share them."""
-    try:
-        env = dist_env(environ)
-    except ClusterError:
-        env = None
-    if env is None or (env.launcher == "single" and dist.is_available() and dist.is_initialized()):
-        ranks = int(environ.get("LOCAL_WORLD_SIZE") or (dist.get_world_size() if dist.is_initialized() else 1))
-        return max(1, available_cpus() // ranks - 1)
-    return default_workers(env, available_cpus())
 
 
 class _Shared:
@@ -504,9 +481,10 @@ def checked_device(device) -> torch.device:
 
 
 def place_of(rank, world_size) -> tuple[int, int, bool]:
-    """(rank, world size, whether they were given): given, or process_place()'s."""
+    """(rank, world size, whether they were given): given, or the process's (cluster.process_env)."""
     if rank is None and world_size is None:
-        return *process_place(), False
+        env = process_env(os.environ)
+        return env.rank, env.world_size, False
     if rank is None or world_size is None:
         raise ConfigError(f"rank and world_size go together (or neither: torch.distributed's, or the launcher's), not "
                           f"rank={rank!r}, world_size={world_size!r}")
@@ -519,9 +497,9 @@ def place_of(rank, world_size) -> tuple[int, int, bool]:
 
 def decode_threads(workers: int | None) -> int:
     """`workers`, at most the CPUs this process may use: more threads only contend for them (the
-    batches are the same for any count). None: workers_for()."""
+    batches are the same for any count). None: this rank's share of them, less one (cluster.default_workers)."""
     if workers is None:
-        return workers_for()
+        return default_workers(process_env(os.environ), available_cpus())
     cpus = available_cpus()
     if workers > cpus:
         log.warning("workers=%d is more than the %d CPUs this process may use: decoding with %d threads", workers,
