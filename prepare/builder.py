@@ -40,14 +40,13 @@ from shards.manifest import (
     read_manifest, write_manifest,
 )
 from shards.progress import Progress
-from shards.resources import log_pil_build, raise_open_file_limit
+from shards.resources import MB, log_pil_build, raise_open_file_limit
 
 if TYPE_CHECKING:
     from prepare.exchange import PartStream
 
 log = logging.getLogger("prepare")
 
-MB = 1 << 20
 
 
 class PrepareError(UserError, RuntimeError):

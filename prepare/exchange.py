@@ -25,12 +25,12 @@ from typing import Callable, Iterator
 
 from prepare.node_group import DATA, DONE, NodeGroup
 from shards.progress import Progress
+from shards.resources import MB
 
 log = logging.getLogger("prepare")
 
 RECORD = struct.Struct("<BIQ")  # kind, number, length of what follows
 SAMPLE, OUTCOME = 1, 2
-MB = 1 << 20
 
 
 def chunk_bytes(nodes: int) -> int:

@@ -43,11 +43,10 @@ from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.layout import SPLITS, STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
-from shards.resources import log_pil_build
+from shards.resources import MB, log_pil_build
 
 log = logging.getLogger("prepare")
 
-MB = 1 << 20
 USER_ERRORS = (UserError, OSError)  # a node's failure the others are told of, in one line
 
 

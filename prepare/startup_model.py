@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Model of one job start of `python -m prepare` on N nodes: today's per-node read of the whole
-source against the shared read (issue #17). Plain Python 3, no dependencies; prints the markdown
-tables of BENCHMARKS.md's section. Every parameter is in PARAMS; change one and rerun.
+"""Model of one job start of `python -m prepare` on N nodes: every node reading the whole source
+(`--no-shared-read`) against the shared read (the default under srun on several nodes). Plain
+Python 3, no dependencies; prints the markdown tables of BENCHMARKS.md's section. Every parameter is
+in PARAMS; change one and rerun.
 
 Units: GB = 1e9 bytes, GB/s, seconds. Times are printed in minutes.
 
-Stages and overlap (as prepare is built, and as the shared read is designed):
+Stages and overlap (as prepare and its shared read are built):
   phase 1, overlapped in the workers: read the source parts, check / rewrite, (shared read: send
            the processed samples to the other nodes and receive theirs), spill every sample to
            local disk. Its time is the max of its stages.

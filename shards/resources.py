@@ -6,6 +6,9 @@ import os
 import resource
 
 
+MB = 1 << 20  # bytes: the unit of prepare's sizes and rates
+
+
 def available_cpus(environ=os.environ) -> int:
     """CPUs this process may use: its affinity mask, capped by SLURM_CPUS_PER_TASK when set.
 

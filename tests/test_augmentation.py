@@ -13,7 +13,7 @@ from conftest import shard_set
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
 from train import Augment, ImageNetLoader, ResolutionRamp
-from train.checkpoint import ResumeError
+from train.config import ResumeError
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD
 from train.loader import Loader, PlanArgs
 from train.policies import OPS

@@ -15,7 +15,7 @@ from conftest import copy_dataset, damage_jpeg, shard_set
 from shards.manifest import DamagedData, read_manifest
 from shards.plan import steps_per_epoch
 from train import ImageNetLoader
-from train.checkpoint import ResumeError
+from train.config import ResumeError
 from train.config import ConfigError
 from train.shard_index import key_hash
 

@@ -13,7 +13,7 @@ import importlib
 __all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "ConfigError", "DatasetNotReady", "DamagedData",
            "ResumeError"]
 _HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.policies", "ResolutionRamp": "train.transforms",
-          "ConfigError": "train.config", "ResumeError": "train.checkpoint",
+          "ConfigError": "train.config", "ResumeError": "train.config",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
 

@@ -9,15 +9,10 @@ from pathlib import Path
 
 import torch
 
-from shards.errors import UserError
 from shards.manifest import write_file_atomic
-from train.config import MUST_MATCH_ON_RESUME, TrainConfig
+from train.config import MUST_MATCH_ON_RESUME, ResumeError, TrainConfig
 
 CHECKPOINT_NAME = "last.pt"
-
-
-class ResumeError(UserError, RuntimeError):
-    """The checkpoint cannot continue this run: the message says why and what to do."""
 
 
 @dataclass(kw_only=True)

@@ -21,6 +21,10 @@ class ConfigError(UserError):
     which one and what to change."""
 
 
+class ResumeError(UserError, RuntimeError):
+    """A checkpoint or loader state cannot continue this run: the message says why and what to do."""
+
+
 def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
     """`value` as a plain int: an int, or anything that is one (numpy integers, 0-d integer tensors:
     __index__), so that np.int64(0) is the seed 0 and not another stream. ConfigError for anything

@@ -36,9 +36,8 @@ from shards.layout import SPLITS
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
-from train.checkpoint import ResumeError
 from train.cluster import default_workers, process_env
-from train.config import ConfigError, whole_number
+from train.config import ConfigError, ResumeError, whole_number
 from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import DeviceBatches
 from train.loader import DECODES, Batch, Loader, PlanArgs, take

@@ -208,7 +208,37 @@ def draw_augmentation(chunk: Chunk, spec: Crops) -> None:
 
 # ---------------------------------------------------------------- the decode strategies
 
-class CpuDecode:
+class DecodeStrategy:
+    """What the loader asks of a --decode path. In a decode thread, `decode` readies a chunk (draws
+    its crops; decodes it into `out`, a slot of one of the strategy's batch buffers, if it keeps
+    any); `images` makes a finished batch's images. A strategy with buffers keeps them in rings, one
+    per open epoch (`acquire`, `release`); the base keeps none."""
+    seeks = False  # its decoder may seek through restart intervals (the first batch's seeks are logged)
+
+    def describe(self, threads: int) -> str:
+        raise NotImplementedError
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def acquire(self) -> int:
+        return 0
+
+    def release(self, ring: int) -> None:
+        pass
+
+    def buffer(self, ring: int, slot: int, size: int) -> np.ndarray | None:
+        return None
+
+    def decode(self, chunk: Chunk, out: np.ndarray | None, spec: "Crops") -> None:
+        raise NotImplementedError
+
+    def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
+               slot: int, size: int) -> torch.Tensor | EncodedBatch:
+        raise NotImplementedError
+
+
+class CpuDecode(DecodeStrategy):
     """--decode cpu: each chunk decoded by the crop-region decoder into its batch's slot of a ring
     of (pinned, where the device is a GPU) uint8 batch buffers; what it does not take (other image
     formats, JPEGs in other colour spaces) by PIL into the same slots, counted.
@@ -216,6 +246,7 @@ class CpuDecode:
     Each open epoch takes a ring of its own: one ring serves a run whose epochs follow each other,
     and a second is made only when two are open at once (a validation pass in the middle of a
     training epoch), then kept for the next time."""
+    seeks = True
 
     def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
         # A slot holds a batch of the largest size; an epoch of a smaller one views its first bytes.
@@ -282,28 +313,13 @@ class CpuDecode:
         return images[:len(keep)]
 
 
-class GpuDecode:
+class GpuDecode(DecodeStrategy):
     """--decode gpu: the threads read headers, check marker structures and draw crops; each batch
-    carries its kept JPEGs' bytes, windows, crops and flips for the device's decoder. What is not a
-    JPEG goes to the device decoder too (its PIL fallback decodes it)."""
-
-    def __init__(self, *, batch_size: int, image_size: int, ring: int, pin_memory: bool):
-        pass  # the batches are bytes; nothing to allocate ahead
+    carries its kept JPEGs' bytes, windows, crops and flips for the device's decoder (nothing to
+    allocate ahead). What is not a JPEG goes to the device decoder too (its PIL fallback decodes it)."""
 
     def describe(self, threads: int) -> str:
         return f"decoder: on the device (--decode gpu); headers, marker checks and crops by {threads} threads"
-
-    def memory_bytes(self) -> int:
-        return 0
-
-    def acquire(self) -> int:
-        return 0
-
-    def release(self, ring: int) -> None:
-        pass
-
-    def buffer(self, ring: int, slot: int, size: int) -> None:
-        return None
 
     def decode(self, chunk: Chunk, out: None, spec: Crops) -> None:
         draw_crops(chunk, spec, check_markers=True)
@@ -324,7 +340,13 @@ class GpuDecode:
                             flips, size, lambda i: shards.describe(int(kept[i])))
 
 
-DECODES = {"cpu": CpuDecode, "gpu": GpuDecode}
+DECODES = ("cpu", "gpu")
+
+
+def strategy_for(decode: str, *, batch_size: int, image_size: int, ring: int, pin_memory: bool) -> DecodeStrategy:
+    if decode == "gpu":
+        return GpuDecode()
+    return CpuDecode(batch_size=batch_size, image_size=image_size, ring=ring, pin_memory=pin_memory)
 
 PER_SAMPLE = ("labels", "key_hashes", "ops", "magnitudes", "erase", "repeats", "targets")  # Batch's rows
 
@@ -367,8 +389,8 @@ class Loader:
             raise ValueError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
         self.splits, self.batch_size, self.ring_size, self.max_size = splits, batch_size, ring, image_size
         self.threads = max(1, threads)
-        self.strategy = DECODES[decode](batch_size=batch_size, image_size=image_size, ring=ring,
-                                        pin_memory=pin_memory)
+        self.strategy = strategy_for(decode, batch_size=batch_size, image_size=image_size, ring=ring,
+                                     pin_memory=pin_memory)
         self.chunk = chunk_size(batch_size, self.threads)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
         self.fallbacks = 0  # images decoded by the PIL path, over the Loader's life
@@ -464,7 +486,7 @@ class Loader:
 
     def _log_first_seeks(self, seeked: int, images: int) -> None:
         """Which decode path the first batch took: seeking pays about 1.3x (README: seekable shards)."""
-        if self.first_batch_logged or not isinstance(self.strategy, CpuDecode):
+        if self.first_batch_logged or not self.strategy.seeks:
             return
         self.first_batch_logged = True
         if seeked:
