@@ -78,8 +78,10 @@ def shrunk_size(width: int, height: int, max_side: int | None) -> tuple[int, int
 
 def restart_interval(mcus_per_row: int, most: int) -> int:
     """The largest interval of at most `most` MCUs that divides a row's MCUs: restart intervals
-    that form a grid, so that a crop's columns are whole intervals."""
-    return max(n for n in range(1, min(most, mcus_per_row) + 1) if mcus_per_row % n == 0)
+    that form a grid, so that a crop's columns are whole intervals. The rule's one definition is
+    the native one (shards/native/jpeg_rules.h), which the rewrite with restart markers uses too;
+    ValueError unless 1 <= most <= 65535 and mcus_per_row >= 1."""
+    return _restarts.restart_interval(mcus_per_row, most)
 
 
 def rewrite_with_restarts(data: bytes, most: int, max_pixels: int) -> Rewrite:

@@ -4,8 +4,11 @@ checked arguments; many threads at once. (tests/test_native_fuzz.py throws hosti
 
 from __future__ import annotations
 
+import ast
 import io
 import platform
+import re
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,7 +17,8 @@ from PIL import Image
 
 from jpegs import (DHT, DQT, as_images, cjpeg, cmyk, jpeg, many_scans, photo, two_components, with_sampling, with_size,
                    without, ycck)
-from train import _jpegcrop, decoder
+from prepare import _restarts
+from train import _jpegcrop, _tarindex, decoder
 from train.decoder import decode_crops, image_sizes, pil_decode_crop
 
 KINDS = {
@@ -360,3 +364,35 @@ def test_a_missing_native_build_is_a_clear_error_not_a_slow_fallback():
     result = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode != 0
     assert "the native decoder train._jpegcrop is not built" in result.stderr and "jobs/install.sh" in result.stderr
+
+
+def docstring_signature(function) -> list[tuple[str, object]]:
+    """(name, default or ...) of each argument, from the `name(a, b=1)` that opens a native
+    function's docstring (the C functions carry no other signature)."""
+    found = re.match(rf"{function.__name__}\((.*?)\)", function.__doc__, re.S)
+    assert found, function.__doc__
+    parts = [part.split("=") for part in re.split(r",\s*", found.group(1))]
+    return [(part[0], ast.literal_eval(part[1]) if len(part) > 1 else ...) for part in parts]
+
+
+@pytest.mark.parametrize("module", [_jpegcrop, _tarindex, _restarts], ids=lambda m: m.__name__)
+def test_the_stubs_beside_the_native_modules_name_what_they_hold_and_every_argument(module):
+    """The .pyi beside each extension (what mypy reads) against the module: the same public names,
+    constants of the stated types, and each function's arguments, in order with their defaults, as
+    its docstring states them."""
+    tree = ast.parse(Path(module.__file__).with_name(module.__name__.rpartition(".")[2] + ".pyi").read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    constants = {node.target.id: node.annotation for node in tree.body
+                 if isinstance(node, ast.AnnAssign) and not node.target.id.startswith("_")}
+    public = {name for name in dir(module) if not name.startswith("_")}
+    assert public == set(functions) | set(constants)
+    for name, annotation in constants.items():  # Final[int], Final[str], Final[list[str]]
+        kind = ast.unparse(annotation).removeprefix("Final[").removesuffix("]").partition("[")[0]
+        assert type(getattr(module, name)).__name__ == kind, name
+    for name, node in functions.items():
+        arguments = node.args.args
+        defaults = [...] * (len(arguments) - len(node.args.defaults)) + [
+            ast.literal_eval(default) if not isinstance(default, ast.Constant) or default.value is not ... else ...
+            for default in node.args.defaults]
+        assert [(a.arg, d) for a, d in zip(arguments, defaults)] == docstring_signature(getattr(module, name)), name
+        assert all(a.annotation is not None for a in arguments) and node.returns is not None, name

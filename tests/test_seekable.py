@@ -72,6 +72,19 @@ def test_the_interval_is_the_largest_divisor_of_a_rows_mcus_up_to_the_most(mcus,
     assert restart_interval(mcus, most) == expected
 
 
+def test_the_interval_rule_the_rewrite_and_the_re_encode_share_against_its_definition():
+    """restart_interval is the native rule (shards/native/jpeg_rules.h) that add_restarts writes
+    with: against the definition, spelled out, at every small row and limit; arguments outside
+    its range are a ValueError, as the rewrite's are."""
+    for mcus in range(1, 260):
+        for most in range(1, 70):
+            assert restart_interval(mcus, most) == max(n for n in range(1, min(most, mcus) + 1) if mcus % n == 0)
+    assert restart_interval(4096, 65535) == 4096 and restart_interval(65521, 65520) == 1  # (a prime)
+    for mcus, most in [(0, 2), (-3, 2), (32, 0), (32, 65536), (1 << 32, 2)]:
+        with pytest.raises(ValueError, match="mcus_per_row must be 1 to"):
+            restart_interval(mcus, most)
+
+
 @pytest.mark.parametrize("kind", list(kinds()))
 @pytest.mark.parametrize("most", [1, 2, 4])
 def test_the_rewrite_keeps_every_pixel_and_makes_a_baseline_grid_of_intervals(kind, most):

@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,42 +27,20 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
-enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEMORY = 5 };
+#include "jpeg_rules.h" /* shards/native: the statuses, limits, memory budget and libjpeg guard train keeps too */
 
-#define PIXELS_CEILING ((int64_t)1 << 28)
-#define MAX_SCANS 100 /* the training decoder's limit: a file past it is damage or an attack */
-#define LIBJPEG_SLACK ((size_t)48 << 20)
+#define MOST_INTERVAL 65535 /* MCUs: the restart interval's field in a JPEG (DRI) is 16 bits */
 
-#define REASON_LENGTH JMSG_LENGTH_MAX /* libjpeg's messages fit, by its own definition */
-
-struct guard {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    int status;
-    char *reason; /* REASON_LENGTH bytes, the transcoder's */
-};
-
-static void on_error(j_common_ptr cinfo) {
-    struct guard *g = (struct guard *)cinfo->err;
-    int code = g->pub.msg_code;
-    g->status = code == JERR_NO_BACKING_STORE ? TOO_LARGE : code == JERR_OUT_OF_MEMORY ? OUT_OF_MEMORY : CORRUPT;
-    (*g->pub.format_message)(cinfo, g->reason); /* snprintf into JMSG_LENGTH_MAX bytes */
-    longjmp(g->jump, 1);
-}
-
-/* Warnings end the transcode: those about the data (a bad code, a marker where data should be, the
- * file ending early...) as CORRUPT, with libjpeg's words; those about a header's harmless oddity
- * (scan parameters a sequential JPEG ignores, an unknown Adobe transform code) as REFUSED: the
- * image decodes as before, kept as it is. Extraneous bytes before a marker, an unknown JFIF
- * revision and a bad ICC marker pass (sound files carry them). */
-static void on_message(j_common_ptr cinfo, int level) {
-    struct guard *g = (struct guard *)cinfo->err;
-    int code = g->pub.msg_code;
-    if (level != -1 || code == JWRN_EXTRANEOUS_DATA || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC)
-        return;
-    g->status = code == JWRN_NOT_SEQUENTIAL || code == JWRN_ADOBE_XFORM ? REFUSED : CORRUPT;
-    (*g->pub.format_message)(cinfo, g->reason);
-    longjmp(g->jump, 1);
+/* The rewrite's warning_policy (jpeg_rules.h): warnings end the transcode, those about the data (a
+ * bad code, a marker where data should be, the file ending early...) as CORRUPT, with libjpeg's
+ * words; those about a header's harmless oddity (scan parameters a sequential JPEG ignores, an
+ * unknown Adobe transform code) as REFUSED: the image decodes as before, kept as it is. Extraneous
+ * bytes before a marker, an unknown JFIF revision and a bad ICC marker pass (sound files carry
+ * them). */
+static int rewrite_warning(int code) {
+    if (code == JWRN_EXTRANEOUS_DATA || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC)
+        return OK;
+    return code == JWRN_NOT_SEQUENTIAL || code == JWRN_ADOBE_XFORM ? REFUSED : CORRUPT;
 }
 
 /* The input, handed to libjpeg at most CHUNK bytes at a time (no copy). libjpeg-turbo Huffman-decodes
@@ -106,24 +85,6 @@ static void input_skip(j_decompress_ptr cinfo, long count) {
 }
 
 static void input_end(j_decompress_ptr cinfo) { (void)cinfo; }
-
-/* The restart interval, in MCUs: the largest divisor of the MCUs of a row that is at most `most`,
- * so that no interval straddles two rows (a decoder seeks to rows and columns of intervals). */
-static unsigned int interval_dividing(unsigned int mcus_per_row, unsigned int most) {
-    unsigned int n = most < mcus_per_row ? most : mcus_per_row;
-    while (n > 1 && mcus_per_row % n != 0)
-        n--;
-    return n ? n : 1;
-}
-
-static void on_progress(j_common_ptr cinfo) {
-    if (cinfo->is_decompressor && ((j_decompress_ptr)cinfo)->input_scan_number > MAX_SCANS) {
-        struct guard *g = (struct guard *)cinfo->err;
-        g->status = CORRUPT;
-        snprintf(g->reason, REASON_LENGTH, "more than %d scans (the training decoder stops there)", MAX_SCANS);
-        longjmp(g->jump, 1);
-    }
-}
 
 /* Whether the scans sent every bit of every coefficient. A progressive file whose script stops
  * short is decoded with block smoothing, which estimates the missing terms; rewritten, they would
@@ -208,17 +169,13 @@ typedef struct {
 
 static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned int most, int64_t max_pixels,
                      unsigned int *interval) {
-    t->in.err = jpeg_std_error(&t->in_err.pub);
-    t->in_err.pub.error_exit = on_error, t->in_err.pub.emit_message = on_message, t->in_err.reason = t->reason;
-    t->out.err = jpeg_std_error(&t->out_err.pub);
-    t->out_err.pub.error_exit = on_error, t->out_err.pub.emit_message = on_message, t->out_err.reason = t->reason;
+    t->in.err = guard_errors(&t->in_err, rewrite_warning, t->reason);
+    t->out.err = guard_errors(&t->out_err, rewrite_warning, t->reason);
     if (setjmp(t->in_err.jump))
         return t->in_err.status;
     jpeg_create_decompress(&t->in);
     t->in_made = 1;
-    t->in.mem->max_memory_to_use = (long)(6 * (size_t)max_pixels + LIBJPEG_SLACK);
-    t->progress.progress_monitor = on_progress;
-    t->in.progress = &t->progress;
+    guard_decompressor(&t->in, &t->progress, max_pixels);
     t->input.pub.init_source = input_start, t->input.pub.fill_input_buffer = input_fill;
     t->input.pub.skip_input_data = input_skip, t->input.pub.resync_to_restart = jpeg_resync_to_restart;
     t->input.pub.term_source = input_end;
@@ -228,7 +185,7 @@ static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned
         jpeg_save_markers(&t->in, JPEG_APP0 + m, 0xFFFF);
     jpeg_save_markers(&t->in, JPEG_COM, 0xFFFF);
     jpeg_read_header(&t->in, TRUE);
-    if ((int64_t)t->in.image_width * (int64_t)t->in.image_height > max_pixels) {
+    if (too_many_pixels(&t->in, max_pixels)) {
         snprintf(t->reason, REASON_LENGTH, "%u x %u pixels, more than the limit of %lld", t->in.image_width,
                  t->in.image_height, (long long)max_pixels);
         return TOO_LARGE;
@@ -254,10 +211,8 @@ static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned
     /* libjpeg's standard Huffman tables: tables made for each image (optimize_coding) cost another
        pass, 2.1 ms an image instead of 0.95, to save 3% of bytes and 1% of decode time (BENCHMARKS.md) */
     t->out.optimize_coding = FALSE;
-    /* the MCUs of a row of the one interleaved scan written (one component: an MCU is one block) */
-    unsigned int mcu_width = t->in.num_components == 1 ? DCTSIZE : t->in.max_h_samp_factor * DCTSIZE;
-    unsigned int mcus_per_row = (t->in.image_width + mcu_width - 1) / mcu_width;
-    *interval = interval_dividing(mcus_per_row, most);
+    /* the grid of the one interleaved scan written, as train's decoder reads it (jpeg_rules.h) */
+    *interval = interval_dividing(mcus_in_a_row(&t->in), most);
     t->out.restart_interval = *interval;
     t->output.pub.init_destination = output_start, t->output.pub.empty_output_buffer = output_grow;
     t->output.pub.term_destination = output_end;
@@ -290,9 +245,10 @@ static PyObject *rewrite(PyObject *args, PyObject *kwargs, int with_reason) {
     long long max_pixels;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*LL", keywords, &view, &most, &max_pixels))
         return NULL;
-    if (most < 1 || most > 65535 || max_pixels < 1 || max_pixels > PIXELS_CEILING) {
+    if (most < 1 || most > MOST_INTERVAL || !max_pixels_allowed(max_pixels)) {
         PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "most must be 1 to 65535 and max_pixels 1 to %lld", (long long)PIXELS_CEILING);
+        PyErr_Format(PyExc_ValueError, "most must be 1 to %d and max_pixels 1 to %lld", MOST_INTERVAL,
+                     (long long)PIXELS_CEILING);
         return NULL;
     }
     const uint8_t *data = view.buf;
@@ -301,7 +257,7 @@ static PyObject *rewrite(PyObject *args, PyObject *kwargs, int with_reason) {
     memset(&t, 0, sizeof(t));
     unsigned int interval = 0;
     int status;
-    if (length < 4 || data[0] != 0xFF || data[1] != 0xD8) {
+    if (!looks_like_jpeg(data, length)) {
         status = NOT_JPEG;
         snprintf(t.reason, REASON_LENGTH, "no JPEG start-of-image marker");
     } else {
@@ -342,6 +298,20 @@ static PyObject *py_add_restarts_with_reason(PyObject *self, PyObject *args, PyO
     return rewrite(args, kwargs, 1);
 }
 
+static PyObject *py_restart_interval(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"mcus_per_row", "most", NULL};
+    long long mcus_per_row, most;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LL", keywords, &mcus_per_row, &most))
+        return NULL;
+    if (mcus_per_row < 1 || mcus_per_row > (long long)UINT_MAX || most < 1 || most > MOST_INTERVAL) {
+        PyErr_Format(PyExc_ValueError, "mcus_per_row must be 1 to %u and most 1 to %d, not %lld and %lld", UINT_MAX,
+                     MOST_INTERVAL, mcus_per_row, most);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLong(interval_dividing((unsigned int)mcus_per_row, (unsigned int)most));
+}
+
 static PyMethodDef methods[] = {
     {"add_restarts", (PyCFunction)(void (*)(void))py_add_restarts, METH_VARARGS | METH_KEYWORDS,
      "add_restarts(data, most, max_pixels) -> (status, bytes or None, interval): the JPEG's coefficients "
@@ -356,6 +326,10 @@ static PyMethodDef methods[] = {
      "add_restarts_with_reason(data, most, max_pixels) -> (status, bytes or None, interval, reason or None): "
      "add_restarts, and for every status but OK why: libjpeg's own message for CORRUPT (e.g. \"Corrupt JPEG "
      "data: premature end of data segment\"), what stopped the rewrite for the others. The GIL is released."},
+    {"restart_interval", (PyCFunction)(void (*)(void))py_restart_interval, METH_VARARGS | METH_KEYWORDS,
+     "restart_interval(mcus_per_row, most) -> int: the interval add_restarts writes for a row of mcus_per_row "
+     "MCUs, and the one for a re-encode: the largest divisor of mcus_per_row that is at most `most` (1 to "
+     "65535), so that the intervals form a grid the training decoder seeks in."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -363,11 +337,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_restarts", NULL, -1
 
 PyMODINIT_FUNC PyInit__restarts(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddIntConstant(m, "OK", OK) < 0 || PyModule_AddIntConstant(m, "REFUSED", REFUSED) < 0 ||
-              PyModule_AddIntConstant(m, "CORRUPT", CORRUPT) < 0 || PyModule_AddIntConstant(m, "NOT_JPEG", NOT_JPEG) < 0 ||
-              PyModule_AddIntConstant(m, "TOO_LARGE", TOO_LARGE) < 0 ||
-              PyModule_AddIntConstant(m, "OUT_OF_MEMORY", OUT_OF_MEMORY) < 0 ||
-              PyModule_AddIntConstant(m, "MAX_SCANS", MAX_SCANS) < 0)) {
+    int added = m != NULL;
+    for (const named_status *s = status_names(); added && s->name; s++)
+        added = PyModule_AddIntConstant(m, s->name, s->value) == 0;
+    if (m && (!added || PyModule_AddIntConstant(m, "MAX_SCANS", MAX_SCANS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -40,22 +40,15 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "jpeg_rules.h" /* shards/native: the statuses, limits, memory budget and libjpeg guard prepare keeps too */
+
 #include "arrays.h"
+#include "buffers.h"
 #include "resample.h"
 #include "seek.h"
 
-enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEMORY = 5 };
-
-#define PIXELS_CEILING ((int64_t)1 << 28) /* the most max_pixels a caller may ask for: 4x the dataset's limit */
 #define MAX_SIZE 8192                     /* the largest output side */
 #define ROW_GROUP 4                       /* decoded rows resized at once (the resize kernels do four rows) */
-/* A progressive JPEG may hold thousands of legal scans, each a pass over the whole image's
- * coefficients (seconds each at the pixel limit): past this many it is damage or an attack.
- * libjpeg-turbo's own fuzzers stop at 100 (fuzz/decompress.cc); ordinary encoders write under 12. */
-#define MAX_SCANS 100
-/* libjpeg's row buffers (as wide as the image: about 13 MiB at JPEG's widest, 65,500 px) and the
- * padding of its coefficient buffers to whole MCUs. */
-#define LIBJPEG_SLACK ((size_t)48 << 20)
 /* Our own scratch: a few rows of the crop, a window of resized rows, the filters' weights (under
  * 5 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE). */
 #define OWN_SCRATCH ((size_t)16 << 20)
@@ -83,55 +76,19 @@ enum { OK = 0, REFUSED = 1, CORRUPT = 2, NOT_JPEG = 3, TOO_LARGE = 4, OUT_OF_MEM
  * (libjpeg-turbo also picks the upsampler by the width decoded: see seek_window.) */
 #define SEEK_MARGIN 2
 
-/* libjpeg's max_memory_to_use: a progressive or multi-scan JPEG holds the DCT coefficients of the
- * whole image, 2 bytes each, 64 per 8x8 block of each component: 6 bytes a pixel for three
- * full-resolution components, the most this path decodes. */
-static size_t libjpeg_budget(int64_t max_pixels) {
-    return 6 * (size_t)max_pixels + LIBJPEG_SLACK;
-}
-
-/* The most one decode of one image allocates: libjpeg's budget and our scratch. */
+/* The most one decode of one image allocates: libjpeg's budget (jpeg_rules.h) and our scratch. */
 static size_t memory_bound(int64_t max_pixels) {
     return libjpeg_budget(max_pixels) + OWN_SCRATCH;
 }
 
-/* ------------------------------------------------------------------ libjpeg error handling */
+/* ------------------------------------------------------------------ libjpeg's warnings */
 
-struct guard {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    int status; /* what a longjmp means: CORRUPT, TOO_LARGE or OUT_OF_MEMORY */
-};
-
-static void on_error(j_common_ptr cinfo) {
-    struct guard *g = (struct guard *)cinfo->err;
-    int code = g->pub.msg_code;
-    /* jmemnobs (libjpeg-turbo's only memory back end) has no backing store: a full-image buffer
-       beyond max_memory_to_use would end here. Defence in depth: libjpeg_budget covers every image
-       within max_pixels (its worst MCU padding included), so no image has reached it. */
-    g->status = code == JERR_NO_BACKING_STORE ? TOO_LARGE : code == JERR_OUT_OF_MEMORY ? OUT_OF_MEMORY : CORRUPT;
-    longjmp(g->jump, 1);
-}
-
-/* Level -1 is a warning. Those about bytes that are not pixels (extraneous bytes before a marker:
- * ImageNet has some; an unknown JFIF revision; a bad ICC profile) are harmless; any other means
- * the pixels are not what was encoded: the decode ends there, CORRUPT. */
-static void on_message(j_common_ptr cinfo, int level) {
-    struct guard *g = (struct guard *)cinfo->err;
-    int code = g->pub.msg_code;
-    if (level == -1 && code != JWRN_EXTRANEOUS_DATA && code != JWRN_JFIF_MAJOR && code != JWRN_BOGUS_ICC) {
-        g->status = CORRUPT;
-        longjmp(g->jump, 1);
-    }
-}
-
-/* Called as libjpeg works through the scans: past MAX_SCANS, the image is damaged. */
-static void on_progress(j_common_ptr cinfo) {
-    if (((j_decompress_ptr)cinfo)->input_scan_number > MAX_SCANS) {
-        struct guard *g = (struct guard *)cinfo->err;
-        g->status = CORRUPT;
-        longjmp(g->jump, 1);
-    }
+/* The decoder's warning_policy (jpeg_rules.h). Warnings about bytes that are not pixels
+ * (extraneous bytes before a marker: ImageNet has some; an unknown JFIF revision; a bad ICC
+ * profile) are harmless; any other means the pixels are not what was encoded: the decode ends
+ * there, CORRUPT. */
+static int decoder_warning(int code) {
+    return code == JWRN_EXTRANEOUS_DATA || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC ? OK : CORRUPT;
 }
 
 /* A decompressor for one image: created before it, destroyed after it. */
@@ -146,15 +103,10 @@ typedef struct {
  * reads libjpeg's JPEGMEM variable (getenv) with the GIL released: a thread that sets environment
  * variables while images decode races with it, as with every libjpeg user (PIL included). */
 static void create_decompressor(decompressor *d, const uint8_t *data, size_t length, int64_t max_pixels) {
-    d->c.err = jpeg_std_error(&d->err.pub);
-    d->err.pub.error_exit = on_error;
-    d->err.pub.emit_message = on_message;
-    d->err.status = CORRUPT;
+    d->c.err = guard_errors(&d->err, decoder_warning, NULL);
     jpeg_create_decompress(&d->c);
     d->created = 1;
-    d->c.mem->max_memory_to_use = (long)libjpeg_budget(max_pixels);
-    d->progress.progress_monitor = on_progress;
-    d->c.progress = &d->progress;
+    guard_decompressor(&d->c, &d->progress, max_pixels);
     jpeg_mem_src(&d->c, data, (unsigned long)length);
 }
 
@@ -162,15 +114,6 @@ static void destroy_decompressor(decompressor *d) {
     if (d->created)
         jpeg_destroy_decompress(&d->c);
     d->created = 0;
-}
-
-static int looks_like_jpeg(const uint8_t *data, size_t length) {
-    return length >= 4 && data[0] == 0xFF && data[1] == 0xD8;
-}
-
-/* After jpeg_read_header: TOO_LARGE if the image has more pixels than allowed, else OK. */
-static int pixel_check(const struct jpeg_decompress_struct *c, int64_t max_pixels) {
-    return (int64_t)c->image_width * (int64_t)c->image_height > max_pixels ? TOO_LARGE : OK;
 }
 
 static inline uint8_t muldiv255(int a, int b) { /* a * b / 255, rounded, as PIL's MULDIV255 */
@@ -252,7 +195,7 @@ static int read_rows(struct jpeg_decompress_struct *c, uint8_t *rows, size_t str
 
 /* After jpeg_read_header: TOO_LARGE, REFUSED, or OK and whether it is a CMYK or YCCK JPEG. */
 static int header_check(const struct jpeg_decompress_struct *c, int64_t max_pixels, int *cmyk) {
-    if (pixel_check(c, max_pixels) != OK)
+    if (too_many_pixels(c, max_pixels))
         return TOO_LARGE;
     /* (libjpeg-turbo 2.x stops at the header of a 12-bit JPEG, CORRUPT; 3.x reads it, and then this) */
     *cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
@@ -343,11 +286,6 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     return OK;
 }
 
-/* Where seeking pays: the JPEG is a grid of restart intervals, the intervals that hold the pixels
- * the filters read (and SEEK_MARGIN more: the upsampling of chroma treats the window's edges as
- * the image's) are fewer than SEEK_SHARE of the MCUs the usual path reads, and their bytes stay
- * under the memory rule. Then the small JPEG is in s->seek.bytes, *length long, and the window
- * starts (*origin_x, *origin_y) pixels into the whole image's scaled output. */
 /* What the small JPEG's header must say, as libjpeg reads it: the whole image's frame at the
  * window's size. */
 typedef struct {
@@ -465,7 +403,7 @@ static int read_size(const uint8_t *data, size_t length, int32_t *dims, int64_t 
         jpeg_read_header(&d.c, TRUE);
         dims[0] = (int32_t)d.c.image_width;
         dims[1] = (int32_t)d.c.image_height;
-        status = pixel_check(&d.c, max_pixels);
+        status = too_many_pixels(&d.c, max_pixels) ? TOO_LARGE : OK;
     }
     destroy_decompressor(&d);
     if (status == OK && check_markers)
@@ -521,7 +459,7 @@ static int markers_whole(const uint8_t *data, size_t length) {
 /* ------------------------------------------------------------------ Python bindings */
 
 static int check_max_pixels(long long max_pixels) {
-    if (max_pixels < 1 || max_pixels > PIXELS_CEILING) {
+    if (!max_pixels_allowed(max_pixels)) {
         PyErr_Format(PyExc_ValueError, "max_pixels must be 1 to %lld, not %lld", (long long)PIXELS_CEILING,
                      max_pixels);
         return -1;
@@ -721,12 +659,11 @@ PyMODINIT_FUNC PyInit__jpegcrop(void) {
     snprintf(version, sizeof(version), "%d.%d.%d", LIBJPEG_TURBO_VERSION_NUMBER / 1000000,
              LIBJPEG_TURBO_VERSION_NUMBER / 1000 % 1000, LIBJPEG_TURBO_VERSION_NUMBER % 1000);
     PyObject *names = simd_names();
-    if (!names || PyModule_AddObjectRef(m, "SIMD", names) < 0 ||
-        PyModule_AddStringConstant(m, "LIBJPEG_TURBO_VERSION", version) < 0 ||
-        PyModule_AddIntConstant(m, "OK", OK) < 0 || PyModule_AddIntConstant(m, "REFUSED", REFUSED) < 0 ||
-        PyModule_AddIntConstant(m, "CORRUPT", CORRUPT) < 0 || PyModule_AddIntConstant(m, "NOT_JPEG", NOT_JPEG) < 0 ||
-        PyModule_AddIntConstant(m, "TOO_LARGE", TOO_LARGE) < 0 ||
-        PyModule_AddIntConstant(m, "OUT_OF_MEMORY", OUT_OF_MEMORY) < 0 || PyModule_AddIntConstant(m, "MAX_SCANS", MAX_SCANS) < 0 ||
+    int added = names && PyModule_AddObjectRef(m, "SIMD", names) == 0 &&
+                PyModule_AddStringConstant(m, "LIBJPEG_TURBO_VERSION", version) == 0;
+    for (const named_status *s = status_names(); added && s->name; s++)
+        added = PyModule_AddIntConstant(m, s->name, s->value) == 0;
+    if (!added || PyModule_AddIntConstant(m, "MAX_SCANS", MAX_SCANS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SIZE", MAX_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "PIXELS_CEILING", (long)PIXELS_CEILING) < 0) {
         Py_XDECREF(names);

@@ -8,18 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ the filter (PIL's rule) */
+#include "buffers.h"
 
-int grow_buffer(void **buffer, size_t *capacity, size_t need) {
-    if (need <= *capacity)
-        return 0;
-    void *grown = realloc(*buffer, need);
-    if (!grown)
-        return -1;
-    *buffer = grown;
-    *capacity = need;
-    return 0;
-}
+/* ------------------------------------------------------------------ the filter (PIL's rule) */
 
 static double triangle(double x) {
     x = fabs(x);

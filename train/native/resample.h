@@ -21,10 +21,6 @@ typedef struct {
     size_t capacity_first, capacity_count, capacity_k, capacity_w; /* reused from one image to the next */
 } filter;
 
-/* Grow *buffer (realloc) to hold `need` bytes: scratch kept from one image to the next of a call,
- * the filters' and the decoder's. Returns 0, or -1 when memory runs out (the buffer is unchanged). */
-int grow_buffer(void **buffer, size_t *capacity, size_t need);
-
 /* Weights mapping source pixels [lo, hi) (fractional) of a line of `length` pixels onto `out`
  * pixels. Returns 0, or -1 when memory runs out. */
 int make_filter(filter *f, double lo, double hi, int length, int out);

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "resample.h" /* grow_buffer */
+#include "buffers.h"
+#include "jpeg_rules.h" /* shards/native: the grid's rule, as prepare writes it */
 
 /* Where the frame header is: the header's markers walked as libjpeg reads them (bytes before a
  * marker skipped, FF 00 discarded, fill bytes, parameterless markers), and the SOF0 or SOF1 found
@@ -47,17 +48,14 @@ static size_t frame_header_at(const struct jpeg_decompress_struct *c, const uint
 }
 
 int seekable(const struct jpeg_decompress_struct *c, const uint8_t *data, seek_plan *p) {
-    /* after jpeg_read_header: MCUs_per_row is only set when decompression starts, so from the header */
-    int one = c->num_components == 1; /* one component: an MCU is one block */
     p->width = c->image_width, p->height = c->image_height;
-    p->mcu_width = DCTSIZE * (one ? 1 : c->max_h_samp_factor);
-    p->mcu_height = DCTSIZE * (one ? 1 : c->max_v_samp_factor);
-    p->mcus_per_row = (p->width + p->mcu_width - 1) / p->mcu_width;
+    p->mcu_width = mcu_width(c), p->mcu_height = mcu_height(c);
+    p->mcus_per_row = mcus_in_a_row(c);
     p->mcu_rows = (p->height + p->mcu_height - 1) / p->mcu_height;
     p->interval = c->restart_interval;
     p->entropy_at = (size_t)(c->src->next_input_byte - data); /* jpeg_read_header stops after the SOS segment */
-    if (c->progressive_mode || c->arith_code || c->comps_in_scan != c->num_components || p->interval == 0 ||
-        p->mcus_per_row % p->interval != 0)
+    if (c->progressive_mode || c->arith_code || c->comps_in_scan != c->num_components ||
+        !interval_divides_row(p->mcus_per_row, p->interval))
         return 0;
     p->sof = frame_header_at(c, data, p->entropy_at);
     return p->sof != 0;

@@ -20,8 +20,10 @@
 
 #include <jpeglib.h>
 
+/* A seek's buffers, grown with grow_buffer (buffers.h); capacities in bytes. */
 typedef struct {
-    size_t *spans;   /* the window's intervals' entropy-coded bytes: [start, end) pairs, in order */
+    size_t *spans;   /* the window's intervals only (walk_grid checks the rest of the scan without storing
+                        it): where each one's entropy-coded bytes lie, [start, end) pairs, in order */
     size_t capacity_spans;
     uint8_t *bytes;  /* the small JPEG */
     size_t capacity_bytes;
