@@ -1,10 +1,9 @@
 """Disk space on --dest: what prepare needs there, as pure functions, and the file system's answer.
 
 While prepare runs, --dest holds every image once as spill files, and then, shard by shard, the
-shards that replace them. A shard is larger than its images: every sample is three tar members
-(.cls, .jpg, .json), each with a 512-byte header and padded to a 512-byte block. So the peak is
-the spills, plus the tar overhead of every shard written so far, plus the shards being written
-(one per worker) while their spills still exist.
+shards that replace them. A shard is larger than its images (shards.format: SAMPLE_OVERHEAD a
+sample, SHARD_END a shard). So the peak is the spills, plus the tar overhead of every shard written
+so far, plus the shards being written (one per worker) while their spills still exist.
 """
 
 from __future__ import annotations
@@ -13,19 +12,10 @@ import errno
 import shutil
 from pathlib import Path
 
-BLOCK = 512
-# Per sample: three headers, the .cls and .json contents padded to a block each, and on average
-# half a block of padding after the JPEG.
-TAR_OVERHEAD = 3 * BLOCK + 2 * BLOCK + BLOCK // 2
-# Per shard: the end-of-archive blocks, padded to tarfile's 10 KiB record: on average half a record.
-SHARD_END = 2 * BLOCK + 20 * BLOCK // 2
+from shards.format import SAMPLE_OVERHEAD
+
 SPILL_OVERHEAD = 200  # a pickled sample's keys, label and metadata around the JPEG bytes
 MARGIN = 16 << 20  # once per check: the manifest, file-system slack
-
-
-def tar_bytes(image_bytes: int, samples: int, shards: int) -> int:
-    """About how large `shards` shards of `samples` images of `image_bytes` bytes in all will be."""
-    return image_bytes + samples * TAR_OVERHEAD + shards * SHARD_END
 
 
 def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: int) -> int:
@@ -36,7 +26,7 @@ def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: in
     """
     spills = image_bytes + samples * SPILL_OVERHEAD
     in_flight = int(2 * workers * shard_bytes)  # shards being written beside their spills, moved samples
-    return spills + samples * TAR_OVERHEAD + in_flight
+    return spills + samples * SAMPLE_OVERHEAD + in_flight
 
 
 def free_bytes(path: Path) -> int:

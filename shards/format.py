@@ -26,6 +26,19 @@ EXTENSIONS = ("cls", "jpg", "json")
 MAX_KEY_LENGTH = 100 - 1 - max(map(len, EXTENSIONS))
 
 
+# What a shard holds beyond its JPEGs' bytes, as the writer writes it (prepare's estimates of the disk
+# it needs): per sample a 512-byte header per member, the .cls and .json contents padded to a block
+# each, and on average half a block of padding after the JPEG; per shard the two end-of-archive
+# blocks, padded to tarfile's 10 KiB record: on average half a record.
+SAMPLE_OVERHEAD = len(EXTENSIONS) * tarfile.BLOCKSIZE + 2 * tarfile.BLOCKSIZE + tarfile.BLOCKSIZE // 2
+SHARD_END = 2 * tarfile.BLOCKSIZE + tarfile.RECORDSIZE // 2
+
+
+def tar_bytes(image_bytes: int, samples: int, shards: int) -> int:
+    """About how large `shards` shards of `samples` images of `image_bytes` bytes in all will be."""
+    return image_bytes + samples * SAMPLE_OVERHEAD + shards * SHARD_END
+
+
 def sample_record(key: str, jpg: bytes, label: int, meta: dict) -> dict:
     """A sample as the writer takes it: its members by extension."""
     return {"__key__": key, "jpg": jpg, "cls": str(label).encode(), "json": json.dumps(meta, sort_keys=True).encode()}

@@ -713,7 +713,7 @@ def test_verify_needs_checksums(sources, tmp_path):
 
 
 def test_the_space_estimate_counts_the_tar_overhead(prepared):
-    from prepare.space import tar_bytes
+    from shards.format import tar_bytes
 
     manifest = read_manifest(prepared)
     for split in ("train", "val"):
