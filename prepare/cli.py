@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make the JPEGs seekable: rewrite each one losslessly (the same pixels) with a restart "
                         "marker every at most N MCUs (blocks of 8 to 16 px a side), so that the loader decodes only the "
                         "part of an image its crop covers; 0 keeps the original bytes, their data not decoded (so "
-                        "damage in it is not checked: see README)")
+                        "damage in it is not checked: see docs/reliability.md)")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out images that do not decode (listed in the manifest) instead of stopping, and JPEGs "
                         "whose data libjpeg finds damaged (without it they are stored and listed as damaged)")
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "write shards (default: the CPUs this task was given)")
     p.add_argument("--no-shared-read", action="store_true",
                    help="under srun on several nodes, each node reads the whole source itself instead of a share "
-                        "of it (the nodes then exchange what they read over torch.distributed: see README)")
+                        "of it (the nodes then exchange what they read over torch.distributed: see docs/clusters.md)")
     p.add_argument("--group-timeout", type=float, default=1800.0, metavar="S",
                    help="shared read: the longest wait for another node in any round before this node gives up "
                         "(at the rendezvous, at most 600 s of it); a node that dies is noticed at once")

@@ -1,4 +1,4 @@
-"""prepare on several nodes, the source read once per job (README, "Several nodes").
+"""prepare on several nodes, the source read once per job (docs/clusters.md, "Several nodes").
 
 The first task of each node (SLURM_LOCALID 0) joins the nodes' group; further tasks of a node wait
 for it and verify, as with the lock alone. The group's steps, each a gather of small facts:

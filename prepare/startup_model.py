@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model of one job start of `python -m prepare` on N nodes: every node reading the whole source
 (`--no-shared-read`) against the shared read (the default under srun on several nodes). Plain
-Python 3, no dependencies; prints the markdown tables of BENCHMARKS.md's section. Every parameter is
+Python 3, no dependencies; prints the markdown tables of its section in docs/benchmarks-history.md. Every parameter is
 in PARAMS; change one and rerun.
 
 Units: GB = 1e9 bytes, GB/s, seconds. Times are printed in minutes.

@@ -176,7 +176,7 @@ def test_the_limit_is_inclusive_and_a_progressive_jpeg_at_the_limit_decodes(prog
 
 
 def test_the_memory_figures_the_readme_states_are_the_codes():
-    """448 MiB for any JPEG, 768 MiB for the PIL path, at the dataset's limit (README, decoder.py).
+    """448 MiB for any JPEG, 768 MiB for the PIL path, at the dataset's limit (docs/reliability.md, decoder.py).
     That they are kept is tests/test_native_fuzz.py's to show, with the process's peak memory."""
     from shards.limits import MAX_PIXELS
 

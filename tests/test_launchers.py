@@ -1,6 +1,6 @@
-"""The public loader under real launchers, two CPU processes on gloo: the README's example run
-verbatim under torchrun and under accelerate launch, and a mid-epoch state saved by rank 0 that
-resumes every rank to exactly the batches it had not taken."""
+"""The public loader under real launchers, two CPU processes on gloo: the library manual's example
+(docs/library.md) run verbatim under torchrun and under accelerate launch, and a mid-epoch state saved
+by rank 0 that resumes every rank to exactly the batches it had not taken."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ RESUME_SCRIPT = Path(__file__).with_name("library_resume_script.py")
 
 
 def readme_example() -> str:
-    """The first Python block of the README's library section, as printed."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Your own loop: `from train import ImageNetLoader`", 1)[1]
+    """The complete DDP example of the library's manual (docs/library.md, linked from the README), as
+    printed: the first Python block of its section "A complete DDP example"."""
+    manual = (ROOT / "docs" / "library.md").read_text()
+    section = manual.split("## A complete DDP example", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

@@ -1,7 +1,7 @@
 """The public loader, `from train import ImageNetLoader`, in one process: what it yields, its epochs
 and length, exact resume from a state_dict, a val loader sharing the train loader's threads and
 buffers, its counters and damaged samples, and its lifetime. tests/test_launchers.py runs it, and
-the README's example, under real launchers."""
+the example of docs/library.md, under real launchers."""
 
 from __future__ import annotations
 

@@ -406,7 +406,7 @@ DAMAGED_SEEDS = (0, 1, 2, 3, 5)  # with seed 4 the zeroed stretch shows only as 
 def a_damaged_jpeg(seed: int = 0) -> bytes:
     """A real photo-like JPEG (Huffman tables made for it, as most cameras' and editors' are) with
     300 bytes of its scan zeroed: for the DAMAGED_SEEDS, libjpeg runs out of data before the last
-    MCU. (Much damage decodes without a word from libjpeg: see README, Damaged JPEG data.)"""
+    MCU. (Much damage decodes without a word from libjpeg: see docs/reliability.md, Damaged JPEG data is named.)"""
     from jpegs import jpeg
 
     damaged = damaged_in_the_middle(jpeg(333, 217, optimize=True, seed=seed))

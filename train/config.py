@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
     from train.recipes import RECIPES
 
-    g = p.add_argument_group("recipe", "what --recipe sets (README: Recipes); a flag given here overrides it")
+    g = p.add_argument_group("recipe", "what --recipe sets (docs/training.md: Recipes); a flag given here overrides it")
     g.add_argument("--recipe", choices=sorted(RECIPES), default=d.recipe,
                    help="start from a published recipe's settings: classic (RandomResizedCrop + flip), "
                         "torchvision-v2 (ResNet-50 IMAGENET1K_V2's), ffcv-rn50 (FFCV's rn50_88_epochs)")

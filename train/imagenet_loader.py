@@ -12,8 +12,8 @@ whole batches on every rank, every validation sample exactly once over the ranks
 decode in threads (train/loader.py), and the batches normalised on the device a background thread
 and CUDA stream ahead (train/device_batches.py). It issues no collectives of its own: the rank and
 world size come from torch.distributed when it is initialised, else from the launcher's variables
-(srun, torchrun, accelerate launch), as `python -m train` reads them. The README's library section
-is its manual.
+(srun, torchrun, accelerate launch), as `python -m train` reads them. docs/library.md is its
+manual.
 """
 
 from __future__ import annotations

@@ -485,7 +485,7 @@ class Loader:
                      fallbacks, seeked, **augmentation_of(chunks, keep, repeats))
 
     def _log_first_seeks(self, seeked: int, images: int) -> None:
-        """Which decode path the first batch took: seeking pays about 1.3x (README: seekable shards)."""
+        """Which decode path the first batch took: seeking pays about 1.3x (docs/prepare.md: seekable JPEGs)."""
         if self.first_batch_logged or not self.strategy.seeks:
             return
         self.first_batch_logged = True

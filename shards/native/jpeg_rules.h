@@ -1,6 +1,6 @@
 /* The rules both native JPEG modules keep, in one place: the crop-region decoder of `train`
  * (train/native/jpegcrop.c, with seek.c) and the lossless rewrite with restart markers of `prepare`
- * (prepare/native/restarts.c). Here because `shards` is what the two stages share (ARCHITECTURE.md:
+ * (prepare/native/restarts.c). Here because `shards` is what the two stages share (docs/architecture.md:
  * they never import each other): the statuses both report to Python and their numbers, the pixel
  * ceiling, the scan limit, libjpeg's memory budget, the guard that turns libjpeg's errors and
  * warnings into a status, and the grid of restart intervals prepare writes and train seeks in.
