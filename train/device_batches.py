@@ -68,19 +68,18 @@ def finished(x: torch.Tensor, batch: Batch, interpolation: str, channels_last: b
             x = x.round().clamp_(0, 255).to(torch.uint8)
         # the draws stay on the host, where apply_policy_rounds plans the call: no device sync
         x = apply_policy_rounds(x, batch.ops, batch.magnitudes, interpolation=interpolation)
-    x = x.float()  # a copy: normalise works in place
-    if batch.erase is None:
-        return normalise(x, channels_last, dtype)
-    mean, std = normalisation(x.device)
-    x = erase(x.sub_(mean).div_(std), batch.erase)
-    return x.to(dtype=dtype, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    return normalise(x.float(), channels_last, dtype, erase_boxes=batch.erase)  # float(): a copy, normalised in place
 
 
-def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32,
+              erase_boxes: torch.Tensor | None = None) -> torch.Tensor:
     """Float NCHW in 0-255 -> ImageNet-normalised (in float32, in place: `images` is already a float
-    copy), then `dtype` and the memory format in one copy."""
+    copy), erased where `erase_boxes` say (RandomErasing runs after normalisation), then `dtype` and
+    the memory format in one copy."""
     mean, std = normalisation(images.device)
     images = images.sub_(mean).div_(std)
+    if erase_boxes is not None:
+        images = erase(images, erase_boxes)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     return images.to(dtype=dtype, memory_format=memory_format)
 

@@ -158,13 +158,11 @@ class ResolutionRamp:
     step: int = 32
 
     def __post_init__(self):
-        from train.config import ConfigError
+        from train.config import ConfigError, whole_number
 
-        numbers = (self.start, self.end, self.start_epoch, self.end_epoch, self.step)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or min(numbers) < 0 or \
-                min(self.start, self.end, self.step) < 1 or self.end_epoch < self.start_epoch:
-            raise ConfigError(f"a resolution ramp takes whole sizes of at least 1 px, a step of at least 1, and "
-                              f"0 <= start_epoch <= end_epoch, not {self}")
+        for name, least in (("start", 1), ("end", 1), ("step", 1), ("start_epoch", 0), ("end_epoch", self.start_epoch)):
+            object.__setattr__(self, name, whole_number(f"the resolution ramp's {name}", getattr(self, name),
+                                                        least=least))
         if min(self.sizes()) < 1:
             raise ConfigError(f"{self} rounds some epochs to 0 px: give sizes of at least one step")
 
