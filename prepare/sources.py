@@ -26,6 +26,7 @@ from prepare.labels import (
 )
 from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
+from shards.layout import SPLITS
 from shards.manifest import ClassInfo
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -272,6 +273,7 @@ class Source:
     layout: str
     root: Path
     classes: list[ClassInfo]
+    splits: tuple[str, ...] = SPLITS  # the evaluation sets (prepare/eval_sets.py) add to these
 
     def parts(self, split: str) -> list[Part]:
         """The split as pieces that a worker reads on its own (each with `items()`), in order."""
