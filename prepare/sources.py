@@ -294,6 +294,10 @@ class Source:
     def class_index(self) -> dict[str, int]:
         return {c.wnid: c.index for c in self.classes}
 
+    def real_labels(self, val_keys: set[str]) -> dict[str, list[int]] | None:
+        """The ReaL label sets of the val images by key, where asked for (prepare/eval_sets.py)."""
+        return None
+
 
 def fingerprint(root: Path, layout: str) -> dict:
     """What identifies a source cheaply: path, layout, and for archives their size and mtime.
