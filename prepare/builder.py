@@ -12,6 +12,7 @@ again, and since every byte depends only on (source, options), it writes the sam
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import pickle
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Protocol
 
+from prepare.eval_sets import eval_fingerprint, real_labels_document, with_eval_sets
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.lock import exclusive_lock
 from prepare.node_group import NodeGroupEnv
@@ -34,10 +36,10 @@ from prepare.sources import (
 from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.format import sample_record, write_tar
-from shards.layout import SHARD_FILE, SPLITS, WORK_DIR_NAME, shard_name
+from shards.layout import ALL_SPLITS, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME, shard_name
 from shards.manifest import (
-    DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, find_damage, fsync_dir, manifest_path,
-    read_manifest, write_manifest,
+    DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path,
+    read_manifest, write_file_atomic, write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import MB, log_pil_build, raise_open_file_limit
@@ -69,6 +71,8 @@ class PrepareConfig:
     progress_interval: float = 10.0
     group: NodeGroupEnv | None = None  # the srun step's nodes, sharing the read (None: this node reads alone)
     group_timeout_s: float = 1800.0  # longest wait for another node in any one collective
+    eval_sources: tuple[Path, ...] = ()  # ImageNetV2 variants, extracted: further splits (prepare/eval_sets.py)
+    real_labels: Path | None = None  # ReaL's real.json: the val images' label sets
 
     def output_options(self) -> dict:
         """The options that decide the bytes of the shards (a re-run must match them)."""
@@ -88,13 +92,20 @@ def prepare(config: PrepareConfig) -> Manifest:
         existing, damaged = verified_existing(dest, identity, config)
         if existing is not None:
             return existing
-        return build_and_report(open_source(source_root), dest, config, identity, damaged)
+        return build_and_report(open_prepare_source(config), dest, config, identity, damaged)
+
+
+def open_prepare_source(config: PrepareConfig) -> Source:
+    """The source's layout, with the evaluation sets the command line adds."""
+    return with_eval_sets(open_source(config.source.resolve()), config.eval_sources, config.real_labels)
 
 
 def checked_identity(source_root: Path, dest: Path, config: PrepareConfig) -> dict:
     """What a complete dataset at `dest` must have been made from (after the first refusals)."""
     check_dest_outside_source(source_root, dest)
-    return {"source": fingerprint(source_root, detect_layout(source_root)), "options": config.output_options()}
+    source = fingerprint(source_root, detect_layout(source_root)) | eval_fingerprint(config.eval_sources,
+                                                                                     config.real_labels)
+    return {"source": source, "options": config.output_options()}
 
 
 def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, damaged: Manifest | None,
@@ -135,10 +146,11 @@ class RunState:
 
 
 def remove_this_run(dest: Path) -> None:
-    """What a failed run wrote: its scratch and its shards (remove_incomplete emptied the shard
-    folders before it started, so whatever is there now is this run's)."""
+    """What a failed run wrote: its scratch, its shards and its ReaL labels (remove_incomplete
+    emptied the shard folders before it started, so whatever is there now is this run's)."""
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
-    for split in SPLITS:
+    (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
+    for split in ALL_SPLITS:
         for path in (dest / split).iterdir() if (dest / split).is_dir() else ():
             if SHARD_FILE.match(path.name):
                 path.unlink(missing_ok=True)
@@ -204,30 +216,30 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
 
 def verify_checksums(dest: Path, manifest: Manifest, workers: int) -> list[str]:
     """Read every shard, `workers` at a time, against the manifest's checksums; log the speed."""
-    shards = [s for split in SPLITS for s in manifest.splits[split].shards]
-    if any(not s.sha256 for s in shards):
+    files = checksummed_files(manifest)
+    if any(not sha256 for _, _, sha256 in files):
         raise PrepareError(f"{dest} was prepared before shards had checksums: nothing to verify them against. "
                            "Rerun with --force to rebuild it with checksums.")
     start = time.monotonic()
-    total = sum(s.bytes for s in shards)
+    total = sum(size for _, size, _ in files)
     problems = []
     with Progress("verify", total, "MB", scale=1 / MB, interval=10) as bar, \
             ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib and reads release the GIL
-        for shard, problem in zip(shards, pool.map(lambda s: checksum_problem(dest, s), shards)):
-            bar.update(shard.bytes)
+        for (_, size, _), problem in zip(files, pool.map(lambda f: checksum_problem(dest, f[0], f[2]), files)):
+            bar.update(size)
             if problem:
                 problems.append(problem)
     elapsed = max(time.monotonic() - start, 1e-9)
     rate = total / elapsed / 1e9
-    log.info("verified %d shards, %.2f GB in %.1f s: %.2f GB/s, %d reading at once (ImageNet's 150 GB: about %.0f min)",
-             len(shards), total / 1e9, elapsed, rate, workers, 150 / rate / 60)
+    log.info("verified %d files, %.2f GB in %.1f s: %.2f GB/s, %d reading at once (ImageNet's 150 GB: about %.0f min)",
+             len(files), total / 1e9, elapsed, rate, workers, 150 / rate / 60)
     return problems
 
 
 def report_rebuild(damaged: Manifest, rebuilt: Manifest) -> None:
     """The rebuilt shards should be the recorded bytes: every byte depends only on source and options."""
-    before = {s.name: s.sha256 for split in SPLITS for s in damaged.splits[split].shards}
-    after = {s.name: s.sha256 for split in SPLITS for s in rebuilt.splits[split].shards}
+    before = {s.name: s.sha256 for split in damaged.splits.values() for s in split.shards}
+    after = {s.name: s.sha256 for split in rebuilt.splits.values() for s in split.shards}
     if before == after:
         log.info("rebuilt: every shard has the bytes its checksum recorded")
     else:
@@ -253,14 +265,16 @@ def describe_difference(old: dict, new: dict) -> list[str]:
 
 def remove_incomplete(dest: Path) -> None:
     """Remove what an interrupted run left: shards, spill files. Refuses to touch foreign files."""
-    for split in SPLITS:
+    splits = [split for split in ALL_SPLITS if (dest / split).is_dir()]
+    for split in splits:
         foreign = [p.name for p in (dest / split).iterdir() if not SHARD_FILE.match(p.name)]
         if foreign:
             raise PrepareError(f"{dest / split} holds files prepare did not write ({foreign[:3]}): "
                                "choose an empty --dest")
-    for split in SPLITS:
+    for split in splits:
         for path in (dest / split).iterdir():
             path.unlink()
+    (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 
 
@@ -307,7 +321,7 @@ class LocalRead:
 
     def __init__(self, source: Source, config: PrepareConfig):
         self.source, self.config = source, config
-        self.parts = {split: source.parts(split) for split in SPLITS}
+        self.parts = {split: source.parts(split) for split in source.splits}
 
     def disk_ahead(self) -> int:
         return 0
@@ -316,7 +330,7 @@ class LocalRead:
         return scatter_parts(self.parts[split], self.source.class_index(), num_buckets, work, self.config, pool)
 
     def stats(self) -> dict:
-        read = sum(part.size for split in SPLITS for part in self.parts[split])
+        read = sum(part.size for parts in self.parts.values() for part in parts)
         return {"nodes": 1, "read_from_source_bytes": read, "received_from_nodes_bytes": 0}
 
 
@@ -328,24 +342,28 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     raise_open_file_limit()
     shard_bytes = config.shard_size_mb * MB
     estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
-                                    config.workers) for split in SPLITS}
+                                    config.workers) for split in source.splits}
     check_free_space(dest, sum(estimate.values()) + reader.disk_ahead(), "the dataset (estimated from the source)",
                      state)
     splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
+    real_labels = None
     damage_log = DamageLog()
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-        for i, split in enumerate(SPLITS):
+        for i, split in enumerate(source.splits):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
+            (dest / split).mkdir(exist_ok=True)
             num_buckets = shard_count(source.split_bytes(split), shard_bytes)
             state.during = f"spilling the {split} images"
             images = reader.split_images(split, num_buckets, work, pool)
             result = scatter(source, split, images, num_buckets, config, damage_log)
+            if split == "val":  # checked before the shards are written: a wrong real.json fails now
+                real_labels = source.real_labels({key for bucket in result.buckets for key in bucket} | result.skipped.keys())
             shards = deal_into_shards(result.buckets, config.seed)
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
             count = sum(map(len, result.buckets))
             check_free_space(dest, space_needed(0, count, shard_bytes, config.workers)
-                             + sum(estimate[s] for s in SPLITS[i + 1:]), f"writing the {split} shards", state)
+                             + sum(estimate[s] for s in source.splits[i + 1:]), f"writing the {split} shards", state)
             state.during = f"writing the {split} shards"
             infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
@@ -361,7 +379,16 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
              "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": config.workers,
              "seekable_images": seekable, **reader.stats()}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
-                    splits=splits, converted=converted, skipped=skipped, damaged=damaged, stats=stats)
+                    splits=splits, converted=converted, skipped=skipped, damaged=damaged, stats=stats,
+                    real_labels=write_real_labels(dest, real_labels) if real_labels is not None else {})
+
+
+def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:
+    """DEST/real_labels.json (atomically, before the manifest), and what the manifest records of it."""
+    document = real_labels_document(by_key)
+    write_file_atomic(dest / REAL_LABELS_FILE, document)
+    return {"file": REAL_LABELS_FILE, "bytes": len(document), "sha256": hashlib.sha256(document).hexdigest(),
+            "images": len(by_key), "labelled": sum(1 for labels in by_key.values() if labels)}
 
 
 @dataclass(frozen=True)
@@ -648,8 +675,7 @@ def write_shard(job: ShardJob) -> ShardInfo | None:
 
 def log_summary(dest: Path, manifest: Manifest) -> None:
     st = manifest.stats
-    for split in SPLITS:
-        s = manifest.splits[split]
+    for split, s in manifest.splits.items():
         log.info("%s: %d samples in %d shards, %.2f GB", split, s.samples, len(s.shards), s.bytes / 1e9)
     checked = manifest.options.get("restart_mcus")  # the rewrite is what decodes (so checks) the JPEGs' data
     damage = (f"stored {len(manifest.damaged)} with damaged JPEG data as they are" if checked

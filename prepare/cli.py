@@ -30,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, or Kaggle's layout")
     p.add_argument("--dest", type=Path, default=default_dest(),
                    help="where the shards go (node-local disk); default $SLURM_TMPDIR/imagenet")
+    p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="DIR",
+                   help="an extracted ImageNetV2 variant (imagenetv2-matched-frequency-format-val, ...-threshold0.7-..., "
+                        "...-top-images-...), prepared as a further split evaluated as val is (v2, v2-threshold, "
+                        "v2-top-images); give it once per variant")
+    p.add_argument("--real-labels", type=Path, default=None, metavar="FILE",
+                   help="ReaL's real.json (the val images' label sets), kept with the dataset: training then reports "
+                        "real_top1")
     p.add_argument("--seed", type=int, default=0, help="seed of the global shuffle")
     p.add_argument("--shard-size", type=float, default=200.0, metavar="MB",
                    help="target shard size; the shard count is the source size divided by it")
@@ -83,7 +90,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     return PrepareConfig(source=args.source, dest=args.dest, seed=args.seed, shard_size_mb=args.shard_size,
                          resize=args.resize, quality=args.quality, restart_mcus=args.restart_mcus,
                          skip_bad=args.skip_bad, force=args.force, verify=args.verify, workers=args.workers,
-                         progress_interval=args.progress_interval, group=group, group_timeout_s=args.group_timeout)
+                         progress_interval=args.progress_interval, group=group, group_timeout_s=args.group_timeout,
+                         eval_sources=tuple(args.eval_source), real_labels=args.real_labels)
 
 
 def setup_logging() -> None:

@@ -30,18 +30,18 @@ from typing import Iterator
 
 from prepare.builder import (
     BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, make_dest, scatter_items, verified_existing,
+    checked_identity, make_dest, open_prepare_source, scatter_items, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
-from prepare.sources import Part, Source, open_source
+from prepare.sources import Part, Source
 from prepare.space import free_bytes, is_out_of_space
 from prepare.workers import WorkerPool
 from shards.errors import UserError
-from shards.layout import SPLITS, STEP_FILE, WORK_DIR_NAME, node_marker
+from shards.layout import STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
 from shards.resources import MB, log_pil_build
 
@@ -91,7 +91,7 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         if not sharing:  # a --dest shared by nodes: the others would wait for the lock forever
             stack.enter_context(exclusive_lock(dest))
             mark_step(dest, group.env, "running")
-            node, facts = node_state(source_root, dest, config, identity)
+            node, facts = node_state(dest, config, identity)
             said |= facts
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
@@ -122,14 +122,13 @@ class NodeState:
     parts: dict[str, list[Part]]
 
 
-def node_state(source_root: Path, dest: Path, config: PrepareConfig,
-               identity: dict) -> tuple[NodeState | None, dict]:
+def node_state(dest: Path, config: PrepareConfig, identity: dict) -> tuple[NodeState | None, dict]:
     """This node's state, and the small facts it tells the others (never the parts or the source:
     a tree's listing is 1.3 M rows)."""
     try:
         existing, damaged = verified_existing(dest, identity, config)
-        source = open_source(source_root)
-        parts = {split: source.parts(split) for split in SPLITS}
+        source = open_prepare_source(config)
+        parts = {split: source.parts(split) for split in source.splits}
         room = free_bytes(dest) >= read_ahead_bytes(parts, config.workers)
         facts = {"error": None, "needs": existing is None, "can_read": existing is None or room,
                  "plan": plan_digest(identity, source, parts)}
@@ -188,8 +187,8 @@ def refuse_disagreement(names: list[str], plans: list[str]) -> None:
 def plan_digest(identity: dict, source: Source, parts: dict[str, list[Part]]) -> str:
     """What must be the same on every node for their streams to make one dataset."""
     facts = {"identity": identity, "classes": [c.wnid for c in source.classes],
-             "parts": {split: [part.size for part in parts[split]] for split in SPLITS},
-             "bytes": {split: source.split_bytes(split) for split in SPLITS}}
+             "parts": {split: [part.size for part in split_parts] for split, split_parts in parts.items()},
+             "bytes": {split: source.split_bytes(split) for split in parts}}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -256,7 +255,7 @@ def parts_ahead(workers: int) -> int:
 def read_ahead_bytes(parts: dict[str, list[Part]], workers: int) -> int:
     """Disk a reading node needs beyond a one-node prepare's: the part streams read ahead and the
     one being sent (at most that many of the largest parts, a few percent above their size)."""
-    sizes = sorted((part.size for split in SPLITS for part in parts[split]), reverse=True)
+    sizes = sorted((part.size for split_parts in parts.values() for part in split_parts), reverse=True)
     return int(1.05 * sum(sizes[:parts_ahead(workers) + 1]))
 
 
@@ -267,9 +266,10 @@ class SharedRead:
     def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[str, list[Part]],
                  config: PrepareConfig):
         self.group, self.needs, self.parts, self.config = group, needs, parts, config
-        shares = split_shares({split: [part.size for part in parts[split]] for split in SPLITS}, len(readers))
+        shares = split_shares({split: [part.size for part in split_parts] for split, split_parts in parts.items()},
+                              len(readers))
         mine = readers.index(group.rank) if group.rank in readers else None
-        self.shares = {split: shares[split][mine] if mine is not None else [] for split in SPLITS}
+        self.shares = {split: shares[split][mine] if mine is not None else [] for split in parts}
         self.stats = ExchangeStats()
 
     def read_ahead_bytes(self) -> int:
@@ -328,7 +328,7 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
     shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
     try:
         with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-            for split in SPLITS:
+            for split in source.splits:
                 work = work_root / split
                 work.mkdir(parents=True)
                 num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)

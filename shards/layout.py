@@ -3,6 +3,8 @@
     DEST/manifest.json              written last: its presence means "complete"
     DEST/train/train-000000.tar     WebDataset shards: KEY.jpg, KEY.cls, KEY.json
     DEST/val/val-000000.tar
+    DEST/v2/v2-000000.tar           evaluation sets, where prepared (--eval-source): EVAL_SPLITS
+    DEST/real_labels.json           the ReaL label sets of the val images, where prepared (--real-labels)
     DEST/.prepare.lock              flock taken by the one prepare that works, naming its holder
     DEST/.prepare-tmp/              spill files and shards being written (never read by train)
     DEST/.prepare-step              the shared read: how a node's first task stands, for its other tasks
@@ -17,13 +19,23 @@ import os
 import re
 from pathlib import Path
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val")  # every dataset has these
+# ImageNetV2's three variants (matched-frequency, threshold0.7, top-images): further splits a dataset
+# may have, each evaluated as val is (every sample once over the ranks, centre crop)
+EVAL_SPLITS = ("v2", "v2-threshold", "v2-top-images")
+ALL_SPLITS = SPLITS + EVAL_SPLITS
+REAL_LABELS_FILE = "real_labels.json"
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".prepare.lock"
 WORK_DIR_NAME = ".prepare-tmp"
 STEP_FILE = ".prepare-step"
 DEFAULT_SUBDIR = "imagenet"
-SHARD_FILE = re.compile(r"^(train|val)-\d{6}\.tar$")  # the names shard_name gives, in a split's folder
+SHARD_FILE = re.compile(rf"^({'|'.join(ALL_SPLITS)})-\d{{6}}\.tar$")  # the names shard_name gives, in a split's folder
+
+
+def metric_prefix(split: str) -> str:
+    """The name a split's metrics carry in metrics.jsonl: val_top1, v2_top1, v2_threshold_top1."""
+    return split.replace("-", "_")
 
 
 def node_marker(node: str) -> str:

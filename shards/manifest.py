@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from shards.errors import UserError
-from shards.layout import MANIFEST_NAME, SPLITS
+from shards.layout import MANIFEST_NAME
 
 FORMAT = "imagenet-wds/1"
 
@@ -63,6 +63,9 @@ class Manifest:
     # key -> what libjpeg found wrong in its entropy-coded data, for images stored as they are (a
     # manifest written before prepare checked has none: read as empty)
     damaged: dict[str, str] = field(default_factory=dict)
+    # the ReaL label sets of the val images, where prepared: {"file", "bytes", "sha256", "images",
+    # "labelled"} (the file is REAL_LABELS_FILE beside the manifest); empty without them
+    real_labels: dict = field(default_factory=dict)
     format: str = FORMAT
 
     def to_json(self) -> str:
@@ -86,6 +89,7 @@ class Manifest:
             skipped=raw.get("skipped", {}),
             damaged=raw.get("damaged", {}),
             stats=raw.get("stats", {}),
+            real_labels=raw.get("real_labels", {}),
         )
 
     @property
@@ -165,18 +169,17 @@ def read_manifest(root: Path) -> Manifest:
 
 
 def find_damage(root: Path, manifest: Manifest) -> list[str]:
-    """What is missing or of the wrong size among the shards the manifest lists (stat only: fast)."""
+    """What is missing or of the wrong size among the shards (and the ReaL labels) the manifest
+    lists (stat only: fast)."""
     problems = []
-    for split in SPLITS:
-        for shard in manifest.splits[split].shards:
-            path = Path(root) / shard.name
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                problems.append(f"{shard.name} is missing")
-                continue
-            if size != shard.bytes:
-                problems.append(f"{shard.name} has {size} bytes, the manifest says {shard.bytes}")
+    for name, expected, _ in checksummed_files(manifest):
+        try:
+            size = (Path(root) / name).stat().st_size
+        except FileNotFoundError:
+            problems.append(f"{name} is missing")
+            continue
+        if size != expected:
+            problems.append(f"{name} has {size} bytes, the manifest says {expected}")
     return problems
 
 
@@ -190,15 +193,24 @@ def file_sha256(path: Path, chunk: int = 4 << 20) -> str:
     return digest.hexdigest()
 
 
-def checksum_problem(root: Path, shard: ShardInfo) -> str | None:
-    """Why a shard's bytes are not the ones its manifest recorded, or None when they are."""
+def checksum_problem(root: Path, name: str, sha256: str) -> str | None:
+    """Why a file of the dataset (a shard, the ReaL labels) is not the bytes its manifest recorded,
+    or None when it is."""
     try:
-        actual = file_sha256(Path(root) / shard.name)
+        actual = file_sha256(Path(root) / name)
     except FileNotFoundError:
-        return f"{shard.name} is missing"
-    if actual != shard.sha256:
-        return f"{shard.name} fails its checksum (sha256 {actual[:16]}..., the manifest recorded {shard.sha256[:16]}...)"
+        return f"{name} is missing"
+    if actual != sha256:
+        return f"{name} fails its checksum (sha256 {actual[:16]}..., the manifest recorded {sha256[:16]}...)"
     return None
+
+
+def checksummed_files(manifest: Manifest) -> list[tuple[str, int, str]]:
+    """(name, bytes, sha256) of every file the manifest lists: the shards, then the ReaL labels."""
+    files = [(s.name, s.bytes, s.sha256) for split in manifest.splits.values() for s in split.shards]
+    if manifest.real_labels:
+        files.append((manifest.real_labels["file"], manifest.real_labels["bytes"], manifest.real_labels["sha256"]))
+    return files
 
 
 def read_complete_manifest(root: Path) -> Manifest:

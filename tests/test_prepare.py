@@ -696,7 +696,7 @@ def test_verify_finds_a_damaged_shard_by_name_and_rebuilds_the_same_bytes(source
     assert "rebuilt: every shard has the bytes its checksum recorded" in verified.stderr
     assert tree_bytes(dest) == before
     again = run_module(*args, "--verify")
-    assert "verified by checksum" in again.stderr and re.search(r"verified \d+ shards, .* GB/s", again.stderr)
+    assert "verified by checksum" in again.stderr and re.search(r"verified \d+ files, .* GB/s", again.stderr)
 
 
 def test_verify_needs_checksums(sources, tmp_path):

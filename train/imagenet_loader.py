@@ -32,7 +32,7 @@ from typing import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from shards.layout import SPLITS
+from shards.layout import EVAL_SPLITS
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
@@ -84,7 +84,9 @@ class ImageNetLoader:
 
     root:            the dataset `python -m prepare` wrote on this node
     split:           "train" (RandomResizedCrop + flip, shuffled, whole batches, the same count on
-                     every rank) or "val" (resize + centre crop, every sample once over the ranks)
+                     every rank) or "val" (resize + centre crop, every sample once over the ranks), or
+                     an evaluation set the dataset was prepared with ("v2", "v2-threshold",
+                     "v2-top-images": ImageNetV2), read as val is
     batch_size:      per rank
     image_size:      the training crop's side, or a ResolutionRamp (a side that changes with the
                      epoch, as FFCV's progressive resizing)
@@ -118,7 +120,6 @@ class ImageNetLoader:
                  rank: int | None = None, world_size: int | None = None, augment: Augment | None = None,
                  repeats: int = 1, val_crop: int | None = None, val_resize: int | None = None):
         # Every setting checked, and every number made a plain int, before a thread starts.
-        check_split(split)
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
         self.val_crop, self.val_resize = checked_val_sizes(val_crop, val_resize, self.image_size)
@@ -135,10 +136,11 @@ class ImageNetLoader:
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
         self.rank, self.world_size, self._place_given = place_of(rank, world_size)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
+        check_split(split, manifest.splits)
         check_has_batches(split, manifest.splits[split].samples, self.world_size, self.rank, self.batch_size)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         largest = max(self.val_crop, largest_size(self.image_size))
-        loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in SPLITS}, batch_size=self.batch_size,
+        loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
                         image_size=largest, threads=decode_threads(workers), decode=decode,
                         pin_memory=self.device.type == "cuda")
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), manifest.num_classes)
@@ -156,7 +158,7 @@ class ImageNetLoader:
         """A loader of `split` with this one's settings, sharing its threads and pinned buffers (a
         train and a val loader made so do not double them). Close both; the last one to close
         stops the threads."""
-        check_split(split)
+        check_split(split, self._shared.loader.splits)
         self._check_open()
         check_has_batches(split, len(self._shared.loader.splits[split]), self.world_size, self.rank, self.batch_size)
         other = copy.copy(self)
@@ -182,7 +184,7 @@ class ImageNetLoader:
 
     def size_of(self, epoch: int) -> int:
         """The output side of this loader's images in `epoch`."""
-        if self.split == "val":
+        if self.split != "train":
             return self.val_crop
         return self.image_size if isinstance(self.image_size, int) else self.image_size.size(epoch)
 
@@ -246,7 +248,7 @@ class ImageNetLoader:
                               "as the state's was made, or start without it")
         if finished:
             position = len(self)  # nothing of the epoch is left, whatever this world's length
-        elif self.split == "val":  # a val pass: a rank may have one batch more than this one
+        elif self.split != "train":  # a val pass: a rank may have one batch more than this one
             position = min(position, len(self))
         if position > len(self):
             raise ResumeError(f"the loader state's position {position} is outside its epoch of {len(self)} batches")
@@ -415,9 +417,13 @@ def device_decoder_for(decode: str):
         raise ConfigError(str(exn)) from None
 
 
-def check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+def check_split(split: str, splits: Mapping) -> None:
+    """`split` must be one of the dataset's: train, val, and the evaluation sets it was prepared with."""
+    if split in splits:
+        return
+    missing = (f"; {split} is an evaluation set this dataset was not prepared with (python -m prepare --eval-source)"
+               if split in EVAL_SPLITS else "")
+    raise ConfigError(f"split must be one of {', '.join(splits)}, not {split!r}{missing}")
 
 
 def checked_image_size(image_size) -> int | ResolutionRamp:
@@ -523,8 +529,8 @@ def check_has_batches(split: str, samples: int, world_size: int, rank: int, batc
     if split == "train":
         raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
                           f"lower batch_size to at most {samples // world_size} (or use fewer ranks)")
-    raise ConfigError(f"{samples} val samples over {world_size} ranks leave rank {rank} none: use at most {samples} "
-                      "ranks for validation")
+    raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave rank {rank} none: use at most "
+                      f"{samples} ranks for validation")
 
 
 def checked_state(state) -> tuple[int, int]:

@@ -90,7 +90,7 @@ class Crops:
 
 
 def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
-    if args.split == "val":
+    if args.split != "train":  # val and the evaluation sets: every sample once over the ranks
         return val_plan(shard_sizes, world_size=args.world_size, rank=args.rank)
     return repeated_train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size,
                                rank=args.rank, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,

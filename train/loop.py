@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from shards.layout import metric_prefix
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
@@ -34,6 +35,7 @@ from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
 from train.policies import Augment
+from train.real_labels import RealLabels
 from train.transforms import ResolutionRamp
 from train.shard_index import KEY_HASH_BITS
 from train.trackers import NoTracker, open_tracker, require
@@ -81,8 +83,9 @@ class Run:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
-    train_data: ImageNetLoader  # the public loader; val_data shares its threads and pinned buffers
-    val_data: ImageNetLoader
+    train_data: ImageNetLoader  # the public loader; eval_data's share its threads and pinned buffers
+    eval_data: dict[str, ImageNetLoader]  # val, then the evaluation sets the dataset has (ImageNetV2)
+    real_labels: RealLabels | None  # the val images' ReaL label sets, where prepared
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
     tracker: NoTracker = field(default_factory=NoTracker)  # --tracker's (rank 0): opened where the run resumes
@@ -179,18 +182,21 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
                steps=steps, control=control, preemption=preemption, ema=ema_of(model, config, env.world_size),
-               **build_data(config, device))
+               **build_data(config, device, manifest))
 
 
-def build_data(config: TrainConfig, device: torch.device) -> dict:
-    """The public loader of the train split, and the val one sharing its threads and buffers. Bad
-    samples are limited by agreement over the ranks here (check_bad_samples), not by each rank."""
+def build_data(config: TrainConfig, device: torch.device, manifest: Manifest) -> dict:
+    """The public loader of the train split, and those of val and the evaluation sets sharing its
+    threads and buffers. Bad samples are limited by agreement over the ranks here
+    (check_bad_samples), not by each rank."""
     train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size, image_size=image_size_of(config),
                                 device=device, seed=config.seed, workers=config.workers, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
                                 max_bad_samples=None, augment=augment_of(config), repeats=config.repeats,
                                 val_crop=config.val_crop, val_resize=config.val_resize)
-    return {"train_data": train_data, "val_data": train_data.with_split("val")}
+    evaluated = [split for split in manifest.splits if split != "train"]
+    return {"train_data": train_data, "eval_data": {split: train_data.with_split(split) for split in evaluated},
+            "real_labels": RealLabels.of(config.data, manifest)}
 
 
 def augment_of(config: TrainConfig) -> Augment:
@@ -332,21 +338,28 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
 
 
 def evaluate_all(run: Run) -> dict:
-    """The model's validation metrics, and with --ema the average's too (as ema_val_*)."""
-    metrics = evaluate(run, run.model)  # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
-    if run.ema is not None:
-        metrics |= {f"ema_{name}": value for name, value in evaluate(run, run.ema.module).items()}
+    """The model's metrics on val and each evaluation set, and with --ema the average's too (as ema_val_*)."""
+    metrics = {}
+    for model, prefix in ((run.model, ""), (run.ema.module if run.ema is not None else None, "ema_")):
+        if model is None:
+            continue
+        for split, loader in run.eval_data.items():
+            # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
+            real = run.real_labels if split == "val" else None
+            metrics |= {f"{prefix}{name}": value for name, value in evaluate(run, model, split, loader, real).items()}
     return metrics
 
 
 @torch.no_grad()
-def evaluate(run: Run, model: torch.nn.Module) -> dict:
-    """Top-1/top-5 over every validation sample exactly once across ranks (asserted)."""
+def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoader, real: RealLabels | None) -> dict:
+    """Top-1/top-5 over every sample of `split` exactly once across ranks (asserted); with `real`,
+    ReaL top-1 over the images whose label set is not empty."""
     model.eval()
-    sums = torch.zeros(5, dtype=torch.float64, device=run.device)  # loss, top-1, top-5, images, left out
+    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted
+    sums = torch.zeros(7, dtype=torch.float64, device=run.device)
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
-    for batch in run.val_data.batches():
+    for batch in loader.batches():
         x, y, bad = batch.images, batch.labels, batch.bad
         left_out += len(bad)
         last_bad = bad[-1] if bad else last_bad
@@ -358,18 +371,23 @@ def evaluate(run: Run, model: torch.nn.Module) -> dict:
         sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
                                  (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
         sums[3] += len(y)
+        if real is not None:
+            sums[5:] += torch.stack(real.score(top[:, 0], batch.key_hashes)).double()
     sums[4] = left_out
     if run.env.world_size > 1:
         dist.all_reduce(sums)
-    loss, top1, top5, count, bad = sums.tolist()
-    check_bad_samples(int(bad), run.config.max_bad_samples, "validation", last_bad)
-    expected = run.manifest.splits["val"].samples
+    loss, top1, top5, count, bad, real_right, real_counted = sums.tolist()
+    check_bad_samples(int(bad), run.config.max_bad_samples, split, last_bad)
+    expected = run.manifest.splits[split].samples
     if int(count + bad) != expected:
-        raise RuntimeError(f"evaluated {int(count)} validation images and left out {int(bad)}, the manifest lists "
+        raise RuntimeError(f"evaluated {int(count)} {split} images and left out {int(bad)}, the manifest lists "
                            f"{expected}")
-    count = max(count, 1)
-    return {"val_loss": loss / count, "val_top1": 100 * top1 / count, "val_top5": 100 * top5 / count,
-            "val_images": int(sums[3]), "val_bad_samples": int(bad)}
+    count, p = max(count, 1), metric_prefix(split)
+    metrics = {f"{p}_loss": loss / count, f"{p}_top1": 100 * top1 / count, f"{p}_top5": 100 * top5 / count,
+               f"{p}_images": int(sums[3]), f"{p}_bad_samples": int(bad)}
+    if real is not None:
+        metrics |= {"real_top1": 100 * real_right / max(real_counted, 1), "real_images": int(real_counted)}
+    return metrics
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -414,7 +432,7 @@ def requeue_job(job_id: str | None) -> None:
 
 def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, resumed_at: int) -> dict:
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
-    counters = run.train_data.counters, run.val_data.counters
+    counters = [run.train_data.counters] + [loader.counters for loader in run.eval_data.values()]
     pil_fallbacks, seeked = sum(c.pil_fallbacks for c in counters), sum(c.seeked_images for c in counters)
     loss, correct, samples, wait, elapsed, bad, pil, device, seeked = all_reduce(
         [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, pil_fallbacks,
@@ -459,7 +477,8 @@ def main(config: TrainConfig, env: DistEnv) -> int:
         return train(run)
     finally:
         if run is not None:
-            run.val_data.close()
+            for loader in run.eval_data.values():
+                loader.close()
             run.train_data.close()
         if dist.is_initialized():
             dist.destroy_process_group()

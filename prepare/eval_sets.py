@@ -1,0 +1,182 @@
+"""The evaluation sets papers report besides the validation top-1, prepared with the dataset.
+
+- ImageNetV2 (Recht et al. 2019): three test sets of 10,000 images, `<variant>/<class index>/<name>.jpeg`
+  with the class index of the 1000-class order (sorted wnids, the dataset's own). Each becomes a split
+  of the dataset, evaluated as `val` is: `v2` (matched-frequency, the one reported as "ImageNetV2"),
+  `v2-threshold` (threshold0.7) and `v2-top-images`.
+- ReaL (Beyer et al. 2020, "Are we done with ImageNet?"): real.json, a list of 50,000 label sets, the
+  i-th for ILSVRC2012_val_{i+1:08d}, some empty. Recorded beside the validation shards as
+  `real_labels.json` (key -> class indices); an image counts when its set is not empty, and a
+  prediction is right when it is in the set.
+
+`with_eval_sets` wraps any source: the splits of the eval sets follow train and val.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from prepare.sources import FILES_PER_CHUNK, FileChunk, Source, SourceError, estimate_bytes, list_images
+from shards.layout import EVAL_SPLITS
+from shards.manifest import ClassInfo
+
+# variant name in ImageNetV2's archive and folder names -> the split it becomes
+V2_VARIANTS = dict(zip(("matched-frequency", "threshold0.7", "top-images"), EVAL_SPLITS))
+V2_FOLDER = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val)?$")
+REAL_LABELS_FORMAT = "real-labels/1"
+REAL_VAL_KEY = "ILSVRC2012_val_{:08d}"  # real.json's i-th entry is this key of i + 1
+
+
+class EvalSetError(SourceError):
+    """An evaluation set (--eval-source, --real-labels) cannot be read: the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ImageNetV2:
+    """One ImageNetV2 variant, extracted: its folder, the split it becomes, its images as
+    (key, wnid, path). Keys are `<class index>_<file stem>`: unique as the paths are."""
+    folder: Path
+    variant: str
+    split: str
+    images: tuple[tuple[str, str, str], ...]
+
+
+def v2_variant(folder: Path) -> str:
+    """The variant an ImageNetV2 folder holds, from its name as the archive extracts it."""
+    match = V2_FOLDER.match(folder.name)
+    if match is None:
+        raise EvalSetError(
+            f"--eval-source {folder}: not an ImageNetV2 folder. Give the folder its archive extracts to, "
+            "named as it came: imagenetv2-matched-frequency-format-val, imagenetv2-threshold0.7-format-val or "
+            "imagenetv2-top-images-format-val (holding 0/ ... 999/)")
+    return match.group(1)
+
+
+def read_v2(folder: Path, classes: list[ClassInfo]) -> ImageNetV2:
+    """List an extracted ImageNetV2 variant: a folder per class index, each index a class of the dataset."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EvalSetError(f"--eval-source {folder} is not a folder: extract the ImageNetV2 archive "
+                           "(tar xzf imagenetv2-matched-frequency.tar.gz) and give the folder it makes")
+    variant = v2_variant(folder)
+    indices = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
+    not_indices = [p.name for p in indices if not p.name.isdigit()]
+    if not_indices or not indices:
+        raise EvalSetError(f"--eval-source {folder}: ImageNetV2 holds one folder per class index (0/ ... 999/); "
+                           f"found {not_indices[:3] if not_indices else 'none'}")
+    images = []
+    for class_folder in indices:
+        index = int(class_folder.name)
+        if index >= len(classes):
+            raise EvalSetError(f"{class_folder}: class index {index}, but the dataset has {len(classes)} classes "
+                               "(ImageNetV2's indices are the 1000 classes of ImageNet in sorted-wnid order)")
+        images += [(f"{index}_{key}", classes[index].wnid, str(path)) for key, path in list_images(class_folder)]
+    if not images:
+        raise EvalSetError(f"--eval-source {folder} holds no images")
+    return ImageNetV2(folder, variant, V2_VARIANTS[variant], tuple(images))
+
+
+def parse_real_json(text: str, origin: str) -> list[list[int]]:
+    """real.json: a list of label sets (lists of class indices), one per validation image in order."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exn:
+        raise EvalSetError(f"--real-labels {origin} is not JSON ({exn}): download real.json again") from None
+    if not isinstance(raw, list) or not all(isinstance(s, list) and all(type(i) is int for i in s) for s in raw):
+        raise EvalSetError(f"--real-labels {origin}: expected a JSON list of lists of class indices (real.json from "
+                           "github.com/google-research/reassessed-imagenet)")
+    return raw
+
+
+def real_labels_by_key(sets: list[list[int]], val_keys: set[str], num_classes: int, origin: str) -> dict[str, list[int]]:
+    """The ReaL label sets of the validation keys: entry i is ILSVRC2012_val_{i+1:08d}'s. Every val
+    image must have its entry and every entry its image, or the sets belong to another val set."""
+    by_key = {REAL_VAL_KEY.format(i + 1): sorted(set(labels)) for i, labels in enumerate(sets)}
+    missing, extra = sorted(val_keys - by_key.keys()), sorted(by_key.keys() - val_keys)
+    if missing or extra:
+        raise EvalSetError(f"--real-labels {origin} has {len(sets)} label sets for {len(val_keys)} validation images "
+                           f"(without a set: {missing[:2]}; a set without an image: {extra[:2]}): it belongs to the "
+                           "50,000 official validation images, keyed ILSVRC2012_val_00000001 ...")
+    beyond = sorted({i for labels in by_key.values() for i in labels if not 0 <= i < num_classes})
+    if beyond:
+        raise EvalSetError(f"--real-labels {origin} names class indices {beyond[:3]}, outside the dataset's "
+                           f"{num_classes} classes")
+    return by_key
+
+
+def real_labels_document(by_key: dict[str, list[int]]) -> bytes:
+    """What the dataset keeps: real_labels.json, sorted by key, compact."""
+    return json.dumps({"format": REAL_LABELS_FORMAT, "labels": by_key}, sort_keys=True,
+                      separators=(",", ":")).encode()
+
+
+class WithEvalSets(Source):
+    """`base` (any layout) with ImageNetV2 splits after its own, and the ReaL labels of its val."""
+
+    def __init__(self, base: Source, v2_sets: list[ImageNetV2], real_json: Path | None):
+        self.base, self.v2 = base, {v2.split: v2 for v2 in v2_sets}
+        if len(self.v2) < len(v2_sets):
+            raise EvalSetError("--eval-source names one ImageNetV2 variant twice: give each at most once")
+        self.layout, self.root, self.classes = base.layout, base.root, base.classes
+        self.splits = base.splits + tuple(self.v2)
+        self.real_json = real_json
+        self._real_sets = None if real_json is None else parse_real_json(read_text(real_json), str(real_json))
+        expected_val = base.expected_count("val")
+        if self._real_sets is not None and expected_val is not None and len(self._real_sets) != expected_val:
+            raise EvalSetError(f"--real-labels {real_json} has {len(self._real_sets)} label sets, the validation "
+                               f"split {expected_val} images: it belongs to the 50,000 official validation images")
+        self._bytes = {split: estimate_bytes([Path(p) for _, _, p in v2.images]) for split, v2 in self.v2.items()}
+
+    def parts(self, split: str):
+        if split not in self.v2:
+            return self.base.parts(split)
+        rows, per_file = self.v2[split].images, self._bytes[split] / len(self.v2[split].images)
+        return [FileChunk(rows[i:i + FILES_PER_CHUNK], round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
+                for i in range(0, len(rows), FILES_PER_CHUNK)]
+
+    def split_bytes(self, split: str) -> int:
+        return self._bytes[split] if split in self.v2 else self.base.split_bytes(split)
+
+    def expected_count(self, split: str) -> int | None:
+        return len(self.v2[split].images) if split in self.v2 else self.base.expected_count(split)
+
+    def estimated_count(self, split: str) -> int:
+        return len(self.v2[split].images) if split in self.v2 else self.base.estimated_count(split)
+
+    def real_labels(self, val_keys: set[str]) -> dict[str, list[int]] | None:
+        """The ReaL label sets by validation key, checked against the keys; None without --real-labels."""
+        if self._real_sets is None:
+            return None
+        return real_labels_by_key(self._real_sets, val_keys, len(self.classes), str(self.real_json))
+
+
+def eval_fingerprint(eval_sources: tuple[Path, ...], real_json: Path | None) -> dict:
+    """What the evaluation sets add to a source's identity: nothing without them (datasets made
+    before keep theirs); ImageNetV2 folders by path and variant (as trees are: by path), real.json by
+    its SHA-256."""
+    extra = {}
+    if eval_sources:
+        extra["eval_sets"] = [{"path": str(Path(f).resolve()), "variant": v2_variant(Path(f))} for f in eval_sources]
+    if real_json is not None:
+        extra["real_labels"] = {"path": str(Path(real_json).resolve()),
+                                "sha256": hashlib.sha256(read_text(real_json).encode()).hexdigest()}
+    return extra
+
+
+def read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exn:
+        raise EvalSetError(f"cannot read --real-labels {path}: {exn}") from None
+
+
+def with_eval_sets(base: Source, eval_sources: tuple[Path, ...] = (), real_json: Path | None = None) -> Source:
+    """`base` itself when no evaluation set is asked for; else it with them (read and checked now,
+    before anything is prepared: a wrong folder fails in seconds, not after the train split)."""
+    if not eval_sources and real_json is None:
+        return base
+    return WithEvalSets(base, [read_v2(Path(folder), base.classes) for folder in eval_sources], real_json)

@@ -1,0 +1,272 @@
+"""The evaluation sets papers report: ImageNetV2 as further splits, ReaL's label sets with val.
+
+A fake ImageNetV2 (the real layout: <variant>-format-val/<class index>/<hash>.jpeg) holds the sample's
+validation images, so its top-1 must equal val's; a fake real.json gives the val images label sets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import config, run_module
+from prepare.builder import PrepareError, prepare
+from prepare.eval_sets import EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
+from shards.layout import REAL_LABELS_FILE, metric_prefix
+from shards.manifest import ClassInfo, read_manifest
+from train.config import ConfigError
+from train.metrics import epoch_line, read_metrics
+from train.real_labels import RealLabels
+from train.shard_index import key_hash
+
+V2_NAME = "imagenetv2-matched-frequency-format-val"
+
+
+def class_order(images) -> list[str]:
+    return sorted({wnid for _, wnid, _ in images.train})
+
+
+def write_v2(folder: Path, images) -> Path:
+    """The sample's val images as an ImageNetV2 variant: a folder per class index, hashed names."""
+    classes = class_order(images)
+    for i, (_, wnid, data) in enumerate(images.val):
+        index_folder = folder / str(classes.index(wnid))
+        index_folder.mkdir(parents=True, exist_ok=True)
+        (index_folder / f"{i:040x}.jpeg").write_bytes(data)
+    return folder
+
+
+def real_sets(images, labelled) -> list[list[int]]:
+    """real.json for the sample's val images (ILSVRC2012_val_00000001 first): `labelled(i, label)` gives each set."""
+    classes = class_order(images)
+    by_key = sorted((key, classes.index(wnid)) for key, wnid, _ in images.val)
+    return [labelled(i, label) for i, (_, label) in enumerate(by_key)]
+
+
+@pytest.fixture(scope="module")
+def eval_dataset(tmp_path_factory, sources, images):
+    """The official sample with ImageNetV2 (its val images) and ReaL sets: every fifth image
+    unlabelled, the others labelled with every class (so ReaL top-1 is 100% of 4 in 5)."""
+    root = tmp_path_factory.mktemp("eval")
+    v2 = write_v2(root / V2_NAME, images)
+    real = root / "real.json"
+    real.write_text(json.dumps(real_sets(images, lambda i, label: [] if i % 5 == 0 else list(range(6)))))
+    dest = root / "imagenet"
+    manifest = prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=real))
+    return dest, manifest, v2, real
+
+
+# ---------------------------------------------------------------- the pure parts
+
+@pytest.mark.parametrize("name,variant", [(V2_NAME, "matched-frequency"),
+                                          ("imagenetv2-threshold0.7-format-val", "threshold0.7"),
+                                          ("imagenetv2-top-images", "top-images")])
+def test_the_variant_comes_from_the_folder_name(name, variant):
+    assert v2_variant(Path("/data") / name) == variant
+
+
+def test_a_folder_of_another_name_is_refused_naming_the_three():
+    with pytest.raises(EvalSetError, match="imagenetv2-matched-frequency-format-val.*threshold0.7.*top-images"):
+        v2_variant(Path("/data/imagenet-v2"))
+
+
+def test_a_class_index_beyond_the_dataset_classes_is_refused(tmp_path):
+    (tmp_path / V2_NAME / "7").mkdir(parents=True)
+    classes = [ClassInfo(i, f"n{i:08d}", "x") for i in range(6)]
+    with pytest.raises(EvalSetError, match="class index 7, but the dataset has 6 classes"):
+        read_v2(tmp_path / V2_NAME, classes)
+
+
+def test_v2_keys_are_class_index_and_name_and_labels_the_class_of_the_index(tmp_path, images):
+    v2 = read_v2(write_v2(tmp_path / V2_NAME, images), [ClassInfo(i, w, w) for i, w in enumerate(class_order(images))])
+    assert v2.split == "v2" and len(v2.images) == len(images.val)
+    for key, wnid, path in v2.images:
+        assert key == f"{Path(path).parent.name}_{Path(path).stem}"
+        assert class_order(images)[int(Path(path).parent.name)] == wnid
+
+
+def test_real_sets_are_keyed_by_the_val_image_they_belong_to():
+    keys = {f"ILSVRC2012_val_{i:08d}" for i in (1, 2, 3)}
+    assert real_labels_by_key([[2, 1, 2], [], [0]], keys, 3, "real.json") == {
+        "ILSVRC2012_val_00000001": [1, 2], "ILSVRC2012_val_00000002": [], "ILSVRC2012_val_00000003": [0]}
+
+
+@pytest.mark.parametrize("sets,classes,message", [
+    ([[0], [1]], 3, "2 label sets for 3 validation images"),
+    ([[0], [1], [2], [0]], 3, "a set without an image: \\['ILSVRC2012_val_00000004'\\]"),
+    ([[0], [1], [3]], 3, "class indices \\[3\\], outside the dataset's 3 classes"),
+])
+def test_real_sets_that_do_not_fit_the_val_images_are_refused(sets, classes, message):
+    keys = {f"ILSVRC2012_val_{i:08d}" for i in (1, 2, 3)}
+    with pytest.raises(EvalSetError, match=message):
+        real_labels_by_key(sets, keys, classes, "real.json")
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"a": 1}', "[[1, 2], [\"3\"]]", "[1, 2]", "[[1.5]]"])
+def test_a_real_json_of_another_shape_is_refused(text):
+    with pytest.raises(EvalSetError, match="real.json"):
+        parse_real_json(text, "real.json")
+
+
+def test_real_top1_counts_predictions_in_the_set_over_the_labelled_images():
+    real = RealLabels({"a": [1, 2], "b": [], "c": [0], "d": [3]})
+    hashes = torch.tensor([key_hash(k) for k in "abcd"])
+    right, counted = real.score(torch.tensor([2, 2, 1, 3]), hashes)
+    assert (int(right), int(counted)) == (2, 3)  # a right, b not counted, c wrong, d right
+    right, counted = real.score(torch.tensor([3, 0]), hashes[[3, 2]])  # any order, any subset
+    assert (int(right), int(counted)) == (2, 2)
+
+
+def test_a_sample_without_a_real_set_is_an_error_not_a_miss():
+    real = RealLabels({"a": [1]})
+    with pytest.raises(ValueError, match="without ReaL labels"):
+        real.score(torch.tensor([1]), torch.tensor([key_hash("z")]))
+
+
+def test_the_official_val_keys_have_distinct_key_hashes():
+    """ReaL labels are found by the 40-bit key hash batches carry: the 50,000 official keys must not collide."""
+    assert len({key_hash(f"ILSVRC2012_val_{i:08d}") for i in range(1, 50_001)}) == 50_000
+
+
+def test_metric_names_and_the_epoch_line():
+    assert [metric_prefix(s) for s in ("val", "v2", "v2-threshold", "v2-top-images")] == [
+        "val", "v2", "v2_threshold", "v2_top_images"]
+    record = {"epoch": 0, "train_loss": 1.0, "train_top1": 50.0, "val_top1": 70.0, "val_top5": 90.0, "val_images": 10,
+              "real_top1": 75.5, "v2_top1": 60.25, "images_per_sec": 10.0, "images_per_sec_per_gpu": 5.0,
+              "data_wait_fraction": 0.1}
+    assert "val top-1 70.00% top-5 90.00% on 10 images, ReaL 75.50%, v2 60.25% |" in epoch_line(record)
+
+
+# ---------------------------------------------------------------- prepare
+
+def test_prepare_adds_v2_as_a_split_and_keeps_the_real_sets(eval_dataset, images):
+    dest, manifest, _, _ = eval_dataset
+    assert list(manifest.splits) == ["train", "val", "v2"]
+    assert manifest.splits["v2"].samples == len(images.val)
+    assert all((dest / s.name).is_file() and s.name.startswith("v2/v2-") for s in manifest.splits["v2"].shards)
+    stored = json.loads((dest / REAL_LABELS_FILE).read_text())
+    assert stored["labels"]["ILSVRC2012_val_00000001"] == [] and stored["labels"]["ILSVRC2012_val_00000002"] == list(range(6))
+    assert manifest.real_labels["images"] == len(images.val)
+    assert manifest.real_labels["labelled"] == len(images.val) - len(images.val[::5])
+    assert read_manifest(dest).real_labels == manifest.real_labels
+
+
+def test_v2_samples_are_its_images_labelled_by_their_class_folder(eval_dataset, images):
+    """Each v2 image is one of the val images (write_v2's i-th file is images.val[i]): stored with the
+    same bytes as val stores it (the same rewrite), under its class folder's label."""
+    import webdataset as wds
+
+    dest, manifest, v2, _ = eval_dataset
+
+    def stored(split):
+        urls = [str(dest / s.name) for s in manifest.splits[split].shards]
+        return {s["__key__"]: (int(s["cls"]), s["jpg"]) for s in wds.WebDataset(urls, shardshuffle=False)}
+
+    v2_samples, val_samples = stored("v2"), stored("val")
+    files = sorted(v2.glob("*/*.jpeg"), key=lambda p: p.stem)
+    assert v2_samples.keys() == {f"{p.parent.name}_{p.stem}" for p in files}
+    for path, (val_key, _, _) in zip(files, images.val):
+        label, jpeg = v2_samples[f"{path.parent.name}_{path.stem}"]
+        assert label == int(path.parent.name) == val_samples[val_key][0]
+        assert jpeg == val_samples[val_key][1]
+
+
+def test_a_rerun_with_the_same_eval_sets_does_nothing_and_without_them_asks_for_force(eval_dataset, sources):
+    dest, manifest, v2, real = eval_dataset
+    again = prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=real))
+    assert again.to_json() == manifest.to_json()
+    with pytest.raises(PrepareError, match="prepared differently.*--force"):
+        prepare(config(sources["official"], dest))
+
+
+def test_verify_finds_damaged_real_labels_and_rebuilds_them(eval_dataset, sources, tmp_path, caplog):
+    import shutil
+
+    dest = tmp_path / "copy"
+    shutil.copytree(eval_dataset[0], dest)
+    _, manifest, v2, real = eval_dataset
+    path = dest / REAL_LABELS_FILE
+    good = path.read_bytes()
+    path.write_bytes(good.replace(b"[0,1,2,3,4,5]", b"[0,1,2,3,4,4]", 1))  # the same size: as a shard, only --verify sees it
+    prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=real, verify=True))
+    assert "damaged: real_labels.json fails its checksum" in caplog.text
+    assert path.read_bytes() == good
+
+
+def test_a_missing_real_labels_file_makes_the_dataset_not_ready(eval_dataset, tmp_path):
+    import shutil
+
+    from shards.manifest import DatasetNotReady, read_complete_manifest
+
+    dest = tmp_path / "copy"
+    shutil.copytree(eval_dataset[0], dest)
+    (dest / REAL_LABELS_FILE).unlink()
+    with pytest.raises(DatasetNotReady, match="real_labels.json is missing"):
+        read_complete_manifest(dest)
+
+
+def test_real_labels_that_do_not_match_the_val_images_stop_prepare_in_one_line(sources, images, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps([[0]] * (len(images.val) + 1)))
+    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out", "--real-labels", real)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"{len(images.val) + 1} label sets, the validation split {len(images.val)}" in errors[0]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_wrong_eval_source_is_refused_before_anything_is_read(sources, tmp_path):
+    (tmp_path / "imagenet-v2" / "0").mkdir(parents=True)
+    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out",
+                        "--eval-source", tmp_path / "imagenet-v2")
+    assert result.returncode == 2 and "not an ImageNetV2 folder" in result.stderr
+    assert "train: read" not in result.stderr
+
+
+# ---------------------------------------------------------------- the library and training
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_loader_reads_every_v2_image_once_over_the_ranks(eval_dataset, world):
+    from train import ImageNetLoader
+
+    dest, manifest, _, _ = eval_dataset
+    keys = []
+    for rank in range(world):
+        loader = ImageNetLoader(dest, "v2", batch_size=4, image_size=32, device="cpu", workers=1, rank=rank,
+                                world_size=world)
+        try:
+            for batch in loader.batches():
+                keys += batch.key_hashes.tolist()
+                assert batch.images.shape[-1] == 32
+        finally:
+            loader.close()
+    assert len(keys) == len(set(keys)) == manifest.splits["v2"].samples
+
+
+def test_a_split_the_dataset_lacks_names_the_option_that_adds_it(prepared):
+    from train import ImageNetLoader
+
+    with pytest.raises(ConfigError, match="v2 is an evaluation set this dataset was not prepared with.*--eval-source"):
+        ImageNetLoader(prepared, "v2", batch_size=4, image_size=32, device="cpu", workers=1)
+
+
+def test_real_labels_of_a_dataset_without_them_are_none(prepared):
+    assert RealLabels.of(prepared) is None
+
+
+@pytest.mark.slow
+def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
+    from test_train import Ranks, train_args
+
+    dest, manifest, _, _ = eval_dataset
+    ranks = Ranks(2, train_args(dest, tmp_path / "run", "--epochs", 1, "--workers", 1), tmp_path)
+    assert ranks.wait() == [0, 0], ranks.text()
+    record = read_metrics(tmp_path / "run")[-1]
+    assert record["val_images"] == record["v2_images"] == len(images.val)
+    assert record["v2_top1"] == record["val_top1"] and record["v2_top5"] == record["val_top5"]  # the same images
+    assert record["real_images"] == manifest.real_labels["labelled"] and record["real_top1"] == 100.0
+    assert f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in ranks.text()
