@@ -20,7 +20,7 @@ from shards.layout import REAL_LABELS_FILE, metric_prefix
 from shards.manifest import ClassInfo, read_manifest
 from train.config import ConfigError
 from train.metrics import epoch_line, read_metrics
-from train.real_labels import RealLabels
+from train import RealLabels
 from train.shard_index import key_hash
 
 V2_NAME = "imagenetv2-matched-frequency-format-val"
@@ -270,3 +270,18 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert record["v2_top1"] == record["val_top1"] and record["v2_top5"] == record["val_top5"]  # the same images
     assert record["real_images"] == manifest.real_labels["labelled"] and record["real_top1"] == 100.0
     assert f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in ranks.text()
+
+
+def test_two_nodes_sharing_the_read_write_the_eval_sets_of_a_one_node_prepare(eval_dataset, sources, tmp_path):
+    from conftest import tree_bytes
+    from test_shared_read import finish, manifest_without_run_stats, start_nodes
+
+    one_node, _, v2, real = eval_dataset
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(sources["official"], dests, "--eval-source", v2, "--real-labels", real, workers=2))
+    assert [code for code, _ in results] == [0, 0], results
+    for dest, (_, log) in zip(dests, results):
+        assert "v2: read" in log and "shared read: 2 of 2 nodes" in log
+        assert tree_bytes(dest) == tree_bytes(one_node) and any(name.startswith("v2/") for name in tree_bytes(dest))
+        assert (dest / REAL_LABELS_FILE).read_bytes() == (one_node / REAL_LABELS_FILE).read_bytes()
+        assert manifest_without_run_stats(dest) == manifest_without_run_stats(one_node)

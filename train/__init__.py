@@ -2,6 +2,7 @@
 
     from train import ImageNetLoader    # the data path for your own loop (train/imagenet_loader.py)
     from train import Augment, ResolutionRamp  # its recipes: policies, erasing, mixing; progressive resizing
+    from train import RealLabels        # ReaL top-1 of val batches (train/real_labels.py)
 
 and the errors it raises, each one line saying what to do: ConfigError (a setting that cannot
 work), DatasetNotReady (no prepared dataset, or a damaged one), DamagedData (more bad samples
@@ -10,9 +11,10 @@ than allowed), ResumeError (a state or checkpoint of another run).
 
 import importlib
 
-__all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "ConfigError", "DatasetNotReady", "DamagedData",
+__all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "RealLabels", "ConfigError", "DatasetNotReady", "DamagedData",
            "ResumeError"]
 _HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.policies", "ResolutionRamp": "train.transforms",
+          "RealLabels": "train.real_labels",
           "ConfigError": "train.config", "ResumeError": "train.config",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
