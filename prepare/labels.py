@@ -1,12 +1,17 @@
 """Labels, exactly: class index = position of the wnid among the sorted train wnids (torchvision's
-convention), validation labels through the devkit's meta.mat or Kaggle's CSV.
+convention), validation labels through the devkit's meta.mat or Kaggle's CSV; the class lists of
+the Hugging Face hub's layouts (ILSVRC/imagenet-1k's classes.py, read as text and never run) and
+the built-in table of the 1000 ILSVRC 2012 classes (prepare/imagenet_classes.txt, from timm).
 
-The parsing functions take text or bytes and return plain values; only `read_devkit` touches files.
+The parsing functions take text or bytes and return plain values; only `read_devkit` and
+`builtin_class_names` (the package's own file) touch files.
 """
 
 from __future__ import annotations
 
+import ast
 import csv
+import importlib.resources
 import io
 import re
 import tarfile
@@ -96,6 +101,88 @@ def parse_synset_mapping(text: str) -> dict[str, str]:
             wnid, _, name = line.strip().partition(" ")
             names[wnid] = name
     return names
+
+
+HF_CLASSES_NAME = "IMAGENET2012_CLASSES"
+BUILTIN_CLASSES = "imagenet_classes.txt"
+
+
+def parse_class_list(text: str, origin: str) -> dict[str, str]:
+    """imagenet_classes.txt: one 'wnid<TAB>words' line per class, '#' lines are comments -> {wnid: words},
+    in file order."""
+    names = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        wnid, tab, words = line.partition("\t")
+        if not tab or not WNID.match(wnid) or wnid in names:
+            raise LabelError(f"{origin} line {number}: expected 'wnid<TAB>words' with a new wnid, got {line[:60]!r}")
+        names[wnid] = words
+    return names
+
+
+def builtin_class_names() -> dict[str, str]:
+    """The 1000 ILSVRC 2012 classes shipped with prepare, sorted by wnid: prepare/imagenet_classes.txt,
+    made from timm's timm/data/_info/imagenet_synsets.txt and imagenet_synset_to_lemma.txt
+    (github.com/huggingface/pytorch-image-models, Apache-2.0; the file's first lines name the commit)."""
+    return parse_class_list(importlib.resources.files("prepare").joinpath(BUILTIN_CLASSES).read_text(),
+                            f"prepare/{BUILTIN_CLASSES}")
+
+
+def parse_hf_classes(text: str, origin: str) -> dict[str, str]:
+    """classes.py of the ILSVRC/imagenet-1k dataset: `IMAGENET2012_CLASSES = OrderedDict({"n01440764":
+    "tench, Tinca tinca", ...})` -> {wnid: words} in its order. Read as a syntax tree of literals: the
+    file is never imported or run, so nothing in it can execute."""
+    try:
+        tree = ast.parse(text, filename=origin)
+    except (SyntaxError, ValueError) as exn:
+        raise LabelError(f"{origin} is not Python source ({exn}): use the classes.py of ILSVRC/imagenet-1k "
+                         "as downloaded, or remove it") from None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == HF_CLASSES_NAME):
+            return class_pairs(literal_mapping(node.value, origin), origin)
+    raise LabelError(f"{origin} assigns no {HF_CLASSES_NAME}: is it the classes.py of ILSVRC/imagenet-1k?")
+
+
+def literal_mapping(node: ast.expr, origin: str) -> list:
+    """The (key, value) pairs of a dict literal, `OrderedDict(<dict literal>)` or `OrderedDict(<list of
+    pairs>)`, in source order (a repeated key kept twice, for `class_pairs` to refuse)."""
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and isinstance(node.func, (ast.Name, ast.Attribute))
+            and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) == "OrderedDict"):
+        node = node.args[0]
+    try:
+        if isinstance(node, ast.Dict) and None not in node.keys:
+            return [(ast.literal_eval(k), ast.literal_eval(v)) for k, v in zip(node.keys, node.values)]
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [tuple(pair) for pair in ast.literal_eval(node)]
+    except (ValueError, TypeError, SyntaxError):
+        pass
+    raise LabelError(f"{origin}: {HF_CLASSES_NAME} is not a literal OrderedDict of wnid: words strings")
+
+
+def class_pairs(pairs: list, origin: str) -> dict[str, str]:
+    names = {}
+    for pair in pairs:
+        if len(pair) != 2 or not all(isinstance(p, str) for p in pair) or not WNID.match(pair[0]):
+            raise LabelError(f"{origin}: {HF_CLASSES_NAME} holds {pair!r}, not a wnid: words pair of strings")
+        if pair[0] in names:
+            raise LabelError(f"{origin}: {HF_CLASSES_NAME} lists {pair[0]} twice")
+        names[pair[0]] = pair[1]
+    if not names:
+        raise LabelError(f"{origin}: {HF_CLASSES_NAME} is empty")
+    return names
+
+
+def check_sorted_order(wnids: list[str], origin: str) -> None:
+    """A class list whose order is its label numbers (ILSVRC/imagenet-1k's classes.py) must list the
+    wnids sorted: this project's class index is the position among the sorted wnids."""
+    for index, (listed, rule) in enumerate(zip(wnids, sorted(wnids))):
+        if listed != rule:
+            raise LabelError(f"{origin} numbers its classes in an order other than sorted wnids (class {index} is "
+                             f"{listed} there, {rule} here): its labels would not be this project's (torchvision's "
+                             "order). Use the classes.py of ILSVRC/imagenet-1k as downloaded, or remove it.")
 
 
 def class_table(train_wnids: list[str] | set[str], names: dict[str, str]) -> list[ClassInfo]:
