@@ -1,6 +1,6 @@
 """A small ImageNet in the exact official layouts, for the demo, the tests and the benchmarks.
 
-    python -m prepare.sample OUT [--layout official|imagefolder|kaggle|all] [--classes 10] ...
+    python -m prepare.sample OUT [--layout official|imagefolder|kaggle|hf-imagenet-1k|timm-wds|all] ...
 
 The official layout has the real structure: an outer train tar of per-class tars, a flat val tar,
 and a devkit tar.gz whose meta.mat holds leaf and internal synsets with ILSVRC2012_IDs that are
@@ -10,6 +10,11 @@ quirks: a CMYK JPEG and a grayscale JPEG in train and val, and a PNG named n0210
 Images look like photographs (smooth shading, objects, grain) so decode costs are realistic, and
 each class has its own colour and shape so that a small model can learn them: above-chance
 validation accuracy is itself a check that the labels are right.
+
+The Hugging Face hub's layouts hold the same images: ILSVRC/imagenet-1k's gzipped tars named by its
+loading script's rule (<stem>_<wnid>.JPEG) with its classes.py, and timm/imagenet-1k-wds's shuffled
+WebDataset shards with their _info.json (and a LOC_synset_mapping.txt: the sample's classes are not
+ImageNet-1k's 1000, so .cls numbers need the class list beside them).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import argparse
 import csv
 import gzip
 import io
+import json
 import multiprocessing
+import random
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,10 +239,84 @@ def write_kaggle(out: Path, images: SampleImages) -> None:
         writer.writerow(["ImageId", "PredictionString"])
         for key, wnid, _ in images.val:
             writer.writerow([key, f"{wnid} 10 20 200 180 {wnid} 30 40 220 200"])
-    (out / "LOC_synset_mapping.txt").write_text("".join(f"{w} {words}\n" for w, words, _ in sorted(images.classes)))
+    (out / "LOC_synset_mapping.txt").write_text(synset_mapping(images))
 
 
-WRITERS = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle}
+def synset_mapping(images: SampleImages) -> str:
+    """LOC_synset_mapping.txt: 'wnid words' lines, sorted by wnid."""
+    return "".join(f"{w} {words}\n" for w, words, _ in sorted(images.classes))
+
+
+def hf_classes_py(images: SampleImages) -> str:
+    """classes.py as ILSVRC/imagenet-1k has it, for the sample's classes (sorted by wnid)."""
+    entries = "".join(f"        {json.dumps(wnid)}: {json.dumps(words)},\n"
+                      for wnid, words, _ in sorted(images.classes))
+    return f"from collections import OrderedDict\n\nIMAGENET2012_CLASSES = OrderedDict(\n    {{\n{entries}    }}\n)\n"
+
+
+HF_SCRIPT = '''"""prepare.sample's stand-in for ILSVRC/imagenet-1k's loading script: the lines prepare reads."""
+
+_DATA_URL = {
+    "train": [f"data/train_images_{i}.tar.gz" for i in range(2)],
+    "val": ["data/val_images.tar.gz"],
+    "test": ["data/test_images.tar.gz"],
+}
+'''
+
+
+def write_hf_imagenet(out: Path, images: SampleImages) -> None:
+    """ILSVRC/imagenet-1k as the hub holds it: data/train_images_{0,1}.tar.gz, data/val_images.tar.gz and a
+    tiny data/test_images.tar.gz (unlabelled: prepare ignores it), members named <stem>_<wnid>.JPEG,
+    and classes.py and the loading script at the top."""
+    def named(rows):
+        return [(f"{key}_{wnid}.JPEG", data) for key, wnid, data in rows]
+
+    train = named(images.train)
+    write_if_changed(out / "data" / "train_images_0.tar.gz", tar_bytes(train[0::2], gz=True))
+    write_if_changed(out / "data" / "train_images_1.tar.gz", tar_bytes(train[1::2], gz=True))
+    write_if_changed(out / "data" / "val_images.tar.gz", tar_bytes(named(images.val), gz=True))
+    test = [(f"ILSVRC2012_test_{n:08d}.JPEG", data) for n, (_, _, data) in enumerate(images.val[:2], start=1)]
+    write_if_changed(out / "data" / "test_images.tar.gz", tar_bytes(test, gz=True))
+    write_if_changed(out / "classes.py", hf_classes_py(images).encode())
+    write_if_changed(out / "imagenet-1k.py", HF_SCRIPT.encode())
+
+
+TIMM_SHARDS = {"train": ("train", "imagenet1k-train-{:04d}.tar", 3),  # split: (timm's name, shard name, shards)
+               "val": ("validation", "imagenet1k-validation-{:02d}.tar", 2)}
+
+
+def write_timm_wds(out: Path, images: SampleImages) -> None:
+    """timm/imagenet-1k-wds as the hub holds it: each split's samples shuffled into a few shards of
+    KEY.cls (the sorted-wnid class index), KEY.jpg and KEY.json ({"filename", "label", "class_name"}), the
+    tar keys a running number (the original name is in the json), _info.json counting them, and
+    LOC_synset_mapping.txt."""
+    index = {wnid: i for i, (wnid, _, _) in enumerate(sorted(images.classes))}
+    words = {wnid: w for wnid, w, _ in images.classes}
+    splits = {}
+    for split, rows in (("train", images.train), ("val", images.val)):
+        name, pattern, count = TIMM_SHARDS[split]
+        shuffled = list(rows)
+        random.Random(f"timm-wds {split}").shuffle(shuffled)
+        filenames, lengths = [], []
+        for shard in range(count):
+            samples = shuffled[shard::count]
+            members = []
+            for number, (key, wnid, data) in enumerate(samples):
+                meta = {"filename": f"{key}.JPEG", "label": index[wnid], "class_name": words[wnid]}
+                tar_key = f"{split}{shard:02d}{number:06d}"
+                members += [(f"{tar_key}.cls", str(index[wnid]).encode()), (f"{tar_key}.jpg", data),
+                            (f"{tar_key}.json", json.dumps(meta).encode())]
+            filenames.append(pattern.format(shard))
+            lengths.append(len(samples))
+            write_if_changed(out / filenames[-1], tar_bytes(members))
+        splits[name] = {"name": name, "num_samples": sum(lengths), "filenames": filenames, "shard_lengths": lengths}
+    info = {"name": "imagenet-1k", "splits": splits}
+    write_if_changed(out / "_info.json", (json.dumps(info, indent=2) + "\n").encode())
+    write_if_changed(out / "LOC_synset_mapping.txt", synset_mapping(images).encode())
+
+
+WRITERS = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle,
+           "hf-imagenet-1k": write_hf_imagenet, "timm-wds": write_timm_wds}
 
 
 def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSpec(), workers: int = 1) -> SampleImages:

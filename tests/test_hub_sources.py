@@ -1,0 +1,445 @@
+"""The Hugging Face hub's two ImageNet layouts as sources (ILSVRC/imagenet-1k's gzipped tars,
+timm/imagenet-1k-wds's WebDataset shards): the same small ImageNet prepared from them and from the
+official archives gives the same dataset; their counts, names and class lists are checked; damaged
+archives and shards are named in one line; the built-in class table."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+from conftest import SHARD_MB, config, run_module, tree_bytes
+from prepare.builder import PrepareError, prepare
+from prepare.labels import LabelError, builtin_class_names, parse_class_list
+from prepare.sample import REAL_CLASSES, SampleSpec, make_sample, tar_bytes, write_hf_imagenet, write_timm_wds
+from prepare.sources import SourceError, detect_layout, fingerprint, open_source
+from shards.manifest import read_manifest
+
+HUB = ("hf-imagenet-1k", "timm-wds")
+
+
+@pytest.fixture(scope="module")
+def hub_sources(tmp_path_factory, images, sources) -> dict[str, Path]:
+    """The session's sample ImageNet in both hub layouts, beside the official one."""
+    root = tmp_path_factory.mktemp("hub")
+    write_hf_imagenet(root / "hf-imagenet-1k", images)
+    write_timm_wds(root / "timm-wds", images)
+    return {"official": sources["official"], **{layout: root / layout for layout in HUB}}
+
+
+@pytest.fixture(scope="module")
+def hub_prepared(hub_sources, tmp_path_factory) -> dict[str, Path]:
+    dests = {}
+    for layout in HUB:
+        dests[layout] = tmp_path_factory.mktemp(layout) / "imagenet"
+        prepare(config(hub_sources[layout], dests[layout]))
+    return dests
+
+
+def copy_source(hub_sources, layout: str, tmp_path: Path) -> Path:
+    copy = tmp_path / layout
+    shutil.copytree(hub_sources[layout], copy)
+    return copy
+
+
+def samples_of(dest: Path) -> dict[str, dict[str, tuple[bytes, bytes, bytes]]]:
+    """split -> key -> (.cls, .jpg, .json) of every sample of a prepared dataset."""
+    manifest = read_manifest(dest)
+    return {split: {s["__key__"]: (s["cls"], s["jpg"], s["json"])
+                    for shard in manifest.splits[split].shards
+                    for s in wds.WebDataset(str(dest / shard.name), shardshuffle=False)}
+            for split in ("train", "val")}
+
+
+# ---------------------------------------------------------------- the same ImageNet from every layout
+
+def test_the_hub_layouts_give_the_official_layouts_classes_labels_and_samples(hub_prepared, prepared, images):
+    official = read_manifest(prepared)
+    expected = samples_of(prepared)
+    truth = {wnid: i for i, wnid in enumerate(sorted(w for w, _, _ in images.classes))}
+    assert {k: int(v[0]) for k, v in expected["val"].items()} == {k: truth[w] for k, w, _ in images.val}
+    for layout in HUB:
+        manifest = read_manifest(hub_prepared[layout])
+        assert manifest.source["layout"] == layout
+        assert manifest.classes == official.classes  # indices, wnids and words
+        assert samples_of(hub_prepared[layout]) == expected  # keys, labels, JPEG bytes and metadata, per split
+        assert manifest.converted == official.converted and manifest.damaged == official.damaged == {}
+        assert {s: manifest.splits[s].samples for s in ("train", "val")} == {"train": 180, "val": 30}
+
+
+def test_with_as_many_shards_every_layout_writes_byte_identical_shards(hub_sources, tmp_path, monkeypatch):
+    """The shard count follows the source's bytes (gzip and the WebDataset members change them), so by
+    default the hub layouts deal the same samples into another number of shards; with the same number,
+    every shard file is the same, byte for byte."""
+    import prepare.builder as builder
+
+    monkeypatch.setattr(builder, "shard_count", lambda split_bytes, shard_bytes: 5)
+    trees = {}
+    for layout in ("official", *HUB):
+        prepare(config(hub_sources[layout], tmp_path / layout))
+        trees[layout] = tree_bytes(tmp_path / layout)
+    assert len(trees["official"]) == 10
+    assert trees["hf-imagenet-1k"] == trees["official"] == trees["timm-wds"]
+
+
+def test_the_data_folder_itself_is_a_source_with_classes_py_from_its_parent(hub_sources, hub_prepared, tmp_path):
+    data = hub_sources["hf-imagenet-1k"] / "data"
+    assert detect_layout(data) == "hf-imagenet-1k"
+    assert open_source(data).classes[0].name == "tench, Tinca tinca"  # ../classes.py
+    assert [f["path"] for f in fingerprint(data, "hf-imagenet-1k")["files"]] == [
+        "train_images_0.tar.gz", "train_images_1.tar.gz", "val_images.tar.gz", "../classes.py", "../imagenet-1k.py"]
+    prepare(config(data, tmp_path / "out"))
+    assert tree_bytes(tmp_path / "out") == tree_bytes(hub_prepared["hf-imagenet-1k"])
+
+
+def test_fingerprints_name_the_archives_shards_and_class_lists(hub_sources):
+    hf = fingerprint(hub_sources["hf-imagenet-1k"], "hf-imagenet-1k")
+    assert [f["path"] for f in hf["files"]] == [
+        "data/train_images_0.tar.gz", "data/train_images_1.tar.gz", "data/val_images.tar.gz", "classes.py",
+        "imagenet-1k.py"]  # the test archive is not read
+    timm = fingerprint(hub_sources["timm-wds"], "timm-wds")
+    assert [f["path"] for f in timm["files"]] == [
+        "imagenet1k-train-0000.tar", "imagenet1k-train-0001.tar", "imagenet1k-train-0002.tar",
+        "imagenet1k-validation-00.tar", "imagenet1k-validation-01.tar", "_info.json", "LOC_synset_mapping.txt"]
+    assert all(f["size"] > 0 and f["mtime_ns"] > 0 for f in hf["files"] + timm["files"])
+
+
+@pytest.mark.parametrize("layout", HUB)
+def test_a_rerun_does_nothing_and_a_changed_archive_asks_for_force(hub_sources, tmp_path, layout, caplog):
+    caplog.set_level(logging.INFO)
+    source = copy_source(hub_sources, layout, tmp_path)
+    dest = tmp_path / "imagenet"
+    prepare(config(source, dest))
+    before = {p: p.stat().st_mtime_ns for p in dest.rglob("*.tar")}
+    prepare(config(source, dest))
+    assert "nothing to do" in caplog.text
+    assert {p: p.stat().st_mtime_ns for p in dest.rglob("*.tar")} == before
+    victim = source / {"hf-imagenet-1k": "data/val_images.tar.gz", "timm-wds": "imagenet1k-validation-00.tar"}[layout]
+    os.utime(victim, ns=(0, 10**18))
+    with pytest.raises(PrepareError, match=f"was prepared differently: .*{victim.name}.*--force"):
+        prepare(config(source, dest))
+
+
+def test_the_sample_writers_rewrite_the_same_bytes(tmp_path):
+    spec = SampleSpec(classes=4, train_per_class=2, val_per_class=1, max_width=64)
+    for out in ("a", "b"):
+        for layout in HUB:
+            make_sample(tmp_path / out / layout, layout, spec)
+    for layout in HUB:
+        files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / layout).rglob("*") if p.is_file())
+        assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+
+
+def test_the_loader_reads_a_dataset_prepared_from_the_hub(hub_prepared, images):
+    from train import ImageNetLoader
+
+    truth = {wnid: i for i, wnid in enumerate(sorted(w for w, _, _ in images.classes))}
+    for layout in HUB:
+        with ImageNetLoader(hub_prepared[layout], "val", batch_size=4, image_size=32, device="cpu", workers=1) as val:
+            labels = [label for _, batch in val for label in batch.tolist()]
+        assert sorted(labels) == sorted(truth[wnid] for _, wnid, _ in images.val)
+
+
+# ---------------------------------------------------------------- the layouts, detected; the class tables
+
+def test_no_layout_lists_all_five_with_what_each_needs(tmp_path):
+    with pytest.raises(SourceError) as refused:
+        detect_layout(tmp_path)
+    message = str(refused.value)
+    for needed in ("ILSVRC2012_img_train.tar", "train/<wnid>/*.JPEG", "LOC_val_solution.csv",
+                   "data/train_images_0.tar.gz", "data/val_images.tar.gz", "classes.py",
+                   "imagenet1k-train-*.tar", "imagenet1k-validation-*.tar", "_info.json"):
+        assert needed in message
+    assert message.count("\n  ") == 5
+
+
+def test_the_built_in_table_is_imagenet_1k_sorted_and_agrees_with_the_sample():
+    names = builtin_class_names()
+    assert len(names) == len(set(names)) == 1000 and list(names) == sorted(names)
+    assert all(names[wnid] == words for wnid, words in REAL_CLASSES)
+    assert names["n01440764"] == "tench, Tinca tinca" and list(names)[-1] == "n15075141"
+    with pytest.raises(LabelError, match="line 2: expected 'wnid<TAB>words'"):
+        parse_class_list("# a comment\nn01440764 tench\n", "list")
+
+
+def test_classes_py_is_read_as_text_and_never_run(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    marker = tmp_path / "it-ran"
+    original = (source / "classes.py").read_text()
+    (source / "classes.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                                       f"{original}raise SystemExit('classes.py was run')\n")
+    prepare(config(source, tmp_path / "out"))
+    assert not marker.exists()
+    assert read_manifest(tmp_path / "out").classes[3].name == "Shetland sheepdog, Shetland sheep dog, Shetland"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda text: text.replace('"n01440764"', '"n99999999"'), r"numbers its classes in an order other than sorted "
+                                                              r"wnids \(class 0 is n99999999 there, n01443537 here\)"),
+    (lambda text: text.replace("OrderedDict(", "make_classes("), "is not a literal OrderedDict"),
+    (lambda text: text.replace('"n01443537"', '"n01440764"'), "lists n01440764 twice"),
+    (lambda text: text.replace("IMAGENET2012_CLASSES", "CLASSES"), "assigns no IMAGENET2012_CLASSES"),
+    (lambda text: text + "(", "is not Python source"),
+])
+def test_a_classes_py_that_is_out_of_order_or_not_a_literal_is_refused(hub_sources, tmp_path, edit, message):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    (source / "classes.py").write_text(edit((source / "classes.py").read_text()))
+    with pytest.raises(LabelError, match=message):
+        open_source(source)
+
+
+def test_without_a_class_list_the_built_in_table_is_used(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    (source / "classes.py").unlink()
+    classes = open_source(source).classes
+    assert len(classes) == 1000 and classes[0].wnid == "n01440764" and classes[999].name == "toilet tissue, " \
+        "toilet paper, bathroom tissue"
+    # the sample's classes are real ones: their labels are now their places among the 1000
+    prepare(config(source, tmp_path / "out"))
+    labels = {int(cls) for cls, _, _ in samples_of(tmp_path / "out")["val"].values()}
+    names = list(builtin_class_names())
+    assert labels == {names.index(wnid) for wnid, _ in REAL_CLASSES[:6]}
+
+
+# ---------------------------------------------------------------- ILSVRC/imagenet-1k: names, classes, archives
+
+def gz_members(path: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(path, "r:gz") as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def rewrite_gz(path: Path, edit) -> None:
+    path.write_bytes(tar_bytes(edit(gz_members(path)), gz=True))
+
+
+@pytest.mark.parametrize("name,message", [
+    ("n01440764_77_n09999999.JPEG", "class n09999999 \\(from the name\\) is not in the class table"),
+    ("n01440764_77.JPEG", "does not follow ILSVRC/imagenet-1k's rule <image>_<wnid>.JPEG"),
+    ("n01440764_77_tench.JPEG", "does not follow ILSVRC/imagenet-1k's rule"),
+])
+def test_a_member_with_an_unknown_wnid_or_off_the_naming_rule_is_named(hub_sources, images, tmp_path, name,
+                                                                       message):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    archive = source / "data" / "train_images_1.tar.gz"
+    rewrite_gz(archive, lambda members: members + [(name, images.train[0][2])])
+    with pytest.raises(SourceError, match=f"{archive}:{name}: .*{message}") as refused:
+        prepare(config(source, tmp_path / "out", workers=2))
+    assert "\n" not in str(refused.value)
+
+
+def test_names_in_a_folder_inside_the_archive_are_read_by_their_base_name(hub_sources, hub_prepared, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    rewrite_gz(source / "data" / "val_images.tar.gz", lambda members: [(f"val/{n}", d) for n, d in members])
+    prepare(config(source, tmp_path / "out"))
+    assert samples_of(tmp_path / "out") == samples_of(hub_prepared["hf-imagenet-1k"])
+
+
+def test_train_archives_must_all_be_there(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    (source / "data" / "train_images_1.tar.gz").unlink()
+    with pytest.raises(SourceError, match=r"train archives number \[0\], expected 0..1 \(imagenet-1k.py reads 2\): "
+                                          "download train_images_1.tar.gz"):
+        open_source(source)
+    (source / "imagenet-1k.py").unlink()
+    (source / "data" / "train_images_0.tar.gz").rename(source / "data" / "train_images_1.tar.gz")
+    with pytest.raises(SourceError, match=r"number \[1\], expected 0..1: download train_images_0.tar.gz"):
+        open_source(source)
+
+
+def test_a_devkit_beside_the_archives_counts_val_and_checks_its_labels(hub_sources, images, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    shutil.copy(hub_sources["official"] / "ILSVRC2012_devkit_t12.tar.gz", source)
+    assert open_source(source).expected_count("val") == 30
+    prepare(config(source, tmp_path / "out"))
+    wrong = next(wnid for wnid, _, _ in images.classes if wnid != images.val[0][1])
+    rewrite_gz(source / "data" / "val_images.tar.gz",
+               lambda members: [(n.replace(f"_{images.val[0][1]}.", f"_{wrong}.") if i == 0 else n, d)
+                                for i, (n, d) in enumerate(members)])
+    with pytest.raises(LabelError, match=f"ILSVRC2012_val_00000001_{wrong}.JPEG: the name says {wrong}, the devkit's "
+                                         f"ground truth says {images.val[0][1]}"):
+        prepare(config(source, tmp_path / "again"))
+
+
+# ---------------------------------------------------------------- timm/imagenet-1k-wds: counts, labels, samples
+
+def rewrite_shard(path: Path, edit) -> None:
+    with tarfile.open(path) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    path.write_bytes(tar_bytes(edit(members)))
+
+
+def edit_info(source: Path, edit) -> None:
+    info = json.loads((source / "_info.json").read_text())
+    edit(info["splits"])
+    (source / "_info.json").write_text(json.dumps(info))
+
+
+def test_info_json_states_the_counts_and_a_shard_that_disagrees_is_named(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    opened = open_source(source)
+    assert (opened.expected_count("train"), opened.expected_count("val")) == (180, 30)
+    assert [part.count for part in opened.parts("train")] == [60, 60, 60]
+
+    def one_more_in_the_second_shard(splits):
+        splits["train"]["shard_lengths"][1] += 1
+        splits["train"]["num_samples"] += 1
+
+    edit_info(source, one_more_in_the_second_shard)
+    with pytest.raises(SourceError, match=f"{source / 'imagenet1k-train-0001.tar'} holds 60 samples, _info.json says "
+                                          "61: the shard is incomplete"):
+        prepare(config(source, tmp_path / "out", workers=2))
+    edit_info(source, lambda splits: splits["validation"].update(num_samples=29))
+    with pytest.raises(SourceError, match="splits.validation: num_samples is 29, shard_lengths add up to 30: the file "
+                                          "contradicts itself"):
+        open_source(source)
+    (source / "_info.json").unlink()  # then the shards present, without counts
+    assert open_source(source).expected_count("train") is None
+
+
+def test_a_shard_listed_in_info_json_but_missing_is_named(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    (source / "imagenet1k-validation-01.tar").unlink()
+    with pytest.raises(SourceError, match="imagenet1k-validation-01.tar not found: a shard _info.json lists"):
+        open_source(source)
+
+
+def drop_member(suffix: str, sample: int = 3):
+    def edit(members):
+        name = [n for n, _ in members if n.endswith(suffix)][sample]
+        return [(n, d) for n, d in members if n != name]
+    return edit
+
+
+def replace_member(suffix: str, data: bytes, sample: int = 3):
+    def edit(members):
+        name = [n for n, _ in members if n.endswith(suffix)][sample]
+        return [(n, data if n == name else d) for n, d in members]
+    return edit
+
+
+@pytest.mark.parametrize("edit,message", [
+    (drop_member(".cls"), r"train01000003: the sample has no \.cls \(its class number\)"),
+    (drop_member(".jpg"), r"train01000003: the sample has no \.jpg \(its image\)"),
+    (replace_member(".cls", b"6"), r"train01000003: \.cls b'6' is not a class index of the class table \(0..5\)"),
+    (replace_member(".cls", b"x1"), r"train01000003: \.cls b'x1' is not a class index"),
+    (replace_member(".json", b"[1"), r"train01000003: its \.json is not a JSON object"),
+])
+def test_a_sample_without_its_image_or_label_or_with_a_bad_one_is_named(hub_sources, tmp_path, edit, message):
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    shard = source / "imagenet1k-train-0001.tar"
+    rewrite_shard(shard, edit)
+    with pytest.raises(SourceError, match=f"{shard}:{message}") as refused:
+        prepare(config(source, tmp_path / "out", workers=2))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_label_that_contradicts_the_wnid_in_the_name_is_named(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    shard = source / "imagenet1k-train-0000.tar"
+    with tarfile.open(shard) as tar:
+        meta = json.loads(tar.extractfile("train00000000.json").read())
+        label = int(tar.extractfile("train00000000.cls").read())
+    other = (label + 1) % 6
+    rewrite_shard(shard, lambda members: [(n, str(other).encode() if n == "train00000000.cls" else d)
+                                          for n, d in members])
+    stem = meta["filename"].removesuffix(".JPEG")
+    with pytest.raises(SourceError, match=f"{shard}:train00000000: .cls {other} is n\\d+ in the class table, but the "
+                                          f"image's name {stem} says {stem.split('_')[0]}"):
+        prepare(config(source, tmp_path / "out"))
+
+
+def test_without_a_json_filename_the_key_is_the_samples_own(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    for shard in sorted(source.glob("imagenet1k-validation-*.tar")):
+        rewrite_shard(shard, lambda members: [(n, b'{"label": 0}' if n.endswith(".json") else d) for n, d in members])
+    opened = open_source(source)
+    keys = sorted(item.key for part in opened.parts("val") for item in part.items())
+    assert keys == sorted(f"val{s:02d}{n:06d}" for s in range(2) for n in range(15))
+
+
+# ---------------------------------------------------------------- damaged archives and shards: one line, by the CLI
+
+def flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(b ^ 0xA5 for b in data[middle:middle + 16])
+    path.write_bytes(bytes(data))
+
+
+def cut_at_two_thirds(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) * 2 // 3 // 512 * 512])  # a tar cut at a block boundary: the sneaky case
+
+
+@pytest.mark.parametrize("layout,victim,damage", [
+    ("hf-imagenet-1k", "data/train_images_1.tar.gz", flip_middle),
+    ("hf-imagenet-1k", "data/train_images_0.tar.gz", cut_at_two_thirds),
+    ("hf-imagenet-1k", "data/val_images.tar.gz", lambda path: path.write_bytes(path.read_bytes()[:-3])),
+    ("timm-wds", "imagenet1k-train-0002.tar", cut_at_two_thirds),
+])
+def test_a_damaged_archive_or_shard_stops_prepare_in_one_line_naming_it(hub_sources, tmp_path, layout, victim,
+                                                                        damage):
+    source = copy_source(hub_sources, layout, tmp_path)
+    damage(source / victim)
+    dest = tmp_path / "out"
+    result = run_module("prepare", "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and str((source / victim).resolve()) in errors[0], result.stderr
+    assert "download it again" in errors[0] and "Traceback" not in result.stderr
+    assert not (dest / "manifest.json").exists() and not (dest / ".prepare-tmp").exists()
+
+
+def test_a_damaged_header_inside_a_shard_is_named_not_taken_for_its_end(hub_sources, tmp_path):
+    """tarfile's stream reader ends quietly at a header whose checksum is wrong, as at the end of the
+    archive: the samples after it would be lost without a word."""
+    source = copy_source(hub_sources, "timm-wds", tmp_path)
+    shard = source / "imagenet1k-validation-01.tar"
+    with tarfile.open(shard) as tar:
+        header = tar.getmembers()[6].offset
+    data = bytearray(shard.read_bytes())
+    data[header + 20] ^= 0xFF  # in the name field: only the checksum shows it
+    shard.write_bytes(bytes(data))
+    (source / "_info.json").unlink()  # no count to catch it otherwise
+    with pytest.raises(SourceError, match=f"{shard} has a damaged tar header at byte {header} of its tar: download "
+                                          "it again"):
+        prepare(config(source, tmp_path / "out"))
+
+
+def test_a_gzip_stream_is_checked_to_its_end(hub_sources, tmp_path):
+    """tarfile stops at the end-of-archive blocks; the rest of the gzip stream (its padding, CRC and
+    length) is read too, so damage there is found."""
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    archive = source / "data" / "val_images.tar.gz"
+    raw = gzip.decompress(archive.read_bytes())
+    damaged = io.BytesIO()
+    with gzip.GzipFile(fileobj=damaged, mode="wb", mtime=0) as f:
+        f.write(raw)
+    data = bytearray(damaged.getvalue())
+    data[-8] ^= 1  # the CRC
+    archive.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=f"cannot read {archive}: CRC check failed.*download it again"):
+        prepare(config(source, tmp_path / "out"))
+
+
+# ---------------------------------------------------------------- several nodes
+
+def test_two_nodes_share_the_read_of_a_hub_source_and_write_a_one_node_prepares_bytes(hub_sources, hub_prepared,
+                                                                                      tmp_path):
+    from test_shared_read import finish, start_nodes
+
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(hub_sources["hf-imagenet-1k"], dests, workers=2))
+    assert [code for code, _ in results] == [0, 0], results
+    for dest, (_, log) in zip(dests, results):
+        assert tree_bytes(dest) == tree_bytes(hub_prepared["hf-imagenet-1k"])
+        assert "shared read: 2 of 2 nodes" in log
