@@ -270,6 +270,8 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert record["v2_top1"] == record["val_top1"] and record["v2_top5"] == record["val_top5"]  # the same images
     assert record["real_images"] == manifest.real_labels["labelled"] and record["real_top1"] == 100.0
     assert f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in ranks.text()
+    report = run_module("train.report", tmp_path / "run")
+    assert report.returncode == 0 and f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in report.stdout
 
 
 def test_two_nodes_sharing_the_read_write_the_eval_sets_of_a_one_node_prepare(eval_dataset, sources, tmp_path):

@@ -33,7 +33,11 @@ def epoch_line(record: dict) -> str:
             f"({record['images_per_sec_per_gpu']:.0f} per rank), data wait {100 * record['data_wait_fraction']:.0f}%")
 
 
+# the evaluation sets' top-1 in a record, where the dataset has them, and their names for people
+EVALUATION_SETS = [("real_top1", "ReaL"), ("v2_top1", "v2"), ("v2_threshold_top1", "v2-threshold"),
+                   ("v2_top_images_top1", "v2-top-images")]
+
+
 def evaluation_sets(record: dict) -> str:
     """ReaL and ImageNetV2's top-1, where the dataset has them: ", ReaL 81.20%, v2 70.10%"."""
-    names = [("real", "ReaL")] + [(prefix, prefix.replace("_", "-")) for prefix in ("v2", "v2_threshold", "v2_top_images")]
-    return "".join(f", {label} {record[name + '_top1']:.2f}%" for name, label in names if name + "_top1" in record)
+    return "".join(f", {label} {record[name]:.2f}%" for name, label in EVALUATION_SETS if name in record)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from train.metrics import METRICS_NAME, read_metrics
+from train.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_metrics
 
 
 def plot(records: list[dict], out: Path) -> Path:
@@ -23,6 +23,9 @@ def plot(records: list[dict], out: Path) -> Path:
     axes[1].plot(epochs, [r["train_top1"] for r in records], "o-", label="train top-1")
     axes[1].plot(epochs, [r["val_top1"] for r in records], "o-", label="val top-1")
     axes[1].plot(epochs, [r["val_top5"] for r in records], "o--", label="val top-5")
+    for name, label in EVALUATION_SETS:  # where the dataset has them
+        if all(name in r for r in records):
+            axes[1].plot(epochs, [r[name] for r in records], "o:", label=f"{label} top-1")
     axes[1].set(title="accuracy (%)", xlabel="epoch")
     axes[2].plot(epochs, [r["images_per_sec"] for r in records], "o-", label="global")
     axes[2].plot(epochs, [r["images_per_sec_per_gpu"] for r in records], "o-", label="per rank")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = plot(records, args.out or args.run_dir / "metrics.png")
     last = records[-1]
-    print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%, top-5 {last['val_top5']:.2f}%, "
+    print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%, top-5 {last['val_top5']:.2f}%"
+          f"{evaluation_sets(last)}, "
           f"{last['images_per_sec']:.0f} img/s; plot: {out}")
     return 0
 
