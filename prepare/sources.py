@@ -131,34 +131,32 @@ def iterate_tar(data: bytes, origin: str) -> Iterator[tuple[str, bytes]]:
 
     A tar of plain members only (`plain_tar_members`: what the official archives hold) is sliced
     without tarfile; anything else (links, pax or GNU long names, odd or damaged headers,
-    compression) is read by tarfile from the start, as before.
+    compression) is read by tarfile from the start (`iterate_whole_tar`).
+
+    Unlike tarfile's stream reader (and so webdataset's), it refuses a tar whose end-of-archive
+    block is followed by anything but zeros: a header zeroed or garbled in the middle would
+    otherwise end the archive there, silently, and lose the members after it.
 
     Links and other special members are skipped: nothing in a hostile archive can point outside it.
     """
     members = plain_tar_members(data)
     if members is None:
-        yield from iterate_tar_stream(io.BytesIO(data), origin)
+        yield from iterate_whole_tar(io.BytesIO(data), origin)
         return
     for name, start, size in members:
         if "/" not in name and name.startswith("__") and name.endswith("__"):
             continue
         yield name, data[start:start + size]
+    end = members[-1][1] + -(-members[-1][2] // _BLOCK) * _BLOCK if members else 0
+    check_only_zeros_after_the_end(data[end:], end, origin)
 
 
-def iterate_tar_stream(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
-    """`iterate_tar` by tarfile, for any tar."""
-    try:
-        stream = tarfile.open(fileobj=fileobj, mode="r|*")
-        for tarinfo in stream:
-            name = tarinfo.name
-            if not tarinfo.isreg() or name is None:
-                continue
-            if "/" not in name and name.startswith("__") and name.endswith("__"):
-                continue
-            yield name, stream.extractfile(tarinfo).read()
-            stream.members = []
-    except (tarfile.TarError, OSError, EOFError) as exn:
-        raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: copy or download it again") from None
+def check_only_zeros_after_the_end(rest: bytes, end: int, origin: str) -> None:
+    """After a tar's end-of-archive block come only zeros (the padding to tar's record size); any
+    other byte there is a member after a damaged header."""
+    if rest.strip(b"\0"):
+        raise SourceError(f"{origin} has a damaged tar header at byte {end} of its tar (more data follows what "
+                          "would be its end): copy or download it again")
 
 
 class TailWindow:
@@ -186,13 +184,9 @@ class TailWindow:
             raise AssertionError(f"the tar's last header at {offset} left the window ({start}..{self.pos})")
         return b"".join(data for _, data in self.reads)[offset - start:offset - start + size]
 
-    def read_to_end(self) -> None:
-        while self.read(1 << 20):
-            pass
-
 
 def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
-    """`iterate_tar_stream`'s members (regular files, top-level __*__ names left out) of a tar read
+    """The regular files (top-level __*__ names left out, as webdataset does) of a tar read
     once front to back, here from a file or a gzip stream, then proof that it was whole. tarfile's
     stream reader ends silently at a header it cannot parse and at a cut on a block boundary; here
     either is an error, and the rest of the stream is read, so that gzip checks its CRC and length.
@@ -209,13 +203,16 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
             yield name, stream.extractfile(tarinfo).read()
             stream.members = []
         end = window.bytes_at(stream.offset, _BLOCK)
-        window.read_to_end()
+        nonzero_after = bool(window.bytes_at(stream.offset, window.pos - stream.offset).strip(b"\0"))
+        while chunk := window.read(1 << 20):  # to its end: gzip checks its CRC and length there
+            nonzero_after = nonzero_after or bool(chunk.strip(b"\0"))
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exn:
         raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: download it again") from None
     if len(end) < _BLOCK:
         raise SourceError(f"{origin} is truncated (no end-of-archive blocks): download it again")
-    if end != _ZERO_BLOCK:
-        raise SourceError(f"{origin} has a damaged tar header at byte {stream.offset} of its tar: download it again")
+    if end != _ZERO_BLOCK or nonzero_after:
+        raise SourceError(f"{origin} has a damaged tar header at byte {stream.offset} of its tar (more data follows "
+                          "what would be its end): download it again")
 
 
 # A number field that tarfile's nti reads as octal: spaces, octal digits, spaces, then a NUL and

@@ -344,6 +344,23 @@ def test_a_truncated_class_tar_inside_the_archive_is_named_by_a_worker(sources, 
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_a_class_tar_with_a_header_zeroed_in_its_middle_stops_the_run_in_one_line(sources, tmp_path):
+    """The class tar still ends in zero blocks (so it is not 'truncated'), but a zeroed header in its
+    middle would end it early for tarfile: the images after it are not silently left out."""
+    source = copy_official(sources, tmp_path)
+    path = source / "ILSVRC2012_img_train.tar"
+    inner = tar_members(io.BytesIO(path.read_bytes()))
+    name, data = inner[1]
+    third = sorted(m.offset for m in tarfile.open(fileobj=io.BytesIO(data)).getmembers())[2]
+    damaged = data[:third] + bytes(512) + data[third + 512:]
+    path.write_bytes(tar_bytes(inner[:1] + [(name, damaged)] + inner[2:]))
+    result = run_module("prepare", "--source", source, "--dest", tmp_path / "out", "--workers", 2)
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"{name} has a damaged tar header at byte {third}" in errors[0]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_val_ranges_cover_the_val_archive_in_order_with_their_labels(sources, images):
     from prepare.sources import OfficialArchives
 
@@ -866,21 +883,37 @@ def test_the_shard_writer_writes_webdatasets_bytes():
         assert writer.digest.hexdigest() == hashlib.sha256(expected.getvalue()).hexdigest()
 
 
+def tarfile_stream_members(data: bytes) -> list[tuple[str, bytes]] | str:
+    """What webdataset's tar reader yields of a tar (tarfile's "r|*" stream, regular files, top-level
+    __*__ names left out), or "refused" where tarfile raises."""
+    out = []
+    try:
+        stream = tarfile.open(fileobj=io.BytesIO(data), mode="r|*")
+        for info in stream:
+            if info.isreg() and not ("/" not in info.name and info.name.startswith("__") and info.name.endswith("__")):
+                out.append((info.name, stream.extractfile(info).read()))
+    except (tarfile.TarError, OSError, EOFError):
+        return "refused"
+    return out
+
+
 def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
-    """iterate_tar's slicing of plain tars yields what tarfile's stream reader yields, and every tar
-    it does not take (links, directories, long names, damaged or truncated headers) goes to tarfile."""
-    from prepare.sources import iterate_tar, iterate_tar_stream, plain_tar_members
+    """iterate_tar's slicing of plain tars yields what tarfile's stream reader (webdataset's) yields,
+    and every tar it does not take (links, directories, long names, damaged or truncated headers)
+    goes to tarfile; where tarfile's stream would end early and silently at a damaged header,
+    iterate_tar refuses the tar instead."""
+    from prepare.sources import iterate_tar, plain_tar_members
 
     rng = np.random.default_rng(1)
 
-    def read(fn, data):
+    def read(data):
         try:
-            return list(fn(data))
+            return list(iterate_tar(data, "x"))
         except SourceError:
             return "refused"
 
     def same(data: bytes) -> bool:
-        assert read(lambda d: iterate_tar(d, "x"), data) == read(lambda d: iterate_tar_stream(io.BytesIO(d), "x"), data)
+        assert read(data) == tarfile_stream_members(data)
         return plain_tar_members(data) is not None
 
     def tar_of(kinds, fmt) -> bytes:
@@ -905,6 +938,8 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
         for odd in ("dir", "symlink", "link", "long"):
             same(tar_of(["file", odd, "file"], fmt))
     members = plain_tar_members(plain)
+    whole = tarfile_stream_members(plain)
+    refused = 0
     for _ in range(300):  # one byte of a header changed, the tar cut short, junk after its end
         data = bytearray(plain)
         cut = int(rng.integers(3))
@@ -915,9 +950,33 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
             data = data[:int(rng.integers(len(data) + 1))]
         else:
             data += rng.bytes(int(rng.integers(1, 2000)))
-        same(bytes(data))
+        ours, theirs = read(bytes(data)), tarfile_stream_members(bytes(data))
+        if ours == "refused":
+            refused += theirs != "refused"
+        else:  # what it takes, it reads as tarfile does, and whole: no member is lost
+            assert ours == theirs and len(ours) == len(whole)
+    assert refused > 10  # tars tarfile would end early, silently
     for data in (b"", bytes(1024), b"\x1f\x8b\x08" + bytes(1021)):
         assert not same(data)
+
+
+def test_a_header_zeroed_in_the_middle_of_a_tar_is_refused_not_read_as_its_end():
+    """tarfile's stream reader takes a zero block for the end of the archive and stops there; the
+    members after it would be lost without a word."""
+    from prepare.sources import iterate_tar, plain_tar_members
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(4):
+            info = tarfile.TarInfo(f"n01440764_{i}.JPEG")
+            info.size = 700
+            tar.addfile(info, io.BytesIO(bytes([i + 1]) * 700))
+    data = bytearray(out.getvalue())
+    third = plain_tar_members(bytes(data))[2][1] - 512
+    data[third:third + 512] = bytes(512)
+    assert len(tarfile_stream_members(bytes(data))) == 2  # silently short
+    with pytest.raises(SourceError, match="damaged tar header at byte 3072"):
+        list(iterate_tar(bytes(data), "n01440764.tar"))
 
 
 def test_an_image_name_longer_than_a_shard_key_can_be_is_refused_by_name():
