@@ -341,8 +341,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     start = time.monotonic()
     raise_open_file_limit()
     shard_bytes = config.shard_size_mb * MB
-    estimate = {split: space_needed(source.split_bytes(split), source.estimated_count(split), shard_bytes,
-                                    config.workers) for split in source.splits}
+    estimate = dataset_estimate(source, config)
     check_free_space(dest, sum(estimate.values()) + reader.disk_ahead(), "the dataset (estimated from the source)",
                      state)
     splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
@@ -389,6 +388,12 @@ def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:
     write_file_atomic(dest / REAL_LABELS_FILE, document)
     return {"file": REAL_LABELS_FILE, "bytes": len(document), "sha256": hashlib.sha256(document).hexdigest(),
             "images": len(by_key), "labelled": sum(1 for labels in by_key.values() if labels)}
+
+
+def dataset_estimate(source: Source, config: PrepareConfig) -> dict[str, int]:
+    """The disk each split's build needs at its peak (spills and shards), estimated from the source."""
+    return {split: space_needed(source.split_bytes(split), source.estimated_count(split), config.shard_size_mb * MB,
+                                config.workers) for split in source.splits}
 
 
 @dataclass(frozen=True)

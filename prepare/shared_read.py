@@ -30,7 +30,7 @@ from typing import Iterator
 
 from prepare.builder import (
     BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, make_dest, open_prepare_source, scatter_items, verified_existing,
+    checked_identity, dataset_estimate, make_dest, open_prepare_source, scatter_items, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
@@ -38,7 +38,7 @@ from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
 from prepare.sources import Part, Source
-from prepare.space import free_bytes, is_out_of_space
+from prepare.space import MARGIN, free_bytes, is_out_of_space
 from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.layout import STEP_FILE, WORK_DIR_NAME, node_marker
@@ -104,7 +104,10 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
                  len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
                  "s" if sum(needs) == 1 else "")
-        shared = SharedRead(group, needs, readers, node.parts, config)
+        if group.rank in readers:
+            log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at most)",
+                     node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead) / 1e9)
+        shared = SharedRead(group, needs, readers, node.parts, config, node.ahead)
         manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
     try:
         group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
@@ -120,6 +123,7 @@ class NodeState:
     damaged: Manifest | None  # the damaged dataset --verify is rebuilding
     source: Source
     parts: dict[str, list[Part]]
+    ahead: int  # parts this node reads ahead of the exchange (parts_ahead)
 
 
 def node_state(dest: Path, config: PrepareConfig, identity: dict) -> tuple[NodeState | None, dict]:
@@ -129,12 +133,21 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict) -> tuple[NodeS
         existing, damaged = verified_existing(dest, identity, config)
         source = open_prepare_source(config)
         parts = {split: source.parts(split) for split in source.splits}
-        room = free_bytes(dest) >= read_ahead_bytes(parts, config.workers)
+        budget = read_ahead_budget(dest, source, config, builds=existing is None)
+        ahead = parts_ahead(config.workers, part_sizes(parts), budget)
+        room = read_ahead_bytes(part_sizes(parts), ahead) <= budget
         facts = {"error": None, "needs": existing is None, "can_read": existing is None or room,
                  "plan": plan_digest(identity, source, parts)}
-        return NodeState(existing, damaged, source, parts), facts
+        return NodeState(existing, damaged, source, parts, ahead), facts
     except USER_ERRORS as exn:
         return None, {"error": one_line(exn)}
+
+
+def read_ahead_budget(dest: Path, source: Source, config: PrepareConfig, builds: bool) -> int:
+    """The disk this node may fill with part streams read ahead: what is free, less the dataset
+    it builds (and the build's margin) where it builds one."""
+    needed = sum(dataset_estimate(source, config).values()) + MARGIN if builds else 0
+    return free_bytes(dest) - needed
 
 
 def receive_or_serve(shared: "SharedRead", node: NodeState, dest: Path, config: PrepareConfig,
@@ -246,17 +259,26 @@ def read_step(dest: Path) -> dict:
 
 # ---------------------------------------------------------------- reading a share
 
-def parts_ahead(workers: int) -> int:
-    """Parts read into stream files ahead of the exchange: one more than keeps every worker busy
-    (plus the one being sent: `read_ahead_bytes` counts it)."""
-    return workers + 1
+def parts_ahead(workers: int, sizes: list[int], budget: int) -> int:
+    """Parts read into stream files ahead of the exchange: one more than keeps every worker busy, as
+    far as the disk `budget` (bytes) holds them beside the one being sent; at least one.
+    `sizes`: the parts' sizes, any order. The official layout's parts (class tars of about 140 MB)
+    always fit; the hub's gzipped archives (27 GB each) may not: fewer are then read at once."""
+    largest = sorted(sizes, reverse=True)
+    ahead = min(workers + 1, max(len(largest) - 1, 1))  # beside the one being sent
+    while ahead > 1 and read_ahead_bytes(largest, ahead) > budget:
+        ahead -= 1
+    return ahead
 
 
-def read_ahead_bytes(parts: dict[str, list[Part]], workers: int) -> int:
-    """Disk a reading node needs beyond a one-node prepare's: the part streams read ahead and the
-    one being sent (at most that many of the largest parts, a few percent above their size)."""
-    sizes = sorted((part.size for split_parts in parts.values() for part in split_parts), reverse=True)
-    return int(1.05 * sum(sizes[:parts_ahead(workers) + 1]))
+def read_ahead_bytes(sizes: list[int], ahead: int) -> int:
+    """Disk a reading node needs beyond a one-node prepare's: `ahead` part streams and the one being
+    sent (at most that many of the largest parts, a few percent above their size)."""
+    return int(1.05 * sum(sorted(sizes, reverse=True)[:ahead + 1]))
+
+
+def part_sizes(parts: dict[str, list[Part]]) -> list[int]:
+    return [part.size for split_parts in parts.values() for part in split_parts]
 
 
 class SharedRead:
@@ -264,8 +286,8 @@ class SharedRead:
     ahead), streamed to the nodes in `needs`; what it received, if it needs data."""
 
     def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[str, list[Part]],
-                 config: PrepareConfig):
-        self.group, self.needs, self.parts, self.config = group, needs, parts, config
+                 config: PrepareConfig, ahead: int):
+        self.group, self.needs, self.parts, self.config, self.ahead = group, needs, parts, config, ahead
         shares = split_shares({split: [part.size for part in split_parts] for split, split_parts in parts.items()},
                               len(readers))
         mine = readers.index(group.rank) if group.rank in readers else None
@@ -273,7 +295,7 @@ class SharedRead:
         self.stats = ExchangeStats()
 
     def read_ahead_bytes(self) -> int:
-        return read_ahead_bytes(self.parts, self.config.workers)
+        return read_ahead_bytes(part_sizes(self.parts), self.ahead)
 
     def exchange_split(self, source: Source, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
         """This node's share of the split, read and spilled by the workers into part streams and
@@ -288,8 +310,7 @@ class SharedRead:
                                   str(work), config.resize, config.quality, config.restart_mcus,
                                   config.skip_bad),
                           i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i in share)
-        ahead = parts_ahead(config.workers)
-        produced = pool.imap_ahead(stream_part, jobs, ahead) if pool else map(stream_part, jobs)
+        produced = pool.imap_ahead(stream_part, jobs, self.ahead) if pool else map(stream_part, jobs)
         receive = self.needs[self.group.rank]
         with BucketSpills(work, tag="x") as spills:
             stats = exchange(self.group, ((Path(path), read) for path, read in produced), self.needs,

@@ -456,3 +456,23 @@ def test_a_holder_without_room_to_read_ahead_reads_nothing_and_the_others_share_
         assert stats["read_from_source_bytes"] == read_complete_manifest(one_node).stats["read_from_source_bytes"]
     finally:
         subprocess.run(["umount", mount], check=True)
+
+
+GB = 10**9
+
+
+@pytest.mark.parametrize("sizes,workers,budget,expected", [
+    ([140 * 10**6] * 1000, 16, 100 * GB, 17),  # the official class tars: every worker busy, and one more
+    ([140 * 10**6] * 1000, 16, 1 * GB, 5),  # a tight disk: fewer streams, 1.05 x 6 of them fit in 1 GB
+    ([27 * GB] * 6, 16, 1000 * GB, 5),  # the hub's gzipped archives on a roomy disk: all the others ahead
+    ([27 * GB] * 6, 16, 100 * GB, 2),  # ... on 100 GB to spare: 1.05 x 3 archives
+    ([27 * GB] * 6, 16, 10 * GB, 1),  # at least one, whatever the disk: then the free-space check speaks
+    ([5, 1, 9, 3], 1, 100, 2),  # any order
+])
+def test_parts_read_ahead_keep_the_workers_busy_as_far_as_the_disk_holds_them(sizes, workers, budget, expected):
+    from prepare.shared_read import parts_ahead, read_ahead_bytes
+
+    ahead = parts_ahead(workers, sizes, budget)
+    assert ahead == min(expected, workers + 1)
+    assert ahead == 1 or read_ahead_bytes(sizes, ahead) <= budget
+    assert ahead == workers + 1 or ahead == len(sizes) - 1 or read_ahead_bytes(sizes, ahead + 1) > budget
