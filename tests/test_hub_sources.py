@@ -20,8 +20,9 @@ import webdataset as wds
 from conftest import SHARD_MB, config, run_module, tree_bytes
 from prepare.builder import PrepareError, prepare
 from prepare.labels import LabelError, builtin_class_names, parse_class_list
+from prepare.layouts import detect_layout, fingerprint, open_source
 from prepare.sample import REAL_CLASSES, SampleSpec, make_sample, tar_bytes, write_hf_imagenet, write_timm_wds
-from prepare.sources import SourceError, detect_layout, fingerprint, open_source
+from prepare.sources import SourceError
 from shards.manifest import read_manifest
 
 HUB = ("hf-imagenet-1k", "timm-wds")
