@@ -30,10 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, or Kaggle's layout")
     p.add_argument("--dest", type=Path, default=default_dest(),
                    help="where the shards go (node-local disk); default $SLURM_TMPDIR/imagenet")
-    p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="DIR",
-                   help="an extracted ImageNetV2 variant (imagenetv2-matched-frequency-format-val, ...-threshold0.7-..., "
-                        "...-top-images-...), prepared as a further split evaluated as val is (v2, v2-threshold, "
-                        "v2-top-images); give it once per variant")
+    p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="PATH",
+                   help="an ImageNetV2 variant as downloaded (imagenetv2-matched-frequency.tar.gz, "
+                        "imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz) or the folder it extracts to, "
+                        "prepared as a further split evaluated as val is (v2, v2-threshold, v2-top-images); give it "
+                        "once per variant")
     p.add_argument("--real-labels", type=Path, default=None, metavar="FILE",
                    help="ReaL's real.json (the val images' label sets), kept with the dataset: training then reports "
                         "real_top1")

@@ -1,9 +1,10 @@
 """The evaluation sets papers report besides the validation top-1, prepared with the dataset.
 
 - ImageNetV2 (Recht et al. 2019): three test sets of 10,000 images, `<variant>/<class index>/<name>.jpeg`
-  with the class index of the 1000-class order (sorted wnids, the dataset's own). Each becomes a split
-  of the dataset, evaluated as `val` is: `v2` (matched-frequency, the one reported as "ImageNetV2"),
-  `v2-threshold` (threshold0.7) and `v2-top-images`.
+  with the class index of the 1000-class order (sorted wnids, the dataset's own), each a .tar.gz read
+  as a stream or the folder it extracts to. Each becomes a split of the dataset, evaluated as `val`
+  is: `v2` (matched-frequency, the one reported as "ImageNetV2"), `v2-threshold` (threshold0.7) and
+  `v2-top-images`.
 - ReaL (Beyer et al. 2020, "Are we done with ImageNet?"): real.json, a list of 50,000 label sets, the
   i-th for ILSVRC2012_val_{i+1:08d}, some empty. Recorded beside the validation shards as
   `real_labels.json` (key -> class indices); an image counts when its set is not empty, and a
@@ -14,19 +15,26 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
-from prepare.sources import FILES_PER_CHUNK, FileChunk, Source, SourceError, estimate_bytes, list_images
+from prepare.sources import (
+    FILES_PER_CHUNK, FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, image_stem, iterate_whole_tar,
+    list_images,
+)
 from shards.layout import EVAL_SPLITS
 from shards.manifest import ClassInfo
 
 # variant name in ImageNetV2's archive and folder names -> the split it becomes
 V2_VARIANTS = dict(zip(("matched-frequency", "threshold0.7", "top-images"), EVAL_SPLITS))
-V2_FOLDER = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val)?$")
+# as downloaded (imagenetv2-matched-frequency.tar.gz) or extracted (imagenetv2-matched-frequency-format-val)
+V2_NAME = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val|\.tar\.gz)?$")
+V2_IMAGES = 10_000  # in each variant
 REAL_LABELS_FORMAT = "real-labels/1"
 REAL_VAL_KEY = "ILSVRC2012_val_{:08d}"  # real.json's i-th entry is this key of i + 1
 
@@ -36,48 +44,97 @@ class EvalSetError(SourceError):
 
 
 @dataclass(frozen=True)
+class V2Archive:
+    """An ImageNetV2 variant as downloaded, imagenetv2-<variant>.tar.gz, read as a stream (one part:
+    gzip cannot be split); members <variant folder>/<class index>/<name>.jpeg."""
+    path: str
+    size: int
+    classes: tuple[str, ...]  # the dataset's wnids by class index
+
+    def wnids(self) -> set[str]:
+        return set(self.classes)
+
+    def items(self) -> Iterator[Item]:
+        with open(self.path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            for member, image in iterate_whole_tar(stream, self.path):
+                origin = f"{self.path}:{member}"
+                stem = image_stem(member, origin)
+                if stem is not None:
+                    index = class_index_of(member.rsplit("/", 2)[-2] if member.count("/") else "", origin,
+                                           len(self.classes))
+                    yield Item(checked_key(f"{index}_{stem}", member, origin), self.classes[index], origin, image)
+
+
+def class_index_of(name: str, where: str, num_classes: int) -> int:
+    """ImageNetV2's folder name as a class index of the dataset (the 1000 classes in sorted-wnid order)."""
+    if not name.isdigit():
+        raise EvalSetError(f"{where}: ImageNetV2 holds one folder per class index (0/ ... 999/), not {name!r}")
+    if int(name) >= num_classes:
+        raise EvalSetError(f"{where}: class index {int(name)}, but the dataset has {num_classes} classes "
+                           "(ImageNetV2's indices are the 1000 classes of ImageNet in sorted-wnid order)")
+    return int(name)
+
+
+@dataclass(frozen=True)
 class ImageNetV2:
-    """One ImageNetV2 variant, extracted: its folder, the split it becomes, its images as
-    (key, wnid, path). Keys are `<class index>_<file stem>`: unique as the paths are."""
-    folder: Path
+    """One ImageNetV2 variant: where it is, the split it becomes, and its images as (key, wnid, path)
+    where it is extracted (None for the archive, read as a stream). Keys are `<class index>_<file
+    stem>`: unique as the paths are."""
+    path: Path
     variant: str
     split: str
-    images: tuple[tuple[str, str, str], ...]
+    images: tuple[tuple[str, str, str], ...] | None
+    classes: tuple[str, ...]
+
+    def parts(self) -> list[FileChunk] | list[V2Archive]:
+        if self.images is None:
+            return [V2Archive(str(self.path), self.path.stat().st_size, self.classes)]
+        rows, per_file = self.images, self.size() / len(self.images)
+        return [FileChunk(rows[i:i + FILES_PER_CHUNK], round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
+                for i in range(0, len(rows), FILES_PER_CHUNK)]
+
+    def size(self) -> int:
+        if self.images is None:
+            return self.path.stat().st_size
+        return estimate_bytes([Path(p) for _, _, p in self.images])
+
+    def count(self) -> int | None:
+        """Images it holds where listed (the archive states no count)."""
+        return None if self.images is None else len(self.images)
 
 
-def v2_variant(folder: Path) -> str:
-    """The variant an ImageNetV2 folder holds, from its name as the archive extracts it."""
-    match = V2_FOLDER.match(folder.name)
+def v2_variant(path: Path) -> str:
+    """The variant an ImageNetV2 archive or folder holds, from its name as downloaded or extracted."""
+    match = V2_NAME.match(path.name)
     if match is None:
         raise EvalSetError(
-            f"--eval-source {folder}: not an ImageNetV2 folder. Give the folder its archive extracts to, "
-            "named as it came: imagenetv2-matched-frequency-format-val, imagenetv2-threshold0.7-format-val or "
-            "imagenetv2-top-images-format-val (holding 0/ ... 999/)")
+            f"--eval-source {path}: not ImageNetV2. Give its archive as downloaded "
+            "(imagenetv2-matched-frequency.tar.gz, imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz) "
+            "or the folder it extracts to, named as it came (imagenetv2-matched-frequency-format-val, ...; "
+            "holding 0/ ... 999/)")
     return match.group(1)
 
 
-def read_v2(folder: Path, classes: list[ClassInfo]) -> ImageNetV2:
-    """List an extracted ImageNetV2 variant: a folder per class index, each index a class of the dataset."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise EvalSetError(f"--eval-source {folder} is not a folder: extract the ImageNetV2 archive "
-                           "(tar xzf imagenetv2-matched-frequency.tar.gz) and give the folder it makes")
-    variant = v2_variant(folder)
-    indices = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
-    not_indices = [p.name for p in indices if not p.name.isdigit()]
-    if not_indices or not indices:
-        raise EvalSetError(f"--eval-source {folder}: ImageNetV2 holds one folder per class index (0/ ... 999/); "
-                           f"found {not_indices[:3] if not_indices else 'none'}")
+def read_v2(path: Path, classes: list[ClassInfo]) -> ImageNetV2:
+    """An ImageNetV2 variant: its archive (read later, as a stream) or its extracted folder (listed
+    now: a folder per class index, each index a class of the dataset)."""
+    path = Path(path)
+    variant, wnids = v2_variant(path), tuple(c.wnid for c in classes)
+    if path.is_file():
+        return ImageNetV2(path, variant, V2_VARIANTS[variant], None, wnids)
+    if not path.is_dir():
+        raise EvalSetError(f"--eval-source {path} does not exist")
+    indices = sorted((p for p in path.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
+    if not indices:
+        raise EvalSetError(f"--eval-source {path}: ImageNetV2 holds one folder per class index (0/ ... 999/); "
+                           "found none")
     images = []
     for class_folder in indices:
-        index = int(class_folder.name)
-        if index >= len(classes):
-            raise EvalSetError(f"{class_folder}: class index {index}, but the dataset has {len(classes)} classes "
-                               "(ImageNetV2's indices are the 1000 classes of ImageNet in sorted-wnid order)")
-        images += [(f"{index}_{key}", classes[index].wnid, str(path)) for key, path in list_images(class_folder)]
+        index = class_index_of(class_folder.name, str(class_folder), len(classes))
+        images += [(f"{index}_{key}", classes[index].wnid, str(file)) for key, file in list_images(class_folder)]
     if not images:
-        raise EvalSetError(f"--eval-source {folder} holds no images")
-    return ImageNetV2(folder, variant, V2_VARIANTS[variant], tuple(images))
+        raise EvalSetError(f"--eval-source {path} holds no images")
+    return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), wnids)
 
 
 def parse_real_json(text: str, origin: str) -> list[list[int]]:
@@ -129,23 +186,21 @@ class WithEvalSets(Source):
         if self._real_sets is not None and expected_val is not None and len(self._real_sets) != expected_val:
             raise EvalSetError(f"--real-labels {real_json} has {len(self._real_sets)} label sets, the validation "
                                f"split {expected_val} images: it belongs to the 50,000 official validation images")
-        self._bytes = {split: estimate_bytes([Path(p) for _, _, p in v2.images]) for split, v2 in self.v2.items()}
+        self._bytes = {split: v2.size() for split, v2 in self.v2.items()}
 
     def parts(self, split: str):
-        if split not in self.v2:
-            return self.base.parts(split)
-        rows, per_file = self.v2[split].images, self._bytes[split] / len(self.v2[split].images)
-        return [FileChunk(rows[i:i + FILES_PER_CHUNK], round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
-                for i in range(0, len(rows), FILES_PER_CHUNK)]
+        return self.v2[split].parts() if split in self.v2 else self.base.parts(split)
 
     def split_bytes(self, split: str) -> int:
         return self._bytes[split] if split in self.v2 else self.base.split_bytes(split)
 
     def expected_count(self, split: str) -> int | None:
-        return len(self.v2[split].images) if split in self.v2 else self.base.expected_count(split)
+        return self.v2[split].count() if split in self.v2 else self.base.expected_count(split)
 
     def estimated_count(self, split: str) -> int:
-        return len(self.v2[split].images) if split in self.v2 else self.base.estimated_count(split)
+        if split in self.v2:
+            return self.v2[split].count() or V2_IMAGES
+        return self.base.estimated_count(split)
 
     def real_labels(self, val_keys: set[str]) -> dict[str, list[int]] | None:
         """The ReaL label sets by validation key, checked against the keys; None without --real-labels."""
@@ -156,15 +211,23 @@ class WithEvalSets(Source):
 
 def eval_fingerprint(eval_sources: tuple[Path, ...], real_json: Path | None) -> dict:
     """What the evaluation sets add to a source's identity: nothing without them (datasets made
-    before keep theirs); ImageNetV2 folders by path and variant (as trees are: by path), real.json by
-    its SHA-256."""
+    before keep theirs); ImageNetV2 by path and variant, an archive by its size and mtime too (as
+    the official archives are; a folder as trees are, by path), real.json by its SHA-256."""
     extra = {}
     if eval_sources:
-        extra["eval_sets"] = [{"path": str(Path(f).resolve()), "variant": v2_variant(Path(f))} for f in eval_sources]
+        extra["eval_sets"] = [v2_fingerprint(Path(path)) for path in eval_sources]
     if real_json is not None:
         extra["real_labels"] = {"path": str(Path(real_json).resolve()),
                                 "sha256": hashlib.sha256(read_text(real_json).encode()).hexdigest()}
     return extra
+
+
+def v2_fingerprint(path: Path) -> dict:
+    found = {"path": str(path.resolve()), "variant": v2_variant(path)}
+    if path.is_file():
+        st = path.stat()
+        found |= {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return found
 
 
 def read_text(path: Path) -> str:

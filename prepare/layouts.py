@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from prepare.eval_sets import V2Archive
 from prepare.hub_sources import (
     HF_CLASSES, HF_DATA, HF_VAL, TIMM_INFO, TIMM_SHARDS, GzipArchive, HubArchives, WdsShard, WdsShards, hf_data_folder,
     hf_files, wds_files,
@@ -25,7 +26,7 @@ from prepare.sources import (
     ImageFolderTree, KaggleTree, MemberRange, OfficialArchives, Source, SourceError, readable_file,
 )
 
-Part = ClassTar | MemberRange | FileChunk | GzipArchive | WdsShard
+Part = ClassTar | MemberRange | FileChunk | GzipArchive | WdsShard | V2Archive
 # a hub layout -> the files that identify it (for `fingerprint`)
 HUB_FILES = {"hf-imagenet-1k": hf_files, "timm-wds": wds_files}
 

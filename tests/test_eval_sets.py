@@ -64,13 +64,16 @@ def eval_dataset(tmp_path_factory, sources, images):
 
 @pytest.mark.parametrize("name,variant", [(V2_NAME, "matched-frequency"),
                                           ("imagenetv2-threshold0.7-format-val", "threshold0.7"),
-                                          ("imagenetv2-top-images", "top-images")])
+                                          ("imagenetv2-top-images", "top-images"),
+                                          ("imagenetv2-threshold0.7.tar.gz", "threshold0.7")])
 def test_the_variant_comes_from_the_folder_name(name, variant):
     assert v2_variant(Path("/data") / name) == variant
 
 
 def test_a_folder_of_another_name_is_refused_naming_the_three():
-    with pytest.raises(EvalSetError, match="imagenetv2-matched-frequency-format-val.*threshold0.7.*top-images"):
+    with pytest.raises(EvalSetError, match="not ImageNetV2.*imagenetv2-matched-frequency.tar.gz, "
+                                           "imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz.*"
+                                           "imagenetv2-matched-frequency-format-val"):
         v2_variant(Path("/data/imagenet-v2"))
 
 
@@ -81,9 +84,15 @@ def test_a_class_index_beyond_the_dataset_classes_is_refused(tmp_path):
         read_v2(tmp_path / V2_NAME, classes)
 
 
+def test_v2_folders_that_are_not_class_indices_are_refused(tmp_path):
+    (tmp_path / V2_NAME / "tench").mkdir(parents=True)
+    with pytest.raises(EvalSetError, match="one folder per class index .* not 'tench'"):
+        read_v2(tmp_path / V2_NAME, [ClassInfo(0, "n01440764", "tench")])
+
+
 def test_v2_keys_are_class_index_and_name_and_labels_the_class_of_the_index(tmp_path, images):
     v2 = read_v2(write_v2(tmp_path / V2_NAME, images), [ClassInfo(i, w, w) for i, w in enumerate(class_order(images))])
-    assert v2.split == "v2" and len(v2.images) == len(images.val)
+    assert v2.split == "v2" and v2.count() == len(images.val)
     for key, wnid, path in v2.images:
         assert key == f"{Path(path).parent.name}_{Path(path).stem}"
         assert class_order(images)[int(Path(path).parent.name)] == wnid
@@ -223,7 +232,7 @@ def test_a_wrong_eval_source_is_refused_before_anything_is_read(sources, tmp_pat
     (tmp_path / "imagenet-v2" / "0").mkdir(parents=True)
     result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out",
                         "--eval-source", tmp_path / "imagenet-v2")
-    assert result.returncode == 2 and "not an ImageNetV2 folder" in result.stderr
+    assert result.returncode == 2 and "not ImageNetV2" in result.stderr
     assert "train: read" not in result.stderr
 
 
@@ -287,3 +296,56 @@ def test_two_nodes_sharing_the_read_write_the_eval_sets_of_a_one_node_prepare(ev
         assert tree_bytes(dest) == tree_bytes(one_node) and any(name.startswith("v2/") for name in tree_bytes(dest))
         assert (dest / REAL_LABELS_FILE).read_bytes() == (one_node / REAL_LABELS_FILE).read_bytes()
         assert manifest_without_run_stats(dest) == manifest_without_run_stats(one_node)
+
+
+# ---------------------------------------------------------------- the archive as downloaded, streamed
+
+def gzip_tar_of(folder: Path, archive: Path) -> Path:
+    """The folder as ImageNetV2's archive holds it: imagenetv2-<variant>-format-val/<index>/<name>.jpeg."""
+    import tarfile
+
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return archive
+
+
+def v2_samples(dest: Path) -> dict[str, tuple[int, bytes]]:
+    import webdataset as wds
+
+    urls = [str(dest / s.name) for s in read_manifest(dest).splits["v2"].shards]
+    return {s["__key__"]: (int(s["cls"]), s["jpg"]) for s in wds.WebDataset(urls, shardshuffle=False)}
+
+
+def test_the_archive_streamed_gives_the_samples_of_its_extracted_folder(eval_dataset, sources, tmp_path):
+    dest, _, v2, _ = eval_dataset
+    archive = gzip_tar_of(v2, tmp_path / "imagenetv2-matched-frequency.tar.gz")
+    streamed = prepare(config(sources["official"], tmp_path / "out", eval_sources=(archive,)))
+    assert streamed.splits["v2"].samples == read_manifest(dest).splits["v2"].samples
+    assert v2_samples(tmp_path / "out") == v2_samples(dest)
+    assert streamed.source["eval_sets"][0]["size"] == archive.stat().st_size
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_v2_archive_stops_prepare_in_one_line_naming_it(eval_dataset, sources, tmp_path, damage):
+    _, _, v2, _ = eval_dataset
+    archive = gzip_tar_of(v2, tmp_path / "imagenetv2-top-images.tar.gz")
+    data = bytearray(archive.read_bytes())
+    if damage == "truncated":
+        data = data[:len(data) * 2 // 3]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out", "--eval-source", archive)
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert str(archive) in errors[0] and "download it again" in errors[0]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_archive_member_of_a_class_index_beyond_the_dataset_is_named(sources, images, tmp_path):
+    folder = tmp_path / V2_NAME
+    (folder / "6").mkdir(parents=True)
+    (folder / "6" / "abc.jpeg").write_bytes(images.val[0][2])
+    archive = gzip_tar_of(folder, tmp_path / "imagenetv2-matched-frequency.tar.gz")
+    with pytest.raises(EvalSetError, match=f"{archive}:{V2_NAME}/6/abc.jpeg: class index 6, but the dataset has 6"):
+        prepare(config(sources["official"], tmp_path / "out", eval_sources=(archive,)))
