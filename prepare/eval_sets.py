@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import re
@@ -24,8 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.sources import (
-    FILES_PER_CHUNK, FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, image_stem, iterate_whole_tar,
-    list_images,
+    FILES_PER_CHUNK, FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, gzipped_tar_images, list_images,
 )
 from shards.layout import EVAL_SPLITS
 from shards.manifest import ClassInfo
@@ -55,14 +53,10 @@ class V2Archive:
         return set(self.classes)
 
     def items(self) -> Iterator[Item]:
-        with open(self.path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-            for member, image in iterate_whole_tar(stream, self.path):
-                origin = f"{self.path}:{member}"
-                stem = image_stem(member, origin)
-                if stem is not None:
-                    index = class_index_of(member.rsplit("/", 2)[-2] if member.count("/") else "", origin,
-                                           len(self.classes))
-                    yield Item(checked_key(f"{index}_{stem}", member, origin), self.classes[index], origin, image)
+        for member, origin, stem, image in gzipped_tar_images(self.path):
+            folder = member.rsplit("/", 2)[-2] if "/" in member else ""
+            index = class_index_of(folder, origin, len(self.classes))
+            yield Item(checked_key(f"{index}_{stem}", member, origin), self.classes[index], origin, image)
 
 
 def class_index_of(name: str, where: str, num_classes: int) -> int:

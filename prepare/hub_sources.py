@@ -13,7 +13,6 @@ layout a folder holds is decided in prepare/layouts.py. Nothing here imports web
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -25,8 +24,8 @@ from prepare.labels import (
     parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
 )
 from prepare.sources import (
-    DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, image_stem, iterate_whole_tar,
-    readable_file,
+    DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, gzipped_tar_images, image_stem,
+    iterate_whole_tar, readable_file,
 )
 from shards.format import BAD_LABEL, parse_label
 from shards.layout import SPLITS
@@ -96,14 +95,10 @@ class GzipArchive:
         return set(self.known)
 
     def items(self) -> Iterator[Item]:
-        with open(self.path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-            for member, image in iterate_whole_tar(stream, self.path):
-                origin = f"{self.path}:{member}"
-                stem = image_stem(member, origin)
-                if stem is not None:
-                    key, wnid = hf_key_and_wnid(stem, member, origin)
-                    self.check_label(key, wnid, origin)
-                    yield Item(key, wnid, origin, image)
+        for member, origin, stem, image in gzipped_tar_images(self.path):
+            key, wnid = hf_key_and_wnid(stem, member, origin)
+            self.check_label(key, wnid, origin)
+            yield Item(key, wnid, origin, image)
 
     def check_label(self, key: str, wnid: str, origin: str) -> None:
         if wnid not in self.known:

@@ -19,6 +19,7 @@ Names inside archives only ever become sample keys inside shards, never paths on
 from __future__ import annotations
 
 import collections
+import gzip
 import io
 import os
 import random
@@ -209,6 +210,17 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
     if end != _ZERO_BLOCK or nonzero_after:
         raise SourceError(f"{origin} has a damaged tar header at byte {stream.offset} of its tar (more data follows "
                           "what would be its end): download it again")
+
+
+def gzipped_tar_images(path: str) -> Iterator[tuple[str, str, str, bytes]]:
+    """(member name, "path:member", file stem, bytes) of the images of a gzipped tar, read as a
+    stream and proven whole (`iterate_whole_tar`): the hub's archives, ImageNetV2's."""
+    with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+        for member, image in iterate_whole_tar(stream, path):
+            origin = f"{path}:{member}"
+            stem = image_stem(member, origin)
+            if stem is not None:
+                yield member, origin, stem, image
 
 
 # A number field that tarfile's nti reads as octal: spaces, octal digits, spaces, then a NUL and
