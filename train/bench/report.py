@@ -46,7 +46,7 @@ def table(record: dict) -> str:
     lines = [f"{'':34s}{'images/s':>10s}{'ours is':>10s}"]
     if "images_per_sec" in record:
         w, ours = record["workers"], record["images_per_sec"]
-        rows = [(f"ours ({w} threads, warm)", ours), (f"ImageNetLoader (ours, normalised)", record["library_images_per_sec"]),
+        rows = [(f"ours ({w} threads, warm)", ours), ("ImageNetLoader (ours, normalised)", record["library_images_per_sec"]),
                 (f"today's PIL path ({w} workers)", record["pil_images_per_sec"]),
                 (f"baseline ImageFolder ({w} workers)", record["baseline_images_per_sec"])]
         if "dali_images_per_sec" in record:
