@@ -3,12 +3,14 @@
 # node into node-local disk, then train one task per GPU, forwarding the preemption signal.
 #
 # Environment (set with `sbatch --export=ALL,IMAGENET=...` or in the calling script):
-#   IMAGENET      folder with the ImageNet archives (or extracted / Kaggle tree) on shared storage
+#   IMAGENET      folder with the ImageNet archives (or extracted / Kaggle tree, or a Hugging Face hub
+#                 download: ILSVRC/imagenet-1k, timm/imagenet-1k-wds) on shared storage
 #   REPO          this repository (default: the folder sbatch was called from)
 #   LOCAL_DISK    node-local disk, the same path on every node, where your site does not provide
 #                 $SLURM_TMPDIR (default: each task's own $SLURM_TMPDIR, which may differ per node)
 #   RUN_DIR       checkpoints and metrics on shared storage (default: $REPO/runs/<job name>-<job id>)
-#   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512")
+#   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512"; the evaluation sets:
+#                 "--eval-source /datasets/imagenetv2-matched-frequency.tar.gz --real-labels /datasets/real.json")
 #   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
 set -euo pipefail
 
