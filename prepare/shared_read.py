@@ -30,7 +30,8 @@ from typing import Iterator
 
 from prepare.builder import (
     BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, dataset_estimate, make_dest, open_prepare_source, scatter_items, verified_existing,
+    checked_identity, dataset_estimate, make_dest, open_prepare_source, scatter_items, threads_per_part,
+    verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.layouts import Part
@@ -307,9 +308,10 @@ class SharedRead:
         streams.mkdir()
         outcomes.mkdir()
         classes = source.class_index()
+        threads = threads_per_part(config.workers, len(share))
         jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
                                   str(work), config.resize, config.quality, config.restart_mcus,
-                                  config.skip_bad),
+                                  config.skip_bad, threads),
                           i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i in share)
         produced = pool.imap_ahead(stream_part, jobs, self.ahead) if pool else map(stream_part, jobs)
         receive = self.needs[self.group.rank]

@@ -50,6 +50,15 @@ def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["prepare-benchmark.jsonl"]  # cleaned up
 
 
+def test_part_threads_benchmark_compares_one_thread_with_several_on_one_gzip_part(tmp_path):
+    result = run_module("prepare.part_threads_benchmark", tmp_path / "scratch", "--threads", 2, "--val-per-class", 3,
+                        "--rounds", 1)
+    assert result.returncode == 0, result.stderr
+    record = last_json(result.stdout)
+    assert record["images"] == 30 and record["threads"] == 2
+    assert record["alone_images_per_sec"] > 0 and record["threaded_images_per_sec"] > 0 and record["ratio"] > 0
+
+
 def test_timing_excludes_warm_up_and_needs_enough_batches():
     batches = [([0] * 4, [0] * 4) for _ in range(5)]
     rate = time_batches(iter(batches), images=8, warmup=2)

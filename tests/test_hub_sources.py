@@ -444,3 +444,77 @@ def test_two_nodes_share_the_read_of_a_hub_source_and_write_a_one_node_prepares_
     for dest, (_, log) in zip(dests, results):
         assert tree_bytes(dest) == tree_bytes(hub_prepared["hf-imagenet-1k"])
         assert "shared read: 2 of 2 nodes" in log
+
+
+# ---------------------------------------------------------------- a gzip stream's images prepared in threads
+
+@pytest.mark.parametrize("workers,parts,expected", [(1, 5, 1), (16, 5, 3), (16, 1, 16), (16, 1000, 1), (4, 4, 1),
+                                                    (7, 2, 3)])
+def test_the_workers_beyond_a_splits_parts_prepare_their_images_in_threads(workers, parts, expected):
+    from prepare.builder import threads_per_part
+
+    assert threads_per_part(workers, parts) == expected
+
+
+def test_threads_in_a_part_change_no_byte_and_a_bad_image_is_named_as_without(hub_sources, hub_prepared, images,
+                                                                              tmp_path):
+    """hf-imagenet-1k's val is one gzip stream: with 4 workers its images are prepared 4 at once,
+    and the shards are those of one worker; a bad image among them stops the run by name."""
+    threaded = prepare(config(hub_sources["hf-imagenet-1k"], tmp_path / "threads", workers=4))
+    assert tree_bytes(tmp_path / "threads") == tree_bytes(hub_prepared["hf-imagenet-1k"])
+    assert threaded.stats["workers"] == 4
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    archive = source / "data" / "val_images.tar.gz"
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive.read_bytes()))) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    bad = members[len(members) // 2][0]
+    members[len(members) // 2] = (bad, b"not a JPEG at all" * 10)
+    archive.write_bytes(tar_bytes(members, gz=True))
+    with pytest.raises(PrepareError, match=f"{archive}:{bad} does not decode.*--skip-bad"):
+        prepare(config(source, tmp_path / "bad", workers=4))
+    skipped = prepare(config(source, tmp_path / "skipped", workers=4, skip_bad=True))
+    assert list(skipped.skipped) == [bad.rsplit("/", 1)[-1].rsplit(".", 1)[0].rsplit("_", 1)[0]]
+
+
+def test_a_parts_images_are_prepared_at_once_in_its_threads_and_come_back_in_order(hub_sources, monkeypatch):
+    import threading
+    import time
+
+    from prepare import builder
+    from prepare.layouts import open_source
+
+    source = open_source(hub_sources["hf-imagenet-1k"])
+    part = source.parts("val")[0]
+    seen, real = [], builder.prepare_image
+
+    def slow_prepare(data, *args, **kwargs):
+        seen.append(threading.get_ident())
+        time.sleep(0.01)
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(builder, "prepare_image", slow_prepare)
+    job = builder.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2, threads=4)
+    threaded = [(item.key, prepared.data) for item, prepared in builder.prepared_in_order(job)]
+    assert len(set(seen)) == 4
+    alone = [(item.key, prepared.data) for item, prepared in builder.prepared_in_order(
+        builder.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2))]
+    assert threaded == alone and [key for key, _ in alone] == [item.key for item in part.items()]
+
+
+def test_an_unexpected_failure_in_a_parts_thread_is_one_line_naming_the_image(hub_sources, images, tmp_path,
+                                                                             monkeypatch):
+    from prepare import builder
+
+    real, victim = builder.prepare_image, images.val[7][2]
+
+    def fails_on_one(data, *args, **kwargs):
+        if data == victim:
+            raise RuntimeError("something unexpected")
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(builder, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
+    key = images.val[7][0]
+    with pytest.raises(PrepareError, match=rf"val_images\.tar\.gz:{key}_n\d{{8}}\.JPEG: RuntimeError: something "
+                                           r"unexpected \(a worker failed there\)"):
+        prepare(config(hub_sources["hf-imagenet-1k"], tmp_path / "out", workers=4))
+    assert not (tmp_path / "out" / ".prepare-tmp").exists()
