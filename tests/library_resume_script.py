@@ -7,10 +7,8 @@ batch's digest goes to OUT.rankN.
 
 import hashlib
 import json
-import os
 import sys
 
-import torch
 import torch.distributed as dist
 
 from train import ImageNetLoader
