@@ -71,7 +71,7 @@ class PrepareConfig:
     progress_interval: float = 10.0
     group: NodeGroupEnv | None = None  # the srun step's nodes, sharing the read (None: this node reads alone)
     group_timeout_s: float = 1800.0  # longest wait for another node in any one collective
-    eval_sources: tuple[Path, ...] = ()  # ImageNetV2 variants, extracted: further splits (prepare/eval_sets.py)
+    eval_sources: tuple[Path, ...] = ()  # ImageNetV2 variants (archives or folders): further splits (eval_sets.py)
     real_labels: Path | None = None  # ReaL's real.json: the val images' label sets
 
     def output_options(self) -> dict:
@@ -256,11 +256,23 @@ def describe_difference(old: dict, new: dict) -> list[str]:
     for name in ("path", "layout"):
         if old["source"].get(name) != new["source"].get(name):
             diffs.append(f"source {name} was {old['source'].get(name)!r}, now {new['source'].get(name)!r}")
+    for name, what in (("eval_sets", "--eval-source"), ("real_labels", "--real-labels")):
+        if old["source"].get(name) != new["source"].get(name):
+            diffs.append(f"{what} was {describe_eval(old['source'].get(name))}, now {describe_eval(new['source'].get(name))}")
     before = {f["path"]: f for f in old["source"].get("files", [])}
     changed = [f["path"] for f in new["source"].get("files", []) if before.get(f["path"]) != f]
     if changed and not diffs:
         diffs.append(f"the source files changed since (size or modification time of {', '.join(changed)})")
     return diffs
+
+
+def describe_eval(found: list | dict | None) -> str:
+    """An evaluation set's part of an identity, for people: 'none', the paths, or the file and its digest."""
+    if not found:
+        return "none"
+    if isinstance(found, dict):  # the ReaL labels
+        return f"{found['path']} (sha256 {found['sha256'][:12]}...)"
+    return ", ".join(entry["path"] for entry in found)
 
 
 def remove_incomplete(dest: Path) -> None:
@@ -342,8 +354,10 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     raise_open_file_limit()
     shard_bytes = config.shard_size_mb * MB
     estimate = dataset_estimate(source, config)
-    check_free_space(dest, sum(estimate.values()) + reader.disk_ahead(), "the dataset (estimated from the source)",
-                     state)
+    ahead = reader.disk_ahead()
+    what = "the dataset (estimated from the source)" + (
+        f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
+    check_free_space(dest, sum(estimate.values()) + ahead, what, state)
     splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
     real_labels = None
     damage_log = DamageLog()

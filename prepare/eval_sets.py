@@ -22,23 +22,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from prepare.labels import builtin_class_names
 from prepare.sources import (
     FILES_PER_CHUNK, FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, gzipped_tar_images, list_images,
 )
-from shards.layout import EVAL_SPLITS
+from shards.layout import REAL_LABELS_FORMAT
 from shards.manifest import ClassInfo
 
-# variant name in ImageNetV2's archive and folder names -> the split it becomes
-V2_VARIANTS = dict(zip(("matched-frequency", "threshold0.7", "top-images"), EVAL_SPLITS))
+# variant name in ImageNetV2's archive and folder names -> the split it becomes (shards.layout.EVAL_SPLITS)
+V2_VARIANTS = {"matched-frequency": "v2", "threshold0.7": "v2-threshold", "top-images": "v2-top-images"}
 # as downloaded (imagenetv2-matched-frequency.tar.gz) or extracted (imagenetv2-matched-frequency-format-val)
 V2_NAME = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val|\.tar\.gz)?$")
 V2_IMAGES = 10_000  # in each variant
-REAL_LABELS_FORMAT = "real-labels/1"
 REAL_VAL_KEY = "ILSVRC2012_val_{:08d}"  # real.json's i-th entry is this key of i + 1
 
 
 class EvalSetError(SourceError):
     """An evaluation set (--eval-source, --real-labels) cannot be read: the message says what to do."""
+
+
+class ImageNet1k:
+    """ImageNet-1k's class indices, as ImageNetV2 and ReaL number their labels (the 1000 classes in
+    sorted-wnid order, prepare/imagenet_classes.txt), turned into the dataset's own: the same on an
+    ImageNet-1k dataset; on a dataset of other classes, its index of the same wnid, or an error."""
+
+    def __init__(self, classes: list[ClassInfo]):
+        self.wnids = tuple(builtin_class_names())
+        self.labels = {c.wnid: c.index for c in classes}
+
+    def label(self, index: int | str, where: str) -> int:
+        if isinstance(index, str) and not index.isdigit():
+            raise EvalSetError(f"{where}: ImageNetV2 holds one folder per class index (0/ ... 999/), not {index!r}")
+        index = int(index)
+        if not 0 <= index < len(self.wnids):
+            raise EvalSetError(f"{where}: class index {index} is not one of ImageNet-1k's 0 ... 999")
+        label = self.labels.get(self.wnids[index])
+        if label is None:
+            raise EvalSetError(f"{where}: class index {index} is ImageNet-1k's {self.wnids[index]}, which this dataset "
+                               "does not have: ImageNetV2 and ReaL label the 1000 classes of ImageNet-1k")
+        return label
 
 
 @dataclass(frozen=True)
@@ -47,26 +69,17 @@ class V2Archive:
     gzip cannot be split); members <variant folder>/<class index>/<name>.jpeg."""
     path: str
     size: int
-    classes: tuple[str, ...]  # the dataset's wnids by class index
+    classes: tuple[ClassInfo, ...]  # the dataset's
 
     def wnids(self) -> set[str]:
-        return set(self.classes)
+        return {c.wnid for c in self.classes}
 
     def items(self) -> Iterator[Item]:
+        imagenet = ImageNet1k(list(self.classes))
         for member, origin, stem, image in gzipped_tar_images(self.path):
             folder = member.rsplit("/", 2)[-2] if "/" in member else ""
-            index = class_index_of(folder, origin, len(self.classes))
-            yield Item(checked_key(f"{index}_{stem}", member, origin), self.classes[index], origin, image)
-
-
-def class_index_of(name: str, where: str, num_classes: int) -> int:
-    """ImageNetV2's folder name as a class index of the dataset (the 1000 classes in sorted-wnid order)."""
-    if not name.isdigit():
-        raise EvalSetError(f"{where}: ImageNetV2 holds one folder per class index (0/ ... 999/), not {name!r}")
-    if int(name) >= num_classes:
-        raise EvalSetError(f"{where}: class index {int(name)}, but the dataset has {num_classes} classes "
-                           "(ImageNetV2's indices are the 1000 classes of ImageNet in sorted-wnid order)")
-    return int(name)
+            label = imagenet.label(folder, origin)
+            yield Item(checked_key(f"{folder}_{stem}", member, origin), self.classes[label].wnid, origin, image)
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ class ImageNetV2:
     variant: str
     split: str
     images: tuple[tuple[str, str, str], ...] | None
-    classes: tuple[str, ...]
+    classes: tuple[ClassInfo, ...]  # the dataset's
 
     def parts(self) -> list[FileChunk] | list[V2Archive]:
         if self.images is None:
@@ -111,24 +124,24 @@ def v2_variant(path: Path) -> str:
 
 def read_v2(path: Path, classes: list[ClassInfo]) -> ImageNetV2:
     """An ImageNetV2 variant: its archive (read later, as a stream) or its extracted folder (listed
-    now: a folder per class index, each index a class of the dataset)."""
+    now: a folder per ImageNet-1k class index, each a class of the dataset)."""
     path = Path(path)
-    variant, wnids = v2_variant(path), tuple(c.wnid for c in classes)
+    variant = v2_variant(path)
     if path.is_file():
-        return ImageNetV2(path, variant, V2_VARIANTS[variant], None, wnids)
+        return ImageNetV2(path, variant, V2_VARIANTS[variant], None, tuple(classes))
     if not path.is_dir():
         raise EvalSetError(f"--eval-source {path} does not exist")
     indices = sorted((p for p in path.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
     if not indices:
         raise EvalSetError(f"--eval-source {path}: ImageNetV2 holds one folder per class index (0/ ... 999/); "
                            "found none")
-    images = []
+    imagenet, images = ImageNet1k(classes), []
     for class_folder in indices:
-        index = class_index_of(class_folder.name, str(class_folder), len(classes))
-        images += [(f"{index}_{key}", classes[index].wnid, str(file)) for key, file in list_images(class_folder)]
+        wnid = classes[imagenet.label(class_folder.name, str(class_folder))].wnid
+        images += [(f"{class_folder.name}_{key}", wnid, str(file)) for key, file in list_images(class_folder)]
     if not images:
         raise EvalSetError(f"--eval-source {path} holds no images")
-    return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), wnids)
+    return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), tuple(classes))
 
 
 def parse_real_json(text: str, origin: str) -> list[list[int]]:
@@ -143,20 +156,19 @@ def parse_real_json(text: str, origin: str) -> list[list[int]]:
     return raw
 
 
-def real_labels_by_key(sets: list[list[int]], val_keys: set[str], num_classes: int, origin: str) -> dict[str, list[int]]:
-    """The ReaL label sets of the validation keys: entry i is ILSVRC2012_val_{i+1:08d}'s. Every val
-    image must have its entry and every entry its image, or the sets belong to another val set."""
-    by_key = {REAL_VAL_KEY.format(i + 1): sorted(set(labels)) for i, labels in enumerate(sets)}
+def real_labels_by_key(sets: list[list[int]], val_keys: set[str], imagenet: ImageNet1k,
+                       origin: str) -> dict[str, list[int]]:
+    """The ReaL label sets of the validation keys, as the dataset's labels: entry i is
+    ILSVRC2012_val_{i+1:08d}'s. Every val image must have its entry and every entry its image, or
+    the sets belong to another val set."""
+    by_key = {REAL_VAL_KEY.format(i + 1): labels for i, labels in enumerate(sets)}
     missing, extra = sorted(val_keys - by_key.keys()), sorted(by_key.keys() - val_keys)
     if missing or extra:
         raise EvalSetError(f"--real-labels {origin} has {len(sets)} label sets for {len(val_keys)} validation images "
                            f"(without a set: {missing[:2]}; a set without an image: {extra[:2]}): it belongs to the "
                            "50,000 official validation images, keyed ILSVRC2012_val_00000001 ...")
-    beyond = sorted({i for labels in by_key.values() for i in labels if not 0 <= i < num_classes})
-    if beyond:
-        raise EvalSetError(f"--real-labels {origin} names class indices {beyond[:3]}, outside the dataset's "
-                           f"{num_classes} classes")
-    return by_key
+    return {key: sorted({imagenet.label(i, f"--real-labels {origin}, {key}") for i in labels})
+            for key, labels in by_key.items()}
 
 
 def real_labels_document(by_key: dict[str, list[int]]) -> bytes:
@@ -169,17 +181,17 @@ class WithEvalSets(Source):
     """`base` (any layout) with ImageNetV2 splits after its own, and the ReaL labels of its val."""
 
     def __init__(self, base: Source, v2_sets: list[ImageNetV2], real_json: Path | None):
-        self.base, self.v2 = base, {v2.split: v2 for v2 in v2_sets}
+        self.base = base
+        self.v2 = {v2.split: v2 for v2 in sorted(v2_sets, key=lambda v2: list(V2_VARIANTS).index(v2.variant))}
         if len(self.v2) < len(v2_sets):
             raise EvalSetError("--eval-source names one ImageNetV2 variant twice: give each at most once")
         self.layout, self.root, self.classes = base.layout, base.root, base.classes
         self.splits = base.splits + tuple(self.v2)
         self.real_json = real_json
         self._real_sets = None if real_json is None else parse_real_json(read_text(real_json), str(real_json))
-        expected_val = base.expected_count("val")
-        if self._real_sets is not None and expected_val is not None and len(self._real_sets) != expected_val:
-            raise EvalSetError(f"--real-labels {real_json} has {len(self._real_sets)} label sets, the validation "
-                               f"split {expected_val} images: it belongs to the 50,000 official validation images")
+        known = base.val_keys()
+        if self._real_sets is not None and known is not None:  # checked now, where the layout lists them
+            self.real_labels(known)
         self._bytes = {split: v2.size() for split, v2 in self.v2.items()}
 
     def parts(self, split: str):
@@ -200,7 +212,7 @@ class WithEvalSets(Source):
         """The ReaL label sets by validation key, checked against the keys; None without --real-labels."""
         if self._real_sets is None:
             return None
-        return real_labels_by_key(self._real_sets, val_keys, len(self.classes), str(self.real_json))
+        return real_labels_by_key(self._real_sets, val_keys, ImageNet1k(self.classes), str(self.real_json))
 
 
 def eval_fingerprint(eval_sources: tuple[Path, ...], real_json: Path | None) -> dict:
@@ -209,7 +221,10 @@ def eval_fingerprint(eval_sources: tuple[Path, ...], real_json: Path | None) -> 
     the official archives are; a folder as trees are, by path), real.json by its SHA-256."""
     extra = {}
     if eval_sources:
-        extra["eval_sets"] = [v2_fingerprint(Path(path)) for path in eval_sources]
+        sets = sorted((v2_fingerprint(Path(path)) for path in eval_sources), key=lambda found: found["variant"])
+        if len({found["variant"] for found in sets}) < len(sets):
+            raise EvalSetError("--eval-source names one ImageNetV2 variant twice: give each at most once")
+        extra["eval_sets"] = sets
     if real_json is not None:
         extra["real_labels"] = {"path": str(Path(real_json).resolve()),
                                 "sha256": hashlib.sha256(read_text(real_json).encode()).hexdigest()}

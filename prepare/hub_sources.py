@@ -212,6 +212,10 @@ class HubArchives(Source):
         """val: the devkit's ground truth where the devkit is beside the data; the layout states no count."""
         return len(self.val_wnids) if split == "val" and self.val_wnids is not None else None
 
+    def val_keys(self) -> set[str] | None:
+        """With the devkit beside the archives: its ground truth's keys."""
+        return set(self.val_wnids) if self.val_wnids is not None else None
+
     def estimated_count(self, split: str) -> int:
         return self.expected_count(split) or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
 

@@ -308,7 +308,7 @@ class SharedRead:
         streams.mkdir()
         outcomes.mkdir()
         classes = source.class_index()
-        threads = threads_per_part(config.workers, len(share))
+        threads = threads_per_part(config.workers, min(len(share), self.ahead))  # the parts read at once
         jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
                                   str(work), config.resize, config.quality, config.restart_mcus,
                                   config.skip_bad, threads),

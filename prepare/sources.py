@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import numpy as np
+
 from prepare.labels import (
     Devkit, LabelError, check_val_labels, class_table, leaf_synsets, parse_kaggle_val_solution, parse_synset_mapping,
     read_devkit, val_wnids_from_devkit, WNID,
@@ -130,9 +132,10 @@ def iterate_tar(data: bytes, origin: str) -> Iterator[tuple[str, bytes]]:
     without tarfile; anything else (links, pax or GNU long names, odd or damaged headers,
     compression) is read by tarfile from the start (`iterate_whole_tar`).
 
-    Unlike tarfile's stream reader (and so webdataset's), it refuses a tar whose end-of-archive
-    block is followed by anything but zeros: a header zeroed or garbled in the middle would
-    otherwise end the archive there, silently, and lose the members after it.
+    Unlike tarfile's stream reader (and so webdataset's), it refuses a tar in which a member's
+    header follows what would be its end: a header zeroed or garbled in the middle would otherwise
+    end the archive there, silently, and lose the members after it. (Other bytes after the end,
+    zeros or junk, are left alone, as tarfile leaves them.)
 
     Links and other special members are skipped: nothing in a hostile archive can point outside it.
     """
@@ -145,15 +148,55 @@ def iterate_tar(data: bytes, origin: str) -> Iterator[tuple[str, bytes]]:
             continue
         yield name, data[start:start + size]
     end = members[-1][1] + -(-members[-1][2] // _BLOCK) * _BLOCK if members else 0
-    check_only_zeros_after_the_end(data[end:], end, origin)
+    if holds_a_tar_header(memoryview(data)[end:]):
+        raise members_lost_after(end, origin)
 
 
-def check_only_zeros_after_the_end(rest: bytes, end: int, origin: str) -> None:
-    """After a tar's end-of-archive block come only zeros (the padding to tar's record size); any
-    other byte there is a member after a damaged header."""
-    if rest.strip(b"\0"):
-        raise SourceError(f"{origin} has a damaged tar header at byte {end} of its tar (more data follows what "
-                          "would be its end): copy or download it again")
+def members_lost_after(end: int, origin: str) -> SourceError:
+    return SourceError(f"{origin} has a damaged tar header at byte {end} of its tar (members follow what would be "
+                       "its end, and would be lost): copy or download it again")
+
+
+_OCTAL_OR_PAD = np.zeros(256, bool)
+_OCTAL_OR_PAD[list(b"01234567 \0")] = True
+
+
+def holds_a_tar_header(data) -> bool:
+    """Whether any whole 512-byte block of `data` (aligned as the tar's) is a tar header by its
+    checksum, as tarfile would take it. Vectorised: a block is looked at closely only where its
+    checksum field holds octal digits, spaces and NULs alone (image bytes: about 1 in 10^11)."""
+    count = len(data) // _BLOCK
+    if not count:
+        return False
+    blocks = np.frombuffer(data, np.uint8, count * _BLOCK).reshape(count, _BLOCK)
+    fields = blocks[:, 148:156]
+    candidates = np.flatnonzero(_OCTAL_OR_PAD[fields].all(axis=1) & (fields >= 0x30).any(axis=1))
+    return any(checksum_matches(bytes(blocks[i])) for i in candidates)
+
+
+def checksum_matches(header: bytes) -> bool:
+    """tarfile's test of a header block: its checksum field, octal, equals the sum of its bytes with
+    that field as spaces (unsigned or signed, as old tars wrote it)."""
+    field = header[148:156].split(b"\0", 1)[0].strip()
+    if not field or not field.isdigit() or b"8" in field or b"9" in field:
+        return False
+    rest = header[:148] + b" " * 8 + header[156:]
+    return int(field, 8) in (sum(rest), sum(b - 256 if b > 127 else b for b in rest))
+
+
+class HeaderScan:
+    """holds_a_tar_header over a stream fed in order from a block boundary of the tar."""
+
+    def __init__(self):
+        self.carry, self.found = b"", False
+
+    def feed(self, data: bytes) -> None:
+        if self.found:
+            return
+        data = self.carry + data
+        whole = len(data) // _BLOCK * _BLOCK
+        self.found = holds_a_tar_header(memoryview(data)[:whole])
+        self.carry = data[whole:]
 
 
 class TailWindow:
@@ -200,16 +243,16 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
             yield name, stream.extractfile(tarinfo).read()
             stream.members = []
         end = window.bytes_at(stream.offset, _BLOCK)
-        nonzero_after = bool(window.bytes_at(stream.offset, window.pos - stream.offset).strip(b"\0"))
+        after = HeaderScan()
+        after.feed(window.bytes_at(stream.offset + _BLOCK, window.pos - stream.offset - _BLOCK))
         while chunk := window.read(1 << 20):  # to its end: gzip checks its CRC and length there
-            nonzero_after = nonzero_after or bool(chunk.strip(b"\0"))
+            after.feed(chunk)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exn:
         raise SourceError(f"cannot read {origin}: {exn}. It is truncated or corrupt: download it again") from None
     if len(end) < _BLOCK:
         raise SourceError(f"{origin} is truncated (no end-of-archive blocks): download it again")
-    if end != _ZERO_BLOCK or nonzero_after:
-        raise SourceError(f"{origin} has a damaged tar header at byte {stream.offset} of its tar (more data follows "
-                          "what would be its end): download it again")
+    if end != _ZERO_BLOCK or after.found:  # tarfile stopped at a header it could not read, or before one
+        raise members_lost_after(stream.offset, origin)
 
 
 def gzipped_tar_images(path: str) -> Iterator[tuple[str, str, str, bytes]]:
@@ -324,6 +367,10 @@ class Source:
     def class_index(self) -> dict[str, int]:
         return {c.wnid: c.index for c in self.classes}
 
+    def val_keys(self) -> set[str] | None:
+        """The val images' keys where the layout lists them before reading (its labels name them)."""
+        return None
+
     def real_labels(self, val_keys: set[str]) -> dict[str, list[int]] | None:
         """The ReaL label sets of the val images by key, where asked for (prepare/eval_sets.py)."""
         return None
@@ -396,6 +443,9 @@ class OfficialArchives(Source):
 
     def expected_count(self, split: str) -> int | None:
         return len(self.val_wnids) if split == "val" else None
+
+    def val_keys(self) -> set[str]:
+        return set(self.val_wnids)
 
     def estimated_count(self, split: str) -> int:
         """val: the ground truth's count; train: the first class tar's count, scaled by bytes."""
@@ -523,6 +573,9 @@ class TreeSource(Source):
 
     def expected_count(self, split: str) -> int | None:
         return len(self.listing[split])
+
+    def val_keys(self) -> set[str]:
+        return {key for key, _, _ in self.listing["val"]}
 
     def estimated_count(self, split: str) -> int:
         return len(self.listing[split])

@@ -25,6 +25,7 @@ SPLITS = ("train", "val")  # every dataset has these
 EVAL_SPLITS = ("v2", "v2-threshold", "v2-top-images")
 ALL_SPLITS = SPLITS + EVAL_SPLITS
 REAL_LABELS_FILE = "real_labels.json"
+REAL_LABELS_FORMAT = "real-labels/1"  # {"format", "labels": {val key: [the dataset's class indices]}}
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".prepare.lock"
 WORK_DIR_NAME = ".prepare-tmp"

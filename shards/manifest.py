@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from shards.errors import UserError
-from shards.layout import MANIFEST_NAME
+from shards.layout import ALL_SPLITS, MANIFEST_NAME, SPLITS
 
 FORMAT = "imagenet-wds/1"
 
@@ -76,9 +76,9 @@ class Manifest:
         raw = json.loads(text)
         if raw.get("format") != FORMAT:
             raise ValueError(f"unknown manifest format {raw.get('format')!r} (this code reads {FORMAT!r})")
-        splits = {
+        splits = {  # in ALL_SPLITS' order (the JSON's keys are sorted): train, val, then the evaluation sets
             name: SplitInfo(s["samples"], s["bytes"], [ShardInfo(**shard) for shard in s["shards"]])
-            for name, s in raw["splits"].items()
+            for name, s in sorted(raw["splits"].items(), key=lambda item: split_order(item[0]))
         }
         return cls(
             source=raw["source"],
@@ -98,12 +98,17 @@ class Manifest:
 
     def dataset_id(self) -> str:
         """A short fingerprint of what the shards hold: checkpoints refuse to resume on another dataset.
-        (Shard names, counts and sizes, not checksums: datasets made before checksums keep their id.)"""
+        (Shard names, counts and sizes, not checksums: datasets made before checksums keep their id.)
+        Train and val only: a run resumes on the dataset prepared again with evaluation sets added."""
         splits = {name: {"samples": split.samples, "bytes": split.bytes,
                          "shards": [{"name": s.name, "samples": s.samples, "bytes": s.bytes} for s in split.shards]}
-                  for name, split in self.splits.items()}
+                  for name, split in self.splits.items() if name in SPLITS}
         content = json.dumps([self.options, [asdict(c) for c in self.classes], splits], sort_keys=True)
         return hashlib.blake2b(content.encode(), digest_size=8).hexdigest()
+
+
+def split_order(name: str) -> int:
+    return ALL_SPLITS.index(name) if name in ALL_SPLITS else len(ALL_SPLITS)
 
 
 def manifest_path(root: Path) -> Path:

@@ -14,7 +14,8 @@ import torch
 
 from conftest import config, run_module
 from prepare.builder import PrepareError, prepare
-from prepare.eval_sets import EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
+from prepare.eval_sets import ImageNet1k, EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
+from prepare.labels import builtin_class_names
 from shards.layout import REAL_LABELS_FILE, metric_prefix
 from shards.manifest import ClassInfo, read_manifest
 from train.config import ConfigError
@@ -23,27 +24,31 @@ from train import RealLabels
 from train.shard_index import key_hash
 
 V2_NAME = "imagenetv2-matched-frequency-format-val"
+IMAGENET_1K = list(builtin_class_names())  # ImageNetV2's and ReaL's class indices: the 1000 wnids, sorted
 
 
 def class_order(images) -> list[str]:
+    """The sample dataset's classes (real ImageNet-1k wnids, 6 of them), in label order."""
     return sorted({wnid for _, wnid, _ in images.train})
 
 
 def write_v2(folder: Path, images) -> Path:
-    """The sample's val images as an ImageNetV2 variant: a folder per class index, hashed names."""
-    classes = class_order(images)
+    """The sample's val images as an ImageNetV2 variant: a folder per ImageNet-1k class index, hashed names."""
     for i, (_, wnid, data) in enumerate(images.val):
-        index_folder = folder / str(classes.index(wnid))
+        index_folder = folder / str(IMAGENET_1K.index(wnid))
         index_folder.mkdir(parents=True, exist_ok=True)
         (index_folder / f"{i:040x}.jpeg").write_bytes(data)
     return folder
 
 
 def real_sets(images, labelled) -> list[list[int]]:
-    """real.json for the sample's val images (ILSVRC2012_val_00000001 first): `labelled(i, label)` gives each set."""
-    classes = class_order(images)
-    by_key = sorted((key, classes.index(wnid)) for key, wnid, _ in images.val)
-    return [labelled(i, label) for i, (_, label) in enumerate(by_key)]
+    """real.json for the sample's val images (ILSVRC2012_val_00000001 first), in ImageNet-1k's class
+    indices: `labelled(i, wnid)` gives each set."""
+    return [labelled(i, wnid) for i, (_, wnid) in enumerate(sorted((key, wnid) for key, wnid, _ in images.val))]
+
+
+def every_class(images) -> list[int]:
+    return [IMAGENET_1K.index(wnid) for wnid in class_order(images)]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,7 @@ def eval_dataset(tmp_path_factory, sources, images):
     root = tmp_path_factory.mktemp("eval")
     v2 = write_v2(root / V2_NAME, images)
     real = root / "real.json"
-    real.write_text(json.dumps(real_sets(images, lambda i, label: [] if i % 5 == 0 else list(range(6)))))
+    real.write_text(json.dumps(real_sets(images, lambda i, wnid: [] if i % 5 == 0 else every_class(images))))
     dest = root / "imagenet"
     manifest = prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=real))
     return dest, manifest, v2, real
@@ -76,11 +81,23 @@ def test_a_folder_of_another_name_is_refused_naming_the_three():
         v2_variant(Path("/data/imagenet-v2"))
 
 
-def test_a_class_index_beyond_the_dataset_classes_is_refused(tmp_path):
-    (tmp_path / V2_NAME / "7").mkdir(parents=True)
-    classes = [ClassInfo(i, f"n{i:08d}", "x") for i in range(6)]
-    with pytest.raises(EvalSetError, match="class index 7, but the dataset has 6 classes"):
+@pytest.mark.parametrize("index,message", [
+    ("7", "class index 7 is ImageNet-1k's n01514668, which this dataset does not have"),
+    ("1000", "class index 1000 is not one of ImageNet-1k's 0 ... 999"),
+])
+def test_a_class_index_of_a_class_the_dataset_lacks_is_refused(tmp_path, index, message):
+    (tmp_path / V2_NAME / index).mkdir(parents=True)
+    classes = [ClassInfo(i, wnid, "x") for i, wnid in enumerate(IMAGENET_1K[:6])]
+    with pytest.raises(EvalSetError, match=message):
         read_v2(tmp_path / V2_NAME, classes)
+
+
+def test_imagenet_1k_indices_become_the_datasets_labels_of_the_same_wnids():
+    classes = [ClassInfo(0, IMAGENET_1K[500], "x"), ClassInfo(1, IMAGENET_1K[999], "y")]
+    imagenet = ImageNet1k(classes)
+    assert imagenet.label(500, "x") == 0 and imagenet.label("999", "x") == 1
+    full = ImageNet1k([ClassInfo(i, wnid, "x") for i, wnid in enumerate(IMAGENET_1K)])
+    assert [full.label(i, "x") for i in range(1000)] == list(range(1000))
 
 
 def test_v2_folders_that_are_not_class_indices_are_refused(tmp_path):
@@ -94,24 +111,27 @@ def test_v2_keys_are_class_index_and_name_and_labels_the_class_of_the_index(tmp_
     assert v2.split == "v2" and v2.count() == len(images.val)
     for key, wnid, path in v2.images:
         assert key == f"{Path(path).parent.name}_{Path(path).stem}"
-        assert class_order(images)[int(Path(path).parent.name)] == wnid
+        assert IMAGENET_1K[int(Path(path).parent.name)] == wnid
+
+
+THREE = ImageNet1k([ClassInfo(i, wnid, "x") for i, wnid in enumerate(IMAGENET_1K[:3])])
 
 
 def test_real_sets_are_keyed_by_the_val_image_they_belong_to():
     keys = {f"ILSVRC2012_val_{i:08d}" for i in (1, 2, 3)}
-    assert real_labels_by_key([[2, 1, 2], [], [0]], keys, 3, "real.json") == {
+    assert real_labels_by_key([[2, 1, 2], [], [0]], keys, THREE, "real.json") == {
         "ILSVRC2012_val_00000001": [1, 2], "ILSVRC2012_val_00000002": [], "ILSVRC2012_val_00000003": [0]}
 
 
-@pytest.mark.parametrize("sets,classes,message", [
-    ([[0], [1]], 3, "2 label sets for 3 validation images"),
-    ([[0], [1], [2], [0]], 3, "a set without an image: \\['ILSVRC2012_val_00000004'\\]"),
-    ([[0], [1], [3]], 3, "class indices \\[3\\], outside the dataset's 3 classes"),
+@pytest.mark.parametrize("sets,message", [
+    ([[0], [1]], "2 label sets for 3 validation images"),
+    ([[0], [1], [2], [0]], "a set without an image: \\['ILSVRC2012_val_00000004'\\]"),
+    ([[0], [1], [3]], "ILSVRC2012_val_00000003: class index 3 is ImageNet-1k's n01491361, which this dataset"),
 ])
-def test_real_sets_that_do_not_fit_the_val_images_are_refused(sets, classes, message):
+def test_real_sets_that_do_not_fit_the_val_images_are_refused(sets, message):
     keys = {f"ILSVRC2012_val_{i:08d}" for i in (1, 2, 3)}
     with pytest.raises(EvalSetError, match=message):
-        real_labels_by_key(sets, keys, classes, "real.json")
+        real_labels_by_key(sets, keys, THREE, "real.json")
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"a": 1}', "[[1, 2], [\"3\"]]", "[1, 2]", "[[1.5]]"])
@@ -157,7 +177,7 @@ def test_prepare_adds_v2_as_a_split_and_keeps_the_real_sets(eval_dataset, images
     assert manifest.splits["v2"].samples == len(images.val)
     assert all((dest / s.name).is_file() and s.name.startswith("v2/v2-") for s in manifest.splits["v2"].shards)
     stored = json.loads((dest / REAL_LABELS_FILE).read_text())
-    assert stored["labels"]["ILSVRC2012_val_00000001"] == [] and stored["labels"]["ILSVRC2012_val_00000002"] == list(range(6))
+    assert stored["labels"]["ILSVRC2012_val_00000001"] == [] and stored["labels"]["ILSVRC2012_val_00000002"] == list(range(6))  # the dataset's labels
     assert manifest.real_labels["images"] == len(images.val)
     assert manifest.real_labels["labelled"] == len(images.val) - len(images.val[::5])
     assert read_manifest(dest).real_labels == manifest.real_labels
@@ -165,7 +185,7 @@ def test_prepare_adds_v2_as_a_split_and_keeps_the_real_sets(eval_dataset, images
 
 def test_v2_samples_are_its_images_labelled_by_their_class_folder(eval_dataset, images):
     """Each v2 image is one of the val images (write_v2's i-th file is images.val[i]): stored with the
-    same bytes as val stores it (the same rewrite), under its class folder's label."""
+    same bytes as val stores it (the same rewrite), under the dataset's label of its folder's ImageNet-1k class."""
     import webdataset as wds
 
     dest, manifest, v2, _ = eval_dataset
@@ -179,7 +199,7 @@ def test_v2_samples_are_its_images_labelled_by_their_class_folder(eval_dataset, 
     assert v2_samples.keys() == {f"{p.parent.name}_{p.stem}" for p in files}
     for path, (val_key, _, _) in zip(files, images.val):
         label, jpeg = v2_samples[f"{path.parent.name}_{path.stem}"]
-        assert label == int(path.parent.name) == val_samples[val_key][0]
+        assert label == val_samples[val_key][0] == class_order(images).index(IMAGENET_1K[int(path.parent.name)])
         assert jpeg == val_samples[val_key][1]
 
 
@@ -187,8 +207,29 @@ def test_a_rerun_with_the_same_eval_sets_does_nothing_and_without_them_asks_for_
     dest, manifest, v2, real = eval_dataset
     again = prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=real))
     assert again.to_json() == manifest.to_json()
-    with pytest.raises(PrepareError, match="prepared differently.*--force"):
+    with pytest.raises(PrepareError, match=f"prepared differently: --eval-source was {v2}, now none; --real-labels was "
+                                           f"{real} \\(sha256 [0-9a-f]{{12}}...\\), now none. Rerun with --force"):
         prepare(config(sources["official"], dest))
+
+
+def test_the_eval_splits_leave_the_dataset_id_of_train_and_val(eval_dataset, prepared):
+    """A run resumes on the dataset prepared again with evaluation sets added (or removed): its
+    checkpoints name the dataset by train and val alone."""
+    assert read_manifest(eval_dataset[0]).dataset_id() == read_manifest(prepared).dataset_id()
+
+
+def test_variants_in_any_order_are_the_same_dataset_and_one_named_twice_is_refused(eval_dataset, sources, tmp_path):
+    import shutil
+
+    _, _, v2, _ = eval_dataset
+    top = tmp_path / "imagenetv2-top-images-format-val"
+    shutil.copytree(v2, top)
+    first = prepare(config(sources["official"], tmp_path / "out", eval_sources=(top, v2)))
+    assert list(first.splits) == ["train", "val", "v2", "v2-top-images"]
+    again = prepare(config(sources["official"], tmp_path / "out", eval_sources=(v2, top)))
+    assert again.to_json() == first.to_json()
+    with pytest.raises(EvalSetError, match="names one ImageNetV2 variant twice"):
+        prepare(config(sources["official"], tmp_path / "out", eval_sources=(v2, top, v2)))
 
 
 def test_verify_finds_damaged_real_labels_and_rebuilds_them(eval_dataset, sources, tmp_path, caplog):
@@ -223,7 +264,9 @@ def test_real_labels_that_do_not_match_the_val_images_stop_prepare_in_one_line(s
     result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out", "--real-labels", real)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and f"{len(images.val) + 1} label sets, the validation split {len(images.val)}" in errors[0]
+    assert len(errors) == 1 and f"{len(images.val) + 1} label sets for {len(images.val)} validation images" in errors[0]
+    assert "a set without an image: ['ILSVRC2012_val_00000031']" in errors[0]
+    assert "train: read" not in result.stderr  # the official layout lists its val keys: checked before reading
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -341,10 +384,11 @@ def test_a_damaged_v2_archive_stops_prepare_in_one_line_naming_it(eval_dataset, 
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_an_archive_member_of_a_class_index_beyond_the_dataset_is_named(sources, images, tmp_path):
+def test_an_archive_member_of_a_class_the_dataset_lacks_is_named(sources, images, tmp_path):
     folder = tmp_path / V2_NAME
     (folder / "6").mkdir(parents=True)
     (folder / "6" / "abc.jpeg").write_bytes(images.val[0][2])
     archive = gzip_tar_of(folder, tmp_path / "imagenetv2-matched-frequency.tar.gz")
-    with pytest.raises(EvalSetError, match=f"{archive}:{V2_NAME}/6/abc.jpeg: class index 6, but the dataset has 6"):
+    with pytest.raises(EvalSetError, match=f"{archive}:{V2_NAME}/6/abc.jpeg: class index 6 is ImageNet-1k's "
+                                           "n01498041, which this dataset does not have"):
         prepare(config(sources["official"], tmp_path / "out", eval_sources=(archive,)))

@@ -412,7 +412,8 @@ def test_a_damaged_header_inside_a_shard_is_named_not_taken_for_its_end(hub_sour
     shard.write_bytes(bytes(data))
     (source / "_info.json").unlink()  # no count to catch it otherwise
     with pytest.raises(SourceError, match=f"{shard} has a damaged tar header at byte {header} of its tar "
-                                          "\\(more data follows what would be its end\\): download it again"):
+                                          "\\(members follow what would be its end, and would be lost\\): copy or "
+                                          "download it again"):
         prepare(config(source, tmp_path / "out"))
 
 

@@ -960,18 +960,23 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
         assert not same(data)
 
 
+def test_junk_after_a_tars_end_is_left_alone_as_tarfile_leaves_it_but_a_member_there_is_refused():
+    from prepare.sources import iterate_tar
+
+    whole = tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(2)])
+    junk = np.random.default_rng(0).bytes(50_000)
+    assert [name for name, _ in iterate_tar(whole + junk, "x")] == ["n01440764_0.JPEG", "n01440764_1.JPEG"]
+    assert tarfile_stream_members(whole + junk) == list(iterate_tar(whole + junk, "x"))
+    with pytest.raises(SourceError, match="members follow what would be its end"):
+        list(iterate_tar(whole + whole, "x"))  # a member after the end blocks: a header lost between
+
+
 def test_a_header_zeroed_in_the_middle_of_a_tar_is_refused_not_read_as_its_end():
     """tarfile's stream reader takes a zero block for the end of the archive and stops there; the
     members after it would be lost without a word."""
     from prepare.sources import iterate_tar, plain_tar_members
 
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for i in range(4):
-            info = tarfile.TarInfo(f"n01440764_{i}.JPEG")
-            info.size = 700
-            tar.addfile(info, io.BytesIO(bytes([i + 1]) * 700))
-    data = bytearray(out.getvalue())
+    data = bytearray(tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(4)]))
     third = plain_tar_members(bytes(data))[2][1] - 512
     data[third:third + 512] = bytes(512)
     assert len(tarfile_stream_members(bytes(data))) == 2  # silently short

@@ -339,10 +339,9 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
 
 def evaluate_all(run: Run) -> dict:
     """The model's metrics on val and each evaluation set, and with --ema the average's too (as ema_val_*)."""
+    models = [(run.model, "")] + ([(run.ema.module, "ema_")] if run.ema is not None else [])
     metrics = {}
-    for model, prefix in ((run.model, ""), (run.ema.module if run.ema is not None else None, "ema_")):
-        if model is None:
-            continue
+    for model, prefix in models:
         for split, loader in run.eval_data.items():
             # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
             real = run.real_labels if split == "val" else None

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from shards.layout import EVAL_SPLITS, metric_prefix
+
 METRICS_NAME = "metrics.jsonl"
 
 
@@ -34,8 +36,7 @@ def epoch_line(record: dict) -> str:
 
 
 # the evaluation sets' top-1 in a record, where the dataset has them, and their names for people
-EVALUATION_SETS = [("real_top1", "ReaL"), ("v2_top1", "v2"), ("v2_threshold_top1", "v2-threshold"),
-                   ("v2_top_images_top1", "v2-top-images")]
+EVALUATION_SETS = [("real_top1", "ReaL")] + [(f"{metric_prefix(split)}_top1", split) for split in EVAL_SPLITS]
 
 
 def evaluation_sets(record: dict) -> str:

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shards.layout import REAL_LABELS_FORMAT
 from shards.manifest import DatasetNotReady, Manifest, read_complete_manifest
 from train.shard_index import key_hash
 
-FORMAT = "real-labels/1"
 
 
 class RealLabels:
@@ -54,8 +54,9 @@ class RealLabels:
             document = json.loads(path.read_text())
         except (OSError, ValueError) as exn:
             raise DatasetNotReady(f"cannot read {path} ({exn}): rerun prepare with --verify on this node") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise DatasetNotReady(f"{path} is not ReaL labels of format {FORMAT}: rerun prepare with --verify")
+        if not isinstance(document, dict) or document.get("format") != REAL_LABELS_FORMAT:
+            raise DatasetNotReady(f"{path} is not ReaL labels of format {REAL_LABELS_FORMAT}: rerun prepare with "
+                                  "--verify")
         return cls(document["labels"])
 
     def __len__(self) -> int:
