@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Iterator, Protocol
 
 from prepare.eval_sets import eval_fingerprint, real_labels_document, with_eval_sets
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
-from prepare.layouts import Part, detect_layout, fingerprint, open_source
+from prepare.layouts import detect_layout, fingerprint, open_source
 from prepare.lock import exclusive_lock
 from prepare.node_group import NodeGroupEnv
 from prepare.shuffle import bucket_of, deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
-from prepare.sources import Item, Source, SourceError
+from prepare.sources import Item, Part, Source, SourceError
 from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.format import sample_record, write_tar

@@ -24,7 +24,7 @@ from typing import Iterator
 
 from prepare.labels import builtin_class_names
 from prepare.sources import (
-    FILES_PER_CHUNK, FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, gzipped_tar_images, list_images,
+    FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, gzipped_tar_images, list_images,
 )
 from shards.layout import REAL_LABELS_FORMAT
 from shards.manifest import ClassInfo
@@ -92,18 +92,12 @@ class ImageNetV2:
     split: str
     images: tuple[tuple[str, str, str], ...] | None
     classes: tuple[ClassInfo, ...]  # the dataset's
+    size: int  # bytes: the archive's, or the folder's images' (estimated from a sample of them)
 
     def parts(self) -> list[FileChunk] | list[V2Archive]:
         if self.images is None:
-            return [V2Archive(str(self.path), self.path.stat().st_size, self.classes)]
-        rows, per_file = self.images, self.size() / len(self.images)
-        return [FileChunk(rows[i:i + FILES_PER_CHUNK], round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
-                for i in range(0, len(rows), FILES_PER_CHUNK)]
-
-    def size(self) -> int:
-        if self.images is None:
-            return self.path.stat().st_size
-        return estimate_bytes([Path(p) for _, _, p in self.images])
+            return [V2Archive(str(self.path), self.size, self.classes)]
+        return file_chunks(self.images, self.size)
 
     def count(self) -> int | None:
         """Images it holds where listed (the archive states no count)."""
@@ -128,7 +122,7 @@ def read_v2(path: Path, classes: list[ClassInfo]) -> ImageNetV2:
     path = Path(path)
     variant = v2_variant(path)
     if path.is_file():
-        return ImageNetV2(path, variant, V2_VARIANTS[variant], None, tuple(classes))
+        return ImageNetV2(path, variant, V2_VARIANTS[variant], None, tuple(classes), path.stat().st_size)
     if not path.is_dir():
         raise EvalSetError(f"--eval-source {path} does not exist")
     indices = sorted((p for p in path.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
@@ -141,7 +135,8 @@ def read_v2(path: Path, classes: list[ClassInfo]) -> ImageNetV2:
         images += [(f"{class_folder.name}_{key}", wnid, str(file)) for key, file in list_images(class_folder)]
     if not images:
         raise EvalSetError(f"--eval-source {path} holds no images")
-    return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), tuple(classes))
+    return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), tuple(classes),
+                      estimate_bytes([Path(file) for _, _, file in images]))
 
 
 def parse_real_json(text: str, origin: str) -> list[list[int]]:
@@ -192,13 +187,12 @@ class WithEvalSets(Source):
         known = base.val_keys()
         if self._real_sets is not None and known is not None:  # checked now, where the layout lists them
             self.real_labels(known)
-        self._bytes = {split: v2.size() for split, v2 in self.v2.items()}
 
     def parts(self, split: str):
         return self.v2[split].parts() if split in self.v2 else self.base.parts(split)
 
     def split_bytes(self, split: str) -> int:
-        return self._bytes[split] if split in self.v2 else self.base.split_bytes(split)
+        return self.v2[split].size if split in self.v2 else self.base.split_bytes(split)
 
     def expected_count(self, split: str) -> int | None:
         return self.v2[split].count() if split in self.v2 else self.base.expected_count(split)

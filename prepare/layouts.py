@@ -6,9 +6,8 @@
 - hf-imagenet-1k: the Hugging Face hub's ILSVRC/imagenet-1k, gzipped tars (prepare/hub_sources.py)
 - timm-wds:       the hub's timm/imagenet-1k-wds, WebDataset shards (prepare/hub_sources.py)
 
-`detect_layout` names it, `open_source` opens it as a `Source`, `fingerprint` identifies it cheaply;
-`Part` is any layout's part. It imports sources.py and hub_sources.py; neither imports it when run
-(sources.py names `Part` for type checkers only).
+`detect_layout` names it, `open_source` opens it as a `Source`, `fingerprint` identifies it cheaply.
+It imports sources.py and hub_sources.py; neither imports it.
 """
 
 from __future__ import annotations
@@ -16,17 +15,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prepare.eval_sets import V2Archive
 from prepare.hub_sources import (
-    HF_CLASSES, HF_DATA, HF_VAL, TIMM_INFO, TIMM_SHARDS, GzipArchive, HubArchives, WdsShard, WdsShards, hf_data_folder,
+    HF_CLASSES, HF_DATA, HF_VAL, TIMM_INFO, TIMM_SHARDS, HubArchives, WdsShards, hf_data_folder,
     hf_files, wds_files,
 )
 from prepare.sources import (
-    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, OFFICIAL_FILES, TRAIN_TAR, VAL_TAR, ClassTar, FileChunk,
-    ImageFolderTree, KaggleTree, MemberRange, OfficialArchives, Source, SourceError, readable_file,
+    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, OFFICIAL_FILES, TRAIN_TAR, VAL_TAR, ImageFolderTree,
+    KaggleTree, OfficialArchives, Source, SourceError, readable_file,
 )
 
-Part = ClassTar | MemberRange | FileChunk | GzipArchive | WdsShard | V2Archive
 # a hub layout -> the files that identify it (for `fingerprint`)
 HUB_FILES = {"hf-imagenet-1k": hf_files, "timm-wds": wds_files}
 

@@ -34,12 +34,11 @@ from prepare.builder import (
     verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
-from prepare.layouts import Part
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
-from prepare.sources import Source
+from prepare.sources import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
 from prepare.workers import WorkerPool
 from shards.errors import UserError

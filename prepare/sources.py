@@ -28,7 +28,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -40,9 +40,6 @@ from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
 from shards.layout import SPLITS
 from shards.manifest import ClassInfo
-
-if TYPE_CHECKING:
-    from prepare.layouts import Part
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
@@ -341,6 +338,16 @@ def readable_file(path: Path, what: str) -> Path:
     return path
 
 
+class Part(Protocol):
+    """A piece of a split that a worker reads on its own: a class tar, a range of val members, a chunk
+    of files, a hub archive or shard, an ImageNetV2 archive (each layout's module defines its own)."""
+    size: int  # bytes it yields, about: what the shared read balances its shares by
+
+    def wnids(self) -> set[str]: ...
+
+    def items(self) -> Iterator["Item"]: ...
+
+
 class Source:
     """A layout's classes, labels and parts. Subclasses fill in `parts` and the bookkeeping."""
     layout: str
@@ -581,10 +588,14 @@ class TreeSource(Source):
         return len(self.listing[split])
 
     def parts(self, split: str) -> list[FileChunk]:
-        rows = [(key, wnid, str(path)) for key, wnid, path in self.listing[split]]
-        per_file = self._bytes[split] / max(len(rows), 1)
-        return [FileChunk(tuple(rows[i:i + FILES_PER_CHUNK]), round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
-                for i in range(0, len(rows), FILES_PER_CHUNK)]
+        return file_chunks([(key, wnid, str(path)) for key, wnid, path in self.listing[split]], self._bytes[split])
+
+
+def file_chunks(rows: list[tuple[str, str, str]] | tuple, total_bytes: int) -> list[FileChunk]:
+    """(key, wnid, path) rows in chunks of FILES_PER_CHUNK, each sized by its share of `total_bytes`."""
+    per_file = total_bytes / max(len(rows), 1)
+    return [FileChunk(tuple(rows[i:i + FILES_PER_CHUNK]), round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
+            for i in range(0, len(rows), FILES_PER_CHUNK)]
 
 
 def labelled_flat_folder(folder: Path, labels: dict[str, str], labels_file: str) -> list[tuple[str, str, Path]]:
