@@ -392,3 +392,31 @@ def test_an_archive_member_of_a_class_the_dataset_lacks_is_named(sources, images
     with pytest.raises(EvalSetError, match=f"{archive}:{V2_NAME}/6/abc.jpeg: class index 6 is ImageNet-1k's "
                                            "n01498041, which this dataset does not have"):
         prepare(config(sources["official"], tmp_path / "out", eval_sources=(archive,)))
+
+
+def test_the_manuals_real_snippet_runs_as_printed(eval_dataset):
+    """docs/library.md's 'ImageNetV2 and ReaL' block, run as printed with its names bound: the text
+    and the library cannot drift apart."""
+    import re
+
+    import torchvision
+
+    from conftest import ROOT
+    from train import ImageNetLoader
+
+    manual = (ROOT / "docs" / "library.md").read_text().split("## ImageNetV2 and ReaL", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", manual, re.S).group(1)
+    root = eval_dataset[0]
+    train_data = ImageNetLoader(root, "train", batch_size=8, image_size=32, device="cpu", workers=1)
+    val_data = train_data.with_split("val")
+    names = {"root": root, "train_data": train_data, "val_data": val_data,
+             "model": torchvision.models.resnet18(num_classes=6).eval()}
+    try:
+        with torch.no_grad():
+            exec(snippet, names)
+        assert len(names["v2_data"]) > 0 and names["real"] is not None
+        assert 0 <= int(names["right"]) <= int(names["counted"]) <= 8
+    finally:
+        for loader in (names.get("v2_data"), val_data, train_data):
+            if loader is not None:
+                loader.close()
