@@ -69,11 +69,9 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
         setup_error = one_line(exn)
     group = NodeGroup(env, config.group_timeout_s)
     try:
-        manifest = prepare_with_group(group, source_root, dest, config, identity, setup_error)
-        mark_step(dest, env, "done")
-        return manifest
+        return prepare_with_group(group, source_root, dest, config, identity, setup_error)
     except BaseException as exn:
-        mark_step(dest, env, "failed", one_line(exn))
+        mark_step(dest, env, "failed", one_line(exn))  # also where it failed before it held the lock
         raise
     finally:
         with contextlib.suppress(OSError):
@@ -91,6 +89,9 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         said, node = {"sharing": sharing}, None
         if not sharing:  # a --dest shared by nodes: the others would wait for the lock forever
             stack.enter_context(exclusive_lock(dest))
+            # how this task ends is marked before the lock goes: the node's other tasks take a free
+            # lock and a step still "running" for a task that died (verify_after_first_task)
+            stack.push(step_marker(dest, group.env))
             mark_step(dest, group.env, "running")
             node, facts = node_state(dest, config, identity)
             said |= facts
@@ -110,11 +111,19 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
                      node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead) / 1e9)
         shared = SharedRead(group, needs, readers, node.parts, config, node.ahead)
         manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
-    try:
-        group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
-    except PeerFailed as exn:
-        raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
+        try:
+            group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
+        except PeerFailed as exn:
+            raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
     return manifest
+
+
+def step_marker(dest: Path, env: NodeGroupEnv):
+    """An exit callback for the ExitStack that holds the lock: marks the step done or failed."""
+    def mark(exc_type, exc, traceback) -> bool:
+        mark_step(dest, env, "done" if exc is None else "failed", None if exc is None else one_line(exc))
+        return False
+    return mark
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SHARD_MB, run_module, tree_bytes
+from prepare.builder import PrepareError
 from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
 from prepare.node_group import node_group_env
 from prepare.sample import SampleSpec, make_sample
@@ -476,3 +477,31 @@ def test_parts_read_ahead_keep_the_workers_busy_as_far_as_the_disk_holds_them(si
     assert ahead == min(expected, workers + 1)
     assert ahead == 1 or read_ahead_bytes(sizes, ahead) <= budget
     assert ahead == workers + 1 or ahead == len(sizes) - 1 or read_ahead_bytes(sizes, ahead + 1) > budget
+
+
+@pytest.mark.parametrize("failure", [None, PrepareError("disk full")])
+def test_a_first_task_marks_how_it_ended_before_it_lets_the_nodes_lock_go(tmp_path, failure):
+    """The node's other tasks poll the step file and take a free lock with a step still 'running' for
+    a first task that died: the mark must come first, or a task that ended well is called killed."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from prepare.shared_read import mark_step, read_step, step_marker
+
+    env, seen_at_release = SimpleNamespace(step="41.0"), []
+
+    @contextlib.contextmanager
+    def lock():
+        try:
+            yield
+        finally:
+            seen_at_release.append(read_step(tmp_path))
+
+    with contextlib.suppress(PrepareError), contextlib.ExitStack() as stack:
+        stack.enter_context(lock())
+        stack.push(step_marker(tmp_path, env))
+        mark_step(tmp_path, env, "running")
+        if failure:
+            raise failure
+    expected = {"step": "41.0", "state": "failed" if failure else "done", "error": "disk full" if failure else None}
+    assert seen_at_release == [expected]

@@ -92,7 +92,8 @@ def test_prepare_once_per_node_then_train_four_ranks_on_two_nodes(slurm, sources
               f"srun --ntasks-per-node=2 bash -c '{prepare} --dest $SLURM_TMPDIR/again' 2> {tmp_path}/mistake.log && "
               f"srun --kill-on-bad-exit=1 {PY} -m train --run-dir {run} {TRAIN_CPU} --epochs 1 --batch-size 4 --workers 1")
     result = shell(slurm, script, allocation="-N2 --ntasks-per-node=2")
-    assert result.returncode == 0, result.stderr[-5000:]
+    mistake_log = tmp_path / "mistake.log"
+    assert result.returncode == 0, result.stderr[-5000:] + (mistake_log.read_text() if mistake_log.exists() else "")
     job = job_id_of(result)
     for node in ("node1", "node2"):
         manifests = [read_complete_manifest(node_dir(job, node) / name) for name in ("imagenet", "again")]
