@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Protocol
 
+from prepare.completeness import (
+    counted_shortfall, excess, imagenet_1k_warning, nothing_there, refusal, shortfall,
+)
 from prepare.eval_sets import eval_fingerprint, real_labels_document, with_eval_sets
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.layouts import detect_layout, fingerprint, open_source
@@ -73,6 +76,7 @@ class PrepareConfig:
     group_timeout_s: float = 1800.0  # longest wait for another node in any one collective
     eval_sources: tuple[Path, ...] = ()  # ImageNetV2 variants (archives or folders): further splits (eval_sets.py)
     real_labels: Path | None = None  # ReaL's real.json: the val images' label sets
+    allow_partial: bool = False  # prepare what is there of an incomplete download (recorded in the manifest)
 
     def output_options(self) -> dict:
         """The options that decide the bytes of the shards (a re-run must match them)."""
@@ -96,8 +100,35 @@ def prepare(config: PrepareConfig) -> Manifest:
 
 
 def open_prepare_source(config: PrepareConfig) -> Source:
-    """The source's layout, with the evaluation sets the command line adds."""
-    return with_eval_sets(open_source(config.source.resolve()), config.eval_sources, config.real_labels)
+    """The source's layout, with the evaluation sets the command line adds, checked against what the
+    download declares it holds before anything is read (refused if short, unless --allow-partial)."""
+    source = with_eval_sets(open_source(config.source.resolve()), config.eval_sources, config.real_labels)
+    check_complete(source, config.allow_partial)
+    return source
+
+
+def check_complete(source: Source, allow_partial: bool) -> None:
+    """Refuse a download that lacks what it declares (one line naming what is missing), unless
+    --allow-partial: then log it (the manifest records it). A split with nothing of it there, or more
+    than declared, is refused either way."""
+    for split in source.splits:
+        declared = source.declared(split)
+        too_many = excess(declared, declared.found)
+        if too_many:
+            raise SourceError(too_many)
+        if nothing_there(declared):
+            raise SourceError(f"{shortfall(declared)}: nothing of the {split} split is there. Download it, or point "
+                              "--source at the folder that holds it")
+    lines = shortfalls(source)
+    if lines and not allow_partial:
+        raise SourceError(refusal(list(lines.values())))
+    for line in lines.values():
+        log.warning("--allow-partial: %s; preparing what is there (recorded in the manifest's \"partial\")", line)
+
+
+def shortfalls(source: Source) -> dict[str, str]:
+    """Split -> what it lacks against the download's declaration, found before reading."""
+    return {split: line for split in source.splits if (line := shortfall(source.declared(split)))}
 
 
 def checked_identity(source_root: Path, dest: Path, config: PrepareConfig) -> dict:
@@ -191,6 +222,7 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
     if same and not problems and config.verify:
         problems = verify_checksums(dest, manifest, config.workers)
     if same and not problems:
+        refuse_partial(dest, manifest, config.allow_partial)
         log.info("%s already holds this dataset (%d train + %d val samples, %d shards %s); nothing to do",
                  dest, manifest.splits["train"].samples, manifest.splits["val"].samples,
                  sum(len(s.shards) for s in manifest.splits.values()),
@@ -212,6 +244,17 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
     manifest_path(dest).unlink()
     fsync_dir(dest)
     return None, manifest if rebuild else None
+
+
+def refuse_partial(dest: Path, manifest: Manifest, allow_partial: bool) -> None:
+    """A dataset prepared with --allow-partial is used again only with it: a rerun without it asks for
+    the whole download."""
+    if manifest.partial and not allow_partial:
+        raise PrepareError(f"{dest} holds a partial dataset, prepared with --allow-partial ("
+                           f"{'; '.join(manifest.partial.values())}). Rerun with --allow-partial to use it as it is, "
+                           "or complete the download and rerun with --force")
+    for line in manifest.partial.values():
+        log.warning("%s holds a partial dataset: %s", dest, line)
 
 
 def verify_checksums(dest: Path, manifest: Manifest, workers: int) -> list[str]:
@@ -311,6 +354,8 @@ class SplitResult:
     damaged: dict[str, str] = field(default_factory=dict)  # stored as they are: key -> what libjpeg found
     source_bytes: int = 0
     seekable: int = 0  # images stored with restart markers
+    partial: str | None = None  # what the split lacks against its declaration (with --allow-partial)
+    warning: str | None = None  # its count, where nothing declares one, against ImageNet-1k's
 
 
 class Reader(Protocol):
@@ -359,10 +404,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
         f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
     check_free_space(dest, sum(estimate.values()) + ahead, what, state)
     splits, converted, skipped, damaged, source_bytes, seekable = {}, {}, {}, {}, 0, 0
+    partial, warnings = {}, {}
     real_labels = None
     damage_log = DamageLog()
+    order = reading_order(source.splits)
     with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-        for i, split in enumerate(source.splits):
+        for i, split in enumerate(order):
             work = dest / WORK_DIR_NAME / split
             work.mkdir(parents=True)
             (dest / split).mkdir(exist_ok=True)
@@ -376,7 +423,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             # exact now: the tar overhead of these samples, the shards in flight, the splits to come
             count = sum(map(len, result.buckets))
             check_free_space(dest, space_needed(0, count, shard_bytes, config.workers)
-                             + sum(estimate[s] for s in source.splits[i + 1:]), f"writing the {split} shards", state)
+                             + sum(estimate[s] for s in order[i + 1:]), f"writing the {split} shards", state)
             state.during = f"writing the {split} shards"
             infos = write_shards(split, shards, result.buckets, work, dest, config, pool)
             splits[split] = SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
@@ -385,6 +432,9 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
             damaged |= result.damaged
             source_bytes += result.source_bytes
             seekable += result.seekable
+            partial |= {split: result.partial} if result.partial else {}
+            warnings |= {split: result.warning} if result.warning else {}
+    splits = {split: splits[split] for split in source.splits}
     elapsed = time.monotonic() - start
     samples = sum(s.samples for s in splits.values())
     stats = {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
@@ -393,7 +443,15 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
              "seekable_images": seekable, **reader.stats()}
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
                     splits=splits, converted=converted, skipped=skipped, damaged=damaged, stats=stats,
-                    real_labels=write_real_labels(dest, real_labels) if real_labels is not None else {})
+                    real_labels=write_real_labels(dest, real_labels) if real_labels is not None else {},
+                    partial=partial, warnings=warnings)
+
+
+def reading_order(splits: tuple[str, ...]) -> tuple[str, ...]:
+    """The order splits are read in: the evaluation sets, then val, then train. The small splits come
+    first, so that a shortfall only reading can find (a gzip stream's count) shows in minutes, not
+    after train's hours. The shared read's nodes read in this order too."""
+    return tuple(sorted(splits, key=lambda split: {"val": 1, "train": 2}.get(split, 0)))
 
 
 def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:
@@ -481,13 +539,29 @@ def scatter(source: Source, split: str, images: Iterator[Scattered], num_buckets
             result.seekable += image.seekable
             result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
         bar.finish()
-    expected, got = source.expected_count(split), len(seen)
-    if expected is not None and got != expected:
-        raise SourceError(f"the {split} source yielded {got} images, its labels list {expected}: "
-                          "the archive or folder is incomplete")
     if not seen:
         raise SourceError(f"the {split} split of {source.root} holds no images")
+    result.partial, result.warning = counted(source, split, len(seen), config.allow_partial)
     return result
+
+
+def counted(source: Source, split: str, got: int, allow_partial: bool) -> tuple[str | None, str | None]:
+    """After a split is read: (what it lacks, for the manifest's "partial"; a warning where nothing
+    declares its count). Refuses more images than declared, and fewer where only reading could count
+    them (a gzip stream's), unless --allow-partial."""
+    declared = source.declared(split)
+    too_many = excess(declared, got)
+    if too_many:
+        raise SourceError(too_many)
+    short = counted_shortfall(declared, got)
+    if short and not allow_partial:
+        raise SourceError(refusal([short]))
+    if short:
+        log.warning("--allow-partial: %s; prepared what is there (recorded in the manifest's \"partial\")", short)
+    warning = None if declared.images is not None else imagenet_1k_warning(split, len(source.classes), got)
+    if warning:
+        log.warning("%s (recorded in the manifest's \"warnings\")", warning)
+    return shortfall(declared) or short, warning
 
 
 def bad_image_stops_the_run(image: Scattered) -> PrepareError:

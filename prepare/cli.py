@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out images that do not decode (listed in the manifest) instead of stopping, and JPEGs "
                         "whose data libjpeg finds damaged (without it they are stored and listed as damaged)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="prepare what is there of a download that lacks what it declares (an archive, shard, Parquet "
+                        "file, class folder or image: without it prepare refuses, naming them); the manifest records "
+                        "what is missing under \"partial\"")
     p.add_argument("--force", action="store_true",
                    help="replace a dataset at --dest that was prepared with other options or is damaged")
     p.add_argument("--verify", action="store_true",
@@ -93,7 +97,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                          resize=args.resize, quality=args.quality, restart_mcus=args.restart_mcus,
                          skip_bad=args.skip_bad, force=args.force, verify=args.verify, workers=args.workers,
                          progress_interval=args.progress_interval, group=group, group_timeout_s=args.group_timeout,
-                         eval_sources=tuple(args.eval_source), real_labels=args.real_labels)
+                         eval_sources=tuple(args.eval_source), real_labels=args.real_labels,
+                         allow_partial=args.allow_partial)
 
 
 def setup_logging() -> None:

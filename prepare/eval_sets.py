@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from prepare.completeness import Declared, Gap
 from prepare.labels import builtin_class_names
 from prepare.sources import (
     FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, gzipped_tar_images, list_images,
@@ -33,7 +35,7 @@ from shards.manifest import ClassInfo
 V2_VARIANTS = {"matched-frequency": "v2", "threshold0.7": "v2-threshold", "top-images": "v2-top-images"}
 # as downloaded (imagenetv2-matched-frequency.tar.gz) or extracted (imagenetv2-matched-frequency-format-val)
 V2_NAME = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val|\.tar\.gz)?$")
-V2_IMAGES = 10_000  # in each variant
+V2_PER_CLASS = 10  # images in each class of each variant: 10,000 in ImageNet-1k's 1,000
 REAL_VAL_KEY = "ILSVRC2012_val_{:08d}"  # real.json's i-th entry is this key of i + 1
 
 
@@ -102,6 +104,21 @@ class ImageNetV2:
     def count(self) -> int | None:
         """Images it holds where listed (the archive states no count)."""
         return None if self.images is None else len(self.images)
+
+    def declared(self) -> Declared:
+        """ImageNetV2's 10 images in each class (10,000 in ImageNet-1k's 1,000): where extracted, the
+        classes short of them named before reading; an archive counted as it is read."""
+        by = f"ImageNetV2 (10 in each of the {len(self.classes):,} classes)"
+        expected = V2_PER_CLASS * len(self.classes)
+        if self.images is None:
+            return Declared(self.split, images=expected, images_by=by)
+        per_wnid = collections.Counter(wnid for _, wnid, _ in self.images)
+        index = {wnid: i for i, wnid in enumerate(builtin_class_names())}
+        short = [(index.get(c.wnid, c.wnid), V2_PER_CLASS - per_wnid[c.wnid]) for c in self.classes
+                 if per_wnid[c.wnid] < V2_PER_CLASS]
+        gap = Gap("images", expected, by, tuple(f"{folder}/ ({count})" for folder, count in short),
+                  count=sum(count for _, count in short))
+        return Declared(self.split, (gap,), expected, by, len(self.images))
 
 
 def v2_variant(path: Path) -> str:
@@ -194,12 +211,12 @@ class WithEvalSets(Source):
     def split_bytes(self, split: str) -> int:
         return self.v2[split].size if split in self.v2 else self.base.split_bytes(split)
 
-    def expected_count(self, split: str) -> int | None:
-        return self.v2[split].count() if split in self.v2 else self.base.expected_count(split)
+    def declared(self, split: str) -> Declared:
+        return self.v2[split].declared() if split in self.v2 else self.base.declared(split)
 
     def estimated_count(self, split: str) -> int:
         if split in self.v2:
-            return self.v2[split].count() or V2_IMAGES
+            return self.v2[split].count() or V2_PER_CLASS * len(self.classes)
         return self.base.estimated_count(split)
 
     def real_labels(self, val_keys: set[str]) -> dict[str, list[int]] | None:

@@ -23,6 +23,7 @@ from prepare.labels import (
     LabelError, builtin_class_names, check_sorted_order, check_val_labels, class_table, leaf_synsets, parse_hf_classes,
     parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
 )
+from prepare.completeness import Declared, Gap, numbering_gap
 from prepare.sources import (
     DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, gzipped_tar_images, image_stem,
     iterate_whole_tar, readable_file,
@@ -146,21 +147,22 @@ def hf_script_train_count(folders: list[Path]) -> int | None:
     return None
 
 
-def hf_train_archives(data: Path, folders: list[Path]) -> list[Path]:
-    """train_images_0.tar.gz ... in number order, all of them: numbered from 0 without a gap, as many
-    as the loading script reads where it is beside them."""
-    numbered = sorted((int(m.group(1)), data / p.name) for p in data.iterdir() if (m := HF_TRAIN.match(p.name)))
-    if not numbered:
-        raise SourceError(f"{data} holds no train_images_N.tar.gz: download ILSVRC/imagenet-1k's train archives")
-    stated = hf_script_train_count(folders)
-    expected = list(range(stated if stated is not None else numbered[-1][0] + 1))
-    numbers = [n for n, _ in numbered]
-    if numbers != expected:
-        missing = sorted(set(expected) - set(numbers))
-        because = f" ({HF_SCRIPT} reads {stated})" if stated is not None else ""
-        raise SourceError(f"{data} holds train archives number {numbers}, expected 0..{len(expected) - 1}{because}: "
-                          + (f"download train_images_{missing[0]}.tar.gz" if missing else "remove the others"))
-    return [readable_file(path, "a train archive") for _, path in numbered]
+def hf_train_archives(data: Path) -> dict[int, Path]:
+    """train_images_N.tar.gz by N, those present."""
+    return {int(m.group(1)): data / p.name for p in sorted(data.iterdir()) if (m := HF_TRAIN.match(p.name))}
+
+
+def hf_train_gap(numbers: list[int], stated: int | None, data: Path) -> Gap:
+    """The train archives the loading script reads (`range(5)`) that are not there, or, without the
+    script, the gaps in their numbering. An archive beyond the script's count is refused."""
+    name = "train_images_{}.tar.gz".format
+    if stated is None:
+        return numbering_gap(numbers, name, "train archives")
+    beyond = [n for n in numbers if n >= stated]
+    if beyond:
+        raise SourceError(f"{data / name(beyond[0])}: {HF_SCRIPT} reads train archives 0..{stated - 1} only: remove "
+                          "it, or use the loading script that belongs to these archives")
+    return Gap("train archives", stated, HF_SCRIPT, tuple(name(n) for n in range(stated) if n not in numbers))
 
 
 def hf_files(root: Path) -> list[Path]:
@@ -171,7 +173,8 @@ def hf_files(root: Path) -> list[Path]:
     folders = hf_repository_folders(root, data)
     small = [folder / HF_SCRIPT for folder in folders if (folder / HF_SCRIPT).is_file()]
     extra = [path for path in (class_list_file(folders), hf_devkit(folders)) if path is not None]
-    return hf_train_archives(data, folders) + [hf_val_archive(data)] + sorted(set(extra)) + small
+    val = [data / HF_VAL] if (data / HF_VAL).is_file() else []
+    return [path for _, path in sorted(hf_train_archives(data).items())] + val + sorted(set(extra)) + small
 
 
 def hf_val_archive(data: Path) -> Path:
@@ -192,7 +195,12 @@ class HubArchives(Source):
         if data is None:
             raise SourceError(f"{root} holds no {HF_DATA}/train_images_N.tar.gz or {HF_VAL}")
         folders = hf_repository_folders(root, data)
-        self.archives = {"train": hf_train_archives(data, folders), "val": [hf_val_archive(data)]}
+        train = hf_train_archives(data)
+        if not train:
+            raise SourceError(f"{data} holds no train_images_N.tar.gz: download ILSVRC/imagenet-1k's train archives")
+        self.train_gap = hf_train_gap(sorted(train), hf_script_train_count(folders), data)
+        self.archives = {"train": [readable_file(path, "a train archive") for _, path in sorted(train.items())],
+                         "val": [hf_val_archive(data)]}
         self.class_list = read_class_list(class_list_file(folders))
         self.classes = self.class_list.classes
         devkit = hf_devkit(folders)
@@ -208,16 +216,21 @@ class HubArchives(Source):
     def split_bytes(self, split: str) -> int:
         return sum(path.stat().st_size for path in self.archives[split])
 
-    def expected_count(self, split: str) -> int | None:
-        """val: the devkit's ground truth where the devkit is beside the data; the layout states no count."""
-        return len(self.val_wnids) if split == "val" and self.val_wnids is not None else None
+    def declared(self, split: str) -> Declared:
+        """train: the archives the loading script reads (or their numbering); val: the devkit's ground
+        truth where the devkit is beside the data (counted as the stream is read)."""
+        if split == "train":
+            return Declared(split, (self.train_gap,))
+        if self.val_wnids is None:
+            return Declared(split)
+        return Declared(split, images=len(self.val_wnids), images_by="the devkit's ground truth")
 
     def val_keys(self) -> set[str] | None:
         """With the devkit beside the archives: its ground truth's keys."""
         return set(self.val_wnids) if self.val_wnids is not None else None
 
     def estimated_count(self, split: str) -> int:
-        return self.expected_count(split) or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
+        return self.declared(split).images or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
 
 
 # ---------------------------------------------------------------- timm/imagenet-1k-wds: WebDataset shards
@@ -347,8 +360,8 @@ def wds_split_info(entry, where: str) -> WdsSplit:
 
 
 def wds_splits(root: Path) -> dict[str, WdsSplit]:
-    """Each split's shards: as _info.json lists them where it is there, else the shard files present
-    (then without counts)."""
+    """Each split's shards: as _info.json lists them where it is there (present or not), else the shard
+    files present (then without counts)."""
     info = root / TIMM_INFO
     if info.is_file():
         listed = parse_wds_info(readable_file(info, "it lists the shards").read_text(), str(info))
@@ -364,16 +377,34 @@ def wds_splits(root: Path) -> dict[str, WdsSplit]:
     return {split: WdsSplit(names, None, None) for split, names in found.items()}
 
 
-def wds_shard_paths(root: Path, split: WdsSplit, origin: str) -> list[Path]:
-    return [readable_file(root / name, f"a shard {origin} lists: download it") for name in split.filenames]
+WDS_NUMBER = re.compile(r"^(imagenet1k-(?:train|validation)-)(\d+)\.tar$")  # the shards' names, numbered from 0
+
+
+def wds_gap(root: Path, split: WdsSplit, info: bool) -> Gap:
+    """The shards _info.json lists that are not there; without it, the gaps in the numbering of those
+    that are (imagenet1k-train-0000.tar ...)."""
+    if info:
+        return Gap("shards", len(split.filenames), TIMM_INFO,
+                   tuple(name for name in split.filenames if not (root / name).exists()))
+    numbered = [m for name in split.filenames if (m := WDS_NUMBER.match(name))]
+    if not numbered:
+        return Gap("shards", len(split.filenames), "the files present")
+    prefix, width = numbered[0].group(1), len(numbered[0].group(2))
+    return numbering_gap([int(m.group(2)) for m in numbered], lambda n: f"{prefix}{n:0{width}d}.tar", "shards")
 
 
 def wds_files(root: Path) -> list[Path]:
-    """timm/imagenet-1k-wds's files that identify it: the shards, _info.json and the class list."""
+    """timm/imagenet-1k-wds's files that identify it: the shards present, _info.json and the class list."""
     splits = wds_splits(root)
-    shards = [path for split in SPLITS for path in wds_shard_paths(root, splits[split], TIMM_INFO)]
+    shards = [root / name for split in SPLITS for name in splits[split].filenames if (root / name).is_file()]
     small = [path for path in (root / TIMM_INFO, class_list_file([root])) if path is not None and path.is_file()]
     return shards + small
+
+
+def wds_shards_present(root: Path, listed: WdsSplit, missing: set[str], wnids: tuple[str, ...]) -> list[WdsShard]:
+    lengths = listed.shard_lengths or (None,) * len(listed.filenames)
+    present = [(root / name, count) for name, count in zip(listed.filenames, lengths) if name not in missing]
+    return [WdsShard(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids) for path, count in present]
 
 
 class WdsShards(Source):
@@ -387,12 +418,13 @@ class WdsShards(Source):
         self.class_list = read_class_list(class_list_file([root]))
         self.classes = self.class_list.classes
         wnids = tuple(c.wnid for c in self.classes)
-        self._parts = {}
-        for split, info in self.splits_info.items():
-            paths = wds_shard_paths(root, info, TIMM_INFO)
-            lengths = info.shard_lengths or (None,) * len(paths)
-            self._parts[split] = [WdsShard(str(path), path.stat().st_size, count, wnids)
-                                  for path, count in zip(paths, lengths)]
+        info = (root / TIMM_INFO).is_file()
+        self._parts, self._declared = {}, {}
+        for split, listed in self.splits_info.items():
+            gap = wds_gap(root, listed, info)
+            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids)
+            found = sum(part.count for part in self._parts[split]) if listed.shard_lengths else None
+            self._declared[split] = Declared(split, (gap,), listed.num_samples, TIMM_INFO if info else None, found)
 
     def parts(self, split: str) -> list[WdsShard]:
         return list(self._parts[split])
@@ -400,9 +432,10 @@ class WdsShards(Source):
     def split_bytes(self, split: str) -> int:
         return sum(part.size for part in self._parts[split])
 
-    def expected_count(self, split: str) -> int | None:
-        """What _info.json states (each shard's count is checked as it is read)."""
-        return self.splits_info[split].num_samples
+    def declared(self, split: str) -> Declared:
+        """_info.json's shards and counts (each shard's count is checked as it is read); without it, the
+        numbering of the shards present."""
+        return self._declared[split]
 
     def estimated_count(self, split: str) -> int:
-        return self.expected_count(split) or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
+        return self.declared(split).images or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)

@@ -39,6 +39,7 @@ class Synset:
     wnid: str
     words: str
     num_children: int
+    num_train_images: int | None = None  # the devkit's count of the class's train images (None: not given)
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,19 @@ class Devkit:
 def parse_meta_mat(data: bytes) -> list[Synset]:
     """Every synset of the devkit's meta.mat (leaves and internal nodes), in file order."""
     table = scipy.io.loadmat(io.BytesIO(data), squeeze_me=True)["synsets"]
+    counted = "num_train_images" in (table.dtype.names or ())
     return [
-        Synset(int(row["ILSVRC2012_ID"]), str(row["WNID"]), str(row["words"]), int(row["num_children"]))
+        Synset(int(row["ILSVRC2012_ID"]), str(row["WNID"]), str(row["words"]), int(row["num_children"]),
+               int(row["num_train_images"]) if counted else None)
         for row in table.ravel()
     ]
+
+
+def devkit_train_count(devkit: "Devkit") -> int | None:
+    """How many train images the devkit's meta.mat says the classes hold (1,281,167 in ILSVRC2012's);
+    None where it does not count them all."""
+    counts = [s.num_train_images for s in leaf_synsets(devkit.synsets)]
+    return None if any(c is None for c in counts) else sum(counts)
 
 
 def leaf_synsets(synsets: list[Synset]) -> list[Synset]:
@@ -91,6 +101,20 @@ def parse_kaggle_val_solution(text: str) -> dict[str, str]:
             raise LabelError(f"LOC_val_solution.csv: no wnid for {row['ImageId']}")
         labels[row["ImageId"]] = tokens[0]
     return labels
+
+
+def parse_train_cls(text: str, origin: str) -> dict[str, str]:
+    """Kaggle's ILSVRC/ImageSets/CLS-LOC/train_cls.txt: 'n01440764/n01440764_10026 1' per train image ->
+    {key: wnid}."""
+    listed = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        wnid, slash, key = line.split()[0].partition("/")
+        if not slash or not WNID.match(wnid) or not key:
+            raise LabelError(f"{origin} line {number}: expected '<wnid>/<image> <number>', got {line[:60]!r}")
+        listed[key] = wnid
+    return listed
 
 
 def parse_synset_mapping(text: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A small ImageNet in the exact official layouts, for the demo, the tests and the benchmarks.
 
-    python -m prepare.sample OUT [--layout official|imagefolder|kaggle|hf-imagenet-1k|timm-wds|all] ...
+    python -m prepare.sample OUT [--layout official|imagefolder|kaggle|kaggle-zip|hf-imagenet-1k|timm-wds|hf-parquet|all] ...
 
 The official layout has the real structure: an outer train tar of per-class tars, a flat val tar,
 and a devkit tar.gz whose meta.mat holds leaf and internal synsets with ILSVRC2012_IDs that are
@@ -13,8 +13,11 @@ validation accuracy is itself a check that the labels are right.
 
 The Hugging Face hub's layouts hold the same images: ILSVRC/imagenet-1k's gzipped tars named by its
 loading script's rule (<stem>_<wnid>.JPEG) with its classes.py, and timm/imagenet-1k-wds's shuffled
-WebDataset shards with their _info.json (and a LOC_synset_mapping.txt: the sample's classes are not
-ImageNet-1k's 1000, so .cls numbers need the class list beside them).
+WebDataset shards with their _info.json, as TensorFlow Datasets wrote them (.cls numbers ImageNet-1k's
+1000 classes, no class list beside, the CMYK JPEGs and the PNG re-encoded). The sample's classes are
+real ImageNet-1k classes, so every layout can hold them.
+ILSVRC/imagenet-1k's Parquet (its `main` branch since 2025) holds them as rows of image {bytes, path}
+and label (the 1000-class index), with a README.md whose YAML header counts the splits.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import multiprocessing
 import random
 import tarfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +38,7 @@ import numpy as np
 import scipy.io
 from PIL import Image, ImageDraw, ImageFilter
 
+from prepare.labels import builtin_class_names
 from shards.resources import available_cpus
 
 # Real ImageNet classes (their wnids, words and the real ILSVRC2012_IDs are not needed: ours are
@@ -67,7 +72,13 @@ class SampleImages:
 
 
 def class_names(count: int) -> list[tuple[str, str]]:
-    extra = [(f"n{9_000_000 + i:08d}", f"synthetic class {i}") for i in range(max(0, count - len(REAL_CLASSES)))]
+    """The first `count` of REAL_CLASSES, then the other ImageNet-1k classes in sorted order: every
+    sample class is a real one, so layouts labelled by ImageNet-1k's 1000-class index (the hub's
+    Parquet, timm's shards) can hold it."""
+    if count > len(builtin_class_names()):
+        raise ValueError(f"the sample holds at most ImageNet-1k's {len(builtin_class_names())} classes")
+    taken = {wnid for wnid, _ in REAL_CLASSES}
+    extra = [(wnid, words) for wnid, words in builtin_class_names().items() if wnid not in taken]
     return (REAL_CLASSES + extra)[:count]
 
 
@@ -230,16 +241,42 @@ def write_imagefolder(out: Path, images: SampleImages) -> None:
     write_tree(out / "val", images.val, by_class=True)
 
 
+def kaggle_files(images: SampleImages) -> list[tuple[str, bytes]]:
+    """Kaggle's imagenet-object-localization-challenge as it unzips, (path, bytes): the images under
+    ILSVRC/Data/CLS-LOC/ (train in <wnid>/ folders, val flat), LOC_synset_mapping.txt, LOC_val_solution.csv
+    (the first token of each box list is the wnid), and ILSVRC/ImageSets/CLS-LOC/train_cls.txt and val.txt."""
+    data, sets = "ILSVRC/Data/CLS-LOC", "ILSVRC/ImageSets/CLS-LOC"
+    solution = io.StringIO(newline="")
+    writer = csv.writer(solution, lineterminator="\n")
+    writer.writerow(["ImageId", "PredictionString"])
+    for key, wnid, _ in images.val:
+        writer.writerow([key, f"{wnid} 10 20 200 180 {wnid} 30 40 220 200"])
+    train_cls = "".join(f"{wnid}/{key} {n}\n" for n, (key, wnid, _) in enumerate(images.train, start=1))
+    val_list = "".join(f"{key} {n}\n" for n, (key, _, _) in enumerate(sorted(images.val), start=1))
+    return ([("LOC_synset_mapping.txt", synset_mapping(images).encode()),
+             ("LOC_val_solution.csv", solution.getvalue().encode()),
+             (f"{sets}/train_cls.txt", train_cls.encode()), (f"{sets}/val.txt", val_list.encode())]
+            + [(f"{data}/train/{wnid}/{key}.JPEG", d) for key, wnid, d in images.train]
+            + [(f"{data}/val/{key}.JPEG", d) for key, _, d in images.val])
+
+
 def write_kaggle(out: Path, images: SampleImages) -> None:
-    data = out / "ILSVRC" / "Data" / "CLS-LOC"
-    write_tree(data / "train", images.train, by_class=True)
-    write_tree(data / "val", images.val, by_class=False)
-    with open(out / "LOC_val_solution.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["ImageId", "PredictionString"])
-        for key, wnid, _ in images.val:
-            writer.writerow([key, f"{wnid} 10 20 200 180 {wnid} 30 40 220 200"])
-    (out / "LOC_synset_mapping.txt").write_text(synset_mapping(images))
+    for name, data in kaggle_files(images):
+        write_if_changed(out / name, data)
+
+
+KAGGLE_ZIP = "imagenet-object-localization-challenge.zip"
+
+
+def write_kaggle_zip(out: Path, images: SampleImages) -> None:
+    """Kaggle's download as it comes: one zip of kaggle_files (deflated, fixed times: the same bytes on
+    a rerun), in `out`."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in kaggle_files(images):
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2019, 1, 1, 0, 0, 0)), data,
+                             compress_type=zipfile.ZIP_DEFLATED)
+    write_if_changed(out / KAGGLE_ZIP, buffer.getvalue())
 
 
 def synset_mapping(images: SampleImages) -> str:
@@ -281,17 +318,75 @@ def write_hf_imagenet(out: Path, images: SampleImages) -> None:
     write_if_changed(out / "imagenet-1k.py", HF_SCRIPT.encode())
 
 
+HF_PARQUET_FILES = {"train": 2, "validation": 1, "test": 1}  # the hub's split -> its files
+HF_PARQUET_ROW_GROUP = 100  # rows a row group holds: the hub's image data is written so
+
+
+def write_hf_parquet(out: Path, images: SampleImages, row_group_rows: int = HF_PARQUET_ROW_GROUP) -> None:
+    """ILSVRC/imagenet-1k's `main` branch as the hub holds it since its conversion to Parquet:
+    data/train-0000i-of-00002.parquet (the train rows in two halves, archive order),
+    data/validation-00000-of-00001.parquet and a tiny data/test-00000-of-00001.parquet (label -1:
+    prepare never reads it), rows of image {bytes, path: <stem>_<wnid>.JPEG} and label (the class's
+    place among ImageNet-1k's 1000 sorted wnids), in row groups of `row_group_rows`; README.md with
+    the YAML header the hub writes (configs, dataset_info's features and splits)."""
+    index = {wnid: i for i, wnid in enumerate(sorted(builtin_class_names()))}
+    splits = {"train": [(f"{key}_{wnid}.JPEG", data, index[wnid]) for key, wnid, data in images.train],
+              "validation": [(f"{key}_{wnid}.JPEG", data, index[wnid]) for key, wnid, data in images.val],
+              "test": [(f"ILSVRC2012_test_{n:08d}.JPEG", data, -1) for n, (_, _, data) in enumerate(images.val[:2], 1)]}
+    for split, rows in splits.items():
+        count = HF_PARQUET_FILES[split]
+        per_file = -(-len(rows) // count)
+        for n in range(count):
+            write_if_changed(out / "data" / f"{split}-{n:05d}-of-{count:05d}.parquet",
+                             parquet_bytes(rows[n * per_file:(n + 1) * per_file], row_group_rows))
+    counts = {split: (len(rows), sum(len(data) for _, data, _ in rows)) for split, rows in splits.items()}
+    write_if_changed(out / "README.md", hf_readme(counts).encode())
+
+
+def parquet_bytes(rows: list[tuple[str | None, bytes, int]], row_group_rows: int) -> bytes:
+    """A Parquet file of (path, image bytes, label) rows as `datasets` writes them: the image a struct
+    {bytes, path}, the label int64, the features in the schema's "huggingface" metadata."""
+    import pyarrow as pa  # here: the other layouts' samples need no pyarrow
+    import pyarrow.parquet as pq
+
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    features = {"info": {"features": {"image": {"_type": "Image"},
+                                      "label": {"names": list(builtin_class_names().values()), "_type": "ClassLabel"}}}}
+    schema = pa.schema([("image", image), ("label", pa.int64())], metadata={"huggingface": json.dumps(features)})
+    table = pa.table([pa.array([{"bytes": data, "path": path} for path, data, _ in rows], image),
+                      pa.array([label for _, _, label in rows], pa.int64())], schema=schema)
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=row_group_rows, use_dictionary=False)  # no image repeats
+    return out.getvalue()
+
+
+def hf_readme(counts: dict[str, tuple[int, int]]) -> str:
+    """README.md of ILSVRC/imagenet-1k as the Parquet conversion leaves it: the YAML header (what prepare
+    reads: dataset_info's splits and their num_examples), then the card. counts: split -> (rows, bytes)."""
+    names = "".join(f"          '{i}': '{words.replace(chr(39), chr(39) * 2)}'\n"
+                    for i, words in enumerate(builtin_class_names().values()))
+    splits = "".join(f"  - name: {split}\n    num_bytes: {size}\n    num_examples: {rows}\n"
+                     for split, (rows, size) in counts.items())
+    files = "".join(f"  - split: {split}\n    path: data/{split}-*\n" for split in counts)
+    total = sum(size for _, size in counts.values())
+    return ("---\nannotations_creators:\n- crowdsourced\nlanguage:\n- en\nlicense:\n- other\npretty_name: ImageNet\n"
+            "task_categories:\n- image-classification\ndataset_info:\n  features:\n  - name: image\n    dtype: image\n"
+            f"  - name: label\n    dtype:\n      class_label:\n        names:\n{names}  splits:\n{splits}"
+            f"  download_size: {total}\n  dataset_size: {total}\nconfigs:\n- config_name: default\n  data_files:\n"
+            f"{files}---\n\n# Dataset Card for ImageNet\n\nprepare.sample's stand-in for ILSVRC/imagenet-1k.\n")
+
+
 TIMM_SHARDS = {"train": ("train", "imagenet1k-train-{:04d}.tar", 3),  # split: (timm's name, shard name, shards)
                "val": ("validation", "imagenet1k-validation-{:02d}.tar", 2)}
 
 
 def write_timm_wds(out: Path, images: SampleImages) -> None:
-    """timm/imagenet-1k-wds as the hub holds it: each split's samples shuffled into a few shards of
-    KEY.cls (the sorted-wnid class index), KEY.jpg and KEY.json ({"filename", "label", "class_name"}), the
-    tar keys a running number (the original name is in the json), _info.json counting them, and
-    LOC_synset_mapping.txt."""
-    index = {wnid: i for i, (wnid, _, _) in enumerate(sorted(images.classes))}
-    words = {wnid: w for wnid, w, _ in images.classes}
+    """timm/imagenet-1k-wds as the hub holds it, written from TensorFlow Datasets: each split's samples
+    shuffled into a few shards keyed by the original file's stem, each KEY.cls (the index among
+    ImageNet-1k's 1000 sorted wnids), KEY.jpg and KEY.json ({"label", "width", "height", "filename"}),
+    and _info.json counting them; no class list beside. As TFDS did, the CMYK JPEGs and the PNG are
+    re-encoded as RGB JPEGs (`tfds_image`): their bytes differ from the official archives'."""
+    index = {wnid: i for i, wnid in enumerate(builtin_class_names())}
     splits = {}
     for split, rows in (("train", images.train), ("val", images.val)):
         name, pattern, count = TIMM_SHARDS[split]
@@ -301,22 +396,32 @@ def write_timm_wds(out: Path, images: SampleImages) -> None:
         for shard in range(count):
             samples = shuffled[shard::count]
             members = []
-            for number, (key, wnid, data) in enumerate(samples):
-                meta = {"filename": f"{key}.JPEG", "label": index[wnid], "class_name": words[wnid]}
-                tar_key = f"{split}{shard:02d}{number:06d}"
-                members += [(f"{tar_key}.cls", str(index[wnid]).encode()), (f"{tar_key}.jpg", data),
-                            (f"{tar_key}.json", json.dumps(meta).encode())]
+            for key, wnid, data in samples:
+                image, (width, height) = tfds_image(data)
+                meta = {"label": index[wnid], "width": width, "height": height, "filename": f"{key}.JPEG"}
+                members += [(f"{key}.cls", str(index[wnid]).encode()), (f"{key}.jpg", image),
+                            (f"{key}.json", json.dumps(meta).encode())]
             filenames.append(pattern.format(shard))
             lengths.append(len(samples))
             write_if_changed(out / filenames[-1], tar_bytes(members))
         splits[name] = {"name": name, "num_samples": sum(lengths), "filenames": filenames, "shard_lengths": lengths}
-    info = {"name": "imagenet-1k", "splits": splits}
+    info = {"name": "imagenet1k", "splits": splits}
     write_if_changed(out / "_info.json", (json.dumps(info, indent=2) + "\n").encode())
-    write_if_changed(out / "LOC_synset_mapping.txt", synset_mapping(images).encode())
+
+
+def tfds_image(data: bytes) -> tuple[bytes, tuple[int, int]]:
+    """An image as TensorFlow Datasets stored it: RGB and grayscale JPEGs as they are, anything else
+    (CMYK, the PNG) re-encoded as an RGB JPEG. With its size."""
+    image = Image.open(io.BytesIO(data))
+    if image.format == "JPEG" and image.mode in ("RGB", "L"):
+        return data, image.size
+    return encode(image.convert("RGB"), "JPEG", 95), image.size
 
 
 WRITERS = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle,
-           "hf-imagenet-1k": write_hf_imagenet, "timm-wds": write_timm_wds}
+           "kaggle-zip": write_kaggle_zip,
+           "hf-imagenet-1k": write_hf_imagenet, "timm-wds": write_timm_wds,
+           "hf-parquet": write_hf_parquet}
 
 
 def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSpec(), workers: int = 1) -> SampleImages:

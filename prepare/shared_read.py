@@ -30,8 +30,8 @@ from typing import Iterator
 
 from prepare.builder import (
     BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, dataset_estimate, make_dest, open_prepare_source, scatter_items, threads_per_part,
-    verified_existing,
+    checked_identity, dataset_estimate, make_dest, open_prepare_source, reading_order, scatter_items,
+    threads_per_part, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
@@ -360,7 +360,7 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
     shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
     try:
         with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-            for split in source.splits:
+            for split in reading_order(source.splits):  # as the building nodes read them
                 work = work_root / split
                 work.mkdir(parents=True)
                 num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)

@@ -1,17 +1,16 @@
-"""What every source layout shares, and the three layouts of ImageNet's own files.
+"""What every source layout shares, and the layout of ImageNet's official archives.
 
 - The rules for names: a sample key from a member or file name (`image_key`), `SourceError`, `Item`.
 - Tars read without webdataset: `iterate_tar` (sliced where plain), `iterate_whole_tar` (streamed and
   proven whole), the byte ranges of the official archives (`read_range`, `archive_members`).
-- `Source`, the base class of a layout: its classes, labels and parts.
+- `Source`, the base class of a layout: its classes, labels, parts, and what the download declares
+  it holds (`declared`, prepare/completeness.py); files listed in chunks (`FileChunk`).
 - official:    ILSVRC2012_img_train.tar (one tar per class inside), ILSVRC2012_img_val.tar,
                ILSVRC2012_devkit_t12.tar.gz; read as streams, never extracted (`OfficialArchives`).
-- imagefolder: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (or a flat val/ plus the devkit) (`ImageFolderTree`).
-- kaggle:      ILSVRC/Data/CLS-LOC/{train/<wnid>/,val/} with LOC_val_solution.csv and
-               LOC_synset_mapping.txt (`KaggleTree`).
 
-The Hugging Face hub's two layouts are in prepare/hub_sources.py; which layout a folder holds, and
-opening it, in prepare/layouts.py.
+The extracted and Kaggle trees (on disk or in Kaggle's zip) are in prepare/trees.py and
+prepare/zip_tree.py, the Hugging Face hub's layouts in prepare/hub_sources.py and prepare/hub_parquet.py;
+which layout a folder holds, and opening it, in prepare/layouts.py.
 
 Names inside archives only ever become sample keys inside shards, never paths on disk.
 """
@@ -32,9 +31,10 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
+from prepare.completeness import Declared, Gap
 from prepare.labels import (
-    Devkit, LabelError, check_val_labels, class_table, leaf_synsets, parse_kaggle_val_solution, parse_synset_mapping,
-    read_devkit, val_wnids_from_devkit, WNID,
+    Devkit, LabelError, check_val_labels, class_table, devkit_train_count, leaf_synsets, read_devkit,
+    val_wnids_from_devkit, WNID,
 )
 from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
@@ -44,7 +44,7 @@ from shards.manifest import ClassInfo
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
 DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
-KAGGLE_DATA = Path("ILSVRC/Data/CLS-LOC")
+KAGGLE_DATA = "ILSVRC/Data/CLS-LOC"
 KAGGLE_VAL_CSV = "LOC_val_solution.csv"
 KAGGLE_SYNSETS = "LOC_synset_mapping.txt"
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
@@ -363,9 +363,10 @@ class Source:
         """Bytes of a split in the source (exact for archives, estimated for trees)."""
         raise NotImplementedError
 
-    def expected_count(self, split: str) -> int | None:
-        """How many images the split must yield, where the labels say so (the val ground truth)."""
-        return None
+    def declared(self, split: str) -> Declared:
+        """What the download declares the split holds (its pieces and count), and what of it is there
+        before anything is read: prepare checks it before writing (prepare/completeness.py)."""
+        return Declared(split)
 
     def estimated_count(self, split: str) -> int:
         """About how many images the split holds, before reading it (for the disk-space check)."""
@@ -444,21 +445,32 @@ class OfficialArchives(Source):
         self.classes = class_table([s.wnid for s in leaves], {s.wnid: s.words for s in leaves})
         self.val_wnids = val_wnids_from_devkit(self.devkit)
         check_val_labels(self.val_wnids, self.classes)
+        self._parts = {"train": self.class_tars(), "val": self.val_ranges()}  # the archives' headers, read once
 
     def split_bytes(self, split: str) -> int:
         return (self.train_tar if split == "train" else self.val_tar).stat().st_size
 
-    def expected_count(self, split: str) -> int | None:
-        return len(self.val_wnids) if split == "val" else None
+    def declared(self, split: str) -> Declared:
+        """train: the devkit's classes (a class tar each) and their train counts; val: its ground truth."""
+        if split == "train":
+            present = {part.wnid for part in self._parts["train"]}
+            missing = tuple(f"{c.wnid}.tar" for c in self.classes if c.wnid not in present)
+            gap = Gap("class archives", len(self.classes), "the devkit's meta.mat", missing)
+            count = devkit_train_count(self.devkit)
+            return Declared(split, (gap,), count, "the devkit's meta.mat" if count is not None else None)
+        present = {key for part in self._parts["val"] for key in part.labels}
+        missing = tuple(key for key in self.val_wnids if key not in present)
+        gap = Gap("images", len(self.val_wnids), "the devkit's ground truth", missing)
+        return Declared(split, (gap,), len(self.val_wnids), "the devkit's ground truth", len(present))
 
     def val_keys(self) -> set[str]:
-        return set(self.val_wnids)
+        return {key for part in self._parts["val"] for key in part.labels}
 
     def estimated_count(self, split: str) -> int:
         """val: the ground truth's count; train: the first class tar's count, scaled by bytes."""
         if split == "val":
             return len(self.val_wnids)
-        first = self.class_tars()[0]
+        first = self._parts["train"][0]
         with open(self.train_tar, "rb") as f:
             f.seek(first.offset)
             with tarfile.open(fileobj=f, mode="r:") as inner:  # its headers only: seeks over the images
@@ -466,11 +478,11 @@ class OfficialArchives(Source):
         return round(count * self.split_bytes("train") / max(first.size, 1))
 
     def parts(self, split: str) -> list[ClassTar] | list[MemberRange]:
-        return self.class_tars() if split == "train" else self.val_ranges()
+        return list(self._parts[split])
 
     def class_tars(self) -> list[ClassTar]:
         """The class tars of the train archive, located from its headers, checked against the
-        devkit's classes."""
+        devkit's classes (those missing are named by `declared`)."""
         known = self.class_index()
         parts = []
         for member in archive_members(self.train_tar):
@@ -481,10 +493,6 @@ class OfficialArchives(Source):
                 raise SourceError(f"{self.train_tar}:{member.name}: class {wnid} is not a leaf synset of the "
                                   "devkit's meta.mat")
             parts.append(ClassTar(str(self.train_tar), wnid, member.name, member.offset_data, member.size))
-        missing = sorted(set(known) - {p.wnid for p in parts})
-        if missing:
-            raise SourceError(f"{self.train_tar} holds {len(parts)} class archives, the devkit lists {len(known)} "
-                              f"(missing e.g. {missing[:3]}): the archive is incomplete, download it again")
         return parts
 
     def val_ranges(self, per_range: int = 500) -> list[MemberRange]:
@@ -506,7 +514,7 @@ class OfficialArchives(Source):
         return ranges
 
 
-# ---------------------------------------------------------------- extracted trees: imagefolder, Kaggle
+# ---------------------------------------------------------------- files, in chunks (prepare/trees.py's layouts)
 
 @dataclass(frozen=True)
 class FileChunk:
@@ -541,106 +549,24 @@ def list_images(folder: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def list_class_tree(folder: Path) -> list[tuple[str, str, Path]]:
-    """(key, wnid, path) for <folder>/<wnid>/<image>, sorted; other folders are ignored."""
-    if not folder.is_dir():
-        raise SourceError(f"{folder} not found: the split's images are expected there")
-    listed = []
-    for wnid in sorted(p.name for p in folder.iterdir() if p.is_dir() and WNID.match(p.name)):
-        listed.extend((key, wnid, path) for key, path in list_images(folder / wnid))
-    if not listed:
-        raise SourceError(f"{folder} holds no <wnid>/ folders with images")
-    return listed
-
-
-def estimate_bytes(paths: list[Path], sample: int = 2000) -> int:
-    """Total size of many files from the sizes of a fixed sample of them (stat of 1.3 M files is slow)."""
-    if not paths:
+def estimate_bytes(files: list, size_of=lambda path: Path(path).stat().st_size, sample: int = 2000) -> int:
+    """Total size of many files from the sizes of a fixed sample of them (stat of 1.3 M files is slow).
+    The sample depends only on how many there are, so a zip's members listed as its extracted tree's
+    files give the tree's estimate."""
+    if not files:
         return 0
-    picked = random.Random(0).sample(paths, min(sample, len(paths)))
-    return int(sum(p.stat().st_size for p in picked) * len(paths) / len(picked))
+    picked = random.Random(0).sample(files, min(sample, len(files)))
+    return int(sum(map(size_of, picked)) * len(files) / len(picked))
 
 
-class TreeSource(Source):
-    """Images as files: train/<wnid>/ folders plus a val/ listing with labels."""
-
-    def __init__(self, root: Path, train_dir: Path, names: dict[str, str]):
-        self.root = root
-        self.listing = {"train": list_class_tree(train_dir)}
-        self.classes = class_table({wnid for _, wnid, _ in self.listing["train"]}, names)
-        self.listing["val"] = self.list_val()
-        check_val_labels({key: wnid for key, wnid, _ in self.listing["val"]}, self.classes)
-        self._bytes = {split: estimate_bytes([p for _, _, p in rows]) for split, rows in self.listing.items()}
-
-    def list_val(self) -> list[tuple[str, str, Path]]:
-        raise NotImplementedError
-
-    def split_bytes(self, split: str) -> int:
-        return self._bytes[split]
-
-    def expected_count(self, split: str) -> int | None:
-        return len(self.listing[split])
-
-    def val_keys(self) -> set[str]:
-        return {key for key, _, _ in self.listing["val"]}
-
-    def estimated_count(self, split: str) -> int:
-        return len(self.listing[split])
-
-    def parts(self, split: str) -> list[FileChunk]:
-        return file_chunks([(key, wnid, str(path)) for key, wnid, path in self.listing[split]], self._bytes[split])
+def sized_chunks(rows: list | tuple, total_bytes: int) -> list[tuple[tuple, int]]:
+    """Rows of a listing of files in consecutive chunks of FILES_PER_CHUNK (the parts), each with its
+    share of `total_bytes`."""
+    per_file = total_bytes / max(len(rows), 1)
+    return [(chunk, round(per_file * len(chunk)))
+            for chunk in (tuple(rows[i:i + FILES_PER_CHUNK]) for i in range(0, len(rows), FILES_PER_CHUNK))]
 
 
 def file_chunks(rows: list[tuple[str, str, str]] | tuple, total_bytes: int) -> list[FileChunk]:
     """(key, wnid, path) rows in chunks of FILES_PER_CHUNK, each sized by its share of `total_bytes`."""
-    per_file = total_bytes / max(len(rows), 1)
-    return [FileChunk(tuple(rows[i:i + FILES_PER_CHUNK]), round(per_file * len(rows[i:i + FILES_PER_CHUNK])))
-            for i in range(0, len(rows), FILES_PER_CHUNK)]
-
-
-def labelled_flat_folder(folder: Path, labels: dict[str, str], labels_file: str) -> list[tuple[str, str, Path]]:
-    if not folder.is_dir():
-        raise SourceError(f"{folder} not found: the validation images are expected there")
-    rows = []
-    for key, path in list_images(folder):
-        if key not in labels:
-            raise LabelError(f"{path}: no label for {key} in {labels_file}")
-        rows.append((key, labels[key], path))
-    return rows
-
-
-class ImageFolderTree(TreeSource):
-    layout = "imagefolder"
-
-    def __init__(self, root: Path):
-        self.devkit = read_devkit(root / DEVKIT) if (root / DEVKIT).is_file() else None
-        names = {}
-        if self.devkit:
-            names = {s.wnid: s.words for s in leaf_synsets(self.devkit.synsets)}
-        elif (root / KAGGLE_SYNSETS).is_file():
-            names = parse_synset_mapping((root / KAGGLE_SYNSETS).read_text())
-        super().__init__(root, root / "train", names)
-
-    def list_val(self) -> list[tuple[str, str, Path]]:
-        val = self.root / "val"
-        if not val.is_dir():
-            raise SourceError(f"{val} not found: the extracted tree needs val/<wnid>/*.JPEG next to train/")
-        if any(p.is_dir() and WNID.match(p.name) for p in val.iterdir()):
-            return list_class_tree(val)
-        if self.devkit is None:
-            raise SourceError(f"{val} holds images without <wnid>/ folders: put {DEVKIT} in {self.root} "
-                              "so that their labels can be read, or sort them into val/<wnid>/")
-        return labelled_flat_folder(val, val_wnids_from_devkit(self.devkit), DEVKIT)
-
-
-class KaggleTree(TreeSource):
-    layout = "kaggle"
-
-    def __init__(self, root: Path):
-        mapping = readable_file(root / KAGGLE_SYNSETS, "the Kaggle layout names its classes there")
-        readable_file(root / KAGGLE_VAL_CSV, "the Kaggle layout keeps its validation labels there")
-        super().__init__(root, root / KAGGLE_DATA / "train", parse_synset_mapping(mapping.read_text()))
-
-    def list_val(self) -> list[tuple[str, str, Path]]:
-        labels = parse_kaggle_val_solution((self.root / KAGGLE_VAL_CSV).read_text())
-        return labelled_flat_folder(self.root / KAGGLE_DATA / "val", labels, KAGGLE_VAL_CSV)
+    return [FileChunk(chunk, size) for chunk, size in sized_chunks(rows, total_bytes)]

@@ -66,6 +66,10 @@ class Manifest:
     # the ReaL label sets of the val images, where prepared: {"file", "bytes", "sha256", "images",
     # "labelled"} (the file is REAL_LABELS_FILE beside the manifest); empty without them
     real_labels: dict = field(default_factory=dict)
+    # split -> what it lacks against what the download declares, where prepared with --allow-partial
+    partial: dict[str, str] = field(default_factory=dict)
+    # split -> a count that differs from ImageNet-1k's where the download declares none (prepare's warning)
+    warnings: dict[str, str] = field(default_factory=dict)
     format: str = FORMAT
 
     def to_json(self) -> str:
@@ -90,6 +94,8 @@ class Manifest:
             damaged=raw.get("damaged", {}),
             stats=raw.get("stats", {}),
             real_labels=raw.get("real_labels", {}),
+            partial=raw.get("partial", {}),
+            warnings=raw.get("warnings", {}),
         )
 
     @property

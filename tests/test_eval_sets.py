@@ -32,9 +32,16 @@ def class_order(images) -> list[str]:
     return sorted({wnid for _, wnid, _ in images.train})
 
 
+def v2_images(images) -> list[tuple[str, str, bytes]]:
+    """The sample's val images twice over: ImageNetV2's 10 a class from the sample's 5 (file i is
+    v2_images[i])."""
+    return images.val + images.val
+
+
 def write_v2(folder: Path, images) -> Path:
-    """The sample's val images as an ImageNetV2 variant: a folder per ImageNet-1k class index, hashed names."""
-    for i, (_, wnid, data) in enumerate(images.val):
+    """The sample's val images as an ImageNetV2 variant: a folder per ImageNet-1k class index, 10 images
+    in each, hashed names."""
+    for i, (_, wnid, data) in enumerate(v2_images(images)):
         index_folder = folder / str(IMAGENET_1K.index(wnid))
         index_folder.mkdir(parents=True, exist_ok=True)
         (index_folder / f"{i:040x}.jpeg").write_bytes(data)
@@ -108,7 +115,7 @@ def test_v2_folders_that_are_not_class_indices_are_refused(tmp_path):
 
 def test_v2_keys_are_class_index_and_name_and_labels_the_class_of_the_index(tmp_path, images):
     v2 = read_v2(write_v2(tmp_path / V2_NAME, images), [ClassInfo(i, w, w) for i, w in enumerate(class_order(images))])
-    assert v2.split == "v2" and v2.count() == len(images.val)
+    assert v2.split == "v2" and v2.count() == len(v2_images(images))
     for key, wnid, path in v2.images:
         assert key == f"{Path(path).parent.name}_{Path(path).stem}"
         assert IMAGENET_1K[int(Path(path).parent.name)] == wnid
@@ -174,7 +181,7 @@ def test_metric_names_and_the_epoch_line():
 def test_prepare_adds_v2_as_a_split_and_keeps_the_real_sets(eval_dataset, images):
     dest, manifest, _, _ = eval_dataset
     assert list(manifest.splits) == ["train", "val", "v2"]
-    assert manifest.splits["v2"].samples == len(images.val)
+    assert manifest.splits["v2"].samples == len(v2_images(images))
     assert all((dest / s.name).is_file() and s.name.startswith("v2/v2-") for s in manifest.splits["v2"].shards)
     stored = json.loads((dest / REAL_LABELS_FILE).read_text())
     assert stored["labels"]["ILSVRC2012_val_00000001"] == [] and stored["labels"]["ILSVRC2012_val_00000002"] == list(range(6))  # the dataset's labels
@@ -184,7 +191,7 @@ def test_prepare_adds_v2_as_a_split_and_keeps_the_real_sets(eval_dataset, images
 
 
 def test_v2_samples_are_its_images_labelled_by_their_class_folder(eval_dataset, images):
-    """Each v2 image is one of the val images (write_v2's i-th file is images.val[i]): stored with the
+    """Each v2 image is one of the val images (write_v2's i-th file is v2_images[i]): stored with the
     same bytes as val stores it (the same rewrite), under the dataset's label of its folder's ImageNet-1k class."""
     import webdataset as wds
 
@@ -197,7 +204,7 @@ def test_v2_samples_are_its_images_labelled_by_their_class_folder(eval_dataset, 
     v2_samples, val_samples = stored("v2"), stored("val")
     files = sorted(v2.glob("*/*.jpeg"), key=lambda p: p.stem)
     assert v2_samples.keys() == {f"{p.parent.name}_{p.stem}" for p in files}
-    for path, (val_key, _, _) in zip(files, images.val):
+    for path, (val_key, _, _) in zip(files, v2_images(images)):
         label, jpeg = v2_samples[f"{path.parent.name}_{path.stem}"]
         assert label == val_samples[val_key][0] == class_order(images).index(IMAGENET_1K[int(path.parent.name)])
         assert jpeg == val_samples[val_key][1]

@@ -19,6 +19,7 @@ import webdataset as wds
 
 from conftest import SHARD_MB, config, run_module, tree_bytes
 from prepare.builder import PrepareError, prepare
+from prepare.completeness import shortfall
 from prepare.labels import LabelError, builtin_class_names, parse_class_list
 from prepare.layouts import detect_layout, fingerprint, open_source
 from prepare.sample import REAL_CLASSES, SampleSpec, make_sample, tar_bytes, write_hf_imagenet, write_timm_wds
@@ -63,18 +64,38 @@ def samples_of(dest: Path) -> dict[str, dict[str, tuple[bytes, bytes, bytes]]]:
 
 # ---------------------------------------------------------------- the same ImageNet from every layout
 
-def test_the_hub_layouts_give_the_official_layouts_classes_labels_and_samples(hub_prepared, prepared, images):
+def wnid_samples(dest: Path) -> dict[str, dict[str, tuple[str, bytes]]]:
+    """split -> key -> (wnid, .jpg) of every sample: what stays the same whatever the class table."""
+    return {split: {key: (json.loads(meta)["wnid"], jpg) for key, (_, jpg, meta) in samples.items()}
+            for split, samples in samples_of(dest).items()}
+
+
+def test_ilsvrcs_archives_give_the_official_layouts_classes_labels_and_samples(hub_prepared, prepared, images):
     official = read_manifest(prepared)
     expected = samples_of(prepared)
     truth = {wnid: i for i, wnid in enumerate(sorted(w for w, _, _ in images.classes))}
     assert {k: int(v[0]) for k, v in expected["val"].items()} == {k: truth[w] for k, w, _ in images.val}
-    for layout in HUB:
-        manifest = read_manifest(hub_prepared[layout])
-        assert manifest.source["layout"] == layout
-        assert manifest.classes == official.classes  # indices, wnids and words
-        assert samples_of(hub_prepared[layout]) == expected  # keys, labels, JPEG bytes and metadata, per split
-        assert manifest.converted == official.converted and manifest.damaged == official.damaged == {}
-        assert {s: manifest.splits[s].samples for s in ("train", "val")} == {"train": 180, "val": 30}
+    manifest = read_manifest(hub_prepared["hf-imagenet-1k"])
+    assert manifest.source["layout"] == "hf-imagenet-1k"
+    assert manifest.classes == official.classes  # indices, wnids and words
+    assert samples_of(hub_prepared["hf-imagenet-1k"]) == expected  # keys, labels, JPEG bytes and metadata, per split
+    assert manifest.converted == official.converted and manifest.damaged == official.damaged == {}
+    assert {s: manifest.splits[s].samples for s in ("train", "val")} == {"train": 180, "val": 30}
+
+
+def test_timms_shards_without_a_class_list_give_the_official_samples_as_tfds_stored_them(hub_prepared, prepared):
+    """timm/imagenet-1k-wds as TensorFlow Datasets wrote it: ImageNet-1k's 1000 classes from the built-in
+    table (no class list beside), the official keys and wnids, and the official bytes but for the images
+    TFDS re-encoded (CMYK, the PNG), which prepare then has nothing to convert."""
+    official, timm = read_manifest(prepared), read_manifest(hub_prepared["timm-wds"])
+    assert [(c.wnid, c.name) for c in timm.classes] == list(builtin_class_names().items())
+    expected, got = wnid_samples(prepared), wnid_samples(hub_prepared["timm-wds"])
+    reencoded = {key for key, note in official.converted.items() if not note.startswith("L JPEG")}
+    assert reencoded and set(timm.converted) == set(official.converted) - reencoded
+    for split in ("train", "val"):
+        assert {k: wnid for k, (wnid, _) in got[split].items()} == {k: wnid for k, (wnid, _) in expected[split].items()}
+        assert {k: jpg for k, (_, jpg) in got[split].items() if k not in reencoded} == {
+            k: jpg for k, (_, jpg) in expected[split].items() if k not in reencoded}
 
 
 def test_with_as_many_shards_every_layout_writes_byte_identical_shards(hub_sources, tmp_path, monkeypatch):
@@ -85,11 +106,11 @@ def test_with_as_many_shards_every_layout_writes_byte_identical_shards(hub_sourc
 
     monkeypatch.setattr(builder, "shard_count", lambda split_bytes, shard_bytes: 5)
     trees = {}
-    for layout in ("official", *HUB):
+    for layout in ("official", "hf-imagenet-1k"):
         prepare(config(hub_sources[layout], tmp_path / layout))
         trees[layout] = tree_bytes(tmp_path / layout)
     assert len(trees["official"]) == 10
-    assert trees["hf-imagenet-1k"] == trees["official"] == trees["timm-wds"]
+    assert trees["hf-imagenet-1k"] == trees["official"]
 
 
 def test_the_data_folder_itself_is_a_source_with_classes_py_from_its_parent(hub_sources, hub_prepared, tmp_path):
@@ -110,7 +131,7 @@ def test_fingerprints_name_the_archives_shards_and_class_lists(hub_sources):
     timm = fingerprint(hub_sources["timm-wds"], "timm-wds")
     assert [f["path"] for f in timm["files"]] == [
         "imagenet1k-train-0000.tar", "imagenet1k-train-0001.tar", "imagenet1k-train-0002.tar",
-        "imagenet1k-validation-00.tar", "imagenet1k-validation-01.tar", "_info.json", "LOC_synset_mapping.txt"]
+        "imagenet1k-validation-00.tar", "imagenet1k-validation-01.tar", "_info.json"]
     assert all(f["size"] > 0 and f["mtime_ns"] > 0 for f in hf["files"] + timm["files"])
 
 
@@ -143,8 +164,8 @@ def test_the_sample_writers_rewrite_the_same_bytes(tmp_path):
 def test_the_loader_reads_a_dataset_prepared_from_the_hub(hub_prepared, images):
     from train import ImageNetLoader
 
-    truth = {wnid: i for i, wnid in enumerate(sorted(w for w, _, _ in images.classes))}
     for layout in HUB:
+        truth = {c.wnid: c.index for c in read_manifest(hub_prepared[layout]).classes}
         with ImageNetLoader(hub_prepared[layout], "val", batch_size=4, image_size=32, device="cpu", workers=1) as val:
             labels = [label for _, batch in val for label in batch.tolist()]
         assert sorted(labels) == sorted(truth[wnid] for _, wnid, _ in images.val)
@@ -152,15 +173,16 @@ def test_the_loader_reads_a_dataset_prepared_from_the_hub(hub_prepared, images):
 
 # ---------------------------------------------------------------- the layouts, detected; the class tables
 
-def test_no_layout_lists_all_five_with_what_each_needs(tmp_path):
+def test_no_layout_lists_every_layout_with_what_each_needs(tmp_path):
     with pytest.raises(SourceError) as refused:
         detect_layout(tmp_path)
     message = str(refused.value)
     for needed in ("ILSVRC2012_img_train.tar", "train/<wnid>/*.JPEG", "LOC_val_solution.csv",
-                   "data/train_images_0.tar.gz", "data/val_images.tar.gz", "classes.py",
-                   "imagenet1k-train-*.tar", "imagenet1k-validation-*.tar", "_info.json"):
+                   "imagenet-object-localization-challenge.zip", "data/train_images_0.tar.gz",
+                   "data/val_images.tar.gz", "classes.py", "data/train-NNNNN-of-NNNNN.parquet", "imagenet1k-train-*.tar",
+                   "imagenet1k-validation-*.tar", "_info.json"):
         assert needed in message
-    assert message.count("\n  ") == 5
+    assert message.count("\n  ") == 7
 
 
 def test_the_built_in_table_is_imagenet_1k_sorted_and_agrees_with_the_sample():
@@ -244,22 +266,31 @@ def test_names_in_a_folder_inside_the_archive_are_read_by_their_base_name(hub_so
     assert samples_of(tmp_path / "out") == samples_of(hub_prepared["hf-imagenet-1k"])
 
 
-def test_train_archives_must_all_be_there(hub_sources, tmp_path):
+def test_the_train_archives_the_script_reads_or_their_numbering_declare(hub_sources, tmp_path):
     source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
     (source / "data" / "train_images_1.tar.gz").unlink()
-    with pytest.raises(SourceError, match=r"train archives number \[0\], expected 0..1 \(imagenet-1k.py reads 2\): "
-                                          "download train_images_1.tar.gz"):
-        open_source(source)
+    assert shortfall(open_source(source).declared("train")) == (
+        "the train split lacks 1 of the 2 train archives imagenet-1k.py lists (train_images_1.tar.gz)")
     (source / "imagenet-1k.py").unlink()
     (source / "data" / "train_images_0.tar.gz").rename(source / "data" / "train_images_1.tar.gz")
-    with pytest.raises(SourceError, match=r"number \[1\], expected 0..1: download train_images_0.tar.gz"):
+    assert shortfall(open_source(source).declared("train")) == (
+        "the train split lacks 1 of the 2 train archives the numbering of the files present lists "
+        "(train_images_0.tar.gz)")
+    (source / "data" / "train_images_1.tar.gz").rename(source / "data" / "train_images_0.tar.gz")
+    assert shortfall(open_source(source).declared("train")) is None  # nothing says a second one is missing
+
+
+def test_an_archive_beyond_the_scripts_count_is_refused(hub_sources, tmp_path):
+    source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
+    shutil.copy(source / "data" / "train_images_1.tar.gz", source / "data" / "train_images_2.tar.gz")
+    with pytest.raises(SourceError, match="train_images_2.tar.gz: imagenet-1k.py reads train archives 0..1 only"):
         open_source(source)
 
 
 def test_a_devkit_beside_the_archives_counts_val_and_checks_its_labels(hub_sources, images, tmp_path):
     source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
     shutil.copy(hub_sources["official"] / "ILSVRC2012_devkit_t12.tar.gz", source)
-    assert open_source(source).expected_count("val") == 30
+    assert open_source(source).declared("val").images == 30
     prepare(config(source, tmp_path / "out"))
     wrong = next(wnid for wnid, _, _ in images.classes if wnid != images.val[0][1])
     rewrite_gz(source / "data" / "val_images.tar.gz",
@@ -287,7 +318,8 @@ def edit_info(source: Path, edit) -> None:
 def test_info_json_states_the_counts_and_a_shard_that_disagrees_is_named(hub_sources, tmp_path):
     source = copy_source(hub_sources, "timm-wds", tmp_path)
     opened = open_source(source)
-    assert (opened.expected_count("train"), opened.expected_count("val")) == (180, 30)
+    assert [(d.images, d.found, shortfall(d)) for d in map(opened.declared, ("train", "val"))] == [
+        (180, 180, None), (30, 30, None)]
     assert [part.count for part in opened.parts("train")] == [60, 60, 60]
 
     def one_more_in_the_second_shard(splits):
@@ -303,14 +335,19 @@ def test_info_json_states_the_counts_and_a_shard_that_disagrees_is_named(hub_sou
                                           "contradicts itself"):
         open_source(source)
     (source / "_info.json").unlink()  # then the shards present, without counts
-    assert open_source(source).expected_count("train") is None
+    assert open_source(source).declared("train").images is None
 
 
-def test_a_shard_listed_in_info_json_but_missing_is_named(hub_sources, tmp_path):
+def test_a_shard_missing_is_named_by_info_json_or_the_numbering(hub_sources, tmp_path):
     source = copy_source(hub_sources, "timm-wds", tmp_path)
     (source / "imagenet1k-validation-01.tar").unlink()
-    with pytest.raises(SourceError, match="imagenet1k-validation-01.tar not found: a shard _info.json lists"):
-        open_source(source)
+    declared = open_source(source).declared("val")
+    assert shortfall(declared) == ("the val split lacks 1 of the 2 shards _info.json lists "
+                                   "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares are there")
+    (source / "_info.json").unlink()
+    (source / "imagenet1k-train-0001.tar").unlink()
+    assert shortfall(open_source(source).declared("train")) == (
+        "the train split lacks 1 of the 3 shards the numbering of the files present lists (imagenet1k-train-0001.tar)")
 
 
 def drop_member(suffix: str, sample: int = 3):
@@ -327,18 +364,24 @@ def replace_member(suffix: str, data: bytes, sample: int = 3):
     return edit
 
 
+def sample_key(shard: Path, sample: int = 3) -> str:
+    with tarfile.open(shard) as tar:
+        return [m.name for m in tar.getmembers() if m.name.endswith(".jpg")][sample].removesuffix(".jpg")
+
+
 @pytest.mark.parametrize("edit,message", [
-    (drop_member(".cls"), r"train01000003: the sample has no \.cls \(its class number\)"),
-    (drop_member(".jpg"), r"train01000003: the sample has no \.jpg \(its image\)"),
-    (replace_member(".cls", b"6"), r"train01000003: \.cls b'6' is not a class index of the class table \(0..5\)"),
-    (replace_member(".cls", b"x1"), r"train01000003: \.cls b'x1' is not a class index"),
-    (replace_member(".json", b"[1"), r"train01000003: its \.json is not a JSON object"),
+    (drop_member(".cls"), r"the sample has no \.cls \(its class number\)"),
+    (drop_member(".jpg"), r"the sample has no \.jpg \(its image\)"),
+    (replace_member(".cls", b"1000"), r"\.cls b'1000' is not a class index of the class table \(0..999\)"),
+    (replace_member(".cls", b"x1"), r"\.cls b'x1' is not a class index"),
+    (replace_member(".json", b"[1"), r"its \.json is not a JSON object"),
 ])
 def test_a_sample_without_its_image_or_label_or_with_a_bad_one_is_named(hub_sources, tmp_path, edit, message):
     source = copy_source(hub_sources, "timm-wds", tmp_path)
     shard = source / "imagenet1k-train-0001.tar"
+    key = sample_key(shard)
     rewrite_shard(shard, edit)
-    with pytest.raises(SourceError, match=f"{shard}:{message}") as refused:
+    with pytest.raises(SourceError, match=f"{shard}:{key}: {message}") as refused:
         prepare(config(source, tmp_path / "out", workers=2))
     assert "\n" not in str(refused.value)
 
@@ -346,25 +389,33 @@ def test_a_sample_without_its_image_or_label_or_with_a_bad_one_is_named(hub_sour
 def test_a_label_that_contradicts_the_wnid_in_the_name_is_named(hub_sources, tmp_path):
     source = copy_source(hub_sources, "timm-wds", tmp_path)
     shard = source / "imagenet1k-train-0000.tar"
+    key = sample_key(shard, 0)
     with tarfile.open(shard) as tar:
-        meta = json.loads(tar.extractfile("train00000000.json").read())
-        label = int(tar.extractfile("train00000000.cls").read())
-    other = (label + 1) % 6
-    rewrite_shard(shard, lambda members: [(n, str(other).encode() if n == "train00000000.cls" else d)
-                                          for n, d in members])
+        meta = json.loads(tar.extractfile(f"{key}.json").read())
+        label = int(tar.extractfile(f"{key}.cls").read())
+    other = (label + 1) % 1000
+    rewrite_shard(shard, lambda members: [(n, str(other).encode() if n == f"{key}.cls" else d) for n, d in members])
     stem = meta["filename"].removesuffix(".JPEG")
-    with pytest.raises(SourceError, match=f"{shard}:train00000000: .cls {other} is n\\d+ in the class table, but the "
+    with pytest.raises(SourceError, match=f"{shard}:{key}: .cls {other} is n\\d+ in the class table, but the "
                                           f"image's name {stem} says {stem.split('_')[0]}"):
         prepare(config(source, tmp_path / "out"))
 
 
 def test_without_a_json_filename_the_key_is_the_samples_own(hub_sources, tmp_path):
     source = copy_source(hub_sources, "timm-wds", tmp_path)
+    renamed = {}
     for shard in sorted(source.glob("imagenet1k-validation-*.tar")):
-        rewrite_shard(shard, lambda members: [(n, b'{"label": 0}' if n.endswith(".json") else d) for n, d in members])
+        def edit(members):
+            out = []
+            for n, d in members:
+                key, ext = n.split(".", 1)
+                renamed.setdefault(key, f"v{len(renamed):03d}")
+                out.append((f"{renamed[key]}.{ext}", b'{"label": 0}' if ext == "json" else d))
+            return out
+        rewrite_shard(shard, edit)
     opened = open_source(source)
     keys = sorted(item.key for part in opened.parts("val") for item in part.items())
-    assert keys == sorted(f"val{s:02d}{n:06d}" for s in range(2) for n in range(15))
+    assert keys == sorted(renamed.values()) and len(keys) == 30
 
 
 # ---------------------------------------------------------------- damaged archives and shards: one line, by the CLI

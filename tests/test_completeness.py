@@ -1,0 +1,351 @@
+"""Complete or refused: each layout's declaration of what it holds, checked before anything is written.
+
+The pure decisions (prepare/completeness.py) over their cases; then the same small ImageNet in every
+layout with one declared piece removed at a time (a train archive, shard, Parquet file, class archive or
+folder, train or val image): refused by name before anything is written, on one node and in a shared
+read; with --allow-partial prepared and recorded in the manifest, and used again only with it."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import config, tree_bytes
+from prepare import completeness
+from prepare.builder import PrepareError, prepare
+from prepare.completeness import (
+    Declared, Gap, counted_shortfall, excess, imagenet_1k_warning, nothing_there, numbering_gap, refusal, shortfall,
+)
+from prepare.labels import LabelError
+from prepare.layouts import open_source
+from prepare.sample import KAGGLE_ZIP, WRITERS, tar_bytes
+from prepare.sources import DEVKIT, SourceError
+from shards.layout import WORK_DIR_NAME
+from shards.manifest import read_manifest
+
+LAYOUTS = ("official", "imagefolder", "kaggle", "kaggle-zip", "hf-imagenet-1k", "timm-wds", "hf-parquet")
+
+
+# ---------------------------------------------------------------- the pure decisions
+
+@pytest.mark.parametrize("declared,line", [
+    (Declared("train"), None),
+    (Declared("train", (Gap("shards", 3, "_info.json"),), 180, "_info.json", 180), None),
+    (Declared("train", (Gap("shards", 3, "_info.json", ("b.tar",)),), 180, "_info.json", 120),
+     "the train split lacks 1 of the 3 shards _info.json lists (b.tar); 120 of the 180 images _info.json declares "
+     "are there"),
+    (Declared("val", (Gap("images", 5, "x.csv", ("a", "b", "c", "d")),), 5, "x.csv", 1),
+     "the val split lacks 4 of the 5 images x.csv lists (a, b, c and 1 more)"),  # the count says nothing more
+    (Declared("val", (), 50_000, "the README", 49_000),
+     "the val split lacks 49,000 of the 50,000 images the README declares are there"),
+    (Declared("v2", (Gap("images", 30, "ImageNetV2", ("4/ (3)",), count=3),), 30, "ImageNetV2", 27),
+     "the v2 split lacks 3 of the 30 images ImageNetV2 lists (4/ (3))"),
+    (Declared("train", (), 10, "x", None), None),  # counted as it is read
+])
+def test_a_shortfall_is_one_line_naming_what_is_missing(declared, line):
+    assert shortfall(declared) == line
+
+
+@pytest.mark.parametrize("declared,got,short,too_many", [
+    (Declared("val", images=30, images_by="the devkit's ground truth"), 29,
+     "the val split yielded 29 of the 30 images the devkit's ground truth declares", None),
+    (Declared("val", images=30, images_by="the devkit's ground truth"), 30, None, None),
+    (Declared("val", images=30, images_by="d"), 31, None, "the val split holds 31 images, d declares 30"),
+    (Declared("val", images=30, images_by="d", found=29), 29, None, None),  # named before reading already
+    (Declared("val"), 7, None, None),
+])
+def test_after_reading_fewer_than_declared_is_short_and_more_is_refused(declared, got, short, too_many):
+    assert counted_shortfall(declared, got) == short
+    assert (excess(declared, got) or "").startswith(too_many or "") and bool(excess(declared, got)) == bool(too_many)
+
+
+@pytest.mark.parametrize("split,classes,got,warns", [
+    ("train", 1000, 1_281_167, False), ("train", 1000, 1_281_166, True), ("val", 1000, 49_999, True),
+    ("val", 100, 5_000, False), ("v2", 1000, 9_000, False),
+])
+def test_where_nothing_declares_imagenet_1ks_counts_warn(split, classes, got, warns):
+    warning = imagenet_1k_warning(split, classes, got)
+    assert bool(warning) == warns
+    assert not warns or f"{got:,}" in warning and "ImageNet-1k's holds" in warning
+
+
+@pytest.mark.parametrize("numbers,missing,listed", [
+    ([0, 1, 2], (), 3), ([0, 2], ("f1",), 3), ([3], ("f0", "f1", "f2"), 4), ([], (), 0),
+])
+def test_gaps_in_a_numbering_are_named(numbers, missing, listed):
+    gap = numbering_gap(numbers, "f{}".format, "files")
+    assert (gap.missing, gap.listed) == (missing, listed)
+
+
+@pytest.mark.parametrize("declared,empty", [
+    (Declared("val", found=0), True), (Declared("val", found=3), False),
+    (Declared("train", (Gap("shards", 2, "x", ("a", "b")),)), True), (Declared("train", (Gap("shards", 2, "x", ("a",)),)), False),
+])
+def test_a_split_with_nothing_there_is_refused_even_with_allow_partial(declared, empty):
+    assert nothing_there(declared) == empty
+
+
+def test_the_refusal_says_what_to_do():
+    assert refusal(["the val split lacks x"]).endswith(
+        "The download is incomplete: download what is missing, or rerun with --allow-partial to prepare what is "
+        "there (the manifest then records what is missing)")
+
+
+# ---------------------------------------------------------------- every layout, one piece removed at a time
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory, images) -> Path:
+    """The session's sample ImageNet in every layout; the extracted tree with the devkit beside (which
+    then declares its classes, their train counts and the val images)."""
+    root = tmp_path_factory.mktemp("downloads")
+    for layout in LAYOUTS:
+        WRITERS[layout](root / layout, images)
+    shutil.copy(root / "official" / DEVKIT, root / "imagefolder")
+    return root
+
+
+def rewrite_tar(path: Path, drop: str) -> None:
+    with tarfile.open(path) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.name != drop]
+    path.write_bytes(tar_bytes(members))
+
+
+def rewrite_zip(path: Path, drop: str) -> None:
+    with zipfile.ZipFile(path) as old:
+        members = [(info, old.read(info)) for info in old.infolist() if info.filename != drop]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as new:
+        for info, data in members:
+            new.writestr(info, data)
+    path.write_bytes(buffer.getvalue())
+
+
+def second_class(images) -> str:
+    return sorted(wnid for wnid, _, _ in images.classes)[1]
+
+
+VAL_KEY = "ILSVRC2012_val_00000007"
+KAGGLE_DATA = "ILSVRC/Data/CLS-LOC"
+
+
+def remove(layout: str, piece: str, source: Path, images) -> str:
+    """Remove one declared piece of `source`; the name the refusal must give it."""
+    wnid = second_class(images)
+    train_key = next(key for key, w, _ in images.train if w == wnid)
+    val_wnid = next(w for key, w, _ in images.val if key == VAL_KEY)
+    if (layout, piece) == ("official", "class"):
+        rewrite_tar(source / "ILSVRC2012_img_train.tar", f"{wnid}.tar")
+        return f"{wnid}.tar"
+    if (layout, piece) == ("official", "val image"):
+        rewrite_tar(source / "ILSVRC2012_img_val.tar", f"{VAL_KEY}.JPEG")
+        return VAL_KEY
+    if layout in ("imagefolder", "kaggle"):
+        data = "" if layout == "imagefolder" else KAGGLE_DATA + "/"
+        if piece == "class":
+            shutil.rmtree(source / f"{data}train" / wnid)
+            return f"{data}train/{wnid}/"
+        if piece == "train image":
+            (source / f"{data}train" / wnid / f"{train_key}.JPEG").unlink()
+            return train_key
+        folder = source / f"{data}val" / (val_wnid if layout == "imagefolder" else "")
+        (folder / f"{VAL_KEY}.JPEG").unlink()
+        return VAL_KEY
+    if layout == "kaggle-zip":
+        member = (f"{KAGGLE_DATA}/train/{wnid}/{train_key}.JPEG" if piece == "train image"
+                  else f"{KAGGLE_DATA}/val/{VAL_KEY}.JPEG")
+        rewrite_zip(source / KAGGLE_ZIP, member)
+        return train_key if piece == "train image" else VAL_KEY
+    victim = {"hf-imagenet-1k": source / "data/train_images_1.tar.gz", "timm-wds": source / "imagenet1k-train-0001.tar",
+              "hf-parquet": max(source.glob("data/train-*.parquet"), default=None)}[layout]
+    victim.unlink()
+    return victim.name
+
+
+CASES = [("official", "class", "train"), ("official", "val image", "val"),
+         ("imagefolder", "class", "train"), ("imagefolder", "val image", "val"),
+         ("kaggle", "class", "train"), ("kaggle", "train image", "train"), ("kaggle", "val image", "val"),
+         ("kaggle-zip", "train image", "train"), ("kaggle-zip", "val image", "val"),
+         ("hf-imagenet-1k", "archive", "train"), ("timm-wds", "shard", "train"), ("hf-parquet", "file", "train")]
+
+
+def copy_of(downloads: Path, layout: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(downloads / layout, tmp_path / layout))
+
+
+def nothing_written(dest: Path) -> bool:
+    return not (dest / "manifest.json").exists() and not list(dest.glob("*/*.tar")) and not (dest / WORK_DIR_NAME).exists()
+
+
+@pytest.mark.parametrize("layout,piece,split", CASES)
+def test_a_declared_piece_missing_is_refused_by_name_before_anything_is_written(downloads, images, tmp_path, layout,
+                                                                                piece, split):
+    source = copy_of(downloads, layout, tmp_path)
+    name = remove(layout, piece, source, images)
+    dest = tmp_path / "out"
+    with pytest.raises(SourceError) as refused:
+        prepare(config(source, dest, workers=2))
+    message = str(refused.value)
+    assert f"the {split} split lacks" in message and name in message and "--allow-partial" in message
+    assert "\n" not in message and nothing_written(dest)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout,piece,split", CASES)
+def test_allow_partial_prepares_what_is_there_records_it_and_is_needed_again(downloads, images, tmp_path, layout,
+                                                                             piece, split, caplog):
+    source = copy_of(downloads, layout, tmp_path)
+    name = remove(layout, piece, source, images)
+    dest = tmp_path / "out"
+    manifest = prepare(config(source, dest, workers=2, allow_partial=True))
+    assert list(manifest.partial) == [split] and name in manifest.partial[split]
+    assert read_manifest(dest).partial == manifest.partial
+    full = {"train": len(images.train), "val": len(images.val)}
+    assert manifest.splits[split].samples < full[split]
+    assert manifest.splits["train" if split == "val" else "val"].samples == full["train" if split == "val" else "val"]
+    with pytest.raises(PrepareError, match="holds a partial dataset, prepared with --allow-partial .*Rerun with "
+                                           "--allow-partial to use it as it is, or complete the download"):
+        prepare(config(source, dest, workers=2))
+    caplog.set_level(logging.INFO)
+    prepare(config(source, dest, workers=2, allow_partial=True))
+    assert "nothing to do" in caplog.text and "holds a partial dataset" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout,piece", [("timm-wds", "shard"), ("kaggle-zip", "val image")])
+def test_two_nodes_sharing_the_read_refuse_alike_and_allow_partial_alike(downloads, images, tmp_path, layout, piece):
+    from test_shared_read import errors_in, finish, start_nodes
+
+    source = copy_of(downloads, layout, tmp_path)
+    name = remove(layout, piece, source, images)
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(source, dests, workers=2))
+    assert [code for code, _ in results] == [2, 2], results
+    for dest, (_, log) in zip(dests, results):
+        errors = errors_in(log)
+        assert len(errors) == 1 and name in errors[0] and "--allow-partial" in errors[0], log
+        assert nothing_written(dest)
+    results = finish(start_nodes(source, dests, "--allow-partial", workers=2))
+    assert [code for code, _ in results] == [0, 0], results
+    one_node = prepare(config(source, tmp_path / "one", allow_partial=True))
+    for dest in dests:
+        assert read_manifest(dest).partial == one_node.partial and name in str(one_node.partial)
+        assert tree_bytes(dest) == tree_bytes(tmp_path / "one")
+
+
+# ---------------------------------------------------------------- what only reading counts, more than declared, nothing declared
+
+def test_a_val_archive_short_of_the_devkit_is_refused_after_val_is_read_before_train(downloads, images, tmp_path,
+                                                                                     monkeypatch):
+    """The hub's val archive is one gzip stream: only reading counts it. Val is read before train, so
+    the shortfall shows before train's hours."""
+    from prepare import builder
+
+    source = copy_of(downloads, "hf-imagenet-1k", tmp_path)
+    shutil.copy(downloads / "official" / DEVKIT, source)
+    archive = source / "data" / "val_images.tar.gz"
+    import gzip
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive.read_bytes()))) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()][1:]
+    archive.write_bytes(tar_bytes(members, gz=True))
+    read = []
+    real = builder.scatter
+    monkeypatch.setattr(builder, "scatter", lambda source, split, *a, **k: read.append(split) or real(source, split, *a, **k))
+    with pytest.raises(SourceError, match="the val split yielded 29 of the 30 images the devkit's ground truth "
+                                          "declares.*--allow-partial"):
+        prepare(config(source, tmp_path / "out"))
+    assert read == ["val"] and nothing_written(tmp_path / "out")
+    manifest = prepare(config(source, tmp_path / "partial", allow_partial=True))
+    assert manifest.partial == {"val": "the val split yielded 29 of the 30 images the devkit's ground truth declares"}
+    assert list(manifest.splits) == ["train", "val"]  # in the dataset's order, whatever the reading order
+
+
+def test_more_images_than_declared_are_refused_even_with_allow_partial(downloads, tmp_path):
+    source = copy_of(downloads, "timm-wds", tmp_path)
+    info = json.loads((source / "_info.json").read_text())
+    info["splits"]["validation"]["num_samples"] -= 1
+    info["splits"]["validation"]["shard_lengths"] = None
+    (source / "_info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="the val split holds 30 images, _info.json declares 29: they do not belong "
+                                          "together"):
+        prepare(config(source, tmp_path / "out", allow_partial=True))
+
+
+def test_where_nothing_declares_a_count_unlike_imagenet_1ks_is_a_warning_in_the_manifest(downloads, images, tmp_path,
+                                                                                      monkeypatch, caplog):
+    """A bare extracted tree (no devkit, no class list) declares nothing: its counts are held against
+    ImageNet-1k's, here made the sample's size, with one val image gone."""
+    source = copy_of(downloads, "imagefolder", tmp_path)
+    (source / DEVKIT).unlink()
+    val_wnid = next(w for key, w, _ in images.val if key == VAL_KEY)
+    (source / "val" / val_wnid / f"{VAL_KEY}.JPEG").unlink()
+    monkeypatch.setattr(completeness, "IMAGENET_1K_CLASSES", len(images.classes))
+    monkeypatch.setattr(completeness, "IMAGENET_1K_IMAGES", {"train": len(images.train), "val": len(images.val)})
+    manifest = prepare(config(source, tmp_path / "out"))
+    assert manifest.partial == {} and list(manifest.warnings) == ["val"]
+    assert manifest.warnings["val"].startswith(f"the val split holds {len(images.val) - 1} images where ImageNet-1k's "
+                                               f"holds {len(images.val)}, and nothing in the download declares its count")
+    assert "recorded in the manifest's \"warnings\"" in caplog.text
+
+
+def test_a_split_with_nothing_there_is_refused_even_with_allow_partial_by_the_cli(downloads, tmp_path):
+    source = copy_of(downloads, "timm-wds", tmp_path)
+    for shard in source.glob("imagenet1k-validation-*.tar"):
+        shard.unlink()
+    with pytest.raises(SourceError, match="the val split lacks 2 of the 2 shards .*nothing of the val split is there"):
+        prepare(config(source, tmp_path / "out", allow_partial=True))
+
+
+# ---------------------------------------------------------------- val sorted into <wnid>/ folders (valprep.sh)
+
+def valprep(source: Path, labels: dict[str, str], val: str) -> None:
+    """What PyTorch's examples' valprep.sh does: val/<image> -> val/<wnid>/<image>."""
+    for image in sorted((source / val).glob("*.JPEG")):
+        (source / val / labels[image.stem]).mkdir(exist_ok=True)
+        image.rename(source / val / labels[image.stem] / image.name)
+
+
+@pytest.mark.parametrize("layout", ["kaggle", "kaggle-zip"])
+def test_kaggle_val_sorted_into_wnid_folders_prepares_as_flat_val(downloads, images, tmp_path, layout):
+    labels = {key: wnid for key, wnid, _ in images.val}
+    source = copy_of(downloads, "kaggle", tmp_path)
+    valprep(source, labels, f"{KAGGLE_DATA}/val")
+    if layout == "kaggle-zip":
+        zipped = tmp_path / "zip" / KAGGLE_ZIP
+        zipped.parent.mkdir()
+        shutil.make_archive(str(zipped.with_suffix("")), "zip", source)
+        source = zipped
+    assert open_source(source).layout == layout
+    prepare(config(source, tmp_path / "sorted"))
+    prepare(config(downloads / "kaggle", tmp_path / "flat"))
+    assert tree_bytes(tmp_path / "sorted") == tree_bytes(tmp_path / "flat")
+
+
+def test_a_val_image_in_another_classes_folder_or_beside_the_folders_is_refused(downloads, images, tmp_path):
+    labels = {key: wnid for key, wnid, _ in images.val}
+    source = copy_of(downloads, "kaggle", tmp_path)
+    val = source / KAGGLE_DATA / "val"
+    valprep(source, labels, f"{KAGGLE_DATA}/val")
+    other = next(w for w in sorted(set(labels.values())) if w != labels[VAL_KEY])
+    (val / labels[VAL_KEY] / f"{VAL_KEY}.JPEG").rename(val / other / f"{VAL_KEY}.JPEG")
+    with pytest.raises(LabelError, match=f"{VAL_KEY}: in the folder {other}/, but LOC_val_solution.csv says "
+                                         f"{labels[VAL_KEY]}"):
+        prepare(config(source, tmp_path / "out"))
+    (val / other / f"{VAL_KEY}.JPEG").rename(val / f"{VAL_KEY}.JPEG")
+    with pytest.raises(SourceError, match="holds 1 images beside 6 <wnid>/ folders: sort all of them"):
+        open_source(source)
+
+
+def test_a_train_image_the_kaggle_list_does_not_name_is_refused(downloads, images, tmp_path):
+    source = copy_of(downloads, "kaggle", tmp_path)
+    wnid = second_class(images)
+    shutil.copy(source / KAGGLE_DATA / "train" / wnid / f"{images.train[40][0]}.JPEG",
+                source / KAGGLE_DATA / "train" / wnid / f"{wnid}_999999.JPEG")
+    with pytest.raises(SourceError, match=f"the image {wnid}_999999 is not in ILSVRC/ImageSets/CLS-LOC/train_cls.txt"):
+        open_source(source)
