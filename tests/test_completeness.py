@@ -349,3 +349,19 @@ def test_a_train_image_the_kaggle_list_does_not_name_is_refused(downloads, image
                 source / KAGGLE_DATA / "train" / wnid / f"{wnid}_999999.JPEG")
     with pytest.raises(SourceError, match=f"the image {wnid}_999999 is not in ILSVRC/ImageSets/CLS-LOC/train_cls.txt"):
         open_source(source)
+
+
+@pytest.mark.slow
+def test_a_loader_on_a_partial_dataset_says_so_on_rank_0(downloads, images, tmp_path, caplog):
+    from train import ImageNetLoader
+
+    source = copy_of(downloads, "timm-wds", tmp_path)
+    name = remove("timm-wds", "shard", source, images)
+    prepare(config(source, tmp_path / "out", allow_partial=True))
+    caplog.set_level(logging.WARNING, logger="train")
+    for rank in (1, 0):
+        with ImageNetLoader(tmp_path / "out", "val", batch_size=4, image_size=32, device="cpu", workers=1, rank=rank,
+                            world_size=2):
+            pass
+        said = [r.getMessage() for r in caplog.records if r.name == "train" and "--allow-partial" in r.getMessage()]
+        assert len(said) == (rank == 0) and (not said or name in said[0])

@@ -136,6 +136,7 @@ class ImageNetLoader:
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
         self.rank, self.world_size, self._place_given = place_of(rank, world_size)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
+        say_what_is_missing(manifest, self.root, self.rank)
         check_split(split, manifest.splits)
         check_has_batches(split, manifest.splits[split].samples, self.world_size, self.rank, self.batch_size)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
@@ -415,6 +416,17 @@ def device_decoder_for(decode: str):
         return DeviceDecoder()
     except ImportError as exn:
         raise ConfigError(str(exn)) from None
+
+
+def say_what_is_missing(manifest, root: Path, rank: int) -> None:
+    """A dataset prepared from an incomplete download (--allow-partial), or whose counts are not
+    ImageNet-1k's where nothing declared them: said once, by rank 0, as a run starts on it."""
+    if rank != 0:
+        return
+    for split, line in manifest.partial.items():
+        log.warning("%s was prepared with --allow-partial: %s", root, line)
+    for split, line in manifest.warnings.items():
+        log.warning("%s: %s", root, line)
 
 
 def check_split(split: str, splits: Mapping) -> None:
