@@ -104,6 +104,7 @@ def open_prepare_source(config: PrepareConfig) -> Source:
     download declares it holds before anything is read (refused if short, unless --allow-partial)."""
     source = with_eval_sets(open_source(config.source.resolve()), config.eval_sources, config.real_labels)
     check_complete(source, config.allow_partial)
+    source.check_real_labels(config.allow_partial)
     return source
 
 
@@ -117,8 +118,8 @@ def check_complete(source: Source, allow_partial: bool) -> None:
         if too_many:
             raise SourceError(too_many)
         if nothing_there(declared):
-            raise SourceError(f"{shortfall(declared)}: nothing of the {split} split is there. Download it, or point "
-                              "--source at the folder that holds it")
+            raise SourceError(f"{shortfall(declared) or f'the {split} split holds no images'}: nothing of the {split} "
+                              "split is there. Download it, or point --source at the folder that holds it")
     lines = shortfalls(source)
     if lines and not allow_partial:
         raise SourceError(refusal(list(lines.values())))
@@ -221,7 +222,9 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
     problems = find_damage(dest, manifest) if same else []
     if same and not problems and config.verify:
         problems = verify_checksums(dest, manifest, config.workers)
-    if same and not problems:
+    # a partial dataset of a download completed since: its identity may be the same (a tree's is its path)
+    replace_partial = same and not problems and bool(manifest.partial) and config.force
+    if same and not problems and not replace_partial:
         refuse_partial(dest, manifest, config.allow_partial)
         log.info("%s already holds this dataset (%d train + %d val samples, %d shards %s); nothing to do",
                  dest, manifest.splits["train"].samples, manifest.splits["val"].samples,
@@ -230,7 +233,7 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
         return manifest, None
     for problem in problems:
         log.error("damaged: %s", problem)
-    rebuild = same and config.verify
+    rebuild = same and config.verify and not replace_partial
     if not (config.force or rebuild):
         if problems:
             reason = "is damaged: " + "; ".join(problems[:3])
@@ -639,11 +642,11 @@ def prepared_in_order(job: PartJob) -> Iterator[tuple[Item, Prepared | BadImage]
                 return exn
 
     if job.threads == 1:
-        yield from ((item, prepare(item)) for item in job.part.items())
+        yield from ((item, prepare(item)) for item in items_named(job.part))
         return
     with ThreadPoolExecutor(job.threads) as pool:
         pending: collections.deque = collections.deque()
-        for item in job.part.items():
+        for item in items_named(job.part):
             pending.append((item, pool.submit(prepare, item)))
             if len(pending) > 2 * job.threads:
                 item, prepared = pending.popleft()
@@ -651,6 +654,20 @@ def prepared_in_order(job: PartJob) -> Iterator[tuple[Item, Prepared | BadImage]
         while pending:
             item, prepared = pending.popleft()
             yield item, prepared.result()
+
+
+def items_named(part: Part) -> Iterator[Item]:
+    """The part's items; an unexpected failure while reading it is one line naming the part's file."""
+    with failures_named(part_origin(part)):
+        yield from part.items()
+
+
+def part_origin(part: Part) -> str:
+    """The file a part is read from, for messages: its archive, shard, Parquet file or zip."""
+    for name in ("path", "archive", "zip_path"):
+        if isinstance(getattr(part, name, None), str):
+            return getattr(part, name)
+    return f"a {type(part).__name__} of the source"
 
 
 @contextmanager

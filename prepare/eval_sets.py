@@ -149,11 +149,11 @@ def read_v2(path: Path, classes: list[ClassInfo]) -> ImageNetV2:
     imagenet, images = ImageNet1k(classes), []
     for class_folder in indices:
         wnid = classes[imagenet.label(class_folder.name, str(class_folder))].wnid
-        images += [(f"{class_folder.name}_{key}", wnid, str(file)) for key, file in list_images(class_folder)]
+        images += [(f"{class_folder.name}_{key}", wnid, file) for key, file in list_images(class_folder)]
     if not images:
         raise EvalSetError(f"--eval-source {path} holds no images")
     return ImageNetV2(path, variant, V2_VARIANTS[variant], tuple(images), tuple(classes),
-                      estimate_bytes([Path(file) for _, _, file in images]))
+                      estimate_bytes([file for _, _, file in images]))
 
 
 def parse_real_json(text: str, origin: str) -> list[list[int]]:
@@ -169,11 +169,14 @@ def parse_real_json(text: str, origin: str) -> list[list[int]]:
 
 
 def real_labels_by_key(sets: list[list[int]], val_keys: set[str], imagenet: ImageNet1k,
-                       origin: str) -> dict[str, list[int]]:
+                       origin: str, partial: bool = False) -> dict[str, list[int]]:
     """The ReaL label sets of the validation keys, as the dataset's labels: entry i is
     ILSVRC2012_val_{i+1:08d}'s. Every val image must have its entry and every entry its image, or
-    the sets belong to another val set."""
+    the sets belong to another val set; with `partial` (a val prepared with --allow-partial), the
+    entries of the images not there are left out."""
     by_key = {REAL_VAL_KEY.format(i + 1): labels for i, labels in enumerate(sets)}
+    if partial:
+        by_key = {key: labels for key, labels in by_key.items() if key in val_keys}
     missing, extra = sorted(val_keys - by_key.keys()), sorted(by_key.keys() - val_keys)
     if missing or extra:
         raise EvalSetError(f"--real-labels {origin} has {len(sets)} label sets for {len(val_keys)} validation images "
@@ -201,8 +204,14 @@ class WithEvalSets(Source):
         self.splits = base.splits + tuple(self.v2)
         self.real_json = real_json
         self._real_sets = None if real_json is None else parse_real_json(read_text(real_json), str(real_json))
-        known = base.val_keys()
-        if self._real_sets is not None and known is not None:  # checked now, where the layout lists them
+        self.partial = False  # with --allow-partial: ReaL's sets of the val images not there are left out
+
+    def check_real_labels(self, allow_partial: bool) -> None:
+        """real.json against the val keys, now, where the layout lists them before reading (after the
+        download's completeness: a val image missing is named as such, not as ReaL's)."""
+        self.partial = allow_partial
+        known = self.base.val_keys()
+        if self._real_sets is not None and known is not None:
             self.real_labels(known)
 
     def parts(self, split: str):
@@ -223,7 +232,8 @@ class WithEvalSets(Source):
         """The ReaL label sets by validation key, checked against the keys; None without --real-labels."""
         if self._real_sets is None:
             return None
-        return real_labels_by_key(self._real_sets, val_keys, ImageNet1k(self.classes), str(self.real_json))
+        return real_labels_by_key(self._real_sets, val_keys, ImageNet1k(self.classes), str(self.real_json),
+                                  self.partial)
 
 
 def eval_fingerprint(eval_sources: tuple[Path, ...], real_json: Path | None) -> dict:

@@ -15,8 +15,8 @@ Arrow cache is recognised and refused with where to point instead (`arrow_cache_
 A row is `image` = {bytes, path} and `label`, the class's place among ImageNet-1k's 1000 sorted wnids
 (the built-in table, prepare/imagenet_classes.txt). The key is the original file's stem from
 image.path (<stem>_<wnid>.JPEG, ILSVRC/imagenet-1k's naming rule, `hf_key_and_wnid`), whose wnid must
-be the label's; where an older conversion left path null, the key is `<split>_<row number in the
-split, 8 digits>` (rows numbered from 0 across the split's files present, in file order).
+be the label's; where an older conversion left path null, the key is `<split>_<file number, 5 digits>_<row
+in the file, 6 digits>` (`documented_key`: a file missing changes no other file's keys).
 
 What the download declares (`declared`): the files' -of-N names say how many files each split has
 (a missing one is a Gap, not an error: prepare refuses it unless --allow-partial; a split without a
@@ -284,10 +284,28 @@ def footer_of(parquet: pq.ParquetFile, path: str) -> Footer:
     if lacking:
         raise SourceError(f"{path} has no {lacking[0]} column (it has {', '.join(columns[:6])}): it is not "
                           "ILSVRC/imagenet-1k's Parquet")
+    check_column_types(parquet, path)
     read = [columns.index(name) for name in COLUMNS if name in columns]
     groups = tuple((meta.row_group(g).num_rows, sum(meta.row_group(g).column(c).total_compressed_size for c in read))
                    for g in range(meta.num_row_groups))
     return Footer(path, groups, null_paths(parquet, columns, path))
+
+
+def check_column_types(parquet: pq.ParquetFile, path: str) -> None:
+    """image.bytes binary, image.path text, label an integer: else one line (a file of another shape
+    would otherwise fail in the middle of reading, with a traceback)."""
+    import pyarrow as pa
+
+    schema = parquet.schema_arrow
+    image = schema.field("image").type
+    fields = {field.name: field.type for field in image} if pa.types.is_struct(image) else {}
+    expected = {"image.bytes": (fields.get("bytes"), (pa.types.is_binary, pa.types.is_large_binary)),
+                "image.path": (fields.get("path"), (pa.types.is_string, pa.types.is_large_string)),
+                "label": (schema.field("label").type, (pa.types.is_integer,))}
+    for name, (kind, tests) in expected.items():
+        if kind is not None and not any(test(kind) for test in tests):
+            raise SourceError(f"{path}: its {name} column holds {kind}, not what ILSVRC/imagenet-1k's Parquet holds "
+                              "there: the file is of another dataset or damaged")
 
 
 def null_paths(parquet: pq.ParquetFile, columns: list[str], path: str) -> int:
@@ -343,9 +361,10 @@ def row_group_runs(rows: list[int], per_part: int) -> list[range]:
     return runs
 
 
-def documented_key(split: str, row: int) -> str:
-    """The key of a row without image.path: its split and its number in the split. Pure."""
-    return f"{split}_{row:08d}"
+def documented_key(split: str, file_number: int, row: int) -> str:
+    """The key of a row without image.path: its split, its file's number (the NNNNN of NNNNN-of-M) and
+    its row in that file, so that a file missing changes no other file's keys. Pure."""
+    return f"{split}_{file_number:05d}_{row:06d}"
 
 
 def label_wnid(label, classes: tuple[str, ...], origin: str) -> str:
@@ -379,7 +398,7 @@ class RowGroupRun:
     groups: tuple[int, ...]
     groups_in_file: int
     first_row: int  # of the run, in its file
-    first_in_split: int  # of the run, in the split's rows present (the documented keys)
+    file_number: int  # the file's NNNNN (the documented keys)
     size: int  # the three columns' bytes in these row groups (footer)
     classes: tuple[str, ...]  # wnid by label: ImageNet-1k's sorted 1000
 
@@ -398,7 +417,7 @@ class RowGroupRun:
         wnid = label_wnid(label, self.classes, origin)
         if data is None:
             raise SourceError(f"{origin}: image.bytes is null: the file is damaged, download it again")
-        key = (documented_key(self.split, self.first_in_split + row - self.first_row) if name is None
+        key = (documented_key(self.split, self.file_number, row) if name is None
                else path_key(name, wnid, label, origin))
         return Item(key, wnid, origin, data)
 
@@ -455,14 +474,13 @@ class ParquetImageNet(Source):
 
     def split_parts(self, split: str) -> list[RowGroupRun]:
         wnids = tuple(c.wnid for c in self.classes)
-        parts, in_split = [], 0
+        parts = []
         for footer in self.footers[split]:
             rows = [count for count, _ in footer.groups]
+            number = int(PARQUET_NAME.match(Path(footer.path).name).group(2))
             for run in row_group_runs(rows, ROWS_PER_PART):
-                first = sum(rows[:run.start])
-                parts.append(RowGroupRun(footer.path, split, tuple(run), len(rows), first, in_split + first,
+                parts.append(RowGroupRun(footer.path, split, tuple(run), len(rows), sum(rows[:run.start]), number,
                                          sum(footer.groups[g][1] for g in run), wnids))
-            in_split += footer.rows
         return parts
 
     def warn_null_paths(self) -> None:
@@ -470,10 +488,10 @@ class ParquetImageNet(Source):
         for split in HUB_SPLITS:
             without = [f for f in self.footers[split] if f.null_paths]
             if without:
-                log.warning("%s%s: rows without image.path (an older conversion): their keys are %s_<their row "
-                            "number in the split, 8 digits> (from %s), not the original files' names",
+                log.warning("%s%s: rows without image.path (an older conversion): their keys are %s_<the file's "
+                            "number, 5 digits>_<the row in the file, 6 digits> (%s ...), not the original files' names",
                             without[0].path, f" and {len(without) - 1} more {HUB_SPLITS[split]} files"
-                            if len(without) > 1 else "", split, documented_key(split, 0))
+                            if len(without) > 1 else "", split, documented_key(split, 0, 0))
 
     def parts(self, split: str) -> list[RowGroupRun]:
         return list(self._parts[split])

@@ -23,7 +23,7 @@ from prepare.labels import (
     LabelError, builtin_class_names, check_sorted_order, check_val_labels, class_table, leaf_synsets, parse_hf_classes,
     parse_synset_mapping, read_devkit, val_wnids_from_devkit, WNID,
 )
-from prepare.completeness import Declared, Gap, numbering_gap
+from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.sources import (
     DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, gzipped_tar_images, image_stem,
     iterate_whole_tar, readable_file,
@@ -37,10 +37,12 @@ HF_TRAIN = re.compile(r"^train_images_(\d+)\.tar\.gz$")
 HF_VAL = "val_images.tar.gz"
 HF_CLASSES = "classes.py"
 HF_SCRIPT = "imagenet-1k.py"  # the loading script: how many train archives it reads
+HF_TRAIN_ARCHIVES = 5  # ILSVRC/imagenet-1k's train_images_0..4.tar.gz, where its script is not beside them
 HF_SCRIPT_TRAIN_COUNT = re.compile(r"train_images_\{i\}\.tar\.gz['\"]\s*for\s+i\s+in\s+range\(\s*(\d+)\s*\)")
 TIMM_INFO = "_info.json"
 TIMM_SPLITS = {"train": "train", "val": "validation"}  # this project's split -> timm's
 TIMM_SHARDS = {"train": "imagenet1k-train-*.tar", "val": "imagenet1k-validation-*.tar"}
+TIMM_SHARD_COUNTS = {"train": 1024, "val": 64}  # timm/imagenet-1k-wds's shards, where its _info.json is not there
 AVERAGE_IMAGE_BYTES = 110_000  # ImageNet's: a count from bytes where the source states none
 
 
@@ -152,17 +154,21 @@ def hf_train_archives(data: Path) -> dict[int, Path]:
     return {int(m.group(1)): data / p.name for p in sorted(data.iterdir()) if (m := HF_TRAIN.match(p.name))}
 
 
-def hf_train_gap(numbers: list[int], stated: int | None, data: Path) -> Gap:
-    """The train archives the loading script reads (`range(5)`) that are not there, or, without the
-    script, the gaps in their numbering. An archive beyond the script's count is refused."""
+def hf_train_gap(numbers: list[int], stated: int | None, data: Path, imagenet_1k: bool) -> Gap:
+    """The train archives the loading script reads (`range(5)`) that are not there; without the
+    script, ILSVRC/imagenet-1k's own 5 where the classes are ImageNet-1k's 1000, else the gaps in the
+    archives' numbering. An archive beyond the count is refused."""
     name = "train_images_{}.tar.gz".format
+    by = HF_SCRIPT
+    if stated is None and imagenet_1k:
+        stated, by = HF_TRAIN_ARCHIVES, "ILSVRC/imagenet-1k's layout"
     if stated is None:
         return numbering_gap(numbers, name, "train archives")
     beyond = [n for n in numbers if n >= stated]
     if beyond:
-        raise SourceError(f"{data / name(beyond[0])}: {HF_SCRIPT} reads train archives 0..{stated - 1} only: remove "
-                          "it, or use the loading script that belongs to these archives")
-    return Gap("train archives", stated, HF_SCRIPT, tuple(name(n) for n in range(stated) if n not in numbers))
+        raise SourceError(f"{data / name(beyond[0])}: {by} has train archives 0..{stated - 1} only: remove it, or "
+                          "use the loading script that belongs to these archives")
+    return Gap("train archives", stated, by, tuple(name(n) for n in range(stated) if n not in numbers))
 
 
 def hf_files(root: Path) -> list[Path]:
@@ -198,11 +204,12 @@ class HubArchives(Source):
         train = hf_train_archives(data)
         if not train:
             raise SourceError(f"{data} holds no train_images_N.tar.gz: download ILSVRC/imagenet-1k's train archives")
-        self.train_gap = hf_train_gap(sorted(train), hf_script_train_count(folders), data)
-        self.archives = {"train": [readable_file(path, "a train archive") for _, path in sorted(train.items())],
-                         "val": [hf_val_archive(data)]}
         self.class_list = read_class_list(class_list_file(folders))
         self.classes = self.class_list.classes
+        self.train_gap = hf_train_gap(sorted(train), hf_script_train_count(folders), data,
+                                      len(self.classes) == IMAGENET_1K_CLASSES)
+        self.archives = {"train": [readable_file(path, "a train archive") for _, path in sorted(train.items())],
+                         "val": [hf_val_archive(data)]}
         devkit = hf_devkit(folders)
         self.val_wnids = val_wnids_from_devkit(read_devkit(devkit)) if devkit else None
         if self.val_wnids is not None:
@@ -380,9 +387,10 @@ def wds_splits(root: Path) -> dict[str, WdsSplit]:
 WDS_NUMBER = re.compile(r"^(imagenet1k-(?:train|validation)-)(\d+)\.tar$")  # the shards' names, numbered from 0
 
 
-def wds_gap(root: Path, split: WdsSplit, info: bool) -> Gap:
-    """The shards _info.json lists that are not there; without it, the gaps in the numbering of those
-    that are (imagenet1k-train-0000.tar ...)."""
+def wds_gap(root: Path, split: WdsSplit, info: bool, known: int | None = None) -> Gap:
+    """The shards _info.json lists that are not there; without it, of the `known` shards of
+    timm/imagenet-1k-wds's own layout (where the classes are ImageNet-1k's), or else of the numbering
+    of those that are there (imagenet1k-train-0000.tar ...)."""
     if info:
         return Gap("shards", len(split.filenames), TIMM_INFO,
                    tuple(name for name in split.filenames if not (root / name).exists()))
@@ -390,7 +398,11 @@ def wds_gap(root: Path, split: WdsSplit, info: bool) -> Gap:
     if not numbered:
         return Gap("shards", len(split.filenames), "the files present")
     prefix, width = numbered[0].group(1), len(numbered[0].group(2))
-    return numbering_gap([int(m.group(2)) for m in numbered], lambda n: f"{prefix}{n:0{width}d}.tar", "shards")
+    numbers = {int(m.group(2)) for m in numbered}
+    if known is None:
+        return numbering_gap(sorted(numbers), lambda n: f"{prefix}{n:0{width}d}.tar", "shards")
+    return Gap("shards", known, "timm/imagenet-1k-wds's layout",
+               tuple(f"{prefix}{n:0{width}d}.tar" for n in range(known) if n not in numbers))
 
 
 def wds_files(root: Path) -> list[Path]:
@@ -420,8 +432,9 @@ class WdsShards(Source):
         wnids = tuple(c.wnid for c in self.classes)
         info = (root / TIMM_INFO).is_file()
         self._parts, self._declared = {}, {}
+        imagenet_1k = len(self.classes) == IMAGENET_1K_CLASSES
         for split, listed in self.splits_info.items():
-            gap = wds_gap(root, listed, info)
+            gap = wds_gap(root, listed, info, TIMM_SHARD_COUNTS[split] if imagenet_1k else None)
             self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids)
             found = sum(part.count for part in self._parts[split]) if listed.shard_lengths else None
             self._declared[split] = Declared(split, (gap,), listed.num_samples, TIMM_INFO if info else None, found)

@@ -383,6 +383,10 @@ class Source:
         """The ReaL label sets of the val images by key, where asked for (prepare/eval_sets.py)."""
         return None
 
+    def check_real_labels(self, allow_partial: bool) -> None:
+        """Check the ReaL labels against the val images before reading, where both are known (after
+        the completeness check, so a missing val image is named as such)."""
+
 
 # ---------------------------------------------------------------- the official archives
 
@@ -537,16 +541,26 @@ class FileChunk:
 FILES_PER_CHUNK = 1024  # tree files per part: each part opens up to one spill file per bucket
 
 
-def list_images(folder: Path) -> list[tuple[str, Path]]:
-    """(key, path) of the images directly in `folder`, sorted by name."""
+def list_images(folder: Path) -> list[tuple[str, str]]:
+    """(key, path) of the images directly in `folder`, sorted by name (paths as strings: a tree lists
+    1.28 M of them)."""
     found = []
     with os.scandir(folder) as entries:
         for entry in entries:
             if entry.is_file():
                 key = image_key(entry.name, entry.path)
                 if key is not None:
-                    found.append((key, Path(entry.path)))
+                    found.append((key, entry.path))
     return sorted(found)
+
+
+def decoded_text(data: bytes, where: str) -> str:
+    """A small text file of a download (a CSV, a class list) as UTF-8, the same on disk and in a zip."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exn:
+        raise SourceError(f"{where} is not UTF-8 text ({exn.reason} at byte {exn.start}): it is damaged, "
+                          "download it again") from None
 
 
 def estimate_bytes(files: list, size_of=lambda path: Path(path).stat().st_size, sample: int = 2000) -> int:

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 from prepare.completeness import Declared, Gap
 from prepare.labels import (
-    Devkit, LabelError, check_val_labels, class_table, devkit_train_count, leaf_synsets, parse_kaggle_val_solution,
-    parse_synset_mapping, parse_train_cls, read_devkit, val_wnids_from_devkit, WNID,
+    Devkit, LabelError, builtin_class_names, check_val_labels, class_table, devkit_train_count, leaf_synsets,
+    parse_kaggle_val_solution, parse_synset_mapping, parse_train_cls, read_devkit, val_wnids_from_devkit, WNID,
 )
 from prepare.sources import (
-    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Part, Source, SourceError, estimate_bytes, file_chunks,
-    list_images, readable_file,
+    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Part, Source, SourceError, decoded_text, estimate_bytes,
+    file_chunks, list_images, readable_file,
 )
 from prepare.zip_tree import KAGGLE_ZIP, kaggle_zip, open_kaggle_zip
 
@@ -50,6 +50,9 @@ class Tree(Protocol):
 
     def images(self, rel: str) -> list[tuple[str, Any]]:
         """(key, where) of the images directly in `rel`, sorted by key; other files are left out."""
+
+    def name_of(self, where: Any) -> str:
+        """An image's `where` for messages: its path, or ZIP:MEMBER."""
 
     def read_text(self, rel: str, why: str) -> str:
         """A small file's text; SourceError saying `why` it is needed where it is not there."""
@@ -84,13 +87,20 @@ class Folder:
         return sorted(p.name for p in self.path(rel).iterdir() if p.is_dir())
 
     def images(self, rel: str) -> list[tuple[str, str]]:
-        return [(key, str(path)) for key, path in list_images(self.path(rel))]
+        return list_images(self.path(rel))
+
+    def name_of(self, where: str) -> str:
+        return where
 
     def read_text(self, rel: str, why: str) -> str:
-        return readable_file(self.path(rel), why).read_text()
+        path = readable_file(self.path(rel), why)
+        try:
+            return decoded_text(path.read_bytes(), str(path))
+        except OSError as exn:
+            raise SourceError(f"cannot read {path}: {exn.strerror or exn}") from None
 
     def parts(self, rows: list[Row]) -> list[Part]:
-        return file_chunks(rows, estimate_bytes([Path(path) for _, _, path in rows]))
+        return file_chunks(rows, estimate_bytes([path for _, _, path in rows]))
 
 
 # ---------------------------------------------------------------- listing
@@ -112,18 +122,19 @@ def labelled_images(tree: Tree, rel: str, labels: dict[str, str], labels_file: s
     rows = []
     for key, where in tree.images(rel):
         if key not in labels:
-            raise LabelError(f"{tree.where(join(rel, key))}: no label for {key} in {labels_file}")
+            raise LabelError(f"{tree.name_of(where)}: no label for {key} in {labels_file}")
         rows.append((key, labels[key], where))
     return rows
 
 
-def check_folders_agree(rows: list[Row], labels: dict[str, str], labels_file: str, tree: Tree, rel: str) -> None:
-    """Val sorted into <wnid>/ folders (valprep.sh): each image's folder must be its label's."""
-    for key, wnid, _ in rows:
+def check_folders_agree(rows: list[Row], labels: dict[str, str], labels_file: str, tree: Tree) -> None:
+    """Images sorted into <wnid>/ folders (val after valprep.sh, train): each image's folder must be
+    the class `labels_file` gives it."""
+    for key, wnid, where in rows:
         if labels.get(key) != wnid:
-            said = f"says {labels[key]}" if key in labels else "has no label for it"
-            raise LabelError(f"{tree.where(join(rel, wnid, key))}: in the folder {wnid}/, but {labels_file} {said}: "
-                             "the folders and the labels do not belong together")
+            said = f"says {labels[key]}" if key in labels else "does not list it"
+            raise LabelError(f"{tree.name_of(where)}: in the folder {wnid}/, but {labels_file} {said}: the folders "
+                             "and the list do not belong together (files of another download mixed in?)")
 
 
 def missing_keys(listed: dict[str, str], rows: list[Row], skip_wnids: set[str] = frozenset()) -> tuple[str, ...]:
@@ -164,7 +175,8 @@ class TreeSource(Source):
         return None, None
 
     def flat_val_without_labels(self) -> SourceError:
-        raise NotImplementedError
+        """The error for a flat val/ where the layout has no labels for it."""
+        return SourceError(f"{self.tree.where(self.val_dir)} holds images without <wnid>/ folders and no labels")
 
     def list_val(self) -> list[Row]:
         """val/<wnid>/ folders (checked against the labels where there are some), or a flat val/
@@ -180,7 +192,7 @@ class TreeSource(Source):
         if sorted_into:
             rows = list_class_tree(tree, rel)
             if labels is not None:
-                check_folders_agree(rows, labels, self.val_labels_by, tree, rel)
+                check_folders_agree(rows, labels, self.val_labels_by, tree)
             return rows
         if labels is None:
             raise self.flat_val_without_labels()
@@ -216,9 +228,22 @@ class TreeSource(Source):
         return len(self.listing[split])
 
 
+IMAGENET_1K_TABLE = "ImageNet-1k's class table"
+MOSTLY = 0.9  # of ImageNet-1k's classes: a tree holding this many of them is taken for ImageNet-1k with some missing
+
+
+def mostly_imagenet_1k(folders: list[str]) -> bool:
+    """Whether a tree's train folders are ImageNet-1k's classes, nearly all of them: then a missing one
+    is a gap in the download, not a subset (ImageNet-100 and the like stay as they are). Pure."""
+    known = builtin_class_names()
+    wnids = {name for name in folders if WNID.match(name)}
+    return bool(wnids) and wnids <= known.keys() and len(wnids) >= MOSTLY * len(known)
+
+
 class ImageFolderTree(TreeSource):
     """train/<wnid>/ and val/ on disk. The devkit beside, where it is, declares the classes, their train
-    counts and the val labels; else LOC_synset_mapping.txt the classes."""
+    counts and the val labels; else LOC_synset_mapping.txt the classes; else, where the train folders are
+    nearly all of ImageNet-1k's classes, the built-in table (so a missing class never shifts the labels)."""
     layout = "imagefolder"
     train_dir, val_dir = "train", "val"
 
@@ -229,6 +254,8 @@ class ImageFolderTree(TreeSource):
             names, by = {s.wnid: s.words for s in leaf_synsets(self.devkit.synsets)}, "the devkit's meta.mat"
         elif tree.is_file(KAGGLE_SYNSETS):
             names, by = parse_synset_mapping(tree.read_text(KAGGLE_SYNSETS, "it names the classes")), KAGGLE_SYNSETS
+        elif mostly_imagenet_1k(tree.folders(self.train_dir) if tree.is_dir(self.train_dir) else []):
+            names, by = builtin_class_names(), IMAGENET_1K_TABLE
         else:
             names, by = {}, None
         super().__init__(tree, names, by)
@@ -260,7 +287,9 @@ class KaggleTree(TreeSource):
     def __init__(self, root: Path | Tree):
         tree = Folder(Path(root)) if isinstance(root, (str, Path)) else root
         names = parse_synset_mapping(tree.read_text(KAGGLE_SYNSETS, "the Kaggle layout names its classes there"))
-        tree.read_text(KAGGLE_VAL_CSV, "the Kaggle layout keeps its validation labels there")
+        if not tree.is_file(KAGGLE_VAL_CSV):
+            raise SourceError(f"{tree.where(KAGGLE_VAL_CSV)} not found: the Kaggle layout keeps its validation "
+                              "labels there")
         super().__init__(tree, names, KAGGLE_SYNSETS)
 
     def read_val_labels(self) -> tuple[dict[str, str], str]:
@@ -273,10 +302,7 @@ class KaggleTree(TreeSource):
         listed = parse_train_cls(self.tree.read_text(KAGGLE_TRAIN_LIST, "it lists the train images"),
                                  self.tree.where(KAGGLE_TRAIN_LIST))
         rows = self.listing["train"]
-        unlisted = next((key for key, _, _ in rows if key not in listed), None)
-        if unlisted is not None:
-            raise SourceError(f"{self.tree.where(self.train_dir)}: the image {unlisted} is not in {KAGGLE_TRAIN_LIST}, "
-                              "which lists every train image of the download: remove what does not belong to it")
+        check_folders_agree(rows, listed, KAGGLE_TRAIN_LIST, self.tree)
         gap = Gap("images", len(listed), KAGGLE_TRAIN_LIST, missing_keys(listed, rows, set(missing_classes)))
         return Declared("train", declared.gaps + (gap,), len(listed), KAGGLE_TRAIN_LIST, len(rows))
 

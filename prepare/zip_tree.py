@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.sources import Item, Part, SourceError, estimate_bytes, image_key, sized_chunks
+from prepare.sources import Item, Part, SourceError, decoded_text, estimate_bytes, image_key, sized_chunks
 
 KAGGLE_ZIP = "imagenet-object-localization-challenge.zip"
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # signature, version, flags, method, time, date, crc, sizes, name/extra lengths
@@ -31,7 +31,7 @@ STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
 MAX_MEMBER = 1 << 30  # bytes: no ImageNet file comes near; a bigger size is a damaged or hostile directory
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ZipMember:
     """Where one member's bytes lie in the zip, as its central directory says."""
     name: str
@@ -175,12 +175,18 @@ class ZipTree:
                 found.append((key, member))
         return sorted(found, key=lambda row: row[0])
 
+    def name_of(self, member: ZipMember) -> str:
+        return f"{self.root}:{member.name}"
+
     def read_text(self, rel: str, why: str) -> str:
         member = self.files.get(rel)
         if member is None:
             raise SourceError(f"{self.where(rel)} not found: {why}")
-        with open(self.root, "rb") as f:
-            return read_member(f, str(self.root), member).decode("utf-8", errors="replace")
+        try:
+            with open(self.root, "rb") as f:
+                return decoded_text(read_member(f, str(self.root), member), self.where(rel))
+        except OSError as exn:
+            raise SourceError(f"cannot read {self.root}: {exn.strerror or exn}") from None
 
     def parts(self, rows: list[tuple[str, str, ZipMember]]) -> list[Part]:
         """Sized as the extracted tree's files are (estimated from the same sample, uncompressed): the

@@ -334,7 +334,7 @@ def test_a_val_image_in_another_classes_folder_or_beside_the_folders_is_refused(
     valprep(source, labels, f"{KAGGLE_DATA}/val")
     other = next(w for w in sorted(set(labels.values())) if w != labels[VAL_KEY])
     (val / labels[VAL_KEY] / f"{VAL_KEY}.JPEG").rename(val / other / f"{VAL_KEY}.JPEG")
-    with pytest.raises(LabelError, match=f"{VAL_KEY}: in the folder {other}/, but LOC_val_solution.csv says "
+    with pytest.raises(LabelError, match=f"{VAL_KEY}.JPEG: in the folder {other}/, but LOC_val_solution.csv says "
                                          f"{labels[VAL_KEY]}"):
         prepare(config(source, tmp_path / "out"))
     (val / other / f"{VAL_KEY}.JPEG").rename(val / f"{VAL_KEY}.JPEG")
@@ -347,7 +347,8 @@ def test_a_train_image_the_kaggle_list_does_not_name_is_refused(downloads, image
     wnid = second_class(images)
     shutil.copy(source / KAGGLE_DATA / "train" / wnid / f"{images.train[40][0]}.JPEG",
                 source / KAGGLE_DATA / "train" / wnid / f"{wnid}_999999.JPEG")
-    with pytest.raises(SourceError, match=f"the image {wnid}_999999 is not in ILSVRC/ImageSets/CLS-LOC/train_cls.txt"):
+    with pytest.raises(LabelError, match=f"{wnid}_999999.JPEG: in the folder {wnid}/, but "
+                                         "ILSVRC/ImageSets/CLS-LOC/train_cls.txt does not list it"):
         open_source(source)
 
 
@@ -365,3 +366,111 @@ def test_a_loader_on_a_partial_dataset_says_so_on_rank_0(downloads, images, tmp_
             pass
         said = [r.getMessage() for r in caplog.records if r.name == "train" and "--allow-partial" in r.getMessage()]
         assert len(said) == (rank == 0) and (not said or name in said[0])
+
+
+# ---------------------------------------------------------------- the review's cases
+
+@pytest.mark.slow
+def test_a_partial_tree_completed_since_is_rebuilt_with_force(downloads, images, tmp_path):
+    """A tree's identity is its path: completing it changes none, so --force (not a refusal) rebuilds."""
+    source = copy_of(downloads, "kaggle", tmp_path)
+    wnid = second_class(images)
+    shutil.move(source / KAGGLE_DATA / "train" / wnid, tmp_path / "aside")
+    prepare(config(source, tmp_path / "out", allow_partial=True))
+    shutil.move(tmp_path / "aside", source / KAGGLE_DATA / "train" / wnid)
+    with pytest.raises(PrepareError, match="holds a partial dataset"):
+        prepare(config(source, tmp_path / "out"))
+    rebuilt = prepare(config(source, tmp_path / "out", force=True))
+    assert rebuilt.partial == {} and rebuilt.splits["train"].samples == len(images.train)
+
+
+def test_a_short_val_with_real_labels_is_named_as_missing_and_allow_partial_keeps_the_sets_there(downloads, images,
+                                                                                                 tmp_path):
+    source = copy_of(downloads, "kaggle", tmp_path)
+    (source / KAGGLE_DATA / "val" / f"{VAL_KEY}.JPEG").unlink()
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps([[0]] * len(images.val)))
+    with pytest.raises(SourceError, match=f"the val split lacks 1 of the {len(images.val)} images "
+                                          f"LOC_val_solution.csv lists \\({VAL_KEY}\\)"):
+        prepare(config(source, tmp_path / "out", real_labels=real))
+    manifest = prepare(config(source, tmp_path / "out", real_labels=real, allow_partial=True))
+    assert manifest.real_labels["images"] == len(images.val) - 1
+
+
+def test_text_files_are_utf8_on_disk_and_in_the_zip_alike(downloads, tmp_path):
+    source = copy_of(downloads, "kaggle", tmp_path)
+    mapping = source / "LOC_synset_mapping.txt"
+    mapping.write_bytes(mapping.read_bytes().replace(b"tench", b"t\xe9nch"))
+    with pytest.raises(SourceError, match="LOC_synset_mapping.txt is not UTF-8 text"):
+        open_source(source)
+    zipped = tmp_path / KAGGLE_ZIP
+    shutil.make_archive(str(zipped.with_suffix("")), "zip", source)
+    with pytest.raises(SourceError, match=f"{zipped}:LOC_synset_mapping.txt is not UTF-8 text"):
+        open_source(zipped)
+
+
+def test_a_train_image_in_another_classes_folder_than_kaggles_list_says_is_refused(downloads, images, tmp_path):
+    source = copy_of(downloads, "kaggle", tmp_path)
+    train = source / KAGGLE_DATA / "train"
+    first, second = sorted(wnid for wnid, _, _ in images.classes)[:2]
+    moved = next(key for key, wnid, _ in images.train if wnid == first)
+    (train / first / f"{moved}.JPEG").rename(train / second / f"{moved}.JPEG")
+    with pytest.raises(LabelError, match=f"{moved}.JPEG: in the folder {second}/, but "
+                                         f"ILSVRC/ImageSets/CLS-LOC/train_cls.txt says {first}"):
+        open_source(source)
+
+
+@pytest.mark.parametrize("count,listed,declared", [(1000, 1000, True), (999, 1000, True), (900, 1000, True),
+                                                   (899, 1000, False), (100, 1000, False), (0, 1000, False)])
+def test_a_tree_of_nearly_all_imagenet_1ks_classes_is_declared_by_the_built_in_table(count, listed, declared):
+    from prepare.labels import builtin_class_names
+    from prepare.trees import mostly_imagenet_1k
+
+    wnids = list(builtin_class_names())[:count]
+    assert mostly_imagenet_1k(wnids + ["other", "n99999999"][:1]) == declared  # a folder not a wnid: ignored
+    assert not mostly_imagenet_1k(wnids + ["n99999999"])  # a class of another dataset: not ImageNet-1k
+
+
+def test_a_class_folder_missing_from_a_bare_imagenet_1k_tree_is_named_not_shifted(downloads, images, tmp_path,
+                                                                                  monkeypatch):
+    """Without a devkit or class list, a tree of (nearly) ImageNet-1k's classes is declared by the built-in
+    table: here that table is made the sample's classes and one more, absent."""
+    from prepare import trees
+
+    source = copy_of(downloads, "imagefolder", tmp_path)
+    (source / DEVKIT).unlink()
+    table = {wnid: words for wnid, words, _ in sorted(images.classes)} | {"n15075141": "toilet tissue"}
+    monkeypatch.setattr(trees, "builtin_class_names", lambda: table)
+    monkeypatch.setattr(trees, "MOSTLY", 0.8)
+    with pytest.raises(SourceError, match="the train split lacks 1 of the 7 class folders ImageNet-1k's class table "
+                                          "lists \\(train/n15075141/\\)"):
+        prepare(config(source, tmp_path / "out"))
+
+
+@pytest.mark.parametrize("numbers,script,imagenet_1k,missing", [
+    ([0, 1, 2, 3], None, True, ("train_images_4.tar.gz",)),  # ILSVRC's own 5
+    ([0, 1, 2, 3], None, False, ()),  # another class list: the numbering alone
+    ([0, 2], 3, True, ("train_images_1.tar.gz",)),  # the script says
+])
+def test_ilsvrcs_train_archives_without_the_script_are_its_five(numbers, script, imagenet_1k, missing, tmp_path):
+    from prepare.hub_sources import hf_train_gap
+
+    assert hf_train_gap(numbers, script, tmp_path, imagenet_1k).missing == missing
+
+
+def test_timms_shards_without_info_json_are_its_1024_and_64(tmp_path):
+    from prepare.hub_sources import WdsSplit, wds_gap
+
+    present = WdsSplit(tuple(f"imagenet1k-train-{n:04d}.tar" for n in range(1023)), None, None)
+    assert wds_gap(tmp_path, present, info=False, known=1024).missing == ("imagenet1k-train-1023.tar",)
+    assert wds_gap(tmp_path, present, info=False).missing == ()
+
+
+def test_a_split_of_no_images_without_a_declared_gap_says_so(downloads, tmp_path):
+    source = copy_of(downloads, "timm-wds", tmp_path)
+    info = json.loads((source / "_info.json").read_text())
+    info["splits"]["validation"]["shard_lengths"] = [0, 0]
+    info["splits"]["validation"]["num_samples"] = 0
+    (source / "_info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="^the val split holds no images: nothing of the val split is there"):
+        prepare(config(source, tmp_path / "out"))

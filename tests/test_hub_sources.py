@@ -283,7 +283,7 @@ def test_the_train_archives_the_script_reads_or_their_numbering_declare(hub_sour
 def test_an_archive_beyond_the_scripts_count_is_refused(hub_sources, tmp_path):
     source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
     shutil.copy(source / "data" / "train_images_1.tar.gz", source / "data" / "train_images_2.tar.gz")
-    with pytest.raises(SourceError, match="train_images_2.tar.gz: imagenet-1k.py reads train archives 0..1 only"):
+    with pytest.raises(SourceError, match="train_images_2.tar.gz: imagenet-1k.py has train archives 0..1 only"):
         open_source(source)
 
 
@@ -344,10 +344,11 @@ def test_a_shard_missing_is_named_by_info_json_or_the_numbering(hub_sources, tmp
     declared = open_source(source).declared("val")
     assert shortfall(declared) == ("the val split lacks 1 of the 2 shards _info.json lists "
                                    "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares are there")
-    (source / "_info.json").unlink()
+    (source / "_info.json").unlink()  # then timm's own 1024 and 64 (the classes are ImageNet-1k's): the sample has 3
     (source / "imagenet1k-train-0001.tar").unlink()
     assert shortfall(open_source(source).declared("train")) == (
-        "the train split lacks 1 of the 3 shards the numbering of the files present lists (imagenet1k-train-0001.tar)")
+        "the train split lacks 1,022 of the 1,024 shards timm/imagenet-1k-wds's layout lists (imagenet1k-train-0001.tar, "
+        "imagenet1k-train-0003.tar, imagenet1k-train-0004.tar and 1019 more)")
 
 
 def drop_member(suffix: str, sample: int = 3):
@@ -461,11 +462,11 @@ def test_a_damaged_header_inside_a_shard_is_named_not_taken_for_its_end(hub_sour
     data = bytearray(shard.read_bytes())
     data[header + 20] ^= 0xFF  # in the name field: only the checksum shows it
     shard.write_bytes(bytes(data))
-    (source / "_info.json").unlink()  # no count to catch it otherwise
+    (source / "_info.json").unlink()  # no count to catch it otherwise (and the sample is 3 of timm's 1024 shards)
     with pytest.raises(SourceError, match=f"{shard} has a damaged tar header at byte {header} of its tar "
                                           "\\(members follow what would be its end, and would be lost\\): copy or "
                                           "download it again"):
-        prepare(config(source, tmp_path / "out"))
+        prepare(config(source, tmp_path / "out", allow_partial=True))
 
 
 def test_a_gzip_stream_is_checked_to_its_end(hub_sources, tmp_path):

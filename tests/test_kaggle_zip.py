@@ -18,7 +18,7 @@ import pytest
 from conftest import SHARD_MB, config, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.layouts import detect_layout, fingerprint, open_source
-from prepare.sample import KAGGLE_ZIP, kaggle_files, write_kaggle, write_kaggle_zip
+from prepare.sample import KAGGLE_ZIP, kaggle_files, write_kaggle_zip
 from prepare.sources import SourceError
 from prepare.zip_tree import MAX_MEMBER, ZipMember, read_member
 from shards.errors import UserError

@@ -313,10 +313,10 @@ def test_rows_without_a_path_get_the_documented_keys_and_one_warning(parquet, tm
     caplog.set_level(logging.WARNING)
     opened = open_source(source)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "train_<their row number in the split, 8 digits>" in warnings[0]
+    assert len(warnings) == 1 and "train_<the file's number, 5 digits>_<the row in the file, 6 digits>" in warnings[0]
     assert TRAIN[0] in warnings[0] and "and 1 more train files" in warnings[0]
     keys = keys_of(opened)
-    assert keys["train"] == [f"train_{n:08d}" for n in range(180)]  # numbered across the files, from 0
+    assert keys["train"] == [f"train_{f:05d}_{n:06d}" for f in range(2) for n in range(90)]  # by file and row
     assert keys["val"] == keys_of(open_source(parquet))["val"]  # paths there: the original names
     wnids = [item.wnid for part in opened.parts("train") for item in part.items()]
     assert wnids == [item.wnid for part in open_source(parquet).parts("train") for item in part.items()]
@@ -329,7 +329,7 @@ def test_a_path_that_is_null_in_some_rows_keys_those_rows_alone(parquet, tmp_pat
     caplog.set_level(logging.WARNING)
     keys = keys_of(open_source(source))["train"]
     original = keys_of(open_source(parquet))["train"]
-    assert keys == original[:95] + ["train_00000095"] + original[96:]
+    assert keys == original[:95] + ["train_00001_000005"] + original[96:]
     assert sum("without image.path" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -349,8 +349,8 @@ def test_without_null_counts_or_without_the_path_column_the_warning_still_comes(
     caplog.set_level(logging.WARNING)
     keys = keys_of(open_source(source))
     assert sum("without image.path" in r.getMessage() for r in caplog.records) == 2  # train's, val's
-    assert keys["val"] == [f"val_{n:08d}" for n in range(30)]
-    assert keys["train"][:90] == [f"train_{n:08d}" for n in range(90)]
+    assert keys["val"] == [f"val_00000_{n:06d}" for n in range(30)]
+    assert keys["train"][:90] == [f"train_00000_{n:06d}" for n in range(90)]
     assert keys["train"][90:] == keys_of(open_source(parquet))["train"][90:]
 
 
@@ -404,7 +404,7 @@ def test_the_row_group_parts_cover_every_row_once_in_order(images, tmp_path, mon
     parts = opened.parts("train")
     assert len(parts) == 2 * 5  # 90 rows a file in 13 row groups of 7 (the last 6): runs of 3, 3, 3, 3, 1
     assert [p.groups for p in parts[:5]] == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11), (12,)]
-    assert [p.first_in_split for p in parts] == [0, 21, 42, 63, 84, 90, 111, 132, 153, 174]
+    assert [(p.file_number, p.first_row) for p in parts] == [(f, r) for f in range(2) for r in (0, 21, 42, 63, 84)]
     meta = pq.ParquetFile(parts[0].path).metadata
     assert parts[0].size == sum(meta.row_group(g).column(c).total_compressed_size for g in (0, 1, 2) for c in range(3))
     items = [item for part in parts for item in part.items()]
