@@ -11,7 +11,7 @@ import torch
 from jpegs import jpeg
 from conftest import shard_set, write_shard
 from test_loader import epoch_batches, plan_args
-from train.device_batches import DeviceBatches, decode_to_device, normalise, to_device
+from train.device_batches import DeviceBatches, decode_to_device, finished, normalise, to_device
 from train.device_decode import DeviceDecoder
 from train.loader import Batch, Loader
 from train.shard_index import ShardSet
@@ -136,3 +136,33 @@ def test_device_decode_leaves_out_a_jpeg_cut_short_and_names_it(tmp_path):
     assert [len(b.labels) for b in got] == [3, 2] and got[1].labels.tolist() == [4, 5]
     assert got[1].bad == ((f"{tmp_path / 's.tar'}: k3", "damaged JPEG data"),)
     assert got[1].images.shape == (2, 3, 40, 40)
+
+
+# ---------------------------------------------------------------- uint8 output, and a normalisation of one's own
+
+def test_uint8_output_is_a_copy_of_the_pixels_nchw_in_the_memory_format_asked():
+    """On the CPU device the host batch is the loader's buffer, which the next batch overwrites: the
+    uint8 output is always a copy."""
+    host = torch.randint(0, 256, (2, 5, 5, 3), dtype=torch.uint8)
+    for channels_last in (True, False):
+        x = to_device(host, torch.device("cpu"), channels_last, dtype=torch.uint8)
+        assert x.dtype == torch.uint8 and torch.equal(x, host.permute(0, 3, 1, 2))
+        assert x.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        assert x.data_ptr() != host.data_ptr()
+
+
+def test_uint8_output_of_the_device_decodes_floats_is_rounded_as_the_policy_path_rounds_them():
+    decoded = torch.tensor([0.4, 0.5, 1.5, 254.6, 255.4, -0.3]).repeat(1, 3, 1, 1)  # float NCHW, 0-255
+    batch = Batch(decoded, torch.tensor([0]), torch.tensor([0]))
+    x = finished(decoded.clone(), batch, "nearest", channels_last=False, dtype=torch.uint8)
+    assert x.dtype == torch.uint8 and x[0, 0, 0].tolist() == [0, 0, 2, 255, 255, 0]
+
+
+def test_a_mean_and_std_of_ones_own_normalise_in_0_1_units():
+    host = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8)
+    x = to_device(host, torch.device("cpu"), mean=(0.5, 0.25, 0.0), std=(0.5, 0.5, 1.0))
+    expected = (host.permute(0, 3, 1, 2).float() - torch.tensor([127.5, 63.75, 0.0]).view(1, 3, 1, 1)) \
+        / torch.tensor([127.5, 127.5, 255.0]).view(1, 3, 1, 1)
+    assert torch.allclose(x, expected, atol=1e-6)
+    imagenets = to_device(host, torch.device("cpu"), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    assert torch.equal(to_device(host, torch.device("cpu")), imagenets)  # the default

@@ -132,11 +132,93 @@ def test_erasing_boxes_are_random_erasings_make_params(height, width, p):
         assert abs((boxes[:, 2] > 0).mean() - p) < 0.05
 
 
+RANDAUGMENT = {"policy": "randaugment"}
+
+
 @pytest.mark.parametrize("options, message", [
     ({"policy": "augmix"}, "policy must be one of"), ({"interpolation": "bicubic"}, "interpolation"),
-    ({"num_ops": 0}, "num_ops"), ({"magnitude": 31}, "magnitude must be below"), ({"erasing": 1.5}, "erasing"),
-    ({"mixup": -1}, "mixup"), ({"cutmix": float("nan")}, "cutmix"),
+    ({**RANDAUGMENT, "num_ops": 0}, "num_ops must be at least 1"),
+    ({**RANDAUGMENT, "magnitude": 31}, r"magnitude must be below num_magnitude_bins \(31\), not 31"),
+    ({**RANDAUGMENT, "magnitude": 9, "num_magnitude_bins": 9}, r"below num_magnitude_bins \(9\)"),
+    ({"policy": "trivialaugment", "num_magnitude_bins": 1}, "num_magnitude_bins must be at least 2"),
+    ({"erasing": 1.5}, "erasing must be at most 1"), ({"erasing": -0.1}, "erasing must be at least 0"),
+    ({"mixup": -1}, "mixup .* must be at least 0"), ({"cutmix": float("nan")}, "cutmix .* finite"),
+    ({"mixup": float("inf")}, "mixup .* finite"), ({"erasing": np.float64("nan")}, "erasing must be a finite"),
 ])
 def test_an_augmentation_that_cannot_work_is_refused_by_name(options, message):
     with pytest.raises(ConfigError, match=message):
         Augment(**options)
+
+
+# ---------------------------------------------------------------- every number a number, every option used
+
+@pytest.mark.parametrize("name", ["erasing", "mixup", "cutmix"])
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), torch.tensor(True), "0.1", None, [0.1],
+                                   torch.tensor([0.1]), 1j])
+def test_a_probability_or_alpha_that_is_no_number_is_refused(name, value):
+    """erasing=True was once a probability of 1: a bool is a mistake, not a number."""
+    with pytest.raises(ConfigError, match=f"augment {name}.* must be a number, not"):
+        Augment(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["num_ops", "magnitude", "num_magnitude_bins"])
+@pytest.mark.parametrize("value", [True, 2.0, np.float32(2), torch.tensor(2.0), torch.tensor(True), "2"])
+def test_a_policy_option_that_is_no_whole_number_is_refused(name, value):
+    with pytest.raises(ConfigError, match=f"augment {name} must be a whole number"):
+        Augment(policy="randaugment", **{name: value})
+
+
+@pytest.mark.parametrize("kind", [int, np.int64, np.int32, torch.tensor, lambda v: np.array(v)])
+def test_whole_numbers_of_any_kind_are_stored_as_plain_ints(kind):
+    augment = Augment(policy="randaugment", num_ops=kind(3), magnitude=kind(5), num_magnitude_bins=kind(11))
+    assert augment == Augment(policy="randaugment", num_ops=3, magnitude=5, num_magnitude_bins=11)
+    assert all(type(getattr(augment, name)) is int for name in ("num_ops", "magnitude", "num_magnitude_bins"))
+
+
+@pytest.mark.parametrize("kind", [float, np.float64, np.float32, torch.tensor, lambda v: torch.tensor(v).double(),
+                                  lambda v: np.array(v)])
+def test_real_numbers_of_any_kind_are_stored_as_the_plain_float_they_equal(kind):
+    augment = Augment(erasing=kind(0.25), mixup=kind(0.5), cutmix=kind(1.0))  # exact in float32 too
+    assert augment == Augment(erasing=0.25, mixup=0.5, cutmix=1.0)
+    assert all(type(getattr(augment, name)) is float for name in ("erasing", "mixup", "cutmix"))
+    assert type(Augment(erasing=1).erasing) is float and type(Augment(mixup=np.int64(1)).mixup) is float
+
+
+@pytest.mark.parametrize("policy, given", [
+    (None, {"num_ops": 2}), (None, {"magnitude": 9}), (None, {"num_magnitude_bins": 31}),
+    ("trivialaugment", {"num_ops": 2}), ("trivialaugment", {"magnitude": 9}),
+    ("autoaugment", {"num_ops": 2}), ("autoaugment", {"magnitude": 9}), ("autoaugment", {"num_magnitude_bins": 31}),
+])
+def test_an_option_the_policy_does_not_take_is_refused_not_ignored(policy, given):
+    """Even at the value the option had by default before: a given value would be ignored."""
+    name = next(iter(given))
+    with pytest.raises(ConfigError, match=f"augment {name} would be ignored by policy {policy!r}"):
+        Augment(policy=policy, **given)
+
+
+def test_the_options_default_to_what_the_policys_torchvision_class_takes():
+    assert (Augment().num_ops, Augment().magnitude, Augment().num_magnitude_bins) == (None, None, None)
+    options = ("num_ops", "magnitude", "num_magnitude_bins")
+    assert [Augment(policy="randaugment").option(n) for n in options] == [2, 9, 31]
+    assert [Augment(policy="trivialaugment").option(n) for n in options] == [None, None, 31]
+    assert [Augment(policy="autoaugment").option(n) for n in options] == [None, None, None]
+    assert Augment(policy="randaugment", magnitude=3).effective() == {
+        **Augment(policy="randaugment").to_dict(), "num_ops": 2, "magnitude": 3, "num_magnitude_bins": 31}
+
+
+@pytest.mark.parametrize("default, explicit", [
+    (Augment(policy="randaugment"), Augment(policy="randaugment", num_ops=2, magnitude=9, num_magnitude_bins=31)),
+    (Augment(policy="trivialaugment"), Augment(policy="trivialaugment", num_magnitude_bins=31)),
+])
+def test_the_defaults_draw_byte_for_byte_what_the_explicit_values_draw(default, explicit):
+    ops, magnitudes = policy_draws(KEYS[:3000], 4, 2, default, *SIZE)
+    ops_explicit, magnitudes_explicit = policy_draws(KEYS[:3000], 4, 2, explicit, *SIZE)
+    assert ops.tobytes() == ops_explicit.tobytes() and magnitudes.tobytes() == magnitudes_explicit.tobytes()
+    assert default.rounds == explicit.rounds and default.effective() == explicit.effective()
+
+
+def test_to_dict_is_plain_data_that_makes_the_same_augment():
+    augment = Augment(policy="randaugment", num_ops=np.int64(3), erasing=np.float32(0.25), mixup=torch.tensor(0.5))
+    settings = augment.to_dict()
+    assert Augment(**settings) == augment
+    assert all(type(v) in (int, float, str, type(None)) for v in settings.values())

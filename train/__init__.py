@@ -10,6 +10,7 @@ than allowed), ResumeError (a state or checkpoint of another run).
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 __all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "RealLabels", "ConfigError", "DatasetNotReady", "DamagedData",
            "ResumeError"]
@@ -18,9 +19,19 @@ _HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.policies"
           "ConfigError": "train.config", "ResumeError": "train.config",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
-
-def __getattr__(name: str):
-    # On first use: `python -m train --help` does not wait for torch to import.
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'train' has no attribute {name!r}")
+if TYPE_CHECKING:
+    # What type checkers and IDEs see: the real classes (at run time they are imported on first use,
+    # below). tests/test_library_settings.py checks that the two lists agree.
+    from shards.manifest import DamagedData, DatasetNotReady
+    from train.config import ConfigError, ResumeError
+    from train.imagenet_loader import ImageNetLoader
+    from train.policies import Augment
+    from train.real_labels import RealLabels
+    from train.transforms import ResolutionRamp
+else:
+    def __getattr__(name: str):
+        # On first use: `python -m train --help` does not wait for torch to import. Hidden from type
+        # checkers, to whom a module __getattr__ would make every misspelt name valid.
+        if name in _HOMES:
+            return getattr(importlib.import_module(_HOMES[name]), name)
+        raise AttributeError(f"module 'train' has no attribute {name!r}")

@@ -2,12 +2,13 @@
 ahead of the step.
 
     to_device        uint8 NHWC on the host -> normalised NCHW (channels_last) on the device, in a
-                     floating dtype (float32 by default)
+                     floating dtype (float32 by default), or uint8 NCHW as it is
     decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized and flipped on the
                      device (train/device_decode.py)
     finished         a batch's images on the device through the rest of torchvision's train
                      preset, in its order: the policy's ops on uint8, normalisation, random erasing
-                     (train/augment.py, each sample's own draws from the batch record)
+                     (train/augment.py, each sample's own draws from the batch record); for uint8
+                     output, the policy's ops alone
     DeviceBatches    the next batches moved (or decoded) onto the device and finished in a
                      background thread, on a CUDA stream of its own, while the current one trains
 """
@@ -30,20 +31,28 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+Channels = tuple[float, float, float]
+
+
 @functools.lru_cache(maxsize=None)
-def normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """ImageNet mean and std in 0-255 units, made once per device: a tensor built from Python
-    numbers every step would be a blocking host-to-device copy on the hot path."""
-    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
-    return mean, std
+def normalisation(device: torch.device, mean: Channels = IMAGENET_MEAN, std: Channels = IMAGENET_STD
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mean and std given in 0-1 units (ImageNet's by default), in 0-255 units, made once per device:
+    a tensor built from Python numbers every step would be a blocking host-to-device copy on the hot path."""
+    mean_255 = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+    std_255 = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+    return mean_255, std_255
 
 
 def to_device(images: torch.Tensor, device: torch.device, channels_last: bool = True,
-              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+              dtype: torch.dtype = torch.float32, mean: Channels = IMAGENET_MEAN,
+              std: Channels = IMAGENET_STD) -> torch.Tensor:
     """uint8 NHWC on the host -> normalised NCHW in `dtype` on the device (channels_last memory: a
-    free view)."""
-    return normalise(images.to(device, non_blocking=True).permute(0, 3, 1, 2).float(), channels_last, dtype)
+    free view); uint8 NCHW, not normalised, where `dtype` is torch.uint8."""
+    x = images.to(device, non_blocking=True).permute(0, 3, 1, 2)
+    if dtype == torch.uint8:
+        return as_uint8(x, channels_last)
+    return normalise(x.float(), channels_last, dtype, mean=mean, std=std)
 
 
 def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: DeviceDecoder
@@ -60,24 +69,40 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
 
 
 def finished(x: torch.Tensor, batch: Batch, interpolation: str, channels_last: bool = True,
-             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+             dtype: torch.dtype = torch.float32, mean: Channels = IMAGENET_MEAN,
+             std: Channels = IMAGENET_STD) -> torch.Tensor:
     """A batch's images on the device (uint8, or float in 0-255 from the device decode; NCHW) through
-    the policy's ops, normalisation and random erasing, as the batch record draws them: in `dtype`."""
-    if batch.ops is not None:
+    the policy's ops, normalisation and random erasing, as the batch record draws them: in `dtype`.
+    uint8 output gets the policy's ops alone (erasing and mixing make floats: the loader refuses them)."""
+    if batch.ops is not None or dtype == torch.uint8:
         if x.is_floating_point():  # the device decode's resize, rounded as PIL's is
             x = x.round().clamp_(0, 255).to(torch.uint8)
+    if batch.ops is not None:
         # the draws stay on the host, where apply_policy_rounds plans the call: no device sync
         x = apply_policy_rounds(x, batch.ops, batch.magnitudes, interpolation=interpolation)
-    return normalise(x.float(), channels_last, dtype, erase_boxes=batch.erase)  # float(): a copy, normalised in place
+    if dtype == torch.uint8:
+        if batch.erase is not None:
+            raise ValueError("uint8 output takes no random erasing: its images are not normalised")
+        return as_uint8(x, channels_last)
+    # float(): a copy, normalised in place
+    return normalise(x.float(), channels_last, dtype, erase_boxes=batch.erase, mean=mean, std=std)
+
+
+def as_uint8(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """uint8 NCHW in the memory format asked, always a copy: on a CPU device `x` may still be the
+    loader's host buffer, which the next batch overwrites."""
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    return x.clone(memory_format=memory_format)
 
 
 def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32,
-              erase_boxes: torch.Tensor | None = None) -> torch.Tensor:
-    """Float NCHW in 0-255 -> ImageNet-normalised (in float32, in place: `images` is already a float
-    copy), erased where `erase_boxes` say (RandomErasing runs after normalisation), then `dtype` and
-    the memory format in one copy."""
-    mean, std = normalisation(images.device)
-    images = images.sub_(mean).div_(std)
+              erase_boxes: torch.Tensor | None = None, mean: Channels = IMAGENET_MEAN,
+              std: Channels = IMAGENET_STD) -> torch.Tensor:
+    """Float NCHW in 0-255 -> normalised by `mean` and `std` (0-1 units; ImageNet's by default), in
+    float32, in place (`images` is already a float copy), erased where `erase_boxes` say
+    (RandomErasing runs after normalisation), then `dtype` and the memory format in one copy."""
+    mean_255, std_255 = normalisation(images.device, tuple(mean), tuple(std))
+    images = images.sub_(mean_255).div_(std_255)
     if erase_boxes is not None:
         images = erase(images, erase_boxes)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -85,8 +110,8 @@ def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = to
 
 
 class DeviceBatches:
-    """Batch(x, y, key hashes, bad, pil fallbacks, seeked) on the device, x in `dtype`, `depth` batches ahead
-    of the training step.
+    """Batch(x, y, key hashes, bad, pil fallbacks, seeked) on the device, x in `dtype` (normalised by
+    `mean` and `std`, or uint8 as decoded), `depth` batches ahead of the training step.
 
     A background thread takes batches from the loader and runs `to_device` on them (the copy of
     pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
@@ -101,8 +126,9 @@ class DeviceBatches:
 
     def __init__(self, batches: Iterable[Batch], device: torch.device, channels_last: bool = True, depth: int = 2,
                  device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32,
-                 interpolation: str = "nearest"):
+                 interpolation: str = "nearest", mean: Channels = IMAGENET_MEAN, std: Channels = IMAGENET_STD):
         self.device, self.channels_last, self.dtype = device, channels_last, dtype
+        self.mean, self.std = mean, std  # in 0-1 units; unused for uint8 output
         self.interpolation = interpolation  # of the policy's geometric ops
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -140,7 +166,7 @@ class DeviceBatches:
                         batch = take(batch, kept)._replace(bad=batch.bad + lost)
                     else:
                         x = batch.images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-                    x = finished(x, batch, self.interpolation, self.channels_last, self.dtype)
+                    x = finished(x, batch, self.interpolation, self.channels_last, self.dtype, self.mean, self.std)
                     y = batch.labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:

@@ -27,7 +27,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,11 +37,12 @@ from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
 from train.cluster import default_workers, process_env
-from train.config import ConfigError, ResumeError, whole_number
+from train.config import ConfigError, ResumeError
 from train.decoder import MAX_IMAGE_SIZE
-from train.device_batches import DeviceBatches
+from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels, DeviceBatches
 from train.loader import DECODES, Batch, Loader, PlanArgs, take
-from train.policies import Augment, mixing_seed
+from train.numbers import Real, Whole, optional, real_triple, whole_number
+from train.policies import Augment, effective_augment, mixing_seed
 from train.shard_index import ShardSet
 from train.transforms import ResolutionRamp, default_resize
 
@@ -54,6 +55,12 @@ STATE_IDENTITY = ("format", "dataset_id", "split", "seed", "batch_size", "shuffl
 # otherwise. At an epoch's end nothing of it is left: the next epoch may differ in these.
 MID_EPOCH_IDENTITY = ("world_size", "repeats", "size", "augment")
 STATE_DEFAULTS = {"repeats": 1}  # states saved before repeats; one lacking "size" or "augment" is not checked
+
+
+class ImageNetClass(NamedTuple):
+    """A class of the dataset, as its manifest names it: `loader.classes[label]`."""
+    wnid: str  # WordNet's id, "n01440764"
+    name: str  # its words, "tench, Tinca tinca" (the wnid again where the source named none)
 
 
 @dataclass
@@ -71,9 +78,9 @@ class _Shared:
     pinned buffers, the splits' shard sets), the device decoder of --decode gpu, the passes open
     (the last close() ends them), and how many loaders still use them."""
 
-    def __init__(self, loader: Loader, device_decoder, dataset_id: str, num_classes: int):
+    def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...]):
         self.loader, self.device_decoder = loader, device_decoder
-        self.dataset_id, self.num_classes = dataset_id, num_classes
+        self.dataset_id, self.classes = dataset_id, classes
         self.users = 1
         self.passes: weakref.WeakSet = weakref.WeakSet()  # the generators of the passes not yet finished
         self.lock = threading.Lock()
@@ -94,7 +101,9 @@ class ImageNetLoader:
     seed:            the shuffle and the augmentation
     workers:         decoding threads; None: this rank's share of the CPUs it may use, less one
     decode:          "cpu" (crop-region decode in the threads) or "gpu" (nvImageCodec on the device)
-    dtype:           of the images yielded (normalised in float32 first)
+    dtype:           of the images yielded: a floating dtype (normalised in float32 first), or
+                     torch.uint8 (0-255 as decoded, not normalised: for a model that normalises
+                     itself; no random erasing nor MixUp/CutMix, which make floats)
     channels_last:   the images' memory format
     shuffle_buffer:  the read plan's shuffle window, in samples
     max_bad_samples: bad samples this rank may leave out in one epoch (a resumed epoch: since its
@@ -111,40 +120,49 @@ class ImageNetLoader:
                      (repeated augmentation, torchvision's RASampler); the epoch keeps its length
     val_crop, val_resize: validation's CenterCrop(val_crop) after Resize(val_resize), as torchvision's
                      evaluation preset (None: the training size, and val_crop x 256/224)
+    mean, std:       the normalisation, three numbers each (R, G, B) in 0-1 units, as torchvision's
+                     Normalize after ToTensor; None: ImageNet's, (0.485, 0.456, 0.406) and
+                     (0.229, 0.224, 0.225). Not with uint8 output
+
+    Every number may be Python's, numpy's or a 0-d tensor, and is kept as the plain int or float it
+    equals; a bool, NaN, an infinity, a float where a whole number is meant, or a setting that
+    would be ignored (augment or repeats on a split other than train) is a ConfigError naming it.
     """
 
-    def __init__(self, root: str | Path, split: str = "train", *, batch_size: int, image_size: int | ResolutionRamp,
-                 device: torch.device | str, seed: int = 0, workers: int | None = None, decode: str = "cpu",
-                 dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: int = 1000,
-                 max_bad_samples: int | None = 100, fixed_shape: bool = False, prefetch: int = 2,
-                 rank: int | None = None, world_size: int | None = None, augment: Augment | None = None,
-                 repeats: int = 1, val_crop: int | None = None, val_resize: int | None = None):
-        # Every setting checked, and every number made a plain int, before a thread starts.
+    def __init__(self, root: str | Path, split: str = "train", *, batch_size: Whole, image_size: Whole | ResolutionRamp,
+                 device: torch.device | str, seed: Whole = 0, workers: Whole | None = None, decode: str = "cpu",
+                 dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: Whole = 1000,
+                 max_bad_samples: Whole | None = 100, fixed_shape: bool = False, prefetch: Whole = 2,
+                 rank: Whole | None = None, world_size: Whole | None = None, augment: Augment | None = None,
+                 repeats: Whole = 1, val_crop: Whole | None = None, val_resize: Whole | None = None,
+                 mean: Sequence[Real] | None = None, std: Sequence[Real] | None = None):
+        # Every setting checked, and every number made a plain int or float, before a thread starts.
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
         self.val_crop, self.val_resize = checked_val_sizes(val_crop, val_resize, self.image_size)
         self.augment, self.repeats = checked_augment(augment), whole_number("repeats", repeats, least=1)
+        check_only_train_augments(split, self.augment, self.repeats)
         self.seed = whole_number("seed", seed)
         self.shuffle_buffer = whole_number("shuffle_buffer", shuffle_buffer, least=1)
         self.prefetch = whole_number("prefetch", prefetch, least=1)
-        self.max_bad_samples = None if max_bad_samples is None else whole_number("max_bad_samples", max_bad_samples,
-                                                                                 least=0)
-        workers = None if workers is None else whole_number("workers", workers, least=1)
+        self.max_bad_samples = optional(whole_number, "max_bad_samples", max_bad_samples, least=0)
+        threads = optional(whole_number, "workers", workers, least=1)
         check_decode(decode)
-        check_dtype(dtype)
+        check_dtype(dtype, self.augment)
+        self.mean, self.std = checked_normalisation(dtype, mean, std)
         self.device, self.root = checked_device(device), Path(root)
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
         self.rank, self.world_size, self._place_given = place_of(rank, world_size)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)
         check_split(split, manifest.splits)
-        check_has_batches(split, manifest.splits[split].samples, self.world_size, self.rank, self.batch_size)
+        self._check_batches(split, manifest.splits[split].samples)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         largest = max(self.val_crop, largest_size(self.image_size))
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
-                        image_size=largest, threads=decode_threads(workers), decode=decode,
+                        image_size=largest, threads=decode_threads(threads), decode=decode,
                         pin_memory=self.device.type == "cuda")
-        self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), manifest.num_classes)
+        self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest))
         self._mixer = mixer_for(self.augment, manifest.num_classes)
         self._begin(split)
 
@@ -158,19 +176,33 @@ class ImageNetLoader:
     def with_split(self, split: str) -> "ImageNetLoader":
         """A loader of `split` with this one's settings, sharing its threads and pinned buffers (a
         train and a val loader made so do not double them). Close both; the last one to close
-        stops the threads."""
+        stops the threads. `augment` and `repeats` come along and act on train passes only: the val
+        loader of an augmented train loader reads val plainly, and its own with_split("train")
+        augments again."""
         check_split(split, self._shared.loader.splits)
         self._check_open()
-        check_has_batches(split, len(self._shared.loader.splits[split]), self.world_size, self.rank, self.batch_size)
+        self._check_batches(split, len(self._shared.loader.splits[split]))
         other = copy.copy(self)
         other._begin(split)
         with self._shared.lock:
             self._shared.users += 1
         return other
 
+    def _check_batches(self, split: str, samples: int) -> None:
+        """A batch on every rank; with repeats, at least as many samples a rank as readings of one."""
+        check_has_batches(split, samples, self.world_size, self.rank, self.batch_size)
+        if split == "train":
+            check_repeats(self.repeats, samples, self.world_size, self.batch_size)
+
     @property
     def num_classes(self) -> int:
-        return self._shared.num_classes
+        return len(self._shared.classes)
+
+    @property
+    def classes(self) -> tuple[ImageNetClass, ...]:
+        """The dataset's classes in label order, from its manifest: `classes[label].wnid` and
+        `.name` (each a named tuple, so `for wnid, name in loader.classes` works too)."""
+        return self._shared.classes
 
     @property
     def threads(self) -> int:
@@ -202,7 +234,7 @@ class ImageNetLoader:
 
     # ------------------------------------------------------------ epochs and position
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: Whole) -> None:
         """The epoch the next pass reads, as DistributedSampler.set_epoch: its own order and
         augmentation. After load_state_dict, the state's epoch continues where the state stopped;
         any other starts at its first batch. A pass without set_epoch reads the epoch after the last.
@@ -243,7 +275,7 @@ class ImageNetLoader:
         theirs = {**STATE_DEFAULTS, **state}
         names = STATE_IDENTITY + (() if finished else tuple(n for n in MID_EPOCH_IDENTITY if n in theirs))
         wrong = [f"{name}: the state's {theirs[name]!r}, this loader's {mine[name]!r}" for name in names
-                 if theirs[name] != mine[name]]
+                 if comparable(name, theirs[name]) != comparable(name, mine[name])]
         if wrong:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
                               "as the state's was made, or start without it")
@@ -290,7 +322,8 @@ class ImageNetLoader:
                             augment=self.augment if train else Augment())
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
                                device_decoder=self._shared.device_decoder, dtype=self.dtype,
-                               interpolation=self.augment.interpolation) as on_device:
+                               interpolation=self.augment.interpolation, mean=self.mean or IMAGENET_MEAN,
+                               std=self.std or IMAGENET_STD) as on_device:
                 arriving = iter(on_device)
                 while True:
                     asked = time.perf_counter()
@@ -467,15 +500,83 @@ def checked_augment(augment) -> Augment:
     return augment
 
 
+def augments(augment: Augment) -> bool:
+    """Whether `augment` changes a training batch at all (Augment() and an interpolation alone do not)."""
+    return augment.policy is not None or augment.erasing > 0 or augment.mixing
+
+
+def check_only_train_augments(split: str, augment: Augment, repeats: int) -> None:
+    """Augmentation and repeats act on train passes only: given to another split they would be
+    ignored, which hides a mistake (a val loader meant to be the train one)."""
+    if split == "train":
+        return
+    given = [name for name, ignored in (("augment", augments(augment)), ("repeats", repeats != 1)) if ignored]
+    if given:
+        raise ConfigError(f"{' and '.join(given)} would be ignored by the {split} split (they act on train only): "
+                          "leave them out, or make the train loader with them and take this one with "
+                          f"loader.with_split({split!r})")
+
+
+def check_repeats(repeats: int, samples: int, world_size: int, batch_size: int) -> None:
+    """Each rank reads an epoch's whole batches (steps x batch_size samples) as distinct samples each
+    read `repeats` times over the ranks (RASampler's rule): more readings than a rank reads leaves
+    not even one distinct sample per rank."""
+    per_rank = steps_per_epoch(samples, world_size, batch_size) * batch_size
+    if repeats > per_rank:
+        raise ConfigError(f"repeats={repeats} is more than the {per_rank} train samples each rank reads an epoch "
+                          f"({samples} over {world_size} rank(s) in whole batches of {batch_size}): use at most "
+                          f"{per_rank}")
+
+
 def check_decode(decode: str) -> None:
     if decode not in DECODES:
         raise ConfigError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
 
 
-def check_dtype(dtype) -> None:
+def check_dtype(dtype, augment: Augment) -> None:
+    """A floating dtype, or uint8 where nothing makes floats (random erasing fills with the
+    normalised 0, MixUp/CutMix blend images)."""
+    if dtype == torch.uint8:
+        floats = [name for name, on in (("random erasing", augment.erasing > 0), ("MixUp/CutMix", augment.mixing))
+                  if on]
+        if floats:
+            raise ConfigError(f"dtype=torch.uint8 cannot hold what {' and '.join(floats)} make (floats, after "
+                              "normalisation): use a floating dtype, or leave them out of augment")
+        return
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ConfigError(f"dtype must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...), "
-                          f"not {dtype!r}")
+        raise ConfigError(f"dtype must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...) or "
+                          f"torch.uint8 (not normalised), not {dtype!r}")
+
+
+def checked_normalisation(dtype, mean, std) -> tuple[Channels | None, Channels | None]:
+    """(mean, std) in 0-1 units as plain floats (ImageNet's where None); (None, None) for uint8
+    output, which is not normalised: a mean or std given with it would be ignored."""
+    if dtype == torch.uint8:
+        if mean is not None or std is not None:
+            raise ConfigError("mean and std would be ignored with dtype=torch.uint8 (its images are not "
+                              "normalised): leave them out, or use a floating dtype")
+        return None, None
+    try:
+        mean = IMAGENET_MEAN if mean is None else real_triple("mean", mean, least=0, most=1)
+        std = IMAGENET_STD if std is None else real_triple("std", std, above=0, most=1)
+    except ConfigError as error:
+        raise ConfigError(f"{error} (mean and std are in 0-1 units, as torchvision's Normalize after ToTensor: "
+                          f"ImageNet's are {IMAGENET_MEAN} and {IMAGENET_STD})") from None
+    return mean, std
+
+
+def classes_of(manifest) -> tuple[ImageNetClass, ...]:
+    """The manifest's classes in label order."""
+    return tuple(ImageNetClass(c.wnid, c.name) for c in sorted(manifest.classes, key=lambda c: c.index))
+
+
+def comparable(name: str, value):
+    """A state's value as it decides the batches: an augment as the policy uses it, so that a state
+    saved before the policy options defaulted to None (2, 9 and 31 whatever the policy) still
+    resumes the same augmentation."""
+    if name == "augment" and isinstance(value, Mapping):
+        return effective_augment(dict(value))
+    return value
 
 
 def checked_device(device) -> torch.device:

@@ -17,6 +17,7 @@ Each sample's draw is a row: ops (int64, -1 where no op) and magnitudes (float64
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -25,7 +26,8 @@ from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy, RandAugmen
 
 from shards.plan import seeded_rng
 from train.augment import OPS  # the ops it applies, by id; -1 is none
-from train.config import ConfigError, whole_number
+from train.config import ConfigError
+from train.numbers import optional, real_number, whole_number
 from train.transforms import splitmix64, uniforms
 
 POLICIES = {"trivialaugment": TrivialAugmentWide, "randaugment": RandAugment, "autoaugment": AutoAugment}
@@ -45,7 +47,11 @@ class Augment:
 
     policy:        None, "trivialaugment" (TrivialAugmentWide), "randaugment" or "autoaugment"
                    (the ImageNet policy)
-    num_ops, magnitude, num_magnitude_bins: RandAugment's (and num_magnitude_bins TrivialAugmentWide's)
+    num_ops, magnitude, num_magnitude_bins: the policy's own options, only where its torchvision
+                   class takes them (RandAugment all three, TrivialAugmentWide num_magnitude_bins,
+                   AutoAugment none); None: the class's default (RandAugment 2, 9, 31;
+                   TrivialAugmentWide 31). One given to a policy that does not take it is refused:
+                   it would be ignored
     interpolation: of the geometric ops, "nearest" (torchvision's default) or "bilinear" (what
                    torchvision's classification reference passes)
     erasing:       RandomErasing's probability (its scale, ratio and value 0 are the defaults)
@@ -53,9 +59,9 @@ class Augment:
                    batch, as the reference's RandomChoice; the labels become soft targets
     """
     policy: str | None = None
-    num_ops: int = 2
-    magnitude: int = 9
-    num_magnitude_bins: int = 31
+    num_ops: int | None = None
+    magnitude: int | None = None
+    num_magnitude_bins: int | None = None
     interpolation: str = "nearest"
     erasing: float = 0.0
     mixup: float = 0.0
@@ -67,29 +73,76 @@ class Augment:
         if self.interpolation not in INTERPOLATIONS:
             raise ConfigError(f"augment interpolation must be one of {', '.join(INTERPOLATIONS)}, not "
                               f"{self.interpolation!r}")
+        check_policy_takes(self.policy, {name: getattr(self, name) for name in POLICY_OPTIONS})
         for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
-            object.__setattr__(self, name, whole_number(f"augment {name}", getattr(self, name), least=least))
-        if self.magnitude >= self.num_magnitude_bins:
-            raise ConfigError(f"augment magnitude must be below num_magnitude_bins ({self.num_magnitude_bins}), "
-                              f"not {self.magnitude}")
-        if not (isinstance(self.erasing, (int, float)) and 0 <= self.erasing <= 1):
-            raise ConfigError(f"augment erasing is a probability from 0 to 1, not {self.erasing!r}")
+            object.__setattr__(self, name, optional(whole_number, f"augment {name}", getattr(self, name), least=least))
+        magnitude, bins = self.option("magnitude"), self.option("num_magnitude_bins")
+        if magnitude is not None and magnitude >= bins:  # RandAugment's magnitude is one of its bins
+            raise ConfigError(f"augment magnitude must be below num_magnitude_bins ({bins}), not {magnitude}")
+        object.__setattr__(self, "erasing", real_number("augment erasing", self.erasing, least=0, most=1))
         for name in ("mixup", "cutmix"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
-                raise ConfigError(f"augment {name} is an alpha of 0 (off) or more, not {value!r}")
+            object.__setattr__(self, name, real_number(f"augment {name} (an alpha, 0: off)", getattr(self, name),
+                                                       least=0))
+
+    def option(self, name: str) -> int | None:
+        """num_ops, magnitude or num_magnitude_bins as the policy uses it: the value given, else its
+        torchvision class's default; None where the policy does not take it."""
+        given = getattr(self, name)
+        return given if given is not None else policy_defaults(self.policy).get(name)
 
     @property
     def rounds(self) -> int:
         """Ops a sample may get: a column of the draws each."""
-        return {None: 0, "trivialaugment": 1, "randaugment": self.num_ops, "autoaugment": 2}[self.policy]
+        num_ops = self.option("num_ops") or 0  # RandAugment's, at least 1; None for the others
+        return {None: 0, "trivialaugment": 1, "randaugment": num_ops, "autoaugment": 2}[self.policy]
 
     @property
     def mixing(self) -> bool:
         return self.mixup > 0 or self.cutmix > 0
 
     def to_dict(self) -> dict:
+        """The fields as given (None: the policy's default), plain ints, floats, strings and None:
+        Augment(**augment.to_dict()) == augment."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def effective(self) -> dict:
+        """to_dict() with the policy's options as it uses them (the defaults filled in, None where it
+        takes none): two Augments with equal effective() augment every sample alike."""
+        return effective_augment(self.to_dict())
+
+
+POLICY_OPTIONS = ("num_ops", "magnitude", "num_magnitude_bins")
+
+
+@functools.lru_cache(maxsize=None)
+def policy_defaults(policy: str | None) -> dict[str, int]:
+    """The options of POLICY_OPTIONS that `policy`'s torchvision class takes, with its defaults (read
+    from its signature: RandAugment num_ops 2, magnitude 9, num_magnitude_bins 31; TrivialAugmentWide
+    num_magnitude_bins 31; AutoAugment none; None, or a name that is no policy, such as a damaged
+    state's, none)."""
+    if policy not in POLICIES:
+        return {}
+    parameters = inspect.signature(POLICIES[policy]).parameters
+    return {name: parameters[name].default for name in POLICY_OPTIONS if name in parameters}
+
+
+def check_policy_takes(policy: str | None, given: dict) -> None:
+    """An option the policy does not take would be ignored: refused, naming the ones it does take."""
+    ignored = [name for name, value in given.items() if value is not None and name not in policy_defaults(policy)]
+    if ignored:
+        takes = ", ".join(policy_defaults(policy)) or "none of num_ops, magnitude, num_magnitude_bins"
+        raise ConfigError(f"augment {', '.join(ignored)} would be ignored by policy {policy!r} (it takes {takes}): "
+                          "leave it out, or choose a policy that takes it")
+
+
+def effective_augment(settings: dict) -> dict:
+    """An Augment's to_dict() (or one saved before the options defaulted to None, which held 2, 9 and
+    31 whatever the policy) as the policy uses it: its options filled with the policy's defaults
+    where None, None where the policy does not take them."""
+    defaults = policy_defaults(settings.get("policy"))
+    options = {name: (settings.get(name) if settings.get(name) is not None else defaults[name]) if name in defaults
+               else None for name in POLICY_OPTIONS}
+    return {**settings, **options}
 
 
 # ---------------------------------------------------------------- the op spaces, from torchvision
@@ -153,7 +206,8 @@ def policy_draws(keys: np.ndarray, seed: int, epoch: int, augment: Augment, heig
     if augment.policy == "autoaugment":
         return autoaugment_draws(uniforms(keys, seed, epoch, 5, "policy"), height, width)
     u = uniforms(keys, seed, epoch, 3 * rounds, "policy")
-    bins = augment.num_magnitude_bins
+    bins = augment.option("num_magnitude_bins")
+    assert bins is not None  # TrivialAugmentWide and RandAugment both take it
     ids, table, signed = op_space(augment.policy, bins, height, width)
     ops, magnitudes = np.empty((n, rounds), np.int64), np.empty((n, rounds), np.float64)
     for r in range(rounds):
@@ -161,7 +215,7 @@ def policy_draws(keys: np.ndarray, seed: int, epoch: int, augment: Augment, heig
         if augment.policy == "trivialaugment":
             bin_ = np.minimum((u[:, 3 * r + 1] * bins).astype(np.int64), bins - 1)
         else:
-            bin_ = np.full(n, augment.magnitude)
+            bin_ = np.full(n, augment.option("magnitude"))
         ops[:, r] = ids[row]
         magnitudes[:, r] = signed_magnitudes(table[row, bin_], signed[row], u[:, 3 * r + 2])
     return ops, magnitudes

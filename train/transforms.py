@@ -158,7 +158,8 @@ class ResolutionRamp:
     step: int = 32
 
     def __post_init__(self):
-        from train.config import ConfigError, whole_number
+        from train.config import ConfigError
+        from train.numbers import whole_number
 
         for name, least in (("start", 1), ("end", 1), ("step", 1), ("start_epoch", 0), ("end_epoch", self.start_epoch)):
             object.__setattr__(self, name, whole_number(f"the resolution ramp's {name}", getattr(self, name),

@@ -97,7 +97,8 @@ def photos(count: int, size: int, seed: int) -> list[Image.Image]:
 
 
 def our_policy(name: str, interpolation: str) -> Augment:
-    return Augment(policy=name, num_ops=2, magnitude=9, interpolation=interpolation)
+    """The policy with torchvision's defaults (RandAugment's num_ops 2, magnitude 9), as torchvision_policy's."""
+    return Augment(policy=name, interpolation=interpolation)
 
 
 def torchvision_policy(name: str, interpolation: str) -> v2.Transform:

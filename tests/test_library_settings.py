@@ -1,0 +1,371 @@
+"""The library's settings, exact or refused: every number of ImageNetLoader, Augment and
+ResolutionRamp taken as the plain int or float it equals (Python's, numpy's, a 0-d tensor) or refused
+in one line naming it (booleans, NaN, infinities, floats where a whole number is meant, out of range);
+a state holding them loads with torch.load(weights_only=True); settings that would be ignored
+refused; mean, std and uint8 output for any model; the classes; and a top level that type checkers
+see as the real classes."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from shards.manifest import read_manifest
+from train import Augment, ConfigError, ImageNetLoader, ResolutionRamp, ResumeError
+from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, normalise
+from train.numbers import real_number, whole_number
+
+SIZE = 32
+REPO = Path(__file__).resolve().parent.parent
+
+
+def loader(prepared, split="train", **options) -> ImageNetLoader:
+    options = {"batch_size": 4, "image_size": SIZE, "device": "cpu", "workers": 2, **options}
+    return ImageNetLoader(prepared, split, **options)
+
+
+# ---------------------------------------------------------------- every number a number
+
+INTEGER_KINDS = {"int": int, "np.int64": np.int64, "tensor int": lambda v: torch.tensor(v)}
+FLOAT_KINDS = {"float": float, "np.float32": np.float32, "np.float64": np.float64,
+               "tensor float": lambda v: torch.tensor(float(v))}
+
+
+def numbers_of_kind(kind, whole: bool) -> dict:
+    """Every numeric setting of the loader in one kind of number: whole settings only where the
+    kind is an integer one (a float there is refused, below); the values are exact in float32."""
+    k = kind if whole else int
+    augment = Augment(policy="randaugment", num_ops=k(2), magnitude=k(5), num_magnitude_bins=k(11),
+                      erasing=kind(1) if whole else kind(0.25), mixup=kind(1) if whole else kind(0.5),
+                      cutmix=kind(2) if whole else kind(1.0))
+    ramp = ResolutionRamp(k(32), k(48), k(0), k(2), step=k(16))
+    return dict(batch_size=k(4), image_size=ramp, seed=k(3), workers=k(2), shuffle_buffer=k(50), prefetch=k(1),
+                max_bad_samples=k(5), rank=k(0), world_size=k(1), augment=augment, repeats=k(2), val_crop=k(32),
+                val_resize=k(36), mean=[kind(0.5) if not whole else kind(0)] * 3, std=[kind(0.25) if not whole else
+                                                                                        kind(1)] * 3)
+
+
+def python_numbers(options: dict) -> dict:
+    """The same settings as plain Python numbers."""
+    def plain(value):
+        if isinstance(value, (Augment, ResolutionRamp)):
+            return type(value)(**{name: plain(getattr(value, name)) for name in value.__dataclass_fields__})
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value.item() if hasattr(value, "item") else value
+    return {name: plain(value) for name, value in options.items()}
+
+
+def mid_epoch_state(prepared, options: dict) -> dict:
+    with loader(prepared, **options) as data:
+        data.set_epoch(options["seed"])  # an epoch of the same kind
+        batches = data.batches()
+        next(batches)
+        state = data.state_dict()
+        batches.close()
+    return state
+
+
+@pytest.mark.parametrize("whole, kind", [(True, kind) for kind in INTEGER_KINDS.values()] +
+                         [(False, kind) for kind in FLOAT_KINDS.values()],
+                         ids=list(INTEGER_KINDS) + list(FLOAT_KINDS))
+def test_a_state_made_of_any_kind_of_number_is_plain_and_loads_with_weights_only(prepared, tmp_path, whole, kind):
+    """Python ints and floats, np.int64, np.float32, np.float64, 0-d tensors of int and float: the
+    loader keeps the plain numbers they equal, so its state (the Augment's settings included) is what
+    a loader of Python numbers saves, and torch.load(weights_only=True) gives it back equal."""
+    options = numbers_of_kind(kind, whole)
+    state = mid_epoch_state(prepared, options)
+    assert state == mid_epoch_state(prepared, python_numbers(options))
+    leaves = [v for value in state.values() for v in (value.values() if isinstance(value, dict) else [value])]
+    assert all(type(leaf) in (int, float, str, type(None)) for leaf in leaves)
+    torch.save({"loader": state}, tmp_path / "checkpoint.pt")
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["loader"] == state
+
+
+WHOLE_SETTINGS = {"batch_size": 4, "image_size": SIZE, "seed": 0, "workers": 2, "shuffle_buffer": 10, "prefetch": 2,
+                  "max_bad_samples": 3, "repeats": 1, "val_crop": SIZE, "val_resize": 40}
+NOT_WHOLE = {"True": True, "False": False, "np.True_": np.True_, "bool tensor": torch.tensor(True),
+             "float": 4.0, "np.float32": np.float32(4), "float tensor": torch.tensor(4.0),
+             "1-element tensor": torch.tensor([4]), "string": "4", "nan": float("nan")}
+
+
+@pytest.mark.parametrize("name", WHOLE_SETTINGS)
+@pytest.mark.parametrize("value", NOT_WHOLE.values(), ids=NOT_WHOLE)
+def test_a_whole_number_setting_refuses_what_is_not_a_whole_number_naming_it(prepared, name, value):
+    with pytest.raises(ConfigError, match=f"^{name} must be a whole number, not ") as refused:
+        loader(prepared, **{name: value})
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("name", WHOLE_SETTINGS)
+@pytest.mark.parametrize("kind", INTEGER_KINDS.values(), ids=INTEGER_KINDS)
+def test_a_whole_number_setting_takes_any_integer_as_the_plain_int(prepared, name, kind):
+    with loader(prepared, **{name: kind(WHOLE_SETTINGS[name])}) as data:
+        stored = {"workers": data.threads}.get(name, getattr(data, name, None))
+        assert type(stored) is int and stored == WHOLE_SETTINGS[name]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"rank": True, "world_size": 2}, "rank must be a whole number"),
+    ({"rank": 0, "world_size": 1.0}, "world_size must be a whole number"),
+    ({"repeats": 0}, "repeats must be at least 1"), ({"prefetch": 0}, "prefetch must be at least 1"),
+    ({"val_crop": 32, "val_resize": 31}, "val_resize must be at least 32"),
+    ({"image_size": ResolutionRamp(32, 64, 0, 2)}, None),  # accepted: the control
+])
+def test_other_numbers_out_of_range_or_of_the_wrong_kind_are_refused_by_name(prepared, options, message):
+    if message is None:
+        loader(prepared, **options).close()
+        return
+    with pytest.raises(ConfigError, match=message):
+        loader(prepared, **options)
+
+
+@pytest.mark.parametrize("epoch", [True, 2.0, np.float64(2), torch.tensor(2.0)])
+def test_set_epoch_refuses_a_bool_or_a_float(prepared, epoch):
+    with loader(prepared) as data, pytest.raises(ConfigError, match="epoch must be a whole number"):
+        data.set_epoch(epoch)
+
+
+@pytest.mark.parametrize("field", ["start", "end", "start_epoch", "end_epoch", "step"])
+@pytest.mark.parametrize("value", [True, 32.0, np.float32(32), torch.tensor(32.0), None])
+def test_a_resolution_ramp_refuses_what_is_not_a_whole_number(field, value):
+    settings = {"start": 32, "end": 64, "start_epoch": 0, "end_epoch": 40, "step": 32, field: value}
+    with pytest.raises(ConfigError, match=f"the resolution ramp's {field} must be a whole number"):
+        ResolutionRamp(**settings)
+
+
+@pytest.mark.parametrize("kind", INTEGER_KINDS.values(), ids=INTEGER_KINDS)
+def test_a_resolution_ramp_keeps_plain_ints(kind):
+    ramp = ResolutionRamp(kind(160), kind(192), kind(65), kind(76), step=kind(32))
+    assert ramp == ResolutionRamp(160, 192, 65, 76) and all(type(getattr(ramp, f)) is int for f in
+                                                             ramp.__dataclass_fields__)
+
+
+def test_the_checks_say_which_kinds_they_take():
+    assert whole_number("n", np.uint8(3)) == 3 and real_number("x", np.int32(3)) == 3.0
+    with pytest.raises(ConfigError, match=r"n must be a whole number, not 64.0 \(float\): use // for a division"):
+        whole_number("n", 256 / 4)
+    with pytest.raises(ConfigError, match="x must be more than 0, not 0.0"):
+        real_number("x", 0, above=0)
+
+
+@pytest.mark.parametrize("policy", ["trivialaugment", "randaugment", "autoaugment", None])
+def test_a_mid_epoch_state_saved_when_the_policy_options_were_2_9_31_resumes_the_same_augmentation(prepared, policy):
+    """States saved before the options defaulted to None hold num_ops 2, magnitude 9 and 31 bins
+    whatever the policy: they augment as today's defaults do, so they load; other values do not."""
+    augment = Augment(policy=policy, erasing=0.25)
+    state = mid_epoch_state(prepared, {"augment": augment, "seed": 0})
+    old = {**state, "augment": {**state["augment"], "num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31}}
+    with loader(prepared, augment=augment) as data:
+        data.load_state_dict(old)
+    if policy in ("trivialaugment", "randaugment"):
+        other = {**state, "augment": {**state["augment"], "num_magnitude_bins": 11}}
+        with loader(prepared, augment=augment) as data, pytest.raises(ResumeError, match="augment"):
+            data.load_state_dict(other)
+
+
+# ---------------------------------------------------------------- settings that would be ignored
+
+@pytest.mark.parametrize("split", ["val"])
+@pytest.mark.parametrize("options, named", [
+    ({"augment": Augment(policy="trivialaugment")}, "augment"), ({"augment": Augment(erasing=0.1)}, "augment"),
+    ({"augment": Augment(mixup=0.2)}, "augment"), ({"repeats": 2}, "repeats"),
+    ({"augment": Augment(cutmix=1.0), "repeats": 4}, "augment and repeats"),
+])
+def test_augment_or_repeats_on_a_split_other_than_train_are_refused(prepared, split, options, named):
+    with pytest.raises(ConfigError, match=f"^{named} would be ignored by the {split} split .*with_split"):
+        loader(prepared, split, **options)
+
+
+def test_an_augment_that_changes_nothing_and_one_reading_are_what_val_does_anyway(prepared):
+    with loader(prepared, "val", augment=Augment(), repeats=1) as val:
+        assert len(list(val)) == len(val)
+
+
+def test_with_split_carries_augment_and_repeats_which_act_on_train_passes_only(prepared):
+    """The val loader of an augmented train loader reads val plainly; its own with_split("train")
+    augments again, as the loader it came from."""
+    augment = Augment(policy="trivialaugment", erasing=0.5)
+    with loader(prepared, "val") as plain:
+        reference = [images.clone() for images, _ in plain]
+    with loader(prepared, augment=augment, repeats=2) as data, data.with_split("val") as val, \
+            val.with_split("train") as train_again:
+        assert all(torch.equal(a, b) for a, b in zip((images for images, _ in val), reference, strict=True))
+        assert (train_again.augment, train_again.repeats) == (augment, 2)
+        data.set_epoch(1)
+        train_again.set_epoch(1)
+        first = next(data.batches())
+        again = next(train_again.batches())
+        assert torch.equal(first.images, again.images) and torch.equal(first.ops, again.ops)
+
+
+def test_more_repeats_than_samples_a_rank_reads_are_refused(prepared):
+    train = read_manifest(prepared).splits["train"].samples
+    per_rank = train // (2 * 4) * 4  # whole batches of 4 on each of 2 ranks
+    with pytest.raises(ConfigError, match=f"repeats={per_rank + 1} is more than the {per_rank} train samples each "
+                                          f"rank reads an epoch .*use at most {per_rank}"):
+        loader(prepared, repeats=per_rank + 1, rank=0, world_size=2)
+    loader(prepared, repeats=per_rank, rank=0, world_size=2).close()
+    with pytest.raises(ConfigError, match=f"more than the {train // 4 * 4} train samples each rank reads"):
+        loader(prepared, repeats=train // 4 * 4 + 1)  # one process
+
+
+def test_on_one_process_a_batch_of_8_with_repeats_4_holds_2_images_4_times_each(prepared):
+    """RASampler's rule, as docs/library.md states it: the readings of a sample go to the ranks in
+    turn, so on one rank they are side by side; each its own augmentation."""
+    with loader(prepared, batch_size=8, repeats=4, augment=Augment(policy="trivialaugment")) as data:
+        for batch in data.batches():
+            hashes = batch.key_hashes.tolist()
+            assert [hashes.count(h) for h in dict.fromkeys(hashes)] == [4, 4]
+            assert sorted(batch.repeats.tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+# ---------------------------------------------------------------- any model: mean, std, uint8, classes
+
+def all_images(data) -> list[torch.Tensor]:
+    return [images.clone() for images, _ in data]
+
+
+def test_uint8_output_is_the_decoded_pixels_that_the_float_output_normalises(prepared):
+    with loader(prepared, dtype=torch.uint8) as data, data.with_split("val") as val:
+        train_uint8, val_uint8 = all_images(data), all_images(val)
+    with loader(prepared) as data, data.with_split("val") as val:
+        train_float, val_float = all_images(data), all_images(val)
+    for uint8, floats in ((train_uint8, train_float), (val_uint8, val_float)):
+        assert all(x.dtype == torch.uint8 and x.shape[1:] == (3, SIZE, SIZE) for x in uint8)
+        assert all(x.is_contiguous(memory_format=torch.channels_last) for x in uint8)
+        assert len(uint8) == len(floats)
+        assert all(torch.equal(normalise(x.float(), channels_last=True), y) for x, y in zip(uint8, floats))
+    assert len({x.float().mean().item() for x in train_uint8}) == len(train_uint8)  # no batch overwrote another
+
+
+def test_uint8_output_with_a_policy_and_without_channels_last(prepared):
+    augment = Augment(policy="trivialaugment")
+    with loader(prepared, dtype=torch.uint8, augment=augment, channels_last=False) as data:
+        uint8 = all_images(data)
+    with loader(prepared, augment=augment) as data:
+        floats = all_images(data)
+    assert all(x.is_contiguous() and x.dtype == torch.uint8 for x in uint8)
+    assert all(torch.equal(normalise(x.float(), channels_last=True), y) for x, y in zip(uint8, floats, strict=True))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"augment": Augment(erasing=0.1)}, "uint8 cannot hold what random erasing make"),
+    ({"augment": Augment(mixup=0.2)}, "uint8 cannot hold what MixUp/CutMix make"),
+    ({"augment": Augment(erasing=0.1, cutmix=1.0)}, "random erasing and MixUp/CutMix"),
+    ({"mean": (0.5, 0.5, 0.5)}, "mean and std would be ignored with dtype=torch.uint8"),
+    ({"std": (0.5, 0.5, 0.5)}, "mean and std would be ignored"),
+])
+def test_uint8_output_refuses_what_cannot_be_uint8_in_one_line(prepared, options, message):
+    with pytest.raises(ConfigError, match=message) as refused:
+        loader(prepared, dtype=torch.uint8, **options)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("mean, std", [((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+                                       (np.array([0.25, 0.5, 0.75]), torch.tensor([0.125, 0.25, 0.5]))])
+def test_mean_and_std_normalise_in_0_1_units_as_torchvisions_normalize(prepared, mean, std):
+    with loader(prepared, dtype=torch.uint8) as data:
+        uint8 = all_images(data)[:3]
+    with loader(prepared, mean=mean, std=std) as data:
+        assert data.mean == tuple(float(m) for m in mean) and data.std == tuple(float(s) for s in std)
+        floats = all_images(data)[:3]
+    m, s = (torch.tensor([float(v) for v in values]).view(1, 3, 1, 1) * 255 for values in (mean, std))
+    assert all(torch.equal((x.float() - m) / s, y) for x, y in zip(uint8, floats))
+
+
+def test_the_default_normalisation_is_imagenets(prepared):
+    with loader(prepared) as data:
+        assert (data.mean, data.std) == (IMAGENET_MEAN, IMAGENET_STD) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    with loader(prepared, dtype=torch.uint8) as data:
+        assert (data.mean, data.std) == (None, None)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mean": (0.5, 0.5)}, "mean must be three numbers"), ({"mean": 0.5}, "mean must be three numbers"),
+    ({"mean": "abc"}, "mean must be three numbers"),
+    ({"mean": (123.7, 116.3, 103.5)}, r"mean\[0\] must be at most 1, not 123.7 \(mean and std are in 0-1 units"),
+    ({"mean": (0.5, float("nan"), 0.5)}, r"mean\[1\] must be a finite number"),
+    ({"std": (0.5, 0.5, 0)}, r"std\[2\] must be more than 0"), ({"std": (0.5, float("inf"), 0.5)}, "finite"),
+    ({"std": (True, 0.5, 0.5)}, r"std\[0\] must be a number, not True"),
+])
+def test_a_mean_or_std_that_cannot_work_is_refused_by_name(prepared, options, message):
+    with pytest.raises(ConfigError, match=message):
+        loader(prepared, **options)
+
+
+def test_classes_are_the_manifests_wnids_and_names_in_label_order(prepared):
+    manifest = read_manifest(prepared)
+    with loader(prepared) as data, data.with_split("val") as val:
+        assert len(data.classes) == data.num_classes == manifest.num_classes
+        assert [(c.wnid, c.name) for c in data.classes] == \
+            [(c.wnid, c.name) for c in sorted(manifest.classes, key=lambda c: c.index)]
+        wnid, name = data.classes[0]
+        assert (wnid, name) == (data.classes[0].wnid, data.classes[0].name) and wnid.startswith("n")
+        assert val.classes is data.classes
+
+
+# ---------------------------------------------------------------- a typed top level
+
+def test_the_top_level_imports_lazily_and_shows_type_checkers_the_same_names():
+    """At run time `import train` imports no torch (python -m train --help does not wait for it);
+    under TYPE_CHECKING it imports each public name from the module the lazy table names."""
+    source = (REPO / "train" / "__init__.py").read_text()
+    tree = ast.parse(source)
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+    typed = {alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    import train
+
+    assert typed == train._HOMES and sorted(typed) == sorted(train.__all__)
+    code = "import sys, train; assert 'torch' not in sys.modules, 'train imported torch'; print(train.__all__)"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
+
+
+def test_the_package_ships_a_py_typed_marker():
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package in ("train", "shards"):
+        assert (REPO / package / "py.typed").is_file() and "py.typed" in settings[package]
+
+
+MYPY_PROBE = '''
+import train
+from train import Augment, ImageNetLoader, ResolutionRamp
+
+reveal_type(ImageNetLoader)
+reveal_type(Augment(policy="trivialaugment").erasing)
+reveal_type(train.ResolutionRamp(160, 192, 65, 76).largest)
+loader = ImageNetLoader("/data", "train", batch_sise=8, image_size=224, device="cpu")
+from train import ImageNetLoadr
+'''
+
+
+def test_mypy_sees_the_real_classes_through_from_train_import(tmp_path, pytestconfig):
+    """mypy (the test extra installs it) reports a misspelt keyword of ImageNetLoader and a misspelt
+    name of train, and reveals the class, not Any."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(MYPY_PROBE)
+    # a warm cache (pytest's, where its cache plugin runs): a second run takes about a second, a cold one 15
+    cache = pytestconfig.cache.mkdir("mypy") if getattr(pytestconfig, "cache", None) else tmp_path / "mypy-cache"
+    result = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-error-summary",
+                             "--cache-dir", str(cache), str(probe)], cwd=REPO, capture_output=True, text=True)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr
+
+    def said(line_number: int) -> str:
+        # by name: mypy's cache gives an unchanged probe's messages under the path it first had
+        return "\n".join(line for line in lines if f"probe.py:{line_number}:" in line)
+
+    assert 'Revealed type is "def (root: ' in said(5) and "-> train.imagenet_loader.ImageNetLoader" in said(5)
+    assert re.search(r'Revealed type is "(builtins\.)?float"', said(6))  # mypy 2 drops the "builtins."
+    assert re.search(r'Revealed type is "(builtins\.)?int"', said(7))
+    assert 'Unexpected keyword argument "batch_sise" for "ImageNetLoader"; did you mean "batch_size"?' in said(8)
+    assert 'Module "train" has no attribute "ImageNetLoadr"' in said(9)
