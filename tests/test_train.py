@@ -114,7 +114,7 @@ def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(pr
     torch.save(legacy, checkpoint_path(old))
 
     other = Ranks(2, train_args(prepared, run, *args, "--resume", "auto", "--shuffle-buffer", 17), tmp_path / "x")
-    assert other.wait() == [2, 2] and "shuffle_buffer: the state's 16, this loader's 17" in other.text()
+    assert other.wait() == [2, 2] and "--shuffle-buffer 16 there, 17 here" in other.text()
     for run_dir, logs in ((run, "b"), (old, "c")):
         second = Ranks(2, train_args(prepared, run_dir, *args, "--resume", "auto"), tmp_path / logs)
         assert second.wait() == [0, 0], second.text()
@@ -162,7 +162,8 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
     assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
     result = run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1,
                                              "--resume", "auto", "--arch", "resnet34"))
-    assert result.returncode == 2 and "arch: checkpoint 'resnet18', now 'resnet34'" in result.stderr
+    assert result.returncode == 2 and "--arch resnet18 there, resnet34 here" in result.stderr
+    assert "--arch cannot change within a run" in result.stderr
     again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 1))
     assert again.returncode == 0 and "already finished 1 epochs" in again.stderr
 

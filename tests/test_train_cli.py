@@ -13,7 +13,7 @@ def test_a_users_mistake_is_one_line_and_exit_2(prepared, tmp_path, caplog, monk
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     with caplog.at_level(logging.ERROR, logger="train"):
         code = main(["--data", str(prepared), "--run-dir", str(tmp_path), "--arch", "resnet_nonsense",
-                     "--device", "cpu", "--epochs", "1"])
+                     "--device", "cpu", "--epochs", "1", "--warmup-epochs", "0"])
     assert code == 2
     assert "--arch resnet_nonsense: not a torchvision classification model" in caplog.text
 

@@ -8,7 +8,7 @@ import sys
 
 from shards.errors import UserError
 from train.cluster import DistEnv, dist_env
-from train.config import parse_config
+from train.config import in_flags, parse_command_line
 
 
 def setup_logging(env: DistEnv) -> None:
@@ -18,13 +18,13 @@ def setup_logging(env: DistEnv) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_config(argv)
+    command = parse_command_line(argv)
     try:
         env = dist_env(os.environ)
         setup_logging(env)
         from train.loop import main as run  # after argument parsing: --help stays fast
 
-        return run(config, env)
+        return run(command, env)
     except UserError as exn:  # the user's mistakes and the environment's: one line, exit 2 (a bug keeps its traceback)
-        logging.getLogger("train").error("%s", exn)
+        logging.getLogger("train").error("%s", in_flags(str(exn)))  # the library's names as flags
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import operator
 import signal
+import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def whole_number(name: str, value, *, least: int | None = None, most: int | None
 
 
 # Settings that change what a checkpoint means: resuming with other values is refused.
-MUST_MATCH_ON_RESUME = ("arch", "image_size", "seed", "batch_size", "dataset_id")
+MUST_MATCH_ON_RESUME = ("arch", "seed", "batch_size", "dataset_id")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class TrainConfig:
     # The recipe (train/recipes.py) and what it sets: schedule, augmentation, sizes, EMA
     recipe: str = "classic"
     lr_schedule: str = "cosine"
+    warmup_start_factor: float = 0.0  # the warm-up's ramp starts at this fraction of the peak rate
+    warmup_at: str = "end"  # each warm-up step (or epoch) runs at the ramp's value at its "start" or its "end"
+    lr_update: str = "step"  # the rate changes every "step", or once an "epoch" (torchvision's reference)
+    no_decay: str = "norm-and-bias"  # which parameters weight decay spares: "norm-and-bias", "norm", "bn-names"
     nesterov: bool = True
     policy: str = "none"  # torchvision's TrivialAugmentWide, RandAugment, AutoAugment (ImageNet policy)
     policy_ops: int = 2  # RandAugment's num_ops
@@ -116,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default=d.arch,
                    help="any torchvision classification model name, or package.module:callable (found on PYTHONPATH or "
                         "in the current directory), called with num_classes=... and returning a torch.nn.Module")
-    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--epochs", type=int, default=d.epochs, help="epochs of the run (the schedule's length)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
     p.add_argument("--workers", type=int, default=None,
                    help="decoding threads per rank (default: the rank's share of the task's CPUs, less one for the "
@@ -127,20 +132,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode", choices=["cpu", "gpu"], default=d.decode,
                    help="gpu: batched nvJPEG decode and crop/resize/flip on the device, the threads only draw "
                         "crops (with --device cpu it runs the same path on the CPU, for testing)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--resume", default=None, help="'auto' (newest checkpoint in --run-dir, if any) or a path")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="the initial weights, the read plan, every crop, flip and policy draw")
+    p.add_argument("--resume", default=None,
+                   help="'auto' (the checkpoint in --run-dir, if any) or a path: the run continues with the "
+                        "checkpoint's settings; a flag given that differs from them is refused (see --force-change)")
+    p.add_argument("--force-change", action="append", default=[], metavar="FLAG",
+                   help="on resume, let FLAG (e.g. --lr) differ from the checkpoint's setting: the change is logged "
+                        "and recorded in RUN_DIR/config.json; give it once per flag")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate per 256 images of global batch")
-    p.add_argument("--momentum", type=float, default=d.momentum)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
-    p.add_argument("--warmup-epochs", type=float, default=d.warmup_epochs)
-    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default=d.amp)
-    p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
+    p.add_argument("--momentum", type=float, default=d.momentum, help="SGD's momentum")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="SGD's weight decay (which parameters it spares: the recipe's rule)")
+    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
+                   help="of the cross-entropy loss (0: off)")
+    p.add_argument("--warmup-epochs", type=float, default=d.warmup_epochs,
+                   help="epochs of the learning rate's linear warm-up (0: none); at most --epochs")
+    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default=d.amp,
+                   help="mixed precision: auto is bf16 on a GPU and off (fp32) on the CPU; fp16 uses a GradScaler")
+    p.add_argument("--no-channels-last", dest="channels_last", action="store_false",
+                   help="keep batches and the model in NCHW memory (default: channels_last)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer,
                    help="the window of the read plan's shuffle: within a rank's run of samples, sample k is among "
                         "the first k + N (reads stay near-sequential; no bytes are held, shards are memory-mapped)")
-    p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--log-every", type=int, default=d.log_every, help="steps between progress lines in logs")
     p.add_argument("--signal", default=d.signal, help="preemption signal name (as sbatch --signal sends it)")
     p.add_argument("--requeue", action="store_true", help="requeue the SLURM job after a preemption checkpoint")
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
@@ -160,7 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
-    from train.recipes import RECIPES
+    from train.recipes import LR_UPDATES, NO_DECAY_RULES, RECIPES, WARMUP_AT
+
+    def fraction(text: str) -> float:  # a number from 0 to 1
+        value = float(text)
+        if not 0 <= value <= 1:
+            raise argparse.ArgumentTypeError(f"{text} is not from 0 to 1")
+        return value
 
     g = p.add_argument_group("recipe", "what --recipe sets (docs/training.md: Recipes); a flag given here overrides it")
     g.add_argument("--recipe", choices=sorted(RECIPES), default=d.recipe,
@@ -168,12 +190,28 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                         "torchvision-v2 (ResNet-50 IMAGENET1K_V2's), ffcv-rn50 (FFCV's rn50_88_epochs)")
     g.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=d.lr_schedule,
                    help="after the linear warm-up, cosine or linear decay to 0")
-    g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=d.nesterov)
+    g.add_argument("--warmup-start-factor", type=fraction, default=d.warmup_start_factor,
+                   help="the warm-up's linear ramp starts at this fraction of the peak rate (torch's LinearLR "
+                        "start_factor, torchvision's --lr-warmup-decay) and reaches the peak after --warmup-epochs")
+    g.add_argument("--warmup-at", choices=WARMUP_AT, default=d.warmup_at,
+                   help="each warm-up step (or epoch) runs at the ramp's value at its start (torch's LinearLR, "
+                        "FFCV: the first at the start factor) or at its end (the classic: the last one at the peak)")
+    g.add_argument("--lr-update", choices=LR_UPDATES, default=d.lr_update,
+                   help="the learning rate changes every step, or once an epoch (as torchvision's reference steps "
+                        "its schedulers); warm-up and decay alike")
+    g.add_argument("--no-decay", choices=NO_DECAY_RULES, default=d.no_decay,
+                   help="which parameters weight decay spares: norm-and-bias (every 1-d parameter: norm layers and "
+                        "biases), norm (norm layers' parameters: torchvision's --norm-weight-decay 0.0), bn-names "
+                        "(parameters whose names contain 'bn': FFCV's)")
+    g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=d.nesterov,
+                   help="Nesterov momentum (torchvision's and FFCV's recipes use plain momentum)")
     g.add_argument("--policy", choices=POLICIES, default=d.policy,
                    help="torchvision's per-sample augmentation policy, on each training crop")
     g.add_argument("--policy-ops", type=int, default=d.policy_ops, help="randaugment: ops per sample")
     g.add_argument("--policy-magnitude", type=int, default=d.policy_magnitude, help="randaugment: magnitude bin")
-    g.add_argument("--policy-interpolation", choices=("nearest", "bilinear"), default=d.policy_interpolation)
+    g.add_argument("--policy-interpolation", choices=("nearest", "bilinear"), default=d.policy_interpolation,
+                   help="of the policy's geometric ops (torchvision's default is nearest; its reference "
+                        "recipes pass bilinear)")
     g.add_argument("--random-erase", type=float, default=d.random_erase, help="RandomErasing's probability")
     g.add_argument("--mixup-alpha", type=float, default=d.mixup_alpha, help="MixUp's alpha (0: off)")
     g.add_argument("--cutmix-alpha", type=float, default=d.cutmix_alpha, help="CutMix's alpha (0: off)")
@@ -194,14 +232,169 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                    help="torchvision's --model-ema-decay (adjusted by the global batch, --ema-steps and --epochs)")
 
 
-def parse_config(argv: list[str] | None = None) -> TrainConfig:
-    """The command line as a TrainConfig: --recipe's values first, then every flag given."""
+@dataclass(frozen=True)
+class CommandLine:
+    """What `python -m train` was asked: the settings, which of them were typed (a typed flag beats the
+    recipe, and on resume must agree with the checkpoint), and the flags allowed to differ on resume."""
+    config: TrainConfig
+    given: frozenset[str]  # TrainConfig fields whose flag was typed
+    force_change: frozenset[str] = frozenset()  # TrainConfig fields --force-change names
+    notes: tuple[str, ...] = ()  # what a typed flag replaced of the recipe's, for the start-up log
+
+
+def parse_command_line(argv: list[str] | None = None) -> CommandLine:
+    """The command line: --recipe's values first, then every flag given (shown by --help too: with
+    --recipe NAME, --help shows that recipe's values)."""
     from train.recipes import recipe
 
+    argv = flags_as_values(sys.argv[1:] if argv is None else list(argv))
+    early = recipe_parser().parse_known_args(argv)[0]
+    chosen, values = early.recipe, recipe(early.recipe, early.epochs)  # a recipe's ramp follows --epochs
     parser = build_parser()
-    chosen, _ = parser.parse_known_args(argv)
-    parser.set_defaults(**recipe(chosen.recipe))
-    return config_from_args(parser.parse_args(argv), parser)
+    parser.set_defaults(**values)
+    args = parser.parse_args(argv)
+    given = given_fields(argv)
+    notes = replace_recipe_sizes(args, given, values, chosen)
+    config = config_from_args(args, parser)
+    check_given_settings_are_used(config, given, parser)
+    check_library_settings(config, parser)
+    return CommandLine(config, frozenset(given), frozenset(forced_fields(args.force_change, parser)), tuple(notes))
+
+
+def flags_as_values(argv: list[str]) -> list[str]:
+    """`--force-change --lr` as `--force-change=--lr`: argparse takes a value that starts with a dash
+    for another option."""
+    out, args = [], iter(argv)
+    for arg in args:
+        out.append(f"{arg}={next(args, '')}" if arg == "--force-change" else arg)
+    return out
+
+
+def recipe_parser() -> argparse.ArgumentParser:
+    """--recipe (and --epochs, which some recipes scale with) alone, read before the parser is built:
+    the recipe's values become the parser's defaults."""
+    from train.recipes import RECIPES
+
+    p = argparse.ArgumentParser(prog="python -m train", add_help=False)
+    p.add_argument("--recipe", choices=sorted(RECIPES), default=TrainConfig("", "").recipe)
+    p.add_argument("--epochs", type=int, default=None)
+    return p
+
+
+def given_fields(argv: list[str] | None) -> set[str]:
+    """The TrainConfig fields whose flags the command line typed: the parser again, every default
+    suppressed, so that only what was given lands in the namespace."""
+    parser = build_parser()
+    for action in parser._actions:  # argparse keeps its actions here; SUPPRESS leaves untyped ones out
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv))) - {"force_change"}
+
+
+FLAG_OF = {"channels_last": "--no-channels-last"}  # a field whose flag is not --its-name
+
+
+def flag_of(field: str) -> str:
+    return FLAG_OF.get(field, "--" + field.replace("_", "-"))
+
+
+def forced_fields(flags: list[str], parser: argparse.ArgumentParser) -> set[str]:
+    """--force-change's FLAGs as TrainConfig fields; an unknown flag is refused."""
+    known = {flag_of(f.name): f.name for f in fields(TrainConfig)}
+    known |= {option: action.dest for action in parser._actions for option in action.option_strings}
+    unknown = [flag for flag in flags if ("--" + flag.lstrip("-")) not in known]
+    if unknown:
+        parser.error(f"--force-change {unknown[0]}: no such flag (give a flag of python -m train, e.g. --lr)")
+    return {known["--" + flag.lstrip("-")] for flag in flags}
+
+
+RECIPE_SIZES = ("ramp", "val_resize", "val_crop")  # what a recipe sets for its own training size
+
+
+def replace_recipe_sizes(args: argparse.Namespace, given: set[str], values: dict, name: str) -> list[str]:
+    """A typed --image-size beats the recipe: the ramp and validation sizes the recipe set for its own
+    training size give way (to none: validation follows --image-size), unless typed too. Returns the
+    log lines that say what was replaced."""
+    if "image_size" not in given:
+        return []
+    replaced = [field for field in RECIPE_SIZES if field in values and field not in given
+                and values[field] is not None]
+    for field in replaced:
+        setattr(args, field, None)
+    if not replaced:
+        return []
+    said = ", ".join(f"{flag_of(field)} {show(values[field])}" for field in replaced)
+    return [f"--image-size {args.image_size} replaces --recipe {name}'s {said} (give them too to keep them)"]
+
+
+def show(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
+def augment_of(config: TrainConfig):
+    """The library's Augment of the run's settings: --policy-ops and --policy-magnitude are RandAugment's
+    alone (the command line refuses them typed with another policy)."""
+    from train.policies import Augment
+
+    randaugment = config.policy == "randaugment"
+    return Augment(policy=None if config.policy == "none" else config.policy,
+                   num_ops=config.policy_ops if randaugment else None,
+                   magnitude=config.policy_magnitude if randaugment else None, interpolation=config.policy_interpolation,
+                   erasing=config.random_erase, mixup=config.mixup_alpha, cutmix=config.cutmix_alpha)
+
+
+def image_size_of(config: TrainConfig):
+    """The library's training size of the run's settings: a ResolutionRamp, or --image-size."""
+    from train.transforms import ResolutionRamp
+
+    return ResolutionRamp(*config.ramp) if config.ramp else config.image_size
+
+
+def check_library_settings(config: TrainConfig, parser: argparse.ArgumentParser) -> None:
+    """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
+    sizes), now, before anything starts; a refusal names the flags (`in_flags`)."""
+    from train.imagenet_loader import checked_image_size, checked_val_sizes
+
+    try:
+        augment_of(config)
+        checked_val_sizes(config.val_crop, config.val_resize, checked_image_size(image_size_of(config)))
+    except ConfigError as exn:
+        parser.error(in_flags(str(exn)))
+
+
+# how the library names what a flag sets, in its messages -> the flag (the longer names first)
+LIBRARY_NAMES = {
+    "the resolution ramp's start_epoch": "--ramp START_EPOCH", "the resolution ramp's end_epoch": "--ramp END_EPOCH",
+    "the resolution ramp's start": "--ramp START_PX", "the resolution ramp's end": "--ramp END_PX",
+    "augment mixup (an alpha, 0: off)": "--mixup-alpha", "augment cutmix (an alpha, 0: off)": "--cutmix-alpha",
+    "augment magnitude": "--policy-magnitude", "augment num_ops": "--policy-ops", "augment erasing": "--random-erase",
+    "val_resize": "--val-resize", "val_crop": "--val-crop", "image_size": "--image-size", "repeats": "--repeats",
+}
+
+
+def in_flags(message: str) -> str:
+    """A library refusal as the command line says it: the setting's flag where the library names its
+    argument ("augment magnitude must be below ..." -> "--policy-magnitude must be below ...")."""
+    for name, flag in LIBRARY_NAMES.items():
+        if message.startswith(name):
+            return flag + message[len(name):]
+    return message
+
+
+
+
+def check_given_settings_are_used(config: TrainConfig, given: set[str], parser: argparse.ArgumentParser) -> None:
+    """A typed flag that the run would ignore is refused, naming it: it was meant to do something."""
+    unused = {"policy_ops": config.policy != "randaugment", "policy_magnitude": config.policy != "randaugment",
+              "policy_interpolation": config.policy == "none", "ema_steps": not config.ema,
+              "ema_decay": not config.ema}
+    ignored = [field for field, is_unused in unused.items() if field in given and is_unused]
+    if ignored:
+        needs = {"policy_ops": "--policy randaugment", "policy_magnitude": "--policy randaugment",
+                 "policy_interpolation": "a --policy", "ema_steps": "--ema", "ema_decay": "--ema"}
+        field = ignored[0]
+        parser.error(f"{flag_of(field)} is used only with {needs[field]}, which this run does not have "
+                     f"(--policy {config.policy}{', --no-ema' if not config.ema else ''}): leave it out, or add "
+                     f"{needs[field]}")
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
@@ -226,7 +419,13 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
         parser.error(f"--signal {args.signal}: no such signal")
-    values = {k: v for k, v in vars(args).items()}
+    if not 0 <= args.warmup_epochs <= args.epochs:
+        parser.error(f"--warmup-epochs {args.warmup_epochs:g} must be from 0 to --epochs {args.epochs}: a warm-up "
+                     "longer than the run would never reach the peak rate")
+    if args.ramp is not None and args.ramp[3] > args.epochs:
+        parser.error(f"--ramp ends at epoch {args.ramp[3]}, after --epochs {args.epochs}: its end size would never "
+                     "be reached. Give a ramp that ends within the run, or --no-ramp")
+    values = {k: v for k, v in vars(args).items() if k != "force_change"}
     values["data"], values["run_dir"] = str(Path(args.data)), str(Path(args.run_dir))
     values["ramp"] = tuple(args.ramp) if args.ramp is not None else None
     return TrainConfig(**values)

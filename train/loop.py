@@ -30,13 +30,12 @@ from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
-from train.config import ConfigError, TrainConfig
+from train.config import CommandLine, ConfigError, TrainConfig, augment_of, image_size_of
 from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
-from train.policies import Augment
 from train.real_labels import RealLabels
-from train.transforms import ResolutionRamp
+from train.settings import SETTINGS_FILE, describe, record_settings, settings_on_resume, train_size
 from train.shard_index import KEY_HASH_BITS
 from train.trackers import NoTracker, open_tracker, require
 
@@ -100,17 +99,44 @@ def model_on(arch: str, num_classes: int, device: torch.device, channels_last: b
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """No weight decay on norm layers' weights and on biases (all 1-d parameters)."""
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+# torchvision's set_weight_decay's norm_classes: a parameter a module of these owns is a norm layer's.
+NORM_LAYERS = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.GroupNorm,
+               torch.nn.modules.instancenorm._InstanceNorm, torch.nn.LocalResponseNorm)
+
+
+def exempt_from_decay(model: torch.nn.Module, rule: str) -> list[str]:
+    """The names of the parameters --no-decay `rule` spares weight decay, in model.named_parameters() order:
+    - norm-and-bias: every 1-d parameter (norm layers' weights and biases, every bias): the classic's;
+    - norm: the parameters of norm layers (NORM_LAYERS), as torchvision's set_weight_decay with
+      norm_weight_decay=0.0; a convolution's or linear layer's bias is decayed;
+    - bn-names: every parameter whose name contains "bn", as FFCV's create_optimizer; its ResNet-50's
+      downsample batch norms (named downsample.1) and the fc bias are decayed."""
+    if rule == "norm-and-bias":
+        return [name for name, p in model.named_parameters() if p.ndim <= 1]
+    if rule == "norm":
+        owned = {id(p) for module in model.modules() if isinstance(module, NORM_LAYERS)
+                 for p in module.parameters(recurse=False)}
+        return [name for name, p in model.named_parameters() if id(p) in owned]
+    if rule == "bn-names":
+        return [name for name, _ in model.named_parameters() if "bn" in name]
+    raise ValueError(f"no --no-decay rule {rule!r}: norm-and-bias, norm or bn-names")
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float, no_decay: str = "norm-and-bias") -> list[dict]:
+    """Two SGD groups, always in this order (a checkpoint's optimizer state follows it): those decayed
+    by `weight_decay`, and those --no-decay `no_decay` spares (exempt_from_decay)."""
+    exempt = set(exempt_from_decay(model, no_decay))
+    named = list(model.named_parameters())
+    return [{"params": [p for name, p in named if name not in exempt], "weight_decay": weight_decay},
+            {"params": [p for name, p in named if name in exempt], "weight_decay": 0.0}]
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, momentum: float, weight_decay: float,
-                    nesterov: bool = True) -> torch.optim.Optimizer:
-    """SGD with momentum (Nesterov's by default), no decay on norm layers and biases; `lr` is the peak rate."""
-    return torch.optim.SGD(parameter_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=nesterov)
+                    nesterov: bool = True, no_decay: str = "norm-and-bias") -> torch.optim.Optimizer:
+    """SGD with momentum (Nesterov's by default), no decay on what `no_decay` spares (by default norm
+    layers and biases); `lr` is the peak rate."""
+    return torch.optim.SGD(parameter_groups(model, weight_decay, no_decay), lr=lr, momentum=momentum,
+                           nesterov=nesterov)
 
 
 def step_module(model: torch.nn.Module, world_size: int, device: torch.device, compile: bool) -> torch.nn.Module:
@@ -120,27 +146,59 @@ def step_module(model: torch.nn.Module, world_size: int, device: torch.device, c
     return torch.compile(model) if compile else model
 
 
-def warmup_cosine(warmup_steps: int, total_steps: int):
-    """LR multiplier per optimizer step: linear warm-up to 1, then cosine decay to 0."""
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+def cosine_decay(progress: float) -> float:
+    """From 1 at the warm-up's end (progress 0) to 0 at the run's end (progress 1): torch's
+    CosineAnnealingLR with eta_min 0, in its closed form."""
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def linear_decay(progress: float) -> float:
+    """From 1 at the warm-up's end to 0 at the run's end: FFCV's schedule after its peak."""
+    return max(0.0, 1 - progress)
+
+
+SCHEDULES = {"cosine": cosine_decay, "linear": linear_decay}  # --lr-schedule: after the warm-up
+
+
+def warmup_then(decay, warmup: float, total: float, start_factor: float = 0.0, at_end: bool = True):
+    """The rate's multiplier of unit t (a step, or an epoch), 0-based, of `total`: `warmup` units of a
+    linear ramp from `start_factor` to 1, then `decay` of the progress from the ramp's end to the
+    run's. Each warm-up unit runs at the ramp's value at its start (at_end False: torch's LinearLR,
+    whose first unit is at the start factor, and FFCV's get_lr) or at its end (at_end True: the
+    classic's (t + 1) / warmup, so that no step runs at 0 and the last warm-up step is at the peak)."""
+    def factor(t: int) -> float:
+        if t < warmup:
+            return start_factor + (1 - start_factor) * (t + at_end) / warmup
+        return decay((t - warmup) / max(1, total - warmup))
     return factor
 
 
-def warmup_linear(warmup_steps: int, total_steps: int):
-    """LR multiplier per optimizer step: linear warm-up to 1, then linear decay to 0 at the end (FFCV's
-    schedule, which interpolates per step between per-epoch rates)."""
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, 1 - (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return factor
+def warmup_cosine(warmup_steps: int, total_steps: int, start_factor: float = 0.0, at_end: bool = True):
+    """Linear warm-up, then cosine decay to 0 (by default the classic's, per step)."""
+    return warmup_then(cosine_decay, warmup_steps, total_steps, start_factor, at_end)
 
 
-SCHEDULES = {"cosine": warmup_cosine, "linear": warmup_linear}
+def warmup_linear(warmup_steps: int, total_steps: int, start_factor: float = 0.0, at_end: bool = True):
+    """Linear warm-up, then linear decay to 0 at the end: FFCV's get_lr with start_factor 1e-4 and
+    at_end False, per step (it interpolates per step between its per-epoch rates, which is this line)."""
+    return warmup_then(linear_decay, warmup_steps, total_steps, start_factor, at_end)
+
+
+def lr_factor(lr_schedule: str, warmup_epochs: float, epochs: int, steps: int, start_factor: float = 0.0,
+              warmup_at: str = "end", lr_update: str = "step"):
+    """The multiplier of the peak rate for each optimizer step (0-based over the run, `steps` an epoch):
+    what the run's LambdaLR calls. --lr-update epoch holds it for a whole epoch at the value of the
+    epoch's schedule, as torchvision's reference steps LinearLR + CosineAnnealingLR (SequentialLR)
+    once an epoch; step changes it every step. The LambdaLR's step count is then its whole state, so
+    a checkpoint taken mid-epoch resumes it exactly (torch's own schedulers stepped once an epoch would
+    need the loop to step them at epoch ends, and their chained form computes each rate from the last)."""
+    decay, at_end = SCHEDULES[lr_schedule], {"start": False, "end": True}[warmup_at]
+    if lr_update == "epoch":
+        per_epoch = warmup_then(decay, warmup_epochs, epochs, start_factor, at_end)
+        return lambda step: per_epoch(step // steps)
+    if lr_update == "step":
+        return warmup_then(decay, round(warmup_epochs * steps), epochs * steps, start_factor, at_end)
+    raise ValueError(f"no --lr-update {lr_update!r}: step or epoch")
 
 
 def ema_of(model: torch.nn.Module, config: TrainConfig, world_size: int) -> AveragedModel | None:
@@ -174,8 +232,9 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     if config.max_steps:
         steps = min(steps, config.max_steps)
     optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay,
-                                config.nesterov)
-    schedule = SCHEDULES[config.lr_schedule](round(config.warmup_epochs * steps), config.epochs * steps)
+                                config.nesterov, config.no_decay)
+    schedule = lr_factor(config.lr_schedule, config.warmup_epochs, config.epochs, steps, config.warmup_start_factor,
+                         config.warmup_at, config.lr_update)
     amp_dtype = amp_dtype_for(config.amp, device)
     return Run(config=config, env=env, manifest=manifest, device=device, model=model,
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
@@ -197,16 +256,6 @@ def build_data(config: TrainConfig, device: torch.device, manifest: Manifest) ->
     evaluated = [split for split in manifest.splits if split != "train"]
     return {"train_data": train_data, "eval_data": {split: train_data.with_split(split) for split in evaluated},
             "real_labels": RealLabels.of(config.data, manifest)}
-
-
-def augment_of(config: TrainConfig) -> Augment:
-    return Augment(policy=None if config.policy == "none" else config.policy, num_ops=config.policy_ops,
-                   magnitude=config.policy_magnitude, interpolation=config.policy_interpolation,
-                   erasing=config.random_erase, mixup=config.mixup_alpha, cutmix=config.cutmix_alpha)
-
-
-def image_size_of(config: TrainConfig) -> int | ResolutionRamp:
-    return ResolutionRamp(*config.ramp) if config.ramp else config.image_size
 
 
 def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
@@ -446,15 +495,21 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
             "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": run.scheduler.get_last_lr()[0],
-            "world_size": world, "batch_size": run.config.batch_size}
+            "world_size": world, "batch_size": run.config.batch_size, "image_size": train_size(run.config, epoch)}
 
 
-def main(config: TrainConfig, env: DistEnv) -> int:
+def main(command: CommandLine, env: DistEnv) -> int:
+    config = command.config
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
+    config = replace(config, dataset_id=manifest.dataset_id())
+    checkpoint = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
+    changes = []
+    if checkpoint is not None:
+        config, changes = settings_on_resume(config, TrainConfig.from_dict(checkpoint.config), command.given,
+                                             command.force_change)
     require(config.tracker)
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
-    config = replace(config, dataset_id=manifest.dataset_id())
     preemption = Preemption(config.signal)
     if env.launcher == "single" and env.job_tasks > 1:
         log.warning("SLURM_NTASKS=%d but this process is not an srun step: training as ONE process. "
@@ -472,8 +527,9 @@ def main(config: TrainConfig, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
+            say_settings(run, command.notes if checkpoint is None else (), changes, checkpoint)
             log.info("%s", run.train_data.describe())
-        return train(run)
+        return train(run, checkpoint)
     finally:
         if run is not None:
             for loader in run.eval_data.values():
@@ -483,15 +539,34 @@ def main(config: TrainConfig, env: DistEnv) -> int:
             dist.destroy_process_group()
 
 
-def resume(run: Run) -> tuple[int, int, EpochSums]:
-    """(epoch, step, this rank's sums) to start from: a checkpoint's, when --resume finds one, else
+def checkpoint_to_resume(config: TrainConfig) -> Checkpoint | None:
+    """The checkpoint --resume finds, loaded (once: its settings decide how the run is built), or None."""
+    path = find_checkpoint(config.run_dir, config.resume)
+    return None if path is None else load_checkpoint(path)
+
+
+def say_settings(run: Run, notes: tuple[str, ...], changes: list, checkpoint: Checkpoint | None) -> None:
+    """Rank 0 logs the settings in force (and what replaced a recipe's, or a checkpoint's) and records
+    them in RUN_DIR/config.json."""
+    config, loader = run.config, run.train_data
+    precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast with a GradScaler",
+                 None: "fp32"}[run.amp_dtype] + f" (--amp {config.amp})"
+    for line in (*notes, *describe(config, run.env.world_size, loader.val_resize, loader.val_crop, precision)):
+        log.info("%s", line)
+    for change in changes:
+        log.warning("--force-change: %s on resume (recorded in %s)", change.line(), SETTINGS_FILE)
+    where = (checkpoint.epoch, checkpoint.step) if checkpoint is not None else (0, 0)
+    record_settings(config.run_dir, config, changes, *where)
+
+
+def resume(run: Run, checkpoint: Checkpoint | None) -> tuple[int, int, EpochSums]:
+    """(epoch, step, this rank's sums) to start from: the checkpoint's, where --resume found one, else
     the beginning; mid-epoch, the train loader continues where the checkpoint's stopped. The read
     plan does not depend on the thread count: any --workers resumes."""
     config = run.config
-    path = find_checkpoint(config.run_dir, config.resume)
-    if path is None:
+    if checkpoint is None:
         return 0, 0, EpochSums()
-    checkpoint = load_checkpoint(path)
+    path = find_checkpoint(config.run_dir, config.resume)
     checkpoint.check_resumable(config, run.env.world_size)
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema)
@@ -511,9 +586,9 @@ def position_of_old(run: Run, checkpoint: Checkpoint) -> dict:
             "shuffle_buffer": saved.shuffle_buffer}
 
 
-def train(run: Run) -> int:
+def train(run: Run, checkpoint: Checkpoint | None) -> int:
     config = run.config
-    start_epoch, start_step, sums = resume(run)
+    start_epoch, start_step, sums = resume(run, checkpoint)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,

@@ -1,4 +1,5 @@
-"""python -m train.report RUN_DIR [--out PNG]: loss, top-1 and images/s per epoch from metrics.jsonl."""
+"""python -m train.report RUN_DIR [--out PNG]: loss, top-1 and images/s per epoch from metrics.jsonl: val's,
+the EMA's (--ema), ReaL's and ImageNetV2's where the run has them, and the training size where it changed."""
 
 from __future__ import annotations
 
@@ -23,10 +24,14 @@ def plot(records: list[dict], out: Path) -> Path:
     axes[1].plot(epochs, [r["train_top1"] for r in records], "o-", label="train top-1")
     axes[1].plot(epochs, [r["val_top1"] for r in records], "o-", label="val top-1")
     axes[1].plot(epochs, [r["val_top5"] for r in records], "o--", label="val top-5")
-    for name, label in EVALUATION_SETS:  # where the dataset has them
-        if all(name in r for r in records):
-            axes[1].plot(epochs, [r[name] for r in records], "o:", label=f"{label} top-1")
+    for name, label in accuracies(records):  # where the run has them
+        axes[1].plot(epochs, [r[name] for r in records], "o:", label=f"{label} top-1")
     axes[1].set(title="accuracy (%)", xlabel="epoch")
+    sizes = [r.get("image_size") for r in records]
+    if None not in sizes and len(set(sizes)) > 1:  # progressive resizing: the size beside images/s
+        size_axis = axes[2].twinx()
+        size_axis.step(epochs, sizes, "k:", where="post", label="train size (px)")
+        size_axis.set(ylabel="train size (px)")
     axes[2].plot(epochs, [r["images_per_sec"] for r in records], "o-", label="global")
     axes[2].plot(epochs, [r["images_per_sec_per_gpu"] for r in records], "o-", label="per rank")
     axes[2].set(title="images/s", xlabel="epoch")
@@ -37,6 +42,14 @@ def plot(records: list[dict], out: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def accuracies(records: list[dict]) -> list[tuple[str, str]]:
+    """(metric, label) of the top-1 figures every record has besides val's: the EMA's val (--ema), ReaL,
+    ImageNetV2's variants, and the EMA's of those."""
+    named = [("ema_val_top1", "val EMA")] + EVALUATION_SETS + [(f"ema_{name}", f"{label} EMA")
+                                                              for name, label in EVALUATION_SETS]
+    return [(name, label) for name, label in named if all(name in r for r in records)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = plot(records, args.out or args.run_dir / "metrics.png")
     last = records[-1]
-    print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%, top-5 {last['val_top5']:.2f}%"
+    ema = f" (EMA {last['ema_val_top1']:.2f}%)" if "ema_val_top1" in last else ""
+    print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%{ema}, top-5 {last['val_top5']:.2f}%"
           f"{evaluation_sets(last)}, "
           f"{last['images_per_sec']:.0f} img/s; plot: {out}")
     return 0
