@@ -7,12 +7,17 @@
 
 A run killed at any moment leaves no manifest; the next run removes what it left and starts
 again, and since every byte depends only on (source, options), it writes the same shards.
+
+Evaluation sets added to a complete dataset (`add_eval_sets`) are built the same way, alone: their
+shards, then ReaL's labels, then the new manifest over the old one. A kill leaves the old manifest,
+whose files were not touched; the next run removes what is not listed (`remove_unlisted`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -28,7 +33,10 @@ from typing import TYPE_CHECKING, Iterator, Protocol
 from prepare.completeness import (
     counted_shortfall, excess, imagenet_1k_warning, nothing_there, refusal, shortfall,
 )
-from prepare.eval_sets import eval_fingerprint, real_labels_document, with_eval_sets
+from prepare.eval_sets import (
+    EvalAddition, PreparedDataset, added_sources, eval_addition, eval_fingerprint, real_labels_document,
+    with_eval_sets, without_eval_sets,
+)
 from prepare.images import RESTART_MCUS, BadImage, Prepared, prepare_image
 from prepare.layouts import detect_layout, fingerprint, open_source
 from prepare.lock import exclusive_lock
@@ -39,10 +47,12 @@ from prepare.sources import Item, Part, Source, SourceError
 from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.format import sample_record, write_tar
-from shards.layout import ALL_SPLITS, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME, shard_name
+from shards.layout import (
+    ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME, shard_name,
+)
 from shards.manifest import (
     DatasetNotReady, Manifest, ShardInfo, SplitInfo, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path,
-    read_manifest, write_file_atomic, write_manifest,
+    read_manifest, split_order, write_file_atomic, write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import MB, log_pil_build, raise_open_file_limit
@@ -93,10 +103,12 @@ def prepare(config: PrepareConfig) -> Manifest:
     identity = checked_identity(source_root, dest, config)
     make_dest(dest)
     with exclusive_lock(dest):
-        existing, damaged = verified_existing(dest, identity, config)
-        if existing is not None:
-            return existing
-        return build_and_report(open_prepare_source(config), dest, config, identity, damaged)
+        found = verified_existing(dest, identity, config)
+        if found.complete is not None:
+            return found.complete
+        if found.base is not None:
+            return add_eval_sets(dest, config, identity, found.base)
+        return build_and_report(open_prepare_source(config), dest, config, identity, found.damaged)
 
 
 def open_prepare_source(config: PrepareConfig) -> Source:
@@ -156,17 +168,25 @@ def build_or_clean_up(source: Source, dest: Path, config: PrepareConfig, identit
     """Build and write the manifest; on any failure remove what this run wrote (spills, shards)
     before the error leaves, and name a full disk in one line."""
     state = RunState(free_at_start=free_bytes(dest))
-    try:
+    with cleaned_up_on_failure(dest, state, lambda: remove_this_run(dest)):
         manifest = build(source, dest, config, identity, state, reader)
         state.during = "writing the manifest"
         write_manifest(dest, manifest)
+    return manifest
+
+
+@contextmanager
+def cleaned_up_on_failure(dest: Path, state: "RunState", clean_up):
+    """On any failure inside, `clean_up()` removes what this run wrote before the error leaves, and
+    a full disk is named in one line; on success the scratch goes."""
+    try:
+        yield
     except BaseException as exn:
-        remove_this_run(dest)
+        clean_up()
         if is_out_of_space(exn):
             raise PrepareError(out_of_space_message(dest, state.during, state.needed, state.free_at_start)) from None
         raise
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
-    return manifest
 
 
 @dataclass
@@ -205,35 +225,49 @@ def make_dest(dest: Path) -> None:
         raise PrepareError(f"cannot create --dest {dest}: {exn.strerror}. Choose a writable directory.") from None
 
 
-def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tuple[Manifest | None, Manifest | None]:
-    """(the manifest of a complete dataset made from the same source and options, None), or
-    (None, the damaged dataset's manifest when --verify is rebuilding it), or (None, None).
+@dataclass(frozen=True)
+class Existing:
+    """What --dest holds, against what this run makes (verified_existing); all None: nothing usable."""
+    complete: Manifest | None = None  # this very dataset: nothing to do
+    damaged: Manifest | None = None  # a damaged dataset that --verify rebuilds
+    base: Manifest | None = None  # a complete dataset lacking only evaluation sets this run adds (add_eval_sets)
+
+
+def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Existing:
+    """The dataset at `dest`: complete and made from the same source and options (and evaluation
+    sets); or lacking only evaluation sets the command line adds (then kept, as the base of the
+    addition); or damaged, when --verify is rebuilding it; or nothing usable.
 
     Shards are checked by size (fast), and with --verify by their checksums too. Refuses (unless
     --force, or --verify for a damaged one) to replace a dataset made with other options or found
-    damaged; the manifest goes first, so nothing mistakes the rebuild for complete.
+    damaged; the manifest goes first, so nothing mistakes the rebuild for complete. A dataset that
+    is kept loses what an addition killed before its manifest left beside it.
     """
     try:
         manifest = read_manifest(dest)
     except DatasetNotReady:
-        return None, None
+        return Existing()
     old = {"source": manifest.source, "options": manifest.options}
-    same = old == identity
-    problems = find_damage(dest, manifest) if same else []
-    if same and not problems and config.verify:
+    adds = eval_addition(old, identity)
+    kept = old == identity or adds is not None  # the dataset there stays: its files must be whole
+    problems = find_damage(dest, manifest) if kept else []
+    if kept and not problems and config.verify:
         problems = verify_checksums(dest, manifest, config.workers)
     # a partial dataset of a download completed since: its identity may be the same (a tree's is its path)
-    replace_partial = same and not problems and bool(manifest.partial) and config.force
-    if same and not problems and not replace_partial:
+    replace_partial = kept and not problems and bool(manifest.partial) and config.force
+    if kept and not problems and not replace_partial:
         refuse_partial(dest, manifest, config.allow_partial)
+        remove_unlisted(dest, manifest)
+        if adds is not None:
+            return Existing(base=manifest)
         log.info("%s already holds this dataset (%d train + %d val samples, %d shards %s); nothing to do",
                  dest, manifest.splits["train"].samples, manifest.splits["val"].samples,
                  sum(len(s.shards) for s in manifest.splits.values()),
                  "verified by checksum" if config.verify else "present at their sizes")
-        return manifest, None
+        return Existing(complete=manifest)
     for problem in problems:
         log.error("damaged: %s", problem)
-    rebuild = same and config.verify and not replace_partial
+    rebuild = kept and config.verify and not replace_partial
     if not (config.force or rebuild):
         if problems:
             reason = "is damaged: " + "; ".join(problems[:3])
@@ -241,12 +275,20 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> tupl
         else:
             reason = "was prepared differently: " + "; ".join(describe_difference(old, identity))
             remedy = "Rerun with --force to replace it"
-        raise PrepareError(f"{dest} {reason}. {remedy}, or choose another --dest.")
+        raise PrepareError(f"{dest} {reason}. {remedy}, or choose another --dest{keep_hint(old, identity, problems)}.")
     log.warning("%s: %s the dataset in %s", "--verify" if rebuild else "--force",
                 "rebuilding" if rebuild else "replacing", dest)
     manifest_path(dest).unlink()
     fsync_dir(dest)
-    return None, manifest if rebuild else None
+    return Existing(damaged=manifest if rebuild else None)
+
+
+def keep_hint(old: dict, new: dict, problems: list[str]) -> str:
+    """Where only the evaluation sets differ (one removed or changed), how to keep the dataset."""
+    if problems or without_eval_sets(old) != without_eval_sets(new):
+        return ""
+    return ("; to keep it, give the evaluation sets it was prepared with (sets are added to a dataset without "
+            "--force, never removed or changed)")
 
 
 def refuse_partial(dest: Path, manifest: Manifest, allow_partial: bool) -> None:
@@ -285,7 +327,8 @@ def verify_checksums(dest: Path, manifest: Manifest, workers: int) -> list[str]:
 def report_rebuild(damaged: Manifest, rebuilt: Manifest) -> None:
     """The rebuilt shards should be the recorded bytes: every byte depends only on source and options."""
     before = {s.name: s.sha256 for split in damaged.splits.values() for s in split.shards}
-    after = {s.name: s.sha256 for split in rebuilt.splits.values() for s in split.shards}
+    after = {s.name: s.sha256 for name, split in rebuilt.splits.items() if name in damaged.splits  # not those added
+             for s in split.shards}
     if before == after:
         log.info("rebuilt: every shard has the bytes its checksum recorded")
     else:
@@ -333,6 +376,89 @@ def remove_incomplete(dest: Path) -> None:
         for path in (dest / split).iterdir():
             path.unlink()
     (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
+    shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- evaluation sets added to a complete dataset
+
+def add_eval_sets(dest: Path, config: PrepareConfig, identity: dict, base: Manifest) -> Manifest:
+    """Prepare only what the command line adds to the complete dataset `base` (verified_existing):
+    the new ImageNetV2 splits' shards, ReaL's labels checked against the val shards' keys, then the
+    new manifest, written last and atomically. train, val and the evaluation sets there are not
+    touched (their ~140 GB are hours to rebuild), so the dataset's id stays and a run resumes on it.
+    A kill leaves `base`'s manifest and files; the next run removes what this one wrote."""
+    addition = eval_addition({"source": base.source, "options": base.options}, identity)
+    log.info("%s: adding %s to the dataset there; train, val%s stay as they are", dest, addition.describe(),
+             "".join(f", {split}" for split in base.splits if split not in SPLITS))
+    source = open_addition_source(dest, base, config, addition)
+    remove_unlisted(dest, base)  # a killed addition's leftovers, a shared read's scratch: build starts clean
+    state = RunState(free_at_start=free_bytes(dest))
+    with cleaned_up_on_failure(dest, state, lambda: remove_unlisted(dest, manifest_on_disk(dest, base))):
+        added = build(source, dest, config, identity, state, LocalRead(source, config)) if source.splits else None
+        real = source.real_labels(source.val_keys()) if addition.real_labels else None  # the val shards' keys
+        state.during = "writing the manifest"
+        manifest = with_additions(base, added, identity, write_real_labels(dest, real) if real is not None else {})
+        write_manifest(dest, manifest)
+    if added is not None:
+        log_summary(dest, added)
+    if real is not None:
+        log.info("ReaL's labels: %d val images, %d of them labelled, in %s", manifest.real_labels["images"],
+                 manifest.real_labels["labelled"], dest / REAL_LABELS_FILE)
+    log.info("added %s to %s: its manifest lists them (dataset id %s, as before)", addition.describe(), dest,
+             manifest.dataset_id())
+    return manifest
+
+
+def open_addition_source(dest: Path, base: Manifest, config: PrepareConfig, addition: EvalAddition) -> Source:
+    """The evaluation sets `addition` names, over the prepared dataset (its classes; its val keys
+    for ReaL), checked as a one-shot prepare checks them before anything is read."""
+    eval_sources, real_json = added_sources(config.eval_sources, config.real_labels, addition)
+    source = with_eval_sets(PreparedDataset(dest, base), eval_sources, real_json)
+    check_complete(source, config.allow_partial)
+    source.check_real_labels(config.allow_partial)
+    return source
+
+
+def with_additions(base: Manifest, added: Manifest | None, identity: dict, real_labels: dict) -> Manifest:
+    """`base` with the splits `added` built and ReaL's labels (where added): the manifest a one-shot
+    prepare with every evaluation set writes, but for the stats (the first run's, each addition's
+    appended under "added")."""
+    added = added or Manifest(base.source, base.options, base.classes, {})
+    splits = sorted({**base.splits, **added.splits}.items(), key=lambda item: split_order(item[0]))
+    run = {"splits": list(added.splits), "real_labels": bool(real_labels), **added.stats}
+    return dataclasses.replace(
+        base, source=identity["source"], splits=dict(splits), converted=base.converted | added.converted,
+        skipped=base.skipped | added.skipped, damaged=base.damaged | added.damaged,
+        real_labels=real_labels or base.real_labels, partial=base.partial | added.partial,
+        warnings=base.warnings | added.warnings, stats={**base.stats, "added": [*base.stats.get("added", []), run]})
+
+
+def manifest_on_disk(dest: Path, fallback: Manifest) -> Manifest:
+    """The manifest at `dest` now: after a failure, the new one if its rename happened, else the old."""
+    try:
+        return read_manifest(dest)
+    except DatasetNotReady:
+        return fallback
+
+
+def remove_unlisted(dest: Path, manifest: Manifest) -> None:
+    """What an addition killed or failed before its manifest left beside the complete dataset:
+    evaluation-set shards and ReaL labels `manifest` does not list, temporary files, the scratch.
+    train's and val's folders are not looked in: an addition never writes there."""
+    listed = {shard.name for split in manifest.splits.values() for shard in split.shards}
+    for split in EVAL_SPLITS:
+        folder = dest / split
+        for path in folder.iterdir() if folder.is_dir() else ():
+            if SHARD_FILE.match(path.name) and f"{split}/{path.name}" not in listed:
+                path.unlink()
+        if split not in manifest.splits:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # empty now, unless it holds files prepare did not write
+    if not manifest.real_labels:
+        (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
+    for name in (MANIFEST_NAME, REAL_LABELS_FILE):
+        for path in dest.glob(f".{name}.*.tmp"):  # write_file_atomic's, killed before their rename
+            path.unlink(missing_ok=True)
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 
 

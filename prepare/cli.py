@@ -35,10 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an ImageNetV2 variant as downloaded (imagenetv2-matched-frequency.tar.gz, "
                         "imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz) or the folder it extracts to, "
                         "prepared as a further split evaluated as val is (v2, v2-threshold, v2-top-images); give it "
-                        "once per variant")
+                        "once per variant. Added to a dataset prepared without it, only it is prepared")
     p.add_argument("--real-labels", type=Path, default=None, metavar="FILE",
                    help="ReaL's real.json (the val images' label sets), kept with the dataset: training then reports "
-                        "real_top1")
+                        "real_top1. Added to a dataset prepared without it, only it is prepared")
     p.add_argument("--seed", type=int, default=0, help="seed of the global shuffle")
     p.add_argument("--shard-size", type=float, default=200.0, metavar="MB",
                    help="target shard size; the shard count is the source size divided by it")

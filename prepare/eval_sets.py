@@ -10,7 +10,9 @@
   `real_labels.json` (key -> class indices); an image counts when its set is not empty, and a
   prediction is right when it is in the set.
 
-`with_eval_sets` wraps any source: the splits of the eval sets follow train and val.
+`with_eval_sets` wraps any source: the splits of the eval sets follow train and val. The evaluation sets
+a command line adds to a complete dataset (`eval_addition`) are prepared over the dataset itself
+(`PreparedDataset`): its classes, its val keys read back from its val shards; train and val are not read.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import collections
 import hashlib
 import json
 import re
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -28,8 +31,9 @@ from prepare.labels import builtin_class_names
 from prepare.sources import (
     FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, gzipped_tar_images, list_images,
 )
+from shards.format import shard_keys
 from shards.layout import REAL_LABELS_FORMAT
-from shards.manifest import ClassInfo
+from shards.manifest import ClassInfo, DamagedData, Manifest
 
 # variant name in ImageNetV2's archive and folder names -> the split it becomes (shards.layout.EVAL_SPLITS)
 V2_VARIANTS = {"matched-frequency": "v2", "threshold0.7": "v2-threshold", "top-images": "v2-top-images"}
@@ -37,6 +41,8 @@ V2_VARIANTS = {"matched-frequency": "v2", "threshold0.7": "v2-threshold", "top-i
 V2_NAME = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val|\.tar\.gz)?$")
 V2_PER_CLASS = 10  # images in each class of each variant: 10,000 in ImageNet-1k's 1,000
 REAL_VAL_KEY = "ILSVRC2012_val_{:08d}"  # real.json's i-th entry is this key of i + 1
+OFFICIAL_VAL_KEY = re.compile(r"^ILSVRC2012_val_\d{8}$")  # REAL_VAL_KEY's keys; no train or ImageNetV2 key is one
+EVAL_IDENTITY = ("eval_sets", "real_labels")  # what the evaluation sets add to a source's identity (eval_fingerprint)
 
 
 class EvalSetError(SourceError):
@@ -214,6 +220,9 @@ class WithEvalSets(Source):
         if self._real_sets is not None and known is not None:
             self.real_labels(known)
 
+    def val_keys(self) -> set[str] | None:
+        return self.base.val_keys()
+
     def parts(self, split: str):
         return self.v2[split].parts() if split in self.v2 else self.base.parts(split)
 
@@ -273,3 +282,74 @@ def with_eval_sets(base: Source, eval_sources: tuple[Path, ...] = (), real_json:
     if not eval_sources and real_json is None:
         return base
     return WithEvalSets(base, [read_v2(Path(folder), base.classes) for folder in eval_sources], real_json)
+
+
+# ---------------------------------------------------------------- evaluation sets added to a prepared dataset
+
+@dataclass(frozen=True)
+class EvalAddition:
+    """What a command line adds to a complete dataset: ImageNetV2 splits it lacks, ReaL's labels
+    where it has none."""
+    splits: tuple[str, ...]
+    real_labels: bool
+
+    def describe(self) -> str:
+        return " and ".join([*self.splits, *(["ReaL's labels"] if self.real_labels else [])])
+
+
+def eval_addition(old: dict, new: dict) -> EvalAddition | None:
+    """What the identity `new` (source and options) adds to the dataset made from `old`, or None
+    where it is not only an addition: other options or source, an evaluation set removed or changed
+    (another path, other bytes, another real.json), or nothing added. Removing is never an addition:
+    a job script that lost an --eval-source would silently drop the set (and a resumed run's metric)."""
+    if without_eval_sets(old) != without_eval_sets(new):
+        return None
+    old_sets, new_sets = old["source"].get("eval_sets", []), new["source"].get("eval_sets", [])
+    old_real, new_real = old["source"].get("real_labels"), new["source"].get("real_labels")
+    if any(found not in new_sets for found in old_sets) or (old_real is not None and old_real != new_real):
+        return None
+    addition = EvalAddition(tuple(V2_VARIANTS[found["variant"]] for found in new_sets if found not in old_sets),
+                            old_real is None and new_real is not None)
+    return addition if addition.splits or addition.real_labels else None
+
+
+def without_eval_sets(identity: dict) -> dict:
+    """An identity (source and options) but for its evaluation sets: what train and val are made from."""
+    return {"options": identity["options"],
+            "source": {k: v for k, v in identity["source"].items() if k not in EVAL_IDENTITY}}
+
+
+def added_sources(eval_sources: tuple[Path, ...], real_json: Path | None,
+                  addition: EvalAddition) -> tuple[tuple[Path, ...], Path | None]:
+    """The --eval-source paths and real.json of the command line that `addition` prepares."""
+    return (tuple(path for path in eval_sources if V2_VARIANTS[v2_variant(Path(path))] in addition.splits),
+            real_json if addition.real_labels else None)
+
+
+class PreparedDataset(Source):
+    """A complete prepared dataset as the base that evaluation sets are added to: its classes, and
+    its val keys read back from its val shards (ReaL is checked against them). It has no split of
+    its own to read: train and val stay as they are."""
+    splits: tuple[str, ...] = ()
+
+    def __init__(self, dest: Path, manifest: Manifest):
+        self.dest, self.manifest, self.classes = Path(dest), manifest, manifest.classes
+        self.layout, self.root = manifest.source.get("layout", ""), Path(manifest.source.get("path", dest))
+        self._val_keys: set[str] | None = None
+
+    def val_keys(self) -> set[str]:
+        """The val images the dataset was made from, as a one-shot prepare checks ReaL against
+        them: the keys in its val shards (tar headers only: about 4 s for 50,000), and the official
+        val names --skip-bad left out (the manifest's `skipped` does not say a key's split, but
+        only val images bear these names)."""
+        if self._val_keys is None:
+            keys = {key for shard in self.manifest.splits["val"].shards for key in self.keys_of(shard.name)}
+            self._val_keys = keys | {key for key in self.manifest.skipped if OFFICIAL_VAL_KEY.match(key)}
+        return self._val_keys
+
+    def keys_of(self, name: str) -> list[str]:
+        try:
+            return shard_keys(self.dest / name)
+        except (OSError, tarfile.TarError) as exn:
+            raise DamagedData(f"cannot read the keys of {self.dest / name} ({exn}): the dataset is damaged; rerun "
+                              "with --verify to rebuild it") from None

@@ -11,6 +11,10 @@ for it and verify, as with the lock alone. The group's steps, each a gather of s
      that need data, which build from it what a one-node prepare builds;
   4. a last round, so that each node learns how the others ended.
 
+A node whose dataset lacks only evaluation sets the command line adds needs no data: it reads and
+sends its share as a node that holds the dataset does, then adds them from its own read of them
+(about 1.2 GB a variant), after the last round, as a one-node prepare adds them.
+
 A failure on one node after step 1 is announced in the round the others wait in (`announce`);
 every node prints it, naming the node.
 """
@@ -29,9 +33,9 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, bad_image_stops_the_run, build_and_report,
-    checked_identity, dataset_estimate, make_dest, open_prepare_source, reading_order, scatter_items,
-    threads_per_part, verified_existing,
+    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, add_eval_sets, bad_image_stops_the_run,
+    build_and_report, checked_identity, dataset_estimate, make_dest, open_prepare_source, reading_order,
+    scatter_items, threads_per_part, verified_existing,
 )
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
@@ -101,7 +105,7 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         refuse_disagreement(group.names, [s["plan"] for s in statuses])
         needs = [s["needs"] for s in statuses]
         if not any(needs):
-            return node.existing
+            return finish_here(node, dest, config, identity)
         readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
         log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
                  len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
@@ -115,7 +119,15 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
             group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
         except PeerFailed as exn:
             raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
-    return manifest
+        return manifest if manifest is not None else finish_here(node, dest, config, identity)
+
+
+def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+    """What this node does once the others need nothing more of it: nothing where its dataset is
+    complete; else add the evaluation sets it lacks, from its own read of them (under its lock)."""
+    if node.base is None:
+        return node.existing
+    return add_eval_sets(dest, config, identity, node.base)
 
 
 def step_marker(dest: Path, env: NodeGroupEnv):
@@ -131,24 +143,30 @@ class NodeState:
     """What this node found before anything is read, kept here (the others get `node_state`'s facts)."""
     existing: Manifest | None  # its complete dataset, if it holds one
     damaged: Manifest | None  # the damaged dataset --verify is rebuilding
+    base: Manifest | None  # its complete dataset lacking evaluation sets it adds alone (finish_here)
     source: Source
     parts: dict[str, list[Part]]
     ahead: int  # parts this node reads ahead of the exchange (parts_ahead)
+
+    @property
+    def needs(self) -> bool:
+        """Whether it builds the dataset from the exchange."""
+        return self.existing is None and self.base is None
 
 
 def node_state(dest: Path, config: PrepareConfig, identity: dict) -> tuple[NodeState | None, dict]:
     """This node's state, and the small facts it tells the others (never the parts or the source:
     a tree's listing is 1.3 M rows)."""
     try:
-        existing, damaged = verified_existing(dest, identity, config)
+        found = verified_existing(dest, identity, config)
         source = open_prepare_source(config)
         parts = {split: source.parts(split) for split in source.splits}
-        budget = read_ahead_budget(dest, source, config, builds=existing is None)
+        needs = found.complete is None and found.base is None
+        budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
         room = read_ahead_bytes(part_sizes(parts), ahead) <= budget
-        facts = {"error": None, "needs": existing is None, "can_read": existing is None or room,
-                 "plan": plan_digest(identity, source, parts)}
-        return NodeState(existing, damaged, source, parts, ahead), facts
+        facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts)}
+        return NodeState(found.complete, found.damaged, found.base, source, parts, ahead), facts
     except USER_ERRORS as exn:
         return None, {"error": one_line(exn)}
 
@@ -161,11 +179,13 @@ def read_ahead_budget(dest: Path, source: Source, config: PrepareConfig, builds:
 
 
 def receive_or_serve(shared: "SharedRead", node: NodeState, dest: Path, config: PrepareConfig,
-                     identity: dict) -> Manifest:
-    if node.existing is None:
+                     identity: dict) -> Manifest | None:
+    """The dataset built from the exchange; or, on a node that needs no data, its share served
+    (None: finish_here then says what it holds)."""
+    if node.needs:
         return build_and_report(node.source, dest, config, identity, node.damaged, SharedReader(shared, node.source))
     serve(shared, node.source, dest)
-    return node.existing
+    return None
 
 
 def announcing_failures(group: NodeGroup, work):
@@ -254,10 +274,10 @@ def verify_after_first_task(config: PrepareConfig) -> Manifest:
     if step["state"] == "failed":
         raise PrepareError(f"this node's first prepare task failed: {step['error']}")
     with exclusive_lock(dest):
-        existing, _ = verified_existing(dest, identity, config)
-    if existing is None:
+        found = verified_existing(dest, identity, config)
+    if found.complete is None:
         raise PrepareError(f"this node's first prepare task ended, but {dest} holds no complete dataset: rerun")
-    return existing
+    return found.complete
 
 
 def read_step(dest: Path) -> dict:
@@ -372,7 +392,7 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
         raise
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    log.info("served: read %.1f MB of the source for the nodes that needed the dataset; this node's is complete",
+    log.info("served: read %.1f MB of the source for the nodes that needed the dataset; this node needed none of it",
              shared.stats.read_bytes / 1e6)
 
 

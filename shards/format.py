@@ -138,3 +138,10 @@ class ShardTarWriter:
         end = self.offset + len(self.buf) + 2 * tarfile.BLOCKSIZE
         self.buf += bytes(2 * tarfile.BLOCKSIZE + (-end) % tarfile.RECORDSIZE)
         self.flush()
+
+
+def shard_keys(path: Path) -> list[str]:
+    """The keys of a shard's samples, in order, from its tar headers alone (tarfile seeks over each
+    member's data): a split's keys without reading its images."""
+    with tarfile.open(path, "r:") as tar:
+        return [name[:-len(".cls")] for name in tar.getnames() if name.endswith(".cls")]

@@ -59,7 +59,8 @@ class Manifest:
     splits: dict[str, SplitInfo]
     converted: dict[str, str] = field(default_factory=dict)  # key -> what was done to it
     skipped: dict[str, str] = field(default_factory=dict)  # key -> why it is not in the shards
-    stats: dict = field(default_factory=dict)  # counts, bytes, elapsed, images/s, MB/s
+    stats: dict = field(default_factory=dict)  # counts, bytes, elapsed, images/s, MB/s (the first run's);
+    # "added": the same of each run that added evaluation sets since, with its "splits" and "real_labels"
     # key -> what libjpeg found wrong in its entropy-coded data, for images stored as they are (a
     # manifest written before prepare checked has none: read as empty)
     damaged: dict[str, str] = field(default_factory=dict)
