@@ -86,7 +86,7 @@ for case in "--decode cpu" "--decode gpu" "--decode gpu --recipe torchvision-v2 
     run=$SCRATCH/train-${case// /}
     rm -rf "$run"
     step "train $case" 150 $PYTHON -m train --data "$SCRATCH/seekable" --run-dir "$run" --device "$DEVICE" \
-        --arch "$ARCH" --image-size "$TRAIN_SIZE" --batch-size "$BATCH" --epochs 1 --max-steps 10 --log-every 5 $case
+        --arch "$ARCH" --image-size "$TRAIN_SIZE" --batch-size "$BATCH" --epochs 1 --warmup-epochs 0 --max-steps 10 --log-every 5 $case
     keep "INFO epoch 0:"
 done
 

@@ -1,7 +1,7 @@
 """The subprocess side of tests/test_native_fuzz.py: decodes a corpus of hostile inputs with the
 native modules, so that a crash kills only this process. Not a test module; run as
 
-    python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE
+    python tests/native_fuzz_worker.py CORPUS.npz START RESULTS.jsonl MAX_PIXELS THREADS SIZE [FILTER [FAST_DCT]]
     python tests/native_fuzz_worker.py --pil IMAGE SIZE
 
 It writes one JSON line per case decoded alone (status, digest of the slot; prepare's rewrite with
@@ -11,7 +11,8 @@ the same with seeking off: its status, and its pixels where decoded), flushed be
 starts (after a crash the last line tells the parent which case was next), then per batch of cases
 the cases whose status or pixels differ when decoded (or rewritten) in chunks of other sizes on
 THREADS threads, then the tar cases and random arguments, and last the process's peak resident
-memory.
+memory. FILTER is the resize's (bilinear by default, bicubic, area), FAST_DCT 1 for libjpeg's fast
+IDCT: every crop of the run is decoded with them.
 Before decoding it caps its address space (RLIMIT_AS) at what it holds plus the stated bound for
 every thread: an allocation past the bound fails (OUT_OF_MEMORY), even one never touched, which
 resident memory alone would not show. With --pil it decodes one image file by the PIL path and
@@ -60,7 +61,8 @@ def cap_address_space(threads: int, max_pixels: int) -> int:
 
 
 class Corpus:
-    def __init__(self, path: str):
+    def __init__(self, path: str, interpolation: str = "bilinear", fast_dct: bool = False):
+        self.resize = {"interpolation": interpolation, "fast_dct": fast_dct}  # every decode's
         with np.load(path) as npz:
             self.blob, self.offsets, self.lengths = npz["blob"].tobytes(), npz["offsets"], npz["lengths"]
             self.boxes, self.flips = npz["boxes"], npz["flips"]
@@ -80,7 +82,7 @@ class Corpus:
         status = np.zeros(n, np.int32)
         _jpegcrop.decode_crops((self.blob,), np.zeros(n, np.int32), self.offsets[start:stop], self.lengths[start:stop],
                                boxes=self.boxes[start:stop], flips=self.flips[start:stop], out=out, first=first,
-                               status=status, max_pixels=max_pixels, seek=seek)
+                               status=status, max_pixels=max_pixels, seek=seek, **self.resize)
         return status
 
     def rewrite(self, case: int, max_pixels: int) -> list:
@@ -97,7 +99,7 @@ class Corpus:
         _jpegcrop.decode_crops((blob,), np.zeros(2, np.int32), np.array([0, len(original)], np.int64),
                                np.array([len(original), len(rewritten)], np.int64), boxes=self.boxes[[case, case]],
                                flips=self.flips[[case, case]], out=slots, first=0, status=status,
-                               max_pixels=max_pixels)
+                               max_pixels=max_pixels, **self.resize)
         return bool(status[0] == status[1] and np.array_equal(slots[0], slots[1]))
 
 
@@ -166,6 +168,8 @@ def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> 
         "max_pixels": [max_pixels, 0, -1, 2**40, 1],
         "simd": [None, "C", "SSE2", "bogus"],
         "seek": [True, False, 2, None],
+        "interpolation": [None, "bilinear", "bicubic", "area", "nearest", "", 7, b"area"],
+        "fast_dct": [False, True, 2, None],
         "seeked": [None, np.zeros(n, np.bool_), np.zeros(n, np.uint8), np.zeros(n - 1, np.bool_), np.zeros(n, np.int32),
                    np.zeros((n, 2), np.bool_)],
     }
@@ -190,8 +194,9 @@ def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> 
     return 2 * calls
 
 
-def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: int, size: int) -> None:
-    corpus = Corpus(corpus_path)
+def main(corpus_path: str, start: int, results: str, max_pixels: int, threads: int, size: int,
+         interpolation: str = "bilinear", fast_dct: bool = False) -> None:
+    corpus = Corpus(corpus_path, interpolation, fast_dct)
     slot = np.zeros((1, size, size, 3), np.uint8)
     with open(results, "a") as out:
         def emit(record: dict) -> None:
@@ -249,4 +254,5 @@ if __name__ == "__main__":
         pil_peak(sys.argv[2], int(sys.argv[3]))
     else:
         path, start, results, max_pixels, threads, size = sys.argv[1:7]
-        main(path, int(start), results, int(max_pixels), int(threads), int(size))
+        interpolation, fast_dct = (sys.argv[7:] + ["bilinear", "0"][len(sys.argv[7:]):])[:2]
+        main(path, int(start), results, int(max_pixels), int(threads), int(size), interpolation, fast_dct == "1")

@@ -88,6 +88,42 @@ def test_region_decode_matches_full_decode_crop_and_resize(kind, size):
         assert diff.max() <= 2 and diff.mean() < 0.1, (i, diff.max(), diff.mean())
 
 
+def area_reference(data: bytes, box, flip: bool, size: int) -> np.ndarray:
+    """PIL's decode at full scale, the (whole-pixel) box resized by OpenCV's INTER_AREA, FFCV's resize."""
+    cv2 = pytest.importorskip("cv2")
+    left, top, right, bottom = (int(v) for v in box)
+    pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))[top:bottom, left:right]
+    resized = cv2.resize(np.ascontiguousarray(pixels), (size, size), interpolation=cv2.INTER_AREA)
+    return resized[:, ::-1] if flip else resized
+
+
+@pytest.mark.parametrize("kind", [*KINDS, *CJPEG_KINDS, *CMYK_KINDS])
+@pytest.mark.parametrize("interpolation", ["bicubic", "area"])
+def test_validations_other_filters_match_their_references_on_every_kind(kind, interpolation):
+    """Bicubic against PIL's resize(box=...) of the whole image (its taps reach past the box, also at
+    the image's edges), area against OpenCV's INTER_AREA of the box's pixels where both sides shrink
+    or both enlarge (FFCV's square crops: OpenCV resizes a box shrunk one way and enlarged the other
+    otherwise); unscaled, as validation decodes; enlarged (the small box) and shrunk, flipped and not."""
+    data = kind_jpeg(kind)
+    width, height = Image.open(io.BytesIO(data)).size
+    boxes = boxes_of(width, height)
+    if interpolation == "area":
+        boxes = np.floor(boxes)
+        boxes = boxes[((boxes[:, 2] - boxes[:, 0]) >= 96) == ((boxes[:, 3] - boxes[:, 1]) >= 96)]
+    flips = np.arange(len(boxes)) % 2 == 1
+    out = np.zeros((len(boxes), 96, 96, 3), np.uint8)
+    status = decode_crops(as_images([data] * len(boxes)), boxes, flips, out, 0, dct_scaling=False,
+                          interpolation=interpolation)
+    assert (status == decoder.DECODED).all()
+    for i, box in enumerate(boxes):
+        if interpolation == "area":
+            reference = area_reference(data, box, bool(flips[i]), 96)
+        else:
+            reference = pil_decode_crop(data, tuple(box.tolist()), bool(flips[i]), 96, False, "bicubic")
+        diff = np.abs(out[i].astype(int) - reference)
+        assert diff.max() <= 2 and diff.mean() < 0.3, (i, diff.max(), diff.mean())
+
+
 def test_a_flip_mirrors_the_same_crop_exactly():
     data = jpeg()
     box = np.array([[30.5, 10.25, 200.0, 180.0]] * 2, np.float32)
@@ -316,14 +352,17 @@ def test_the_marker_check_finds_markers_in_entropy_data_and_files_cut_short():
     assert checked.tolist() == [decoder.DECODED] * 8 + [decoder.CORRUPT] * 4 + [decoder.DECODED]
 
 
-def test_every_resize_implementation_gives_the_same_bytes():
-    """Plain C, SSE2 and AVX2 (those this CPU runs), each chosen per call: nothing process-wide."""
+@pytest.mark.parametrize("interpolation", decoder.INTERPOLATIONS)
+def test_every_resize_implementation_gives_the_same_bytes(interpolation):
+    """Plain C, SSE2 and AVX2 (those this CPU runs), each chosen per call: nothing process-wide;
+    with every filter (bicubic's weights are negative in places)."""
     blobs = [jpeg(seed=s, width=300 + 7 * s, height=200 + 3 * s) for s in range(6)]
     boxes = np.array([[s, 2 * s, 200 + s, 150 + s] for s in range(6)], np.float32)
     outs = {}
     for simd in decoder.SIMD:
         outs[simd] = np.zeros((6, 61, 61, 3), np.uint8)  # an odd size: the vector loops' tails too
-        decode_crops(as_images(blobs), boxes, np.arange(6) % 2 == 0, outs[simd], 0, simd=simd)
+        decode_crops(as_images(blobs), boxes, np.arange(6) % 2 == 0, outs[simd], 0, simd=simd,
+                     interpolation=interpolation)
     assert "C" in outs and (platform.machine() not in ("x86_64", "AMD64") or "SSE2" in outs)
     for simd, out in outs.items():
         assert np.array_equal(out, outs["C"]), simd

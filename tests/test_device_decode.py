@@ -15,7 +15,7 @@ from PIL import Image
 from jpegs import as_images, jpeg, photo
 from train import decoder
 from train.device_decode import GROUP_BYTES, DeviceDecoder, crop_resize_flip, resize_groups, resize_weights
-from train.transforms import centre_crops, decode_windows, default_resize, train_crops
+from train.transforms import ValTransform, centre_crops, decode_windows, default_resize, train_crops
 
 CPU = torch.device("cpu")
 
@@ -36,13 +36,13 @@ def pil_reference(blob: bytes, box, flip: bool, size: int) -> np.ndarray:
 
 
 def device_path(blobs: list[bytes], boxes: np.ndarray, flips: np.ndarray, size: int,
-                group_bytes: int = GROUP_BYTES) -> np.ndarray:
+                group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear") -> np.ndarray:
     """The --decode gpu path on the CPU device: windows, region decode, batched resize; NHWC float."""
     dims, status = decoder.image_sizes(as_images(blobs), check_markers=True)
     assert (status == decoder.DECODED).all()
-    windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size)
+    windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size, interpolation)
     images = DeviceDecoder().decode(blobs, windows, CPU)
-    x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size, group_bytes)
+    x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size, group_bytes, interpolation)
     assert x.shape == (len(blobs), 3, size, size) and x.is_contiguous(memory_format=torch.channels_last)
     return x.permute(0, 2, 3, 1).numpy()
 
@@ -62,6 +62,30 @@ def test_region_decode_and_batched_resize_match_pils_resize_of_the_whole_image(s
     for name, blob, box, flip, image in zip(KINDS, blobs, boxes, flips, got):
         difference = np.abs(image - pil_reference(blob, box, flip, size))
         assert difference.max() <= 1.01, name  # PIL rounds to whole levels; we keep the fraction
+
+
+@pytest.mark.parametrize("mode, interpolation", [("center", "bicubic"), ("squash", "bicubic"), ("ffcv", "area"),
+                                                 ("center", "area")])
+@pytest.mark.parametrize("size", [32, 224])
+def test_the_other_filters_match_the_cpu_decoders(mode, interpolation, size):
+    """Validation's bicubic and area resizes on the device, against the crop-region decoder's (PIL's
+    bicubic to a level: tests/test_val_transforms.py; OpenCV's area) on every kind of JPEG, its
+    windows grown by the filter's reach (bicubic's is twice bilinear's). The device keeps each
+    pass's fraction where the CPU rounds it: rounded, a fraction of a level on average, and a level
+    or two on a pixel (the sawtooth channel of jpegs.photo, 255 next to 0, where bicubic overshoots
+    and each pass is clipped). It decodes with the accurate IDCT, as the CPU decoder does outside
+    FFCV's mode."""
+    blobs = [jpeg(**{"width": 333, "height": 217, **kind}, seed=i) for i, kind in enumerate(KINDS.values())]
+    dims, _ = decoder.image_sizes(as_images(blobs))
+    validation = ValTransform(size, None if mode == "ffcv" else round(size * 1.1), 0.875 if mode == "ffcv" else None,
+                              mode, interpolation)
+    boxes, flips = validation.boxes(dims[:, 0], dims[:, 1]), np.zeros(len(blobs), bool)
+    got = device_path(blobs, boxes, flips, size, interpolation=interpolation)
+    cpu = np.zeros((len(blobs), size, size, 3), np.uint8)
+    decoder.decode_crops(as_images(blobs), boxes, flips, cpu, 0, dct_scaling=False, interpolation=interpolation)
+    for name, image, theirs in zip(KINDS, got, cpu):
+        difference = np.abs(np.round(image) - theirs)
+        assert difference.mean() < 0.3 and difference.max() <= 2, (name, difference.mean(), difference.max())
 
 
 @pytest.mark.parametrize("box", [(0, 0, 50, 40), (283, 0, 333, 30), (0, 177, 40, 217), (300, 190, 333, 217),
@@ -94,15 +118,18 @@ def test_resize_groups_cover_every_image_once_within_the_budget(budget):
         assert len(group) == 1 or padded <= budget
 
 
-def test_resize_weights_rows_sum_to_one_and_stay_inside_the_line():
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "area"])
+def test_resize_weights_rows_sum_to_one_and_stay_inside_the_line(interpolation):
     start, stop = torch.tensor([0.0, 10.0, 3.5]), torch.tensor([100.0, 12.0, 60.0])
     length = torch.tensor([100, 40, 61])
-    w = resize_weights(start, stop, length, 16, 128)
+    w = resize_weights(start, stop, length, 16, 128, interpolation)
     assert w.shape == (3, 16, 128)
     assert torch.allclose(w.sum(-1), torch.ones(3, 16))
     for i, n in enumerate(length.tolist()):
         assert (w[i, :, n:] == 0).all()
     assert (w[1].nonzero()[:, 1] < 14).all()  # an upscaled 2-pixel box reads only its neighbours
+    if interpolation == "area":  # a cell's pixels, weighed by how much of each it covers
+        assert torch.allclose(w[0, 0, :7], torch.tensor([1, 1, 1, 1, 1, 1, 0.25]) / 6.25)
 
 
 def test_windows_hold_their_box_and_stay_inside_the_image():

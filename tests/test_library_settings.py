@@ -8,6 +8,7 @@ see as the real classes."""
 from __future__ import annotations
 
 import ast
+import io
 import re
 import subprocess
 import sys
@@ -255,6 +256,73 @@ def test_uint8_output_with_a_policy_and_without_channels_last(prepared):
         floats = all_images(data)
     assert all(x.is_contiguous() and x.dtype == torch.uint8 for x in uint8)
     assert all(torch.equal(normalise(x.float(), channels_last=True), y) for x, y in zip(uint8, floats, strict=True))
+
+
+def val_pixels_and_jpegs(prepared, **val) -> list[tuple[np.ndarray, bytes]]:
+    """(the loader's uint8 HWC pixels, the JPEG's bytes) of every val sample, matched by key hash."""
+    from conftest import shard_set
+
+    shards = shard_set(prepared, "val")
+    ids = np.arange(len(shards))
+    shards.ensure_indexed(ids)
+    jpegs = dict(zip(shards.key_hashes(ids).tolist(), (shards.images(ids[i:i + 1]).data(0) for i in ids)))
+    with loader(prepared, "val", dtype=torch.uint8, **val) as data:
+        return [(image.permute(1, 2, 0).numpy().copy(), jpegs[h]) for batch in data.batches()
+                for image, h in zip(batch.images, batch.key_hashes.tolist())]
+
+
+def timm_reference(crop: int, crop_pct: float, crop_mode: str, interpolation: str):
+    """timm's transforms_imagenet_eval (crop_mode "center" or "squash") without normalisation, as
+    tests/test_val_transforms.py checks it against timm itself: torchvision's Resize + CenterCrop."""
+    import math
+
+    from PIL import Image
+    from torchvision import transforms as T
+
+    scale = math.floor(crop / crop_pct)
+    mode = T.InterpolationMode(interpolation)
+    resize = T.Resize(scale if crop_mode == "center" else (scale, scale), interpolation=mode)
+    return lambda data: np.asarray(T.CenterCrop(crop)(resize(Image.open(io.BytesIO(data)).convert("RGB"))))
+
+
+@pytest.mark.parametrize("crop_pct, crop_mode, interpolation", [(0.9, "center", "bicubic"),
+                                                                (0.875, "squash", "bicubic"),
+                                                                (0.95, "center", "bilinear")])
+def test_validation_takes_any_models_eval_transform_end_to_end(prepared, crop_pct, crop_mode, interpolation):
+    """The loader's val_* arguments as a timm model's pretrained config states them, through the
+    whole data path (threads, batches, uint8 output), against the transform on every val JPEG (the
+    CMYK and grey ones included), to the rounding of a level."""
+    reference = timm_reference(SIZE, crop_pct, crop_mode, interpolation)
+    found = val_pixels_and_jpegs(prepared, val_crop=SIZE, val_crop_fraction=crop_pct, val_crop_mode=crop_mode,
+                                 val_interpolation=interpolation)
+    assert len(found) == len(shard_set_of(prepared))
+    for pixels, data in found:
+        difference = np.abs(pixels.astype(np.float32) - reference(data))
+        assert difference.mean() < 0.1 and difference.max() <= 2, (difference.mean(), difference.max())
+
+
+def test_validation_as_ffcvs_center_crop_decoder_end_to_end(prepared):
+    """val_crop_mode "ffcv" (the ffcv-rn50 recipe's): the centre 224/256 of the short side, OpenCV's
+    INTER_AREA to the output, decoded with the fast IDCT, through the whole data path; against FFCV's
+    own steps on every val JPEG: TurboJPEG's fast-IDCT decode (simplejpeg calls the same API),
+    get_center_crop, cv2.resize."""
+    cv2, simplejpeg = pytest.importorskip("cv2"), pytest.importorskip("simplejpeg")
+    found = val_pixels_and_jpegs(prepared, val_crop=SIZE, val_crop_mode="ffcv", val_interpolation="area")
+    assert len(found) == len(shard_set_of(prepared))
+    for pixels, data in found:
+        image = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, fastupsample=False)
+        c = int(224 / 256 * min(image.shape[:2]))
+        top, left = (image.shape[0] - c) // 2, (image.shape[1] - c) // 2
+        theirs = cv2.resize(np.ascontiguousarray(image[top:top + c, left:left + c]), (SIZE, SIZE),
+                            interpolation=cv2.INTER_AREA)
+        difference = np.abs(pixels.astype(np.float32) - theirs)
+        assert difference.mean() < 0.3 and difference.max() <= 2, (difference.mean(), difference.max())
+
+
+def shard_set_of(prepared):
+    from conftest import shard_set
+
+    return shard_set(prepared, "val")
 
 
 @pytest.mark.parametrize("options, message", [

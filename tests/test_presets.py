@@ -150,6 +150,21 @@ def test_the_ffcv_recipe_states_ffcvs_schedule_and_groups():
     assert config.lr * 4096 / 256 == pytest.approx(1.7) and config.nesterov is False
 
 
+def test_the_ffcv_recipe_validates_as_ffcvs_center_crop_decoder():
+    """CenterCropRGBImageDecoder((256, 256), ratio=224/256): the centre 224/256 of the short side,
+    resized to 256 with OpenCV's INTER_AREA; a typed --image-size keeps the ratio at its own size."""
+    from train.imagenet_loader import checked_validation
+
+    config = settings("--recipe", "ffcv-rn50")
+    val = (config.val_crop, config.val_resize, config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
+    assert val == (256, None, 224 / 256, "ffcv", "area")
+    validation = checked_validation(config.image_size, *val)
+    assert validation.boxes(np.array([500]), np.array([375])).tolist() == [[86, 23, 414, 351]]  # int(0.875 * 375)
+    typed = settings("--recipe", "ffcv-rn50", "--image-size", "224")
+    assert (typed.val_crop, typed.val_crop_fraction, typed.val_crop_mode) == (None, 224 / 256, "ffcv")
+    assert settings("--recipe", "ffcv-rn50", "--val-crop-mode", "center").val_crop_fraction == 224 / 256
+
+
 # ---------------------------------------------------------------- FFCV's six configurations
 
 # rn50_configs/rn50_{N}_epochs.yaml (libffcv/ffcv-imagenet): every other value is the same in all six (lr 1.7,

@@ -160,13 +160,13 @@ def test_every_field_is_a_setting_a_run_control_or_fixed():
 # ---------------------------------------------------------------- what the run says and records
 
 def test_the_start_up_lines_name_the_recipe_augmentation_sizes_and_precision():
-    lines = describe(V2, world_size=8, val_resize=232, val_crop=224, precision="bf16 autocast (--amp auto)")
+    lines = describe(V2, world_size=8, validation="Resize(232) + CenterCrop(224)", precision="bf16 autocast (--amp auto)")
     assert len(lines) == 4
     assert lines[0].startswith("recipe torchvision-v2: resnet50, 600 epochs of batch 2048 (8 x 256), lr 1")
     assert "trivialaugment (bilinear)" in lines[1] and "MixUp 0.2" in lines[1] and "EMA every 32 steps" in lines[1]
     assert lines[2] == "sizes: train 176 px; validation Resize(232) + CenterCrop(224)"
     ffcv = config(**recipe("ffcv-rn50"))
-    assert "160 px to epoch 65, then ramping to 192 px at epoch 76" in describe(ffcv, 1, 293, 256, "fp32")[2]
+    assert "160 px to epoch 65, then ramping to 192 px at epoch 76" in describe(ffcv, 1, "x", "fp32")[2]
     assert [train_size(ffcv, e) for e in (0, 65, 76, 87)] == [160, 160, 192, 192]
 
 
@@ -217,6 +217,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     (["--ramp", 0, 192, 1, 2, "--epochs", 8], "--ramp START_PX must be at least 1, not 0"),
     (["--ramp", 160, 192, 5, 2, "--epochs", 8], "--ramp END_EPOCH must be at least 5, not 2"),
     (["--val-crop", 300, "--val-resize", 200], "--val-resize must be at least 300, not 200"),
+    (["--val-resize", 256, "--val-crop-fraction", 0.9], "--val-resize=256 and --val-crop-fraction=0.9 both set"),
 ])
 def test_the_librarys_refusals_name_the_flags(capsys, argv, said):
     line = refused(capsys, *argv)

@@ -272,15 +272,16 @@ def test_arch_takes_a_models_import_path_from_the_current_folder_or_pythonpath(p
     assert result.returncode == 0, result.stderr[-3000:]
     assert load_checkpoint(checkpoint_path(run)).config["arch"] == "mymodels.tiny:tiny_net"
     elsewhere = train_in(tmp_path, "--data", prepared, "--run-dir", run, *fast, "--epochs", 2, "--max-steps", 2,
-                         "--resume", "auto", env={"PYTHONPATH": str(project)})
+                         "--force-change", "--epochs", "--resume", "auto", env={"PYTHONPATH": str(project)})
     assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
     assert [r["epoch"] for r in read_metrics(run)] == [0, 1]
     other = train_in(project, "--data", prepared, "--run-dir", run, *FAST, "--epochs", 3, "--resume", "auto")
-    assert other.returncode == 2 and "arch: checkpoint 'mymodels.tiny:tiny_net', now 'resnet18'" in other.stderr
+    assert other.returncode == 2 and "--arch mymodels.tiny:tiny_net there, resnet18 here" in other.stderr
     for arch, message in [("mymodels.nothing:tiny_net", "no module mymodels.nothing on PYTHONPATH or in"),
                           ("mymodels.tiny:absent", "mymodels.tiny has no callable absent"),
                           ("mymodels.tiny:not_a_model", "returned a str, not a torch.nn.Module")]:
-        bad = train_in(project, "--data", prepared, "--run-dir", tmp_path / "bad", "--arch", arch, "--epochs", 1)
+        bad = train_in(project, "--data", prepared, "--run-dir", tmp_path / "bad", "--arch", arch, "--epochs", 1,
+                       "--warmup-epochs", 0)
         errors = [line for line in bad.stderr.splitlines() if " ERROR " in line]
         assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr[-2000:]
 
@@ -301,9 +302,10 @@ def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_st
     args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 3, "--tracker", "tensorboard"]
     assert run_module("train", *args, "--epochs", 1).returncode == 0
     after_epoch_0 = checkpoint_path(run).read_bytes()
-    assert run_module("train", *args, "--epochs", 2, "--resume", "auto").returncode == 0
+    longer = ["--epochs", 2, "--force-change", "--epochs", "--resume", "auto"]  # the run made longer on resume
+    assert run_module("train", *args, *longer).returncode == 0
     checkpoint_path(run).write_bytes(after_epoch_0)  # as if killed during epoch 1, after logging its steps
-    resumed = run_module("train", *args, "--epochs", 2, "--resume", "auto")
+    resumed = run_module("train", *args, *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     scalars = tensorboard_scalars(run)
     assert scalars["epoch/val_top1"] == [3, 6]  # the global step: epochs of 3 steps
@@ -318,7 +320,7 @@ def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, 
     first = run_module("train", *args, "--epochs", 1, env=offline)
     assert first.returncode == 0, first.stderr[-3000:]
     run_id = (run / "wandb-id").read_text()
-    again = run_module("train", *args, "--epochs", 2, "--resume", "auto", env=offline)
+    again = run_module("train", *args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto", env=offline)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (run / "wandb-id").read_text() == run_id
     offline_runs = sorted((run / "wandb").glob("offline-run-*"))

@@ -37,7 +37,7 @@ def decode_crops(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offs
                  lengths: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32], flips: _Flags,
                  out: npt.NDArray[np.uint8], first: int, status: npt.NDArray[np.int32], max_pixels: int,
                  simd: str | None = None, seek: bool = True, seeked: _Flags | None = None,
-                 dct_scaling: bool = True) -> None: ...
+                 dct_scaling: bool = True, interpolation: str | None = None, fast_dct: bool = False) -> None: ...
 
 
 def gather(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],

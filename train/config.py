@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import operator
+import re
 import signal
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -93,8 +94,11 @@ class TrainConfig:
     cutmix_alpha: float = 0.0
     repeats: int = 1  # repeated augmentation: readings of each sample per epoch
     ramp: tuple[int, int, int, int] | None = None  # progressive resizing: start px, end px, start epoch, end epoch
-    val_resize: int | None = None  # validation's Resize (None: val crop x 256/224)
-    val_crop: int | None = None  # validation's CenterCrop (None: the training size, a ramp's last)
+    val_resize: int | None = None  # validation's Resize (None: val crop x 256/224, or as the fraction makes it)
+    val_crop: int | None = None  # validation's output side (None: the training size, a ramp's last)
+    val_crop_fraction: float | None = None  # timm's crop_pct: Resize(floor(val crop / it)); "ffcv": FFCV's ratio
+    val_crop_mode: str = "center"  # "center" (torchvision's, timm's), "squash" (timm's), "ffcv" (FFCV's)
+    val_interpolation: str = "bilinear"  # validation's resize filter: "bilinear", "bicubic", "area"
     ema: bool = False  # evaluate and keep an exponential moving average of the weights too
     ema_steps: int = 32  # steps between EMA updates
     ema_decay: float = 0.99998  # per step of 1 image x 1 epoch, adjusted as torchvision's reference does
@@ -176,12 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
+    from train.decoder import INTERPOLATIONS
     from train.recipes import LR_UPDATES, NO_DECAY_RULES, RECIPES, WARMUP_AT
+    from train.transforms import VAL_CROP_MODES
 
     def fraction(text: str) -> float:  # a number from 0 to 1
         value = float(text)
         if not 0 <= value <= 1:
             raise argparse.ArgumentTypeError(f"{text} is not from 0 to 1")
+        return value
+
+    def share(text: str) -> float:  # a number above 0, at most 1
+        value = float(text)
+        if not 0 < value <= 1:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0 and at most 1")
         return value
 
     g = p.add_argument_group("recipe", "what --recipe sets (docs/training.md: Recipes); a flag given here overrides it")
@@ -222,9 +234,22 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                                         "between the epochs, in steps of 32 (instead of --image-size)")
     g.add_argument("--no-ramp", dest="ramp", action="store_const", const=None, help="no progressive resizing")
     g.add_argument("--val-resize", type=int, default=d.val_resize,
-                   help="validation's Resize (default: --val-crop x 256/224)")
+                   help="validation's Resize, torchvision's (default: --val-crop x 256/224, or as --val-crop-fraction "
+                        "makes it); not with --val-crop-fraction nor --val-crop-mode ffcv")
     g.add_argument("--val-crop", type=int, default=d.val_crop,
-                   help="validation's CenterCrop (default: the training size, a ramp's end)")
+                   help="validation's output side, its CenterCrop (default: the training size, a ramp's end)")
+    g.add_argument("--val-crop-fraction", type=share, default=d.val_crop_fraction,
+                   help="the crop's share of the resized image, timm's crop_pct: Resize(floor(--val-crop / it)) (e.g. "
+                        "0.875, 0.95); with --val-crop-mode ffcv the share of the short side kept (default 224/256)")
+    g.add_argument("--no-val-crop-fraction", dest="val_crop_fraction", action="store_const", const=None,
+                   help="no --val-crop-fraction (a recipe's): validation's Resize from --val-resize or 256/224")
+    g.add_argument("--val-crop-mode", choices=VAL_CROP_MODES, default=d.val_crop_mode,
+                   help="center: Resize of the short side, then CenterCrop (torchvision's; timm's crop_mode center); "
+                        "squash: Resize to a square, then CenterCrop (timm's); ffcv: the centre square of "
+                        "--val-crop-fraction x the short side, resized to --val-crop (FFCV's CenterCropRGBImageDecoder)")
+    g.add_argument("--val-interpolation", choices=INTERPOLATIONS, default=d.val_interpolation,
+                   help="validation's resize filter: bilinear (PIL's, antialiased: torchvision's default), bicubic "
+                        "(PIL's: timm's default, and some torchvision weights'), area (OpenCV's INTER_AREA: FFCV's)")
     g.add_argument("--ema", action=argparse.BooleanOptionalAction, default=d.ema,
                    help="keep an EMA of the weights (torch's AveragedModel), evaluated and checkpointed too")
     g.add_argument("--ema-steps", type=int, default=d.ema_steps, help="steps between EMA updates")
@@ -352,23 +377,28 @@ def image_size_of(config: TrainConfig):
 def check_library_settings(config: TrainConfig, parser: argparse.ArgumentParser) -> None:
     """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
     sizes), now, before anything starts; a refusal names the flags (`in_flags`)."""
-    from train.imagenet_loader import checked_image_size, checked_val_sizes
+    from train.imagenet_loader import checked_image_size, checked_validation
 
     try:
         augment_of(config)
-        checked_val_sizes(config.val_crop, config.val_resize, checked_image_size(image_size_of(config)))
+        checked_validation(checked_image_size(image_size_of(config)), config.val_crop, config.val_resize,
+                           config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
     except ConfigError as exn:
         parser.error(in_flags(str(exn)))
 
 
-# how the library names what a flag sets, in its messages -> the flag (the longer names first)
+# how the library names what a flag sets, in its messages -> the flag (the longer names first): where a
+# message starts with it
 LIBRARY_NAMES = {
     "the resolution ramp's start_epoch": "--ramp START_EPOCH", "the resolution ramp's end_epoch": "--ramp END_EPOCH",
     "the resolution ramp's start": "--ramp START_PX", "the resolution ramp's end": "--ramp END_PX",
     "augment mixup (an alpha, 0: off)": "--mixup-alpha", "augment cutmix (an alpha, 0: off)": "--cutmix-alpha",
     "augment magnitude": "--policy-magnitude", "augment num_ops": "--policy-ops", "augment erasing": "--random-erase",
-    "val_resize": "--val-resize", "val_crop": "--val-crop", "image_size": "--image-size", "repeats": "--repeats",
+    "repeats": "--repeats",
 }
+# the library's argument names that are the fields' own: anywhere in a message, as whole words
+LIBRARY_ARGUMENTS = re.compile(r"(?<![\w-])(val_crop_fraction|val_crop_mode|val_interpolation|val_resize|val_crop|"
+                               r"image_size)(?!\w)")
 
 
 def in_flags(message: str) -> str:
@@ -376,8 +406,9 @@ def in_flags(message: str) -> str:
     argument ("augment magnitude must be below ..." -> "--policy-magnitude must be below ...")."""
     for name, flag in LIBRARY_NAMES.items():
         if message.startswith(name):
-            return flag + message[len(name):]
-    return message
+            message = flag + message[len(name):]
+            break
+    return LIBRARY_ARGUMENTS.sub(lambda found: flag_of(found.group(1)), message)
 
 
 

@@ -4,8 +4,9 @@ by `pip install -e .`), and the PIL path for the images it does not take.
 For a run of images lying in memory-mapped shards (`Images`), `decode_crops` decodes only each
 image's crop box (libjpeg-turbo's jpeg_crop_scanline and jpeg_skip_scanlines, with DCT scaling
 when the crop is at least twice the output), resizes it to size x size with the triangle filter
-PIL's resize(box=...) uses (its support widens with the downscale: antialiased), flips it where
-asked and writes it straight into its slot of a batch, all with the GIL released, so that a
+PIL's resize(box=...) uses (its support widens with the downscale: antialiased), or PIL's bicubic
+one, or OpenCV's INTER_AREA (INTERPOLATIONS), flips it where asked and writes it straight into
+its slot of a batch, all with the GIL released, so that a
 thread pool decodes on every core. In a seekable JPEG (a restart marker every few MCUs, in a grid:
 what prepare writes by default) only the restart intervals that cover the crop's window are
 decoded, from a small JPEG of them (train/native/seek.c), with the same pixels and statuses. A
@@ -55,6 +56,12 @@ NOT_JPEG, TOO_LARGE, OUT_OF_MEMORY = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE, _j
 MAX_IMAGE_SIZE = _jpegcrop.MAX_SIZE  # the largest output side
 SIMD = tuple(_jpegcrop.SIMD)  # the resize's implementations this CPU runs, fastest first: the same bytes
 NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {SIMD[0]} resize"
+# The resize's filters: PIL's antialiased bilinear and bicubic (a = -0.5), whose taps reach past the
+# box into the image as PIL's resize(box=...) does, and OpenCV's INTER_AREA (each output pixel the
+# mean of its cell of the box: FFCV's resize; OpenCV's own where both sides shrink or both enlarge,
+# as FFCV's square crops do, not where one shrinks and the other enlarges). The PIL path's stand-in
+# for area is its BOX filter.
+INTERPOLATIONS = ("bilinear", "bicubic", "area")
 PIL_BYTES_PER_PIXEL = 12  # PIL's buffers for one image: its decode (4 bytes a pixel), a conversion, the RGB copy
 THREAD_MEMORY = max(_jpegcrop.memory_bound(MAX_PIXELS), PIL_BYTES_PER_PIXEL * MAX_PIXELS)
 
@@ -110,18 +117,22 @@ def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = M
 
 def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
                  max_pixels: int = MAX_PIXELS, simd: str | None = None, seek: bool = True,
-                 seeked: np.ndarray | None = None, dct_scaling: bool = True) -> np.ndarray:
+                 seeked: np.ndarray | None = None, dct_scaling: bool = True, interpolation: str = "bilinear",
+                 fast_dct: bool = False) -> np.ndarray:
     """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
     out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
     zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
     with restart markers decodes only the restart intervals its box covers where that pays (the same
     pixels); `seeked` (bool (n,)), if given, is set where that happened. With `dct_scaling`, a box at
     least twice the output decodes at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
-    resize); validation asks for none. Returns the status per image."""
+    resize); validation asks for none. `interpolation`: the resize's filter, one of INTERPOLATIONS.
+    `fast_dct`: libjpeg's fast integer IDCT (FFCV's decode; about a grey level from the accurate one,
+    up to 10 on a pixel), not the accurate one. Returns the status per image."""
     status = np.zeros(len(images), np.int32)
     _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
                            flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
-                           max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked, dct_scaling=dct_scaling)
+                           max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked, dct_scaling=dct_scaling,
+                           interpolation=interpolation, fast_dct=fast_dct)
     return status
 
 
@@ -163,12 +174,18 @@ def pil_size(data: bytes) -> tuple[int, int]:
     return pil_open(data).size
 
 
+# PIL's filter for each of INTERPOLATIONS: area has no equal in PIL; its BOX filter weighs each
+# source pixel whole or not at all where OpenCV's weighs the part a cell covers (the PIL path takes
+# only images that prepare never leaves in a dataset: not JPEGs, odd colour spaces).
+PIL_FILTERS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "area": "BOX"}
+
+
 def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int,
-                    dct_scaling: bool = True) -> np.ndarray:
+                    dct_scaling: bool = True, interpolation: str = "bilinear") -> np.ndarray:
     """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows (and
-    `dct_scaling`), resize the box to size x size (bilinear with box, antialiased), flip. PilFailure
-    for a bad image (damaged, unknown, too large): PIL raises many exception types on such bytes, all
-    of them mean that."""
+    `dct_scaling`), resize the box to size x size (antialiased, PIL's filter for `interpolation`:
+    PIL_FILTERS), flip. PilFailure for a bad image (damaged, unknown, too large): PIL raises many
+    exception types on such bytes, all of them mean that."""
     from PIL import Image
 
     image = pil_open(data)
@@ -180,7 +197,7 @@ def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: b
         fx, fy = width / image.size[0], height / image.size[1]
         if image.mode != "RGB":
             image = image.convert("RGB")
-        image = image.resize((size, size), Image.Resampling.BILINEAR,
+        image = image.resize((size, size), Image.Resampling[PIL_FILTERS[interpolation]],
                              box=(box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy))
     except MemoryError:
         raise

@@ -7,9 +7,10 @@ window is still copied into its group's padded tensor by a call of its own).
                        decode on the GPU (the hardware JPEG decoder where the GPU has one), its
                        CPU libjpeg-turbo backend for what those refuse; PIL on the host, counted,
                        for what nvImageCodec refuses. On a CPU device (the tests) the CPU backend.
-    crop_resize_flip   PIL's antialiased bilinear resize of every box to size x size as two
-                       batched matrix products per group of windows padded to one size: the
-                       triangle filter's weights for a box are a (size x window) matrix per axis,
+    crop_resize_flip   the CPU decoder's resize of every box to size x size (PIL's antialiased
+                       bilinear or bicubic, OpenCV's area: train/decoder.py's INTERPOLATIONS)
+                       as two batched matrix products per group of windows padded to one size:
+                       the filter's weights for a box are a (size x window) matrix per axis,
                        zero outside the box's taps, with the flip folded into the row order.
 """
 
@@ -138,19 +139,34 @@ class DeviceDecoder:
         return torch.from_numpy(pixels).to(device)
 
 
+def bicubic(x: torch.Tensor) -> torch.Tensor:
+    """PIL's bicubic_filter: Keys' cubic convolution with a = -0.5."""
+    a, x = -0.5, x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
 def resize_weights(start: torch.Tensor, stop: torch.Tensor, length: torch.Tensor, size: int,
-                   padded: int) -> torch.Tensor:
-    """(n, size, padded) float32: PIL's antialiased bilinear weights that resize [start, stop) of a
-    line of `length` pixels (per image, float tensors (n,)) to `size` pixels: a triangle filter
-    whose support grows with the downscale, taps clamped to the line, each row summing to 1;
-    columns from `length` to `padded` are zero."""
+                   padded: int, interpolation: str = "bilinear") -> torch.Tensor:
+    """(n, size, padded) float32: the weights that resize [start, stop) of a line of `length`
+    pixels (per image, float tensors (n,)) to `size` pixels, as train/native/resample.c makes them:
+    PIL's antialiased bilinear (triangle) or bicubic kernel, stretched by the downscale, or OpenCV's
+    area (each pixel weighted by how much of the output pixel's cell it covers); taps clamped to the
+    line, each row summing to 1 (where any weight is left); columns from `length` to `padded` are zero."""
     scale = ((stop - start) / size)[:, None, None]
-    support = scale.clamp(min=1.0)
-    centre = start[:, None, None] + (torch.arange(size, device=start.device)[None, :, None] + 0.5) * scale
+    outputs = torch.arange(size, device=start.device)[None, :, None]
     taps = torch.arange(padded, device=start.device)[None, None, :]
-    weights = (1 - ((taps + 0.5 - centre) / support).abs()).clamp(min=0)
+    if interpolation == "area":
+        cell = start[:, None, None] + outputs * scale
+        weights = (torch.minimum(taps + 1, cell + scale) - torch.maximum(taps, cell)).clamp(min=0)
+    else:
+        centre = start[:, None, None] + (outputs + 0.5) * scale
+        x = (taps + 0.5 - centre) / scale.clamp(min=1.0)
+        weights = bicubic(x) if interpolation == "bicubic" else (1 - x.abs()).clamp(min=0)
     weights = weights * (taps < length[:, None, None])
-    return weights / weights.sum(-1, keepdim=True).clamp(min=1e-12)
+    total = weights.sum(-1, keepdim=True)
+    return weights / torch.where(total.abs() < 1e-12, torch.ones_like(total), total)
 
 
 def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_BYTES) -> list[np.ndarray]:
@@ -170,11 +186,14 @@ def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_B
 
 
 def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int,
-                     group_bytes: int = GROUP_BYTES) -> torch.Tensor:
+                     group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear") -> torch.Tensor:
     """Each HWC uint8 image's box (float (n, 4) left, top, right, bottom in its own pixels) resized
-    to size x size as PIL's bilinear resize(box=...) does, flipped where `flips`: float NCHW
-    (channels_last memory) in 0-255 on the images' device. Per group of windows: one padded copy,
-    two batched matrix products (fp16 on a GPU: exact for pixels, weights to 11 bits)."""
+    to size x size as the CPU decoder does (PIL's resize(box=...) with its bilinear or bicubic
+    filter, or OpenCV's area), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
+    the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
+    a GPU: exact for pixels, weights to 11 bits), columns first and each clipped to 0-255, as PIL
+    resizes and clips (bicubic's negative lobes overshoot: clipped in the other order, a pixel by a
+    sharp edge near 0 or 255 would differ by 10 levels and more); the fractions are kept."""
     device = images[0].device
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     heights = np.array([image.shape[0] for image in images])
@@ -182,17 +201,17 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
     boxes, flips = boxes.to(device, torch.float32), flips.to(device)
     out = torch.empty((len(images), size, size, 3), dtype=dtype, device=device)  # NHWC
     for group in resize_groups(heights, widths, group_bytes):
-        h, w = int(heights[group].max()), int(widths[group].max())
-        padded = torch.empty((len(group), h, w, 3), dtype=torch.uint8, device=device)  # outside each window: weight 0
+        g, h, w = len(group), int(heights[group].max()), int(widths[group].max())
+        padded = torch.empty((g, 3, h, w), dtype=torch.uint8, device=device)  # CHW; outside each window: weight 0
         for k, i in enumerate(group.tolist()):
-            padded[k, :heights[i], :widths[i]] = images[i]
+            padded[k, :, :heights[i], :widths[i]] = images[i].permute(2, 0, 1)
         at = torch.from_numpy(group).to(device)
         box = boxes[at]
-        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), size, h)
-        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), size, w)
+        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), size, h, interpolation)
+        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), size, w, interpolation)
         cols = torch.where(flips[at].view(-1, 1, 1), cols.flip(1), cols)
-        # rows: (g, size, h) @ (g, h, w*3) -> (g, size, w*3); then columns, with the image transposed
-        tall = torch.bmm(rows.to(dtype), padded.view(len(group), h, w * 3).to(dtype))
-        across = tall.view(len(group), size, w, 3).transpose(1, 2).reshape(len(group), w, size * 3)
-        out[at] = torch.bmm(cols.to(dtype), across).view(len(group), size, size, 3).transpose(1, 2)
+        # columns: (g, 3h, w) @ (g, w, size) -> (g, 3h, size); then rows: (g, size, h) @ (g, h, 3 size)
+        wide = torch.bmm(padded.view(g, 3 * h, w).to(dtype), cols.transpose(1, 2).to(dtype)).clamp_(0, 255)
+        wide = wide.view(g, 3, h, size).transpose(1, 2).reshape(g, h, 3 * size)
+        out[at] = torch.bmm(rows.to(dtype), wide).clamp_(0, 255).view(g, size, 3, size).transpose(2, 3)
     return out.permute(0, 3, 1, 2).float()

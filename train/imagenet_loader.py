@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import operator
 import os
 import threading
@@ -38,13 +39,13 @@ from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
 from train.cluster import default_workers, process_env
 from train.config import ConfigError, ResumeError
-from train.decoder import MAX_IMAGE_SIZE
+from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels, DeviceBatches
 from train.loader import DECODES, Batch, Loader, PlanArgs, take
-from train.numbers import Real, Whole, optional, real_triple, whole_number
+from train.numbers import Real, Whole, optional, real_number, real_triple, whole_number
 from train.policies import Augment, effective_augment, mixing_seed
 from train.shard_index import ShardSet
-from train.transforms import ResolutionRamp, default_resize
+from train.transforms import FFCV_CROP_FRACTION, VAL_CROP_MODES, ResolutionRamp, ValTransform, default_resize
 
 log = logging.getLogger("train")
 
@@ -118,8 +119,18 @@ class ImageNetLoader:
                      MixUp/CutMix (train/policies.py); None: RandomResizedCrop + flip alone
     repeats:         train only: readings of each sample per epoch, each with its own augmentation
                      (repeated augmentation, torchvision's RASampler); the epoch keeps its length
-    val_crop, val_resize: validation's CenterCrop(val_crop) after Resize(val_resize), as torchvision's
-                     evaluation preset (None: the training size, and val_crop x 256/224)
+    val_crop:        validation's output side (None: the training size, a ramp's last)
+    val_resize:      validation's Resize before CenterCrop(val_crop), as torchvision's evaluation
+                     preset (None: val_crop x 256/224, or what val_crop_fraction makes it)
+    val_crop_fraction: the crop's share of the resized image, timm's crop_pct: Resize(floor(val_crop /
+                     val_crop_fraction)); with val_crop_mode "ffcv", FFCV's ratio (default 224/256)
+    val_crop_mode:   "center" (Resize's short side, then CenterCrop: torchvision's, and timm's
+                     crop_mode "center"), "squash" (timm's: Resize to a square, then CenterCrop) or
+                     "ffcv" (FFCV's CenterCropRGBImageDecoder: the centre square of val_crop_fraction
+                     x the short side, resized to val_crop; no val_resize)
+    val_interpolation: validation's resize filter: "bilinear" (PIL's, antialiased: torchvision's
+                     default), "bicubic" (PIL's, a = -0.5: timm's default, torchvision's for some
+                     weights) or "area" (OpenCV's INTER_AREA: FFCV's)
     mean, std:       the normalisation, three numbers each (R, G, B) in 0-1 units, as torchvision's
                      Normalize after ToTensor; None: ImageNet's, (0.485, 0.456, 0.406) and
                      (0.229, 0.224, 0.225). Not with uint8 output
@@ -135,11 +146,16 @@ class ImageNetLoader:
                  max_bad_samples: Whole | None = 100, fixed_shape: bool = False, prefetch: Whole = 2,
                  rank: Whole | None = None, world_size: Whole | None = None, augment: Augment | None = None,
                  repeats: Whole = 1, val_crop: Whole | None = None, val_resize: Whole | None = None,
-                 mean: Sequence[Real] | None = None, std: Sequence[Real] | None = None):
+                 val_crop_fraction: Real | None = None, val_crop_mode: str = "center",
+                 val_interpolation: str = "bilinear", mean: Sequence[Real] | None = None,
+                 std: Sequence[Real] | None = None):
         # Every setting checked, and every number made a plain int or float, before a thread starts.
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
-        self.val_crop, self.val_resize = checked_val_sizes(val_crop, val_resize, self.image_size)
+        self.validation = checked_validation(self.image_size, val_crop, val_resize, val_crop_fraction, val_crop_mode,
+                                             val_interpolation)
+        # validation's output side, and its Resize (None with val_crop_mode "ffcv", which has none)
+        self.val_crop, self.val_resize = self.validation.crop, self.validation.resize
         self.augment, self.repeats = checked_augment(augment), whole_number("repeats", repeats, least=1)
         check_only_train_augments(split, self.augment, self.repeats)
         self.seed = whole_number("seed", seed)
@@ -318,7 +334,8 @@ class ImageNetLoader:
             train = self.split == "train"
             args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
                             batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, size=self.size_of(epoch),
-                            resize=self.val_resize, start_step=start, repeats=self.repeats if train else 1,
+                            validation=None if train else self.validation, start_step=start,
+                            repeats=self.repeats if train else 1,
                             augment=self.augment if train else Augment())
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
                                device_decoder=self._shared.device_decoder, dtype=self.dtype,
@@ -486,10 +503,50 @@ def largest_size(image_size: int | ResolutionRamp) -> int:
 def checked_val_sizes(val_crop, val_resize, image_size: int | ResolutionRamp) -> tuple[int, int]:
     """(crop, resize) of validation: torchvision's CenterCrop(crop) after Resize(resize); by default
     the training size (a ramp's last) and the classic ratio, 256 for 224."""
+    validation = checked_validation(image_size, val_crop, val_resize)
+    return validation.crop, validation.resize
+
+
+def checked_validation(image_size: int | ResolutionRamp, val_crop=None, val_resize=None, val_crop_fraction=None,
+                       val_crop_mode: str = "center", val_interpolation: str = "bilinear") -> ValTransform:
+    """Validation's transform from the loader's val_* arguments: the crop by default the training
+    size (a ramp's last); the resize given, or floor(crop / fraction) as timm's crop_pct makes it, or
+    the classic ratio (256 for 224); "ffcv" keeps a fraction of the short side (FFCV's 224/256 by
+    default) and has no resize. A combination that sets one thing twice is refused, naming both."""
+    mode = choice("val_crop_mode", val_crop_mode, VAL_CROP_MODES)
+    interpolation = choice("val_interpolation", val_interpolation, INTERPOLATIONS)
+    check_val_conflicts(val_resize, val_crop_fraction, mode)
     default = image_size if isinstance(image_size, int) else image_size.end
     crop = default if val_crop is None else whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
-    resize = default_resize(crop) if val_resize is None else whole_number("val_resize", val_resize, least=crop)
-    return crop, resize
+    fraction = optional(real_number, "val_crop_fraction", val_crop_fraction, above=0, most=1)
+    if mode == "ffcv":
+        return ValTransform(crop, None, FFCV_CROP_FRACTION if fraction is None else fraction, mode, interpolation)
+    return ValTransform(crop, val_resize_of(crop, val_resize, fraction), None, mode, interpolation)
+
+
+def val_resize_of(crop: int, val_resize, fraction: float | None) -> int:
+    """Resize's size before CenterCrop(crop): given, or timm's floor(crop / crop_pct) (its
+    transforms_imagenet_eval, the same float division), or the classic ratio."""
+    if val_resize is not None:
+        return whole_number("val_resize", val_resize, least=crop)
+    return math.floor(crop / fraction) if fraction is not None else default_resize(crop)
+
+
+def check_val_conflicts(val_resize, val_crop_fraction, mode: str) -> None:
+    """val_resize and val_crop_fraction both set the resize; FFCV's crop has no resize step."""
+    if val_resize is not None and val_crop_fraction is not None:
+        raise ConfigError(f"val_resize={val_resize!r} and val_crop_fraction={val_crop_fraction!r} both set validation's "
+                          "resize (Resize(floor(val_crop / val_crop_fraction)), timm's crop_pct): give one of them")
+    if val_resize is not None and mode == "ffcv":
+        raise ConfigError(f"val_resize={val_resize!r} with val_crop_mode='ffcv', which resizes no whole image (it "
+                          "keeps val_crop_fraction of the short side, resized to val_crop): leave val_resize out, or "
+                          "use val_crop_mode 'center'")
+
+
+def choice(name: str, value, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
 
 
 def checked_augment(augment) -> Augment:

@@ -36,7 +36,7 @@ from train import decoder
 from train.decoder import Images, PilFailure
 from train.policies import Augment, erasing_boxes, policy_draws, repeat_keys
 from train.shard_index import ShardSet
-from train.transforms import crops, decode_windows, default_resize
+from train.transforms import ValTransform, crops, decode_windows, default_resize
 
 log = logging.getLogger("train")
 
@@ -62,7 +62,8 @@ class PlanArgs:
     batch_size: int
     shuffle_buffer: int
     size: int  # the output side of this epoch's images
-    resize: int | None = None  # validation: Resize's size before CenterCrop(size); None: size x 256/224
+    # validation's transform (its crop is `size`); None: Resize(size x 256/224) + CenterCrop(size), bilinear
+    validation: ValTransform | None = None
     start_step: int = 0  # resume: batches of this epoch the rank already took
     repeats: int = 1  # readings of each sample per epoch (repeated augmentation)
     augment: Augment = Augment()
@@ -70,23 +71,33 @@ class PlanArgs:
     def crops(self) -> "Crops":
         if self.split == "train":
             return Crops(self.size, train=(self.seed, self.epoch), augment=self.augment)
-        return Crops(self.size, resize=self.resize or default_resize(self.size))
+        return Crops(self.size, validation=self.validation or ValTransform(self.size, default_resize(self.size)))
 
 
 @dataclass(frozen=True)
 class Crops:
     """What an epoch's crops (and augmentation) are a pure function of, besides each sample's key
-    (and repeat): training's (seed, epoch) and augmentation, or validation's resize; and the size."""
+    (and repeat): training's (seed, epoch) and augmentation, or validation's transform; and the size."""
     size: int
     train: tuple[int, int] | None = None
     augment: Augment = Augment()
-    resize: int | None = None
+    validation: ValTransform | None = None
 
     @property
     def dct_scaling(self) -> bool:
         """Training crops may decode at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
-        resize, for a fraction of the decode); validation matches torchvision's pixels, so never."""
+        resize, for a fraction of the decode); validation matches its reference's pixels, so never."""
         return self.train is not None
+
+    @property
+    def fast_dct(self) -> bool:
+        """libjpeg's fast integer IDCT, where validation reproduces FFCV's decoder (--decode cpu only)."""
+        return self.validation is not None and self.validation.fast_dct
+
+    @property
+    def interpolation(self) -> str:
+        """The resize's filter: training's is bilinear (RandomResizedCrop's default), validation's its own."""
+        return "bilinear" if self.validation is None else self.validation.interpolation
 
 
 def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
@@ -117,6 +128,7 @@ class EncodedBatch(NamedTuple):
     flips: torch.Tensor  # bool (n,)
     size: int
     describe: Callable[[int], str]  # image i's shard and key, for messages
+    interpolation: str = "bilinear"  # the resize's filter (transforms.ValTransform's)
 
     @property
     def jpegs(self) -> list[np.ndarray]:
@@ -192,7 +204,7 @@ def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
     fine = (chunk.status == KEPT) | (chunk.status == decoder.NOT_JPEG)
     dims = np.where(fine[:, None], chunk.dims, 1)
-    chunk.boxes, chunk.flips = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, (spec.resize, spec.size))
+    chunk.boxes, chunk.flips = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, spec.validation)
     if spec.train is not None:
         draw_augmentation(chunk, spec)
 
@@ -234,7 +246,7 @@ class DecodeStrategy:
         raise NotImplementedError
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
-               slot: int, size: int) -> torch.Tensor | EncodedBatch:
+               slot: int, spec: Crops) -> torch.Tensor | EncodedBatch:
         raise NotImplementedError
 
 
@@ -287,17 +299,19 @@ class CpuDecode(DecodeStrategy):
         draw_crops(chunk, spec)
         seeked = np.zeros(len(chunk.images), np.bool_)
         decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first, seeked=seeked,
-                                       dct_scaling=spec.dct_scaling)
+                                       dct_scaling=spec.dct_scaling, interpolation=spec.interpolation,
+                                       fast_dct=spec.fast_dct)
         chunk.status = np.where(chunk.status == KEPT, decoded, chunk.status)
         chunk.seeked = int((seeked & (chunk.status == KEPT)).sum())
         for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
-            self.pil_fallback(chunk, i, out, spec.dct_scaling)
+            self.pil_fallback(chunk, i, out, spec)
 
-    def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, dct_scaling: bool) -> None:
+    def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, spec: Crops) -> None:
         """The PIL path for an image the native decoder does not take: same crop, same slot."""
         try:
             out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
-                                                           bool(chunk.flips[i]), out.shape[1], dct_scaling)
+                                                           bool(chunk.flips[i]), out.shape[1], spec.dct_scaling,
+                                                           spec.interpolation)
         except PilFailure as failure:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
             return
@@ -305,9 +319,9 @@ class CpuDecode(DecodeStrategy):
         chunk.fallbacks += 1
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
-               slot: int, size: int) -> torch.Tensor:
+               slot: int, spec: Crops) -> torch.Tensor:
         """The kept images of a finished batch: a view of its ring slot, gaps closed in order."""
-        images = self.view(ring, slot, size)
+        images = self.view(ring, slot, spec.size)
         if len(keep) < len(ids):
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return images[:len(keep)]
@@ -326,7 +340,7 @@ class GpuDecode(DecodeStrategy):
         chunk.status[chunk.status == decoder.NOT_JPEG] = KEPT  # PIL read its size: the device's fallback decodes it
 
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
-               slot: int, size: int) -> EncodedBatch:
+               slot: int, spec: Crops) -> EncodedBatch:
         """The kept samples' bytes end to end in one array, with their windows and crops."""
         kept = ids[keep]
         images = shards.images(kept)
@@ -334,10 +348,10 @@ class GpuDecode(DecodeStrategy):
         decoder.gather(images, data)
         dims = np.concatenate([c.dims for c in chunks])[keep]
         boxes = np.concatenate([c.boxes for c in chunks])[keep]
-        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size)
+        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], spec.size, spec.interpolation)
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
         return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
-                            flips, size, lambda i: shards.describe(int(kept[i])))
+                            flips, spec.size, lambda i: shards.describe(int(kept[i])), spec.interpolation)
 
 
 DECODES = ("cpu", "gpu")
@@ -440,7 +454,7 @@ class Loader:
                     slot = submitted % self.ring_size
                     in_flight.append(self._submit(shards, *batches[submitted], ring, slot, spec))
                     submitted += 1
-                yield self._finish(in_flight.popleft(), spec.size)
+                yield self._finish(in_flight.popleft(), spec)
         finally:
             for batch in in_flight:  # the caller left early: stop what is queued
                 for f in batch.futures:
@@ -462,7 +476,7 @@ class Loader:
         futures = [self.pool.submit(self.strategy.decode, c, out, spec) for c in chunks]
         return InFlight(shards, ids, repeats, chunks, futures, ring, slot)
 
-    def _finish(self, batch: InFlight, size: int) -> Batch:
+    def _finish(self, batch: InFlight, spec: Crops) -> Batch:
         shards, ids, repeats, chunks, futures, ring, slot = batch
         for f in futures:
             f.result()  # a task's exception (a bug) is raised here, in the caller
@@ -481,7 +495,7 @@ class Loader:
         self._log_first_seeks(seeked, len(keep))
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
-        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot, size), labels, hashes, bad,
+        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot, spec), labels, hashes, bad,
                      fallbacks, seeked, **augmentation_of(chunks, keep, repeats))
 
     def _log_first_seeks(self, seeked: int, images: int) -> None:

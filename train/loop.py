@@ -252,7 +252,9 @@ def build_data(config: TrainConfig, device: torch.device, manifest: Manifest) ->
                                 device=device, seed=config.seed, workers=config.workers, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
                                 max_bad_samples=None, augment=augment_of(config), repeats=config.repeats,
-                                val_crop=config.val_crop, val_resize=config.val_resize)
+                                val_crop=config.val_crop, val_resize=config.val_resize,
+                                val_crop_fraction=config.val_crop_fraction, val_crop_mode=config.val_crop_mode,
+                                val_interpolation=config.val_interpolation)
     evaluated = [split for split in manifest.splits if split != "train"]
     return {"train_data": train_data, "eval_data": {split: train_data.with_split(split) for split in evaluated},
             "real_labels": RealLabels.of(config.data, manifest)}
@@ -551,7 +553,7 @@ def say_settings(run: Run, notes: tuple[str, ...], changes: list, checkpoint: Ch
     config, loader = run.config, run.train_data
     precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast with a GradScaler",
                  None: "fp32"}[run.amp_dtype] + f" (--amp {config.amp})"
-    for line in (*notes, *describe(config, run.env.world_size, loader.val_resize, loader.val_crop, precision)):
+    for line in (*notes, *describe(config, run.env.world_size, loader.validation.describe(), precision)):
         log.info("%s", line)
     for change in changes:
         log.warning("--force-change: %s on resume (recorded in %s)", change.line(), SETTINGS_FILE)

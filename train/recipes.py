@@ -49,13 +49,14 @@ RECIPES: dict[str, dict] = {
     # epoch 0 to lr at epoch 2 and falls to 0 at the end, interpolated per step; label smoothing 0.1,
     # weight decay 1e-4 except on parameters named "bn" (its create_optimizer), progressive resizing
     # 160 -> 192 px (ffcv_ramp: scaled to --epochs as its other lengths' configs are), validation at
-    # 256 px with crop ratio 224/256 (here Resize(293) + CenterCrop(256) until the loader takes a crop
-    # fraction). Not here: its BlurPool layers (a model change) and test-time flip averaging.
+    # 256 px with crop ratio 224/256 (its CenterCropRGBImageDecoder((256, 256), ratio=224/256): the
+    # centre 224/256 of the short side, resized with OpenCV's INTER_AREA). Not here: its BlurPool
+    # layers (a model change) and test-time flip averaging.
     "ffcv-rn50": {
         "epochs": 88, "lr": 1.7 * 256 / 4096, "weight_decay": 1e-4, "label_smoothing": 0.1, "warmup_epochs": 2.0,
         "lr_schedule": "linear", "warmup_start_factor": 1e-4, "warmup_at": "start", "lr_update": "step",
         "no_decay": "bn-names", "nesterov": False, "ramp": ffcv_ramp(88), "image_size": 192,
-        "val_crop": 256, "val_resize": 293,
+        "val_crop": 256, "val_crop_fraction": 224 / 256, "val_crop_mode": "ffcv", "val_interpolation": "area",
     },
 }
 

@@ -70,7 +70,7 @@ def refusal(names: list[str], now: TrainConfig, saved: TrainConfig) -> str:
 
 # ---------------------------------------------------------------- what the run says at its start
 
-def describe(config: TrainConfig, world_size: int, val_resize: int, val_crop: int, precision: str) -> list[str]:
+def describe(config: TrainConfig, world_size: int, validation: str, precision: str) -> list[str]:
     """The settings in force, in a few lines for the log. Pure."""
     global_batch = config.batch_size * world_size
     momentum = f"momentum {config.momentum:g}{' (Nesterov)' if config.nesterov else ''}"
@@ -82,7 +82,7 @@ def describe(config: TrainConfig, world_size: int, val_resize: int, val_crop: in
         f"weight decay {config.weight_decay:g} (none on {config.no_decay}), {momentum}, label smoothing "
         f"{config.label_smoothing:g}",
         f"augmentation: {augmentation(config)}",
-        f"sizes: train {train_sizes(config)}; validation Resize({val_resize}) + CenterCrop({val_crop})",
+        f"sizes: train {train_sizes(config)}; validation {validation}",
         f"precision: {precision}{', channels_last' if config.channels_last else ''}"
         f"{', torch.compile' if config.compile else ''}",
     ]

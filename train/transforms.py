@@ -6,10 +6,18 @@ random numbers come from a counter-based generator (splitmix64) keyed by the sam
 hash and a per-epoch seed, so a sample's augmentation does not depend on which thread decodes it,
 on the batch it falls in, or on a resume.
 
-Validation: torchvision's Resize(resize) + CenterCrop(crop) (the evaluation preset; 256 and 224
-classically, 232 and 224 in torchvision's V2 recipe), as the box in source pixels that the resize
-grid and the crop's integer offset keep, resized to crop x crop in one step: the same sampling
-positions and filter as resizing the whole image, then cropping.
+Validation (`ValTransform`), one of three geometries, each as the box in source pixels that is
+resized to crop x crop in one step:
+- "center": torchvision's Resize(resize) + CenterCrop(crop) (the evaluation preset; 256 and 224
+  classically, 232 and 224 in torchvision's V2 recipe), and timm's crop_mode "center" (resize =
+  floor(crop / crop_pct)): the box that the resize grid and the crop's integer offset keep, so
+  that the one-step resize samples at the whole image's resize positions with its filter;
+- "squash": timm's crop_mode "squash", Resize((resize, resize)) (the aspect ratio not kept) +
+  CenterCrop(crop), on its grid the same way;
+- "ffcv": FFCV's CenterCropRGBImageDecoder, the centre square of int(fraction x the short side)
+  pixels at integer offsets, resized to crop x crop (its DEFAULT_CROP_RATIO: 224/256), decoded as
+  its imdecode decodes, with libjpeg-turbo's fast integer IDCT (`fast_dct`).
+The filter (bilinear, bicubic, area) is the decoder's (train/decoder.py: INTERPOLATIONS).
 
 Boxes are (left, top, right, bottom) in source pixels, float32; the decoder (train/decoder.py)
 or the device (train/device_decode.py, which decodes each box's `decode_windows`) resizes each box
@@ -28,6 +36,8 @@ from shards.plan import seeded_rng
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 RESIZE_FOR_CROP = 256 / 224  # the classic evaluation's resize for a crop: Resize(256) for CenterCrop(224)
+VAL_CROP_MODES = ("center", "squash", "ffcv")  # validation's geometries: see the module's docstring
+FFCV_CROP_FRACTION = 224 / 256  # FFCV's DEFAULT_CROP_RATIO: the centre square's share of the short side
 TRIES = 10  # RandomResizedCrop's attempts before the centre-crop fallback
 DRAWS = 2 * TRIES + 3  # uniforms per sample: (area, log ratio) per try, top, left, flip
 
@@ -93,13 +103,48 @@ def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
     return random_resized_crops(widths, heights, u), u[:, 2 * TRIES + 2] < 0.5
 
 
+@dataclass(frozen=True)
+class ValTransform:
+    """Validation's transform, resolved (the loader checks the arguments it comes from: see
+    imagenet_loader.checked_validation): `crop` the output side; `resize` the Resize of "center"
+    (the short side) or "squash" (both sides), None for "ffcv"; `fraction` the share of the short
+    side "ffcv" keeps, None for the others; `interpolation` the resize's filter."""
+    crop: int
+    resize: int | None = None
+    fraction: float | None = None
+    mode: str = "center"
+    interpolation: str = "bilinear"
+
+    def boxes(self, widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
+        """Each image's box in source pixels, float32 (n, 4)."""
+        if self.mode == "ffcv":
+            return ffcv_crops(widths, heights, self.fraction)
+        if self.mode == "squash":
+            side = np.full(len(widths), self.resize, np.int64)
+            return crops_on_grid(widths, heights, side, side, self.crop)
+        return centre_crops(widths, heights, self.resize, self.crop)
+
+    @property
+    def fast_dct(self) -> bool:
+        """FFCV's decoder decodes with libjpeg's fast integer IDCT (TJFLAG_FASTDCT): about a grey level
+        from the accurate one on average, which the other references decode with."""
+        return self.mode == "ffcv"
+
+    def describe(self) -> str:
+        """What it is, in torchvision's or FFCV's words, for the logs."""
+        if self.mode == "ffcv":
+            return (f"the centre {self.fraction:g} of the short side resized to {self.crop} ({self.interpolation}, "
+                    "fast IDCT: FFCV's CenterCropRGBImageDecoder)")
+        resize = self.resize if self.mode == "center" else (self.resize, self.resize)
+        return f"Resize({resize}, {self.interpolation}) + CenterCrop({self.crop})"
+
+
 def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray, augment: tuple[int, int] | None,
-          centre: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(boxes, flips) for a batch: train_crops with augment = (seed, epoch), else the validation
-    centre crop of centre = (resize, crop) and no flips."""
+          validation: ValTransform | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(boxes, flips) for a batch: train_crops with augment = (seed, epoch), else validation's
+    boxes and no flips."""
     if augment is None:
-        resize, crop = centre
-        return centre_crops(widths, heights, resize, crop), np.zeros(len(widths), bool)
+        return validation.boxes(widths, heights), np.zeros(len(widths), bool)
     return train_crops(key_hashes, widths, heights, *augment)
 
 
@@ -119,24 +164,44 @@ def resized_sizes(widths: np.ndarray, heights: np.ndarray, resize: int) -> tuple
 
 def centre_crops(widths: np.ndarray, heights: np.ndarray, resize: int, crop: int) -> np.ndarray:
     """The box, in source pixels, that torchvision's Resize(resize) + CenterCrop(crop) keeps, on
+    their grid (crops_on_grid; resize >= crop)."""
+    return crops_on_grid(widths, heights, *resized_sizes(widths, heights, resize), crop)
+
+
+def crops_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray, crop: int
+                  ) -> np.ndarray:
+    """The box, in source pixels, that a resize to new_w x new_h then CenterCrop(crop) keeps, on
     their grid: CenterCrop's integer offset (round half to even, as round()) in the resized image,
     mapped back through each axis's own scale (source / resized), so that resizing the box to crop x
-    crop samples at the whole image's resize positions with its filter (resize >= crop)."""
-    new_w, new_h = resized_sizes(widths, heights, resize)
+    crop samples at the whole image's resize positions with its filter (new sizes >= crop)."""
     top, left = np.rint((new_h - crop) / 2.0), np.rint((new_w - crop) / 2.0)
     sx, sy = widths / new_w.astype(np.float64), heights / new_h.astype(np.float64)
     return np.stack([left * sx, top * sy, (left + crop) * sx, (top + crop) * sy], axis=1).astype(np.float32)
 
 
-def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, size: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def ffcv_crops(widths: np.ndarray, heights: np.ndarray, fraction: float) -> np.ndarray:
+    """FFCV's get_center_crop: the centre square of int(fraction x the short side) pixels (at least
+    one), at the integer offsets (side - c) // 2."""
+    w, h = widths.astype(np.int64), heights.astype(np.int64)
+    c = np.maximum(np.floor(fraction * np.minimum(w, h)).astype(np.int64), 1)  # int() of a positive float
+    top, left = (h - c) // 2, (w - c) // 2
+    return np.stack([left, top, left + c, top + c], axis=1).astype(np.float32)
+
+
+FILTER_REACH = {"bilinear": 1, "bicubic": 2, "area": 1}  # the filter's support at scale 1, in source pixels
+
+
+def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, size: int,
+                   interpolation: str = "bilinear") -> tuple[np.ndarray, np.ndarray]:
     """What --decode gpu decodes of each image: (windows int32 (n, 4), boxes float32 (n, 4) within
-    them). A window is the box grown by the resize filter's support (max(1, box / size) source
-    pixels) plus one pixel for the chroma upsampling at its edges, clamped to the image, so that
-    resizing the box inside its window gives what resizing it inside the whole image gives."""
+    them). A window is the box grown by the resize filter's support (FILTER_REACH x max(1, box /
+    size) source pixels; area's cells stay inside the box, so bilinear's margin is room to spare)
+    plus one pixel for the chroma upsampling at its edges, clamped to the image, so that resizing the
+    box inside its window gives what resizing it inside the whole image gives."""
     w, h = widths.astype(np.float64), heights.astype(np.float64)
-    margin_x = np.ceil(np.maximum((boxes[:, 2] - boxes[:, 0]) / size, 1)) + 1
-    margin_y = np.ceil(np.maximum((boxes[:, 3] - boxes[:, 1]) / size, 1)) + 1
+    reach = FILTER_REACH[interpolation]
+    margin_x = np.ceil(reach * np.maximum((boxes[:, 2] - boxes[:, 0]) / size, 1)) + 1
+    margin_y = np.ceil(reach * np.maximum((boxes[:, 3] - boxes[:, 1]) / size, 1)) + 1
     left = np.clip(np.floor(boxes[:, 0]) - margin_x, 0, w)
     top = np.clip(np.floor(boxes[:, 1]) - margin_y, 0, h)
     right = np.clip(np.ceil(boxes[:, 2]) + margin_x, 0, w)

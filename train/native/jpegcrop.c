@@ -4,8 +4,8 @@
  * For each image: libjpeg-turbo decodes only the rows and columns the crop needs
  * (jpeg_crop_scanline, jpeg_skip_scanlines), at 1/2, 1/4 or 1/8 scale in the DCT when the crop is
  * at least twice the output; the decoded rows stream, a few at a time, through the resize
- * (resample.h: PIL's triangle filter), whose horizontal pass also flips; the vertical pass writes
- * the slot as soon as its rows are in.
+ * (resample.h: PIL's bilinear or bicubic filter, or OpenCV's area), whose horizontal pass also
+ * flips; the vertical pass writes the slot as soon as its rows are in.
  *
  * Whatever the bytes and the arguments:
  * - every argument is checked before the GIL is released (arrays.h);
@@ -50,7 +50,8 @@
 #define MAX_SIZE 8192                     /* the largest output side */
 #define ROW_GROUP 4                       /* decoded rows resized at once (the resize kernels do four rows) */
 /* Our own scratch: a few rows of the crop, a window of resized rows, the filters' weights (under
- * 5 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE). */
+ * 9 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE with bicubic's
+ * filter, the widest; under 5 MiB with bilinear's). */
 #define OWN_SCRATCH ((size_t)16 << 20)
 /* Seeking (seekable shards): a window's small JPEG is built only where it is at most this many
  * bytes a pixel of it (photos need well under 1) and SEEK_HEADER bytes for its header (the
@@ -145,6 +146,8 @@ typedef struct {
     uint8_t *out; /* size * size * 3 */
     int seek;     /* may decode only the restart intervals that cover the crop */
     int dct_scaling; /* may decode at 1/2-1/8 scale in the DCT (validation's exact grid: not) */
+    filter_kind filter; /* the resize's */
+    int fast_dct;       /* libjpeg's fast integer IDCT (TurboJPEG's TJFLAG_FASTDCT: FFCV's), not the accurate one */
 } job;
 
 /* Buffers grown as needed and kept from one image to the next of a call; every byte read from them
@@ -221,8 +224,8 @@ static int crop_filters(const struct jpeg_decompress_struct *c, const job *j, sc
     int shrink = j->dct_scaling ? dct_shrink(c, box[2] - box[0], box[3] - box[1], j->size) : 1;
     unsigned int width = (c->image_width + shrink - 1) / shrink, height = (c->image_height + shrink - 1) / shrink;
     double sx = (double)width / c->image_width, sy = (double)height / c->image_height;
-    if (make_filter(&s->fx, box[0] * sx, box[2] * sx, (int)width, j->size) ||
-        make_filter(&s->fy, box[1] * sy, box[3] * sy, (int)height, j->size))
+    if (make_filter(&s->fx, j->filter, box[0] * sx, box[2] * sx, (int)width, j->size) ||
+        make_filter(&s->fy, j->filter, box[1] * sy, box[3] * sy, (int)height, j->size))
         return 0;
     return shrink;
 }
@@ -236,6 +239,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     c->scale_num = 1;
     c->scale_denom = (unsigned int)shrink;
     c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
+    c->dct_method = j->fast_dct ? JDCT_IFAST : JDCT_ISLOW;
     jpeg_start_decompress(c);
     int size = j->size;
     filter *fx = &s->fx, *fy = &s->fy;
@@ -496,20 +500,34 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args, PyObject *kwargs
     return result;
 }
 
+static const char *const filter_names[] = FILTER_NAMES;
+
+/* The filter named `name` (NULL: bilinear), or -1 with ValueError set. */
+static int find_filter(const char *name) {
+    if (name == NULL)
+        return FILTER_BILINEAR;
+    for (int k = 0; k < FILTER_KINDS; k++)
+        if (strcmp(name, filter_names[k]) == 0)
+            return k;
+    PyErr_Format(PyExc_ValueError, "interpolation must be 'bilinear', 'bicubic' or 'area', not '%s'", name);
+    return -1;
+}
+
 static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
-                               "max_pixels", "simd", "seek", "seeked", "dct_scaling", NULL};
+                               "max_pixels", "simd", "seek", "seeked", "dct_scaling", "interpolation", "fast_dct",
+                               NULL};
     PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *seeked_o = Py_None;
     PyObject *result = NULL;
     Py_ssize_t first;
     long long max_pixels;
-    const char *simd = NULL;
-    int seek = 1, dct_scaling = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOp", keywords, &buffers, &which, &offsets, &lengths,
-                                     &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
-                                     &seeked_o, &dct_scaling) ||
-        check_max_pixels(max_pixels) < 0)
+    const char *simd = NULL, *interpolation = NULL;
+    int seek = 1, dct_scaling = 1, fast_dct = 0, filter;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzp", keywords, &buffers, &which, &offsets,
+                                     &lengths, &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
+                                     &seeked_o, &dct_scaling, &interpolation, &fast_dct) ||
+        check_max_pixels(max_pixels) < 0 || (filter = find_filter(interpolation)) < 0)
         return NULL;
     const resampler *rs = find_resampler(simd);
     if (!rs) {
@@ -544,7 +562,8 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
             memset(&s, 0, sizeof(s));
             for (Py_ssize_t i = 0; i < im.n; i++) {
                 job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
-                         .out = slot0 + (size_t)i * slot, .seek = seek, .dct_scaling = dct_scaling};
+                         .out = slot0 + (size_t)i * slot, .seek = seek, .dct_scaling = dct_scaling,
+                         .filter = (filter_kind)filter, .fast_dct = fast_dct};
                 memcpy(j.box, b + 4 * i, sizeof(j.box));
                 int seeked_here;
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
@@ -619,14 +638,17 @@ static PyMethodDef methods[] = {
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
      "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None, "
-     "seek=True, seeked=None, dct_scaling=True): "
+     "seek=True, seeked=None, dct_scaling=True, interpolation=None, fast_dct=False): "
      "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
      "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
      "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
      "seek: a JPEG with restart markers may decode only the intervals its crop covers, where that pays; "
      "seeked (bool or uint8 n), if given, says which did. dct_scaling: a crop at least twice the output may "
      "decode at 1/2 to 1/8 scale in the DCT (False: at full scale, the exact resize of the whole image's grid). "
-     "GIL released."},
+     "interpolation: the resize's filter, 'bilinear' (None) or 'bicubic' (PIL's antialiased filters, whose "
+     "taps reach past the box into the image) or 'area' (OpenCV's INTER_AREA: the mean over each output "
+     "pixel's cell of the box). fast_dct: libjpeg's fast integer IDCT (TurboJPEG's TJFLAG_FASTDCT), not the "
+     "accurate one. GIL released."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
      "gather(buffers, which, offsets, lengths, out, at=0): the images' bytes end to end into out (uint8) "
      "from byte `at` (the JPEGs of a --decode gpu batch). GIL released."},

@@ -10,19 +10,96 @@
 
 #include "buffers.h"
 
-/* ------------------------------------------------------------------ the filter (PIL's rule) */
+/* ------------------------------------------------------------------ the filters */
 
 static double triangle(double x) {
     x = fabs(x);
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-/* Centre of output i at lo + (i + 0.5) * scale, support scale (at least 1), as PIL. */
-int make_filter(filter *f, double lo, double hi, int length, int out) {
+/* PIL's bicubic_filter: Keys' cubic convolution with a = -0.5 (negative lobes: it sharpens). */
+static double bicubic(double x) {
+    const double a = -0.5;
+    x = fabs(x);
+    if (x < 1.0)
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0)
+        return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+}
+
+/* One line's filter, as the tap functions below read it. Each writes output pixel i's weights
+ * before normalising into w, for the source pixels from *first on, and returns their count.
+ * `reach`: the most pixels either side of an output pixel's centre that the filter reads. */
+typedef struct {
+    filter_kind kind;
+    double lo, scale, fscale, reach;
+    int length;
+} line_filter;
+
+/* Taps [*xmin, *xmax) clamped to the line; none left (a crop thinner than a pixel at the edge):
+ * the nearest pixel. Their count, at most `taps`. */
+static int clamp_taps(int *xmin, int *xmax, int length, int taps) {
+    if (*xmin < 0) *xmin = 0;
+    if (*xmax > length) *xmax = length;
+    if (*xmax <= *xmin) {
+        *xmin = *xmin >= length ? length - 1 : *xmin;
+        *xmax = *xmin + 1;
+    }
+    return *xmax - *xmin < taps ? *xmax - *xmin : taps;
+}
+
+/* PIL's rule (precompute_coeffs): centre of output i at lo + (i + 0.5) * scale, a kernel stretched
+ * by the downscale (fscale, at least 1), taps rounded from centre -+ reach, clamped to the line. */
+static int kernel_taps(const line_filter *l, int i, double *w, int taps, int *first) {
+    double centre = l->lo + (i + 0.5) * l->scale;
+    int xmin = (int)(centre - l->reach + 0.5), xmax = (int)(centre + l->reach + 0.5);
+    int n = clamp_taps(&xmin, &xmax, l->length, taps);
+    for (int j = 0; j < n; j++) {
+        double x = (j + xmin - centre + 0.5) / l->fscale;
+        w[j] = l->kind == FILTER_BICUBIC ? bicubic(x) : triangle(x);
+    }
+    *first = xmin;
+    return n;
+}
+
+/* OpenCV's INTER_AREA: output i is the mean of the source over its cell [lo + i * scale, lo +
+ * (i + 1) * scale), each pixel weighted by how much of it the cell covers (computeResizeAreaTab
+ * when shrinking; its fractional linear weights when enlarging are the same overlaps). OpenCV's
+ * where both axes shrink or both enlarge; a box shrunk one way and enlarged the other OpenCV
+ * resizes with two taps an axis, which this does not copy. */
+static int area_taps(const line_filter *l, int i, double *w, int taps, int *first) {
+    double from = l->lo + i * l->scale, to = from + l->scale;
+    int xmin = (int)floor(from), xmax = (int)ceil(to);
+    int n = clamp_taps(&xmin, &xmax, l->length, taps);
+    for (int j = 0; j < n; j++) {
+        double left = xmin + j > from ? xmin + j : from, right = xmin + j + 1 < to ? xmin + j + 1 : to;
+        w[j] = right > left ? right - left : 0.0;
+    }
+    *first = xmin;
+    return n;
+}
+
+/* A weight in PRECISION bits, rounded half away from zero as PIL rounds. Bicubic's may be
+ * negative, and at an edge (its lobes cut off) a little over 1: never 2, which int16 would not
+ * hold, but clamped all the same. */
+static int16_t fixed_point(double weight) {
+    long v = lround(weight * (1 << PRECISION));
+    return (int16_t)(v < INT16_MIN ? INT16_MIN : v > INT16_MAX ? INT16_MAX : v);
+}
+
+/* The most pixels either side of an output pixel's centre that `kind` reads at this scale. */
+static double reach_of(filter_kind kind, double scale, double fscale) {
+    if (kind == FILTER_AREA)
+        return scale / 2 + 1.0; /* the cell, and the pixels its ends fall in */
+    return (kind == FILTER_BICUBIC ? 2.0 : 1.0) * fscale;
+}
+
+int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, int out) {
     double scale = (hi - lo) / out;
-    double fscale = scale < 1.0 ? 1.0 : scale;
-    double support = 1.0 * fscale;
-    int taps = (int)ceil(support) * 2 + 1;
+    line_filter l = {.kind = kind, .lo = lo, .scale = scale, .fscale = scale < 1.0 ? 1.0 : scale, .length = length};
+    l.reach = reach_of(kind, scale, l.fscale);
+    int taps = (int)ceil(l.reach) * 2 + 1;
     if (grow_buffer((void **)&f->first, &f->capacity_first, sizeof(int) * (size_t)out) ||
         grow_buffer((void **)&f->count, &f->capacity_count, sizeof(int) * (size_t)out) ||
         grow_buffer((void **)&f->k, &f->capacity_k, sizeof(int16_t) * (size_t)out * (size_t)taps) ||
@@ -32,25 +109,16 @@ int make_filter(filter *f, double lo, double hi, int length, int out) {
     memset(f->k, 0, sizeof(int16_t) * (size_t)out * (size_t)taps);
     f->taps = taps;
     for (int i = 0; i < out; i++) {
-        double centre = lo + (i + 0.5) * scale;
-        int xmin = (int)(centre - support + 0.5);
-        int xmax = (int)(centre + support + 0.5);
-        if (xmin < 0) xmin = 0;
-        if (xmax > length) xmax = length;
-        if (xmax <= xmin) { /* a crop thinner than a pixel at the edge: take the nearest one */
-            xmin = xmin >= length ? length - 1 : xmin;
-            xmax = xmin + 1;
-        }
-        int n = xmax - xmin;
-        if (n > taps) n = taps;
+        int xmin, n = kind == FILTER_AREA ? area_taps(&l, i, w, taps, &xmin) : kernel_taps(&l, i, w, taps, &xmin);
         double sum = 0.0;
-        for (int j = 0; j < n; j++) {
-            w[j] = triangle((j + xmin - centre + 0.5) / fscale);
-            sum += w[j];
-        }
-        if (sum == 0.0) { w[0] = 1.0; sum = 1.0; for (int j = 1; j < n; j++) w[j] = 0.0; }
         for (int j = 0; j < n; j++)
-            f->k[(size_t)i * taps + j] = (int16_t)lround(w[j] / sum * (1 << PRECISION));
+            sum += w[j];
+        if (sum == 0.0) { /* no weight on the taps left (the edge): the first one */
+            w[0] = 1.0, sum = 1.0;
+            for (int j = 1; j < n; j++) w[j] = 0.0;
+        }
+        for (int j = 0; j < n; j++)
+            f->k[(size_t)i * taps + j] = fixed_point(w[j] / sum);
         f->first[i] = xmin;
         f->count[i] = n;
     }

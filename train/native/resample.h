@@ -1,6 +1,8 @@
-/* The resize of the crop-region decoder: PIL's antialiased bilinear ("triangle") filter, whose
- * support grows with the downscale, as PIL's resize(box=...) computes it, in 14-bit fixed point;
- * separable: a horizontal pass over each decoded row (flipping where asked), then a vertical one. */
+/* The resize of the crop-region decoder: PIL's antialiased filters, bilinear ("triangle") and
+ * bicubic (a = -0.5), whose support grows with the downscale, as PIL's resize(box=...) computes
+ * them, and OpenCV's INTER_AREA (each output pixel the mean of the source area it covers, FFCV's
+ * resize), in 14-bit fixed point; separable: a horizontal pass over each decoded row (flipping
+ * where asked), then a vertical one. */
 #ifndef NATIVE_RESAMPLE_H
 #define NATIVE_RESAMPLE_H
 
@@ -8,8 +10,13 @@
 #include <stdint.h>
 
 /* Fixed-point bits of the filter weights: 14 keeps a weight of 1.0 inside int16 (SSE2's pmaddwd
- * multiplies int16 pairs); PIL uses 22 in int32, the results differ by a grey level at most. */
+ * multiplies int16 pairs); PIL uses up to 22, the results differ by a grey level at most (two on a
+ * pixel with bicubic, whose overshoot carries the first pass's rounding). */
 #define PRECISION 14
+
+/* The filters (FILTER_NAMES: the Python module's names for them, in this order). */
+typedef enum { FILTER_BILINEAR, FILTER_BICUBIC, FILTER_AREA, FILTER_KINDS } filter_kind;
+#define FILTER_NAMES {"bilinear", "bicubic", "area"}
 
 /* The weights that map a line of source pixels onto `out` pixels. */
 typedef struct {
@@ -21,9 +28,10 @@ typedef struct {
     size_t capacity_first, capacity_count, capacity_k, capacity_w; /* reused from one image to the next */
 } filter;
 
-/* Weights mapping source pixels [lo, hi) (fractional) of a line of `length` pixels onto `out`
- * pixels. Returns 0, or -1 when memory runs out. */
-int make_filter(filter *f, double lo, double hi, int length, int out);
+/* Weights of filter `kind` mapping source pixels [lo, hi) (fractional) of a line of `length`
+ * pixels onto `out` pixels; taps outside [lo, hi) but inside the line are used, as PIL's
+ * resize(box=...) uses them. Returns 0, or -1 when memory runs out. */
+int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, int out);
 void free_filter(filter *f);
 
 /* Horizontal pass: `rows` rows of RGBX pixels (4 bytes each, `stride` bytes apart, starting at

@@ -1,0 +1,197 @@
+"""Validation's transform against each library's own evaluation transform, on photo-like JPEGs of
+real sizes (prepare.sample's photos, quality 95, 4:2:0): from 150 x 113 (enlarged) to 2500 x 1700,
+wide, tall and square, several at least twice the output (where a training crop would decode at a
+DCT scale: validation never does).
+
+The loader's arguments come from the reference's own settings, as docs/library.md shows a user
+taking them: torchvision's weights' `transforms()` (crop_size, resize_size, interpolation), timm's
+`resolve_data_config` (input_size, crop_pct, crop_mode, interpolation; the pretrained configs are
+timm's tables, no weights are downloaded), FFCV's CenterCropRGBImageDecoder (224/256 of the short
+side to 256, OpenCV's INTER_AREA). Each reference runs on the same bytes; its normalised tensor is
+scaled back to grey levels with its own mean and std. The loader's uint8 pixels must be within a
+grey level of it on average (asserted much tighter), and each case's mean and max are printed
+(`pytest -s tests/test_val_transforms.py -k references`).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from prepare.sample import photo
+from train.decoder import Images, decode_crops
+from train.imagenet_loader import checked_validation
+
+# wide, tall and square; 150 x 113 is enlarged; the last five are at least twice a 224 output
+SIZES = [(500, 375), (375, 500), (150, 113), (233, 232), (640, 333), (333, 640), (1200, 900), (900, 1200),
+         (1024, 1024), (2500, 1700), (1700, 2500)]
+
+
+@functools.cache
+def sample_jpeg(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    photo(np.random.default_rng(width * 7 + height), width % 10, (width, height)).save(out, "JPEG", quality=95)
+    return out.getvalue()
+
+
+def ours(data: bytes, **val) -> np.ndarray:
+    """The loader's validation pixels of one JPEG (uint8 HWC), from the library's val_* arguments."""
+    validation = checked_validation(224, **val)
+    width, height = Image.open(io.BytesIO(data)).size
+    box = validation.boxes(np.array([width]), np.array([height]))
+    out = np.zeros((1, validation.crop, validation.crop, 3), np.uint8)
+    status = decode_crops(Images.from_blobs([data]), box, np.zeros(1, bool), out, 0, dct_scaling=False,
+                          interpolation=validation.interpolation, fast_dct=validation.fast_dct)
+    assert status.tolist() == [0]
+    return out[0]
+
+
+def grey_levels(tensor: torch.Tensor, mean, std) -> np.ndarray:
+    """A normalised CHW tensor back in 0-255, HWC."""
+    back = tensor * torch.tensor(std).view(3, 1, 1) + torch.tensor(mean).view(3, 1, 1)
+    return (back * 255).permute(1, 2, 0).numpy()
+
+
+# ---------------------------------------------------------------- the references
+
+def torchvision_case(weights_name: str):
+    """(the loader's arguments, the reference) of a torchvision weight's evaluation transform."""
+    from torchvision import models
+
+    enum, member = weights_name.split(".")
+    preset = getattr(getattr(models, enum), member).transforms()
+    val = {"val_crop": preset.crop_size[0], "val_resize": preset.resize_size[0],
+           "val_interpolation": preset.interpolation.value}
+
+    def reference(data: bytes) -> np.ndarray:
+        return grey_levels(preset(Image.open(io.BytesIO(data)).convert("RGB")), preset.mean, preset.std)
+    return val, reference
+
+
+def timm_case(model_name: str):
+    """(the loader's arguments, the reference) of a timm model's evaluation transform."""
+    from timm.data import create_transform, resolve_data_config
+    from timm.models import get_pretrained_cfg
+
+    cfg = resolve_data_config({}, pretrained_cfg=get_pretrained_cfg(model_name).to_dict())
+    transform = create_transform(**cfg)
+    val = {"val_crop": cfg["input_size"][-1], "val_crop_fraction": cfg["crop_pct"], "val_crop_mode": cfg["crop_mode"],
+           "val_interpolation": cfg["interpolation"]}
+
+    def reference(data: bytes) -> np.ndarray:
+        return grey_levels(transform(Image.open(io.BytesIO(data)).convert("RGB")), cfg["mean"], cfg["std"])
+    return val, reference
+
+
+def ffcv_center_crop(height: int, width: int, ratio: float) -> tuple[int, int, int, int]:
+    """FFCV's get_center_crop (ffcv/fields/rgb_image.py), line for line."""
+    s = min(height, width)
+    c = int(ratio * s)
+    delta_h = (height - c) // 2
+    delta_w = (width - c) // 2
+    return delta_h, delta_w, c, c
+
+
+def ffcv_case():
+    """(the loader's arguments, the reference) of FFCV's CenterCropRGBImageDecoder((256, 256), 224/256):
+    libjpeg-turbo's TurboJPEG decode with TJFLAG_FASTDCT, the fast integer IDCT, as its imdecode
+    (simplejpeg calls the same API), then OpenCV's resize with INTER_AREA of the crop, as its
+    resize_crop."""
+    cv2 = pytest.importorskip("cv2")
+    simplejpeg = pytest.importorskip("simplejpeg")
+    val = {"val_crop": 256, "val_crop_fraction": 224 / 256, "val_crop_mode": "ffcv", "val_interpolation": "area"}
+
+    def reference(data: bytes) -> np.ndarray:
+        image = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, fastupsample=False)
+        i, j, h, w = ffcv_center_crop(image.shape[0], image.shape[1], 224 / 256)
+        crop = np.ascontiguousarray(image[i:i + h, j:j + w])
+        return cv2.resize(crop, (256, 256), interpolation=cv2.INTER_AREA).astype(np.float32)
+    return val, reference
+
+
+CASES = {
+    "torchvision ResNet50 IMAGENET1K_V2 (232/224 bilinear)": lambda: torchvision_case("ResNet50_Weights.IMAGENET1K_V2"),
+    "torchvision EfficientNet_B0 IMAGENET1K_V1 (256/224 bicubic)":
+        lambda: torchvision_case("EfficientNet_B0_Weights.IMAGENET1K_V1"),
+    "torchvision ViT_B_16 SWAG_LINEAR (224/224 bicubic)":
+        lambda: torchvision_case("ViT_B_16_Weights.IMAGENET1K_SWAG_LINEAR_V1"),
+    "timm resnet50.a1_in1k (crop_pct 0.95 bicubic)": lambda: timm_case("resnet50.a1_in1k"),
+    "timm convnext_tiny.fb_in1k (crop_pct 0.875 bicubic)": lambda: timm_case("convnext_tiny.fb_in1k"),
+    "timm vit_base_patch16_224.augreg2 (crop_pct 0.9 bicubic)":
+        lambda: timm_case("vit_base_patch16_224.augreg2_in21k_ft_in1k"),
+    "timm dm_nfnet_f1.dm_in1k (squash, crop_pct 0.91 bicubic)": lambda: timm_case("dm_nfnet_f1.dm_in1k"),
+    "FFCV CenterCropRGBImageDecoder 224/256 to 256 (area, fast IDCT)": ffcv_case,
+}
+# Each filter's bound on the mean difference a pixel, in grey levels (measured: 0.02, 0.02 and 0.19 at
+# worst): the rounding of PIL's fixed point against ours (bicubic's overshoot rounds a little more
+# often), and of OpenCV's float sums against our two passes rounded to a level each.
+MEAN_BOUND = {"bilinear": 0.05, "bicubic": 0.1, "area": 0.3}
+
+
+def difference(name: str, width: int, height: int) -> tuple[float, float]:
+    """(mean, max) of |ours - reference| over a JPEG's pixels, in grey levels."""
+    if name.startswith("timm"):
+        pytest.importorskip("timm")
+    val, reference = CASES[name]()
+    data = sample_jpeg(width, height)
+    mine, theirs = ours(data, **val), reference(data)
+    assert mine.shape == theirs.shape
+    d = np.abs(mine.astype(np.float32) - theirs)
+    return float(d.mean()), float(d.max())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_validation_pixels_are_the_references(name):
+    """Within a grey level on average on every image (much less: MEAN_BOUND), 2 on a pixel; the
+    case's line of the table printed (seen with pytest -s)."""
+    val, _ = CASES[name]()
+    found = [difference(name, width, height) for width, height in SIZES]
+    print(f"\n{name:64s} mean {np.mean([m for m, _ in found]):.3f} (worst image {max(m for m, _ in found):.3f}), "
+          f"max {max(x for _, x in found):.0f}", end="")
+    for (width, height), (mean, most) in zip(SIZES, found):
+        assert mean < MEAN_BOUND[val["val_interpolation"]] and most <= 2, (width, height, mean, most)
+
+
+# ---------------------------------------------------------------- the arguments
+
+def test_timms_resize_is_its_floor_of_crop_over_crop_pct():
+    for crop, pct in [(224, 0.875), (224, 0.95), (224, 0.9), (224, 0.91), (176, 0.875), (288, 1.0), (384, 0.96)]:
+        assert checked_validation(224, crop, None, pct).resize == math.floor(crop / pct)
+    assert checked_validation(224, 224, None, 0.875, "squash").resize == 256
+
+
+def test_ffcvs_crop_is_its_get_center_crop():
+    widths, heights = np.array([500, 375, 150, 233, 2500, 1, 7]), np.array([375, 500, 113, 232, 1700, 1, 3000])
+    boxes = checked_validation(224, 256, None, None, "ffcv").boxes(widths, heights)
+    for (w, h), box in zip(zip(widths, heights), boxes):
+        i, j, ch, cw = ffcv_center_crop(int(h), int(w), 224 / 256)
+        assert box.tolist() == [j, i, j + max(cw, 1), i + max(ch, 1)]  # FFCV would fail on an empty crop
+
+
+def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
+    for kind in (float, np.float32, np.float64, lambda v: torch.tensor(v)):
+        fraction = checked_validation(224, 256, None, kind(0.875), "ffcv").fraction
+        assert type(fraction) is float and fraction == 0.875
+
+
+@pytest.mark.parametrize("val, refused", [
+    ({"val_resize": 256, "val_crop_fraction": 0.875}, "val_resize=256 and val_crop_fraction=0.875 both set"),
+    ({"val_resize": 256, "val_crop_mode": "ffcv"}, "val_resize=256 with val_crop_mode='ffcv'"),
+    ({"val_crop_mode": "border"}, "val_crop_mode must be one of center, squash, ffcv, not 'border'"),
+    ({"val_interpolation": "nearest"}, "val_interpolation must be one of bilinear, bicubic, area, not 'nearest'"),
+    ({"val_crop_fraction": 0}, "val_crop_fraction must be more than 0"),
+    ({"val_crop_fraction": 1.2}, "val_crop_fraction must be at most 1"),
+    ({"val_crop_fraction": True}, "val_crop_fraction must be a number"),
+])
+def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, refused):
+    from train.config import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        checked_validation(224, **val)
+    assert refused in str(error.value) and "\n" not in str(error.value)
