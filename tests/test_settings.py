@@ -234,3 +234,9 @@ def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path,
                      "--epochs", "1", "--warmup-epochs", "0", "--batch-size", "4", "--repeats", "1000",
                      "--workers", "1"])
     assert code == 2 and "--repeats=1000 is more than" in caplog.text and " repeats=1000" not in caplog.text
+
+
+@pytest.mark.parametrize("epochs,ramp", [(None, (160, 192, 65, 76)), (16, (160, 192, 11, 13)), (40, (160, 192, 29, 34))])
+def test_ffcvs_ramp_follows_the_typed_epochs_as_its_per_length_configs(epochs, ramp):
+    command = parsed("--recipe", "ffcv-rn50", *(["--epochs", epochs] if epochs else []))
+    assert command.config.ramp == ramp and "ramp" not in command.given
