@@ -138,8 +138,8 @@ RANDAUGMENT = {"policy": "randaugment"}
 @pytest.mark.parametrize("options, message", [
     ({"policy": "augmix"}, "policy must be one of"), ({"interpolation": "bicubic"}, "interpolation"),
     ({**RANDAUGMENT, "num_ops": 0}, "num_ops must be at least 1"),
-    ({**RANDAUGMENT, "magnitude": 31}, r"magnitude must be below num_magnitude_bins \(31\), not 31"),
-    ({**RANDAUGMENT, "magnitude": 9, "num_magnitude_bins": 9}, r"below num_magnitude_bins \(9\)"),
+    ({**RANDAUGMENT, "magnitude": 31}, r"magnitude must be below the policy's 31 magnitude bins, not 31"),
+    ({**RANDAUGMENT, "magnitude": 9, "num_magnitude_bins": 9}, r"below the policy's 9 magnitude bins"),
     ({"policy": "trivialaugment", "num_magnitude_bins": 1}, "num_magnitude_bins must be at least 2"),
     ({"erasing": 1.5}, "erasing must be at most 1"), ({"erasing": -0.1}, "erasing must be at least 0"),
     ({"mixup": -1}, "mixup .* must be at least 0"), ({"cutmix": float("nan")}, "cutmix .* finite"),

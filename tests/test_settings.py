@@ -56,7 +56,8 @@ def test_help_with_a_recipe_shows_that_recipes_values(capsys):
 @pytest.mark.parametrize("name,argv,ramp,val", [
     ("ffcv-rn50", ["--image-size", 64], None, (None, None)),
     ("torchvision-v2", ["--image-size", 64], None, (None, None)),
-    ("ffcv-rn50", ["--image-size", 64, "--ramp", 64, 96, 1, 2, "--epochs", 4], (64, 96, 1, 2), (None, None)),
+    ("torchvision-v2", ["--image-size", 176], None, (232, 224)),  # the recipe's own size: nothing moot
+    ("torchvision-v2", ["--val-crop", 256], None, (None, 256)),  # its --val-resize 232 made moot
     ("torchvision-v2", ["--image-size", 64, "--val-crop", 60], None, (None, 60)),
     ("torchvision-v2", [], None, (232, 224)),
 ])
@@ -64,8 +65,8 @@ def test_a_typed_image_size_beats_the_recipes_sizes(name, argv, ramp, val):
     command = parsed("--recipe", name, *argv)
     config = command.config
     assert config.ramp == ramp and (config.val_resize, config.val_crop) == val
-    if argv and "--val-crop" not in argv and "--ramp" not in argv:
-        assert len(command.notes) == 1 and f"replaces --recipe {name}'s" in command.notes[0]
+    if argv and argv != ["--image-size", 176]:
+        assert len(command.notes) == 1 and f"replaces --recipe {name}'s" in command.notes[0], command.notes
         assert ("--ramp 160 192 65 76" in command.notes[0]) == (name == "ffcv-rn50")
 
 
@@ -74,6 +75,7 @@ def test_a_typed_image_size_beats_the_recipes_sizes(name, argv, ramp, val):
     (["--policy-magnitude", 5], "--policy-magnitude", "--policy randaugment"),
     (["--policy-interpolation", "bilinear"], "--policy-interpolation", "a --policy"),
     (["--ema-decay", 0.9], "--ema-decay", "--ema"),
+    (["--image-size", 64, "--ramp", 64, 96, 1, 2, "--epochs", 4, "--warmup-epochs", 1], "--image-size", "no --ramp"),
     (["--recipe", "torchvision-v2", "--no-ema", "--ema-steps", 8], "--ema-steps", "--ema"),
 ])
 def test_a_typed_flag_the_run_would_ignore_is_refused(capsys, argv, flag, needs):
@@ -88,8 +90,11 @@ def test_options_a_policy_takes_are_accepted_and_a_recipes_are_not_typed():
 
 @pytest.mark.parametrize("argv,said", [
     (["--epochs", 3], "--warmup-epochs 5 must be from 0 to --epochs 3"),
-    (["--epochs", 3, "--warmup-epochs", -1], "--warmup-epochs -1 must be from 0 to --epochs 3"),
-    (["--ramp", 64, 96, 1, 9, "--epochs", 8], "--ramp ends at epoch 9, after --epochs 8"),
+    (["--epochs", 3, "--warmup-epochs", -1], "--warmup-epochs must be a finite number of 0 or more, not -1.0"),
+    (["--ramp", 64, 96, 1, 9, "--epochs", 8], "--ramp 64 96 1 9 ends at epoch 9, after --epochs 8"),
+    (["--lr", "nan"], "--lr must be a finite number of 0 or more, not nan"),
+    (["--weight-decay", -1], "--weight-decay must be a finite number of 0 or more"),
+    (["--label-smoothing", 1], "--label-smoothing must be from 0 to below 1, not 1.0"),
     (["--force-change", "--learning-rate"], "--force-change --learning-rate: no such flag"),
 ])
 def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, said):
@@ -123,8 +128,8 @@ def test_a_resume_without_the_recipe_keeps_it_and_everything_it_set():
     assert (resumed.workers, resumed.log_every) == (3, 7)  # how this process runs: the command line's
 
 
-@pytest.mark.parametrize("field,value", [("lr", 0.3), ("recipe", "classic"), ("epochs", 700), ("image_size", 160),
-                                         ("policy", "none"), ("ema", False), ("amp", "fp16")])
+@pytest.mark.parametrize("field,value", [("lr", 0.3), ("epochs", 700), ("image_size", 160), ("policy", "none"),
+                                         ("ema", False), ("amp", "fp16"), ("max_steps", 5)])
 def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value):
     now = like_v2(**{field: value})
     with pytest.raises(ResumeError) as stopped:
@@ -137,7 +142,8 @@ def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value
     assert changes[0].line() == f"{flag} {getattr(V2, field)} -> {value}"
 
 
-@pytest.mark.parametrize("field,value", [("arch", "resnet18"), ("seed", 1), ("batch_size", 64)])
+@pytest.mark.parametrize("field,value", [("arch", "resnet18"), ("seed", 1), ("batch_size", 64), ("recipe", "classic"),
+                                         ("no_decay", "norm-and-bias")])
 def test_what_the_checkpoint_is_cannot_be_forced(field, value):
     now = like_v2(**{field: value})
     with pytest.raises(ResumeError, match="cannot change within a run"):
@@ -145,9 +151,9 @@ def test_what_the_checkpoint_is_cannot_be_forced(field, value):
 
 
 def test_a_typed_flag_equal_to_the_checkpoints_and_the_run_controls_pass():
-    now = like_v2(device="cpu", max_steps=3)
-    resumed, changes = settings_on_resume(now, V2, frozenset({"lr", "device", "max_steps"}), frozenset())
-    assert changes == [] and (resumed.device, resumed.max_steps) == ("cpu", 3)
+    now = like_v2(device="cpu", workers=3, decode="gpu")
+    resumed, changes = settings_on_resume(now, V2, frozenset({"lr", "device", "workers", "decode"}), frozenset())
+    assert changes == [] and (resumed.device, resumed.workers, resumed.decode) == ("cpu", 3, "gpu")
 
 
 def test_every_field_is_a_setting_a_run_control_or_fixed():
@@ -213,7 +219,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
 # ---------------------------------------------------------------- the library's refusals in flags
 
 @pytest.mark.parametrize("argv,said", [
-    (["--policy", "randaugment", "--policy-magnitude", 40], "--policy-magnitude must be below num_magnitude_bins (31)"),
+    (["--policy", "randaugment", "--policy-magnitude", 40], "--policy-magnitude must be below the policy's 31 magnitude bins"),
     (["--ramp", 0, 192, 1, 2, "--epochs", 8], "--ramp START_PX must be at least 1, not 0"),
     (["--ramp", 160, 192, 5, 2, "--epochs", 8], "--ramp END_EPOCH must be at least 5, not 2"),
     (["--val-crop", 300, "--val-resize", 200], "--val-resize must be at least 300, not 200"),
@@ -240,3 +246,92 @@ def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path,
 def test_ffcvs_ramp_follows_the_typed_epochs_as_its_per_length_configs(epochs, ramp):
     command = parsed("--recipe", "ffcv-rn50", *(["--epochs", epochs] if epochs else []))
     assert command.config.ramp == ramp and "ramp" not in command.given
+
+
+# ---------------------------------------------------------------- a forced change takes effect at the resume
+
+def optimizer_and_schedule(config: TrainConfig, world_size: int, steps: int):
+    """What build_run makes of a config: a small model's SGD and its LambdaLR, run for `ran` steps."""
+    import torch
+
+    from train.loop import build_optimizer, lr_factor
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    peak = config.lr * config.batch_size * world_size / 256
+    optimizer = build_optimizer(model, peak, config.momentum, config.weight_decay, config.nesterov, config.no_decay)
+    schedule = lr_factor(config.lr_schedule, config.warmup_epochs, config.epochs, steps, config.warmup_start_factor,
+                         config.warmup_at, config.lr_update)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def restored_run(saved: TrainConfig, now: TrainConfig, world: tuple[int, int], steps: tuple[int, int], epoch: int,
+                 step: int):
+    """A run of `saved` stepped to (epoch, step), its state restored into one built from `now`, and
+    follow_settings applied: the optimizer and schedule the resumed run steps with."""
+    from types import SimpleNamespace
+
+    from train.loop import follow_settings
+
+    optimizer, scheduler = optimizer_and_schedule(saved, world[0], steps[0])
+    for _ in range(epoch * steps[0] + step):
+        optimizer.step()
+        scheduler.step()
+    state = (optimizer.state_dict(), scheduler.state_dict())
+    resumed_optimizer, resumed_scheduler = optimizer_and_schedule(now, world[1], steps[1])
+    resumed_optimizer.load_state_dict(state[0])
+    resumed_scheduler.load_state_dict(state[1])
+    run = SimpleNamespace(config=now, optimizer=resumed_optimizer, scheduler=resumed_scheduler,
+                          env=SimpleNamespace(world_size=world[1]), steps=steps[1])
+    follow_settings(run, epoch, step)
+    return (optimizer, scheduler), (resumed_optimizer, resumed_scheduler)
+
+
+SHORT = config(epochs=10, warmup_epochs=2, batch_size=32)
+
+
+def test_without_a_change_the_restored_optimizer_and_schedule_are_the_checkpoints_exactly():
+    (before, before_schedule), (after, after_schedule) = restored_run(SHORT, SHORT, (2, 2), (7, 7), 3, 4)
+    assert after.state_dict()["param_groups"] == before.state_dict()["param_groups"]
+    assert after_schedule.get_last_lr() == before_schedule.get_last_lr()
+    assert after_schedule.state_dict() == before_schedule.state_dict()
+
+
+@pytest.mark.parametrize("change", [{"lr": 0.3}, {"momentum": 0.5}, {"weight_decay": 5e-4}, {"nesterov": False},
+                                    {"epochs": 20}])
+def test_a_forced_optimizer_or_schedule_setting_takes_effect_at_the_resume(change):
+    now = dataclasses.replace(SHORT, **change)
+    _, (after, schedule) = restored_run(SHORT, now, (2, 2), (7, 7), 3, 4)
+    fresh, fresh_schedule = optimizer_and_schedule(now, 2, 7)
+    for _ in range(3 * 7 + 4):
+        fresh.step()
+        fresh_schedule.step()
+    for key in ("lr", "initial_lr", "momentum", "weight_decay", "nesterov"):
+        assert [g[key] for g in after.param_groups] == [g[key] for g in fresh.param_groups], key
+    assert schedule.get_last_lr() == fresh_schedule.get_last_lr() and schedule.last_epoch == 3 * 7 + 4
+
+
+def test_another_world_size_at_an_epoch_boundary_follows_the_new_global_batch_and_steps():
+    _, (after, schedule) = restored_run(SHORT, SHORT, (2, 4), (7, 3), 5, 0)
+    assert schedule.base_lrs == [SHORT.lr * SHORT.batch_size * 4 / 256] * 2 and schedule.last_epoch == 5 * 3
+
+
+def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
+    from train.config import settings_problem
+
+    command = parsed("--ema-decay", 0.9999, "--force-change", "--ema-decay", "--resume", "auto")  # not refused yet
+    resumed, _ = settings_on_resume(command.config, V2, command.given, command.force_change)
+    assert resumed.ema and resumed.ema_decay == 0.9999 and settings_problem(resumed, command.given) is None
+    ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50")
+    shorter, _ = settings_on_resume(config(epochs=16), ffcv, frozenset({"epochs"}), frozenset({"epochs"}))
+    assert "--ramp 160 192 65 76 ends at epoch 76, after --epochs 16" in settings_problem(shorter, {"epochs"})
+    bigger, _ = settings_on_resume(config(image_size=224), ffcv, frozenset({"image_size"}), frozenset({"image_size"}))
+    assert "--image-size is used only with no --ramp" in settings_problem(bigger, {"image_size"})
+
+
+def test_numpy_strings_are_stored_as_the_plain_strings_they_equal():
+    import numpy as np
+
+    from train.policies import Augment
+
+    augment = Augment(policy=np.str_("randaugment"), interpolation=np.str_("bilinear"))
+    assert type(augment.policy) is str and type(augment.interpolation) is str

@@ -72,7 +72,8 @@ class Checkpoint:
             ema.load_state_dict(self.ema)
         optimizer.load_state_dict(self.optimizer)
         scheduler.load_state_dict(self.scheduler)
-        scaler.load_state_dict(self.scaler)
+        if self.scaler:  # empty where the checkpoint's run had no GradScaler (bf16, fp32): this one starts afresh
+            scaler.load_state_dict(self.scaler)
         if not self.mid_epoch:
             return {}
         set_rng_state(self.ranks[rank]["rng"], device)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import operator
+import math
 import re
 import signal
 import sys
@@ -27,23 +27,11 @@ class ResumeError(UserError, RuntimeError):
     """A checkpoint or loader state cannot continue this run: the message says why and what to do."""
 
 
-def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
-    """`value` as a plain int: an int, or anything that is one (numpy integers, 0-d integer tensors:
-    __index__), so that np.int64(0) is the seed 0 and not another stream. ConfigError for anything
-    else (a float, None, a string) and outside [least, most]."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ConfigError(f"{name} must be a whole number, not {value!r} ({type(value).__name__})") from None
-    if least is not None and number < least:
-        raise ConfigError(f"{name} must be at least {least}, not {number}")
-    if most is not None and number > most:
-        raise ConfigError(f"{name} must be at most {most}, not {number}")
-    return int(number)
-
-
-# Settings that change what a checkpoint means: resuming with other values is refused.
-MUST_MATCH_ON_RESUME = ("arch", "seed", "batch_size", "dataset_id")
+# What a run is: never changed within it, --force-change or not (the weights, the plan, the batches and the
+# optimizer's parameter groups depend on them; the recipe names what the run's settings came from).
+FIXED_IN_A_RUN = ("arch", "seed", "batch_size", "no_decay", "recipe")
+# What a checkpoint must share with the run that resumes it (after the settings are resolved: its dataset too).
+MUST_MATCH_ON_RESUME = FIXED_IN_A_RUN + ("dataset_id",)
 
 
 @dataclass(frozen=True)
@@ -279,10 +267,12 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     parser.set_defaults(**values)
     args = parser.parse_args(argv)
     given = given_fields(argv)
-    notes = replace_recipe_sizes(args, given, values, chosen)
+    notes = replace_recipe_values(args, given, values, chosen)
     config = config_from_args(args, parser)
-    check_given_settings_are_used(config, given, parser)
-    check_library_settings(config, parser)
+    if config.resume is None:  # a resume's settings are known once the checkpoint's are read: loop.main checks them
+        problem = settings_problem(config, given)
+        if problem:
+            parser.error(problem)
     return CommandLine(config, frozenset(given), frozenset(forced_fields(args.force_change, parser)), tuple(notes))
 
 
@@ -302,8 +292,15 @@ def recipe_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="python -m train", add_help=False)
     p.add_argument("--recipe", choices=sorted(RECIPES), default=TrainConfig("", "").recipe)
-    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--epochs", type=whole_or_none, default=None)  # a bad one: the full parser says so
     return p
+
+
+def whole_or_none(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def given_fields(argv: list[str] | None) -> set[str]:
@@ -332,23 +329,31 @@ def forced_fields(flags: list[str], parser: argparse.ArgumentParser) -> set[str]
     return {known["--" + flag.lstrip("-")] for flag in flags}
 
 
-RECIPE_SIZES = ("ramp", "val_resize", "val_crop")  # what a recipe sets for its own training size
+# a typed flag -> the recipe's values it makes moot: the sizes set for the recipe's own training size; the
+# validation values that would set the same thing twice (the resize: given, or from the crop fraction, or none
+# in FFCV's mode)
+MOOTS = {"image_size": ("ramp", "val_resize", "val_crop"), "val_crop": ("val_resize",),
+         "val_resize": ("val_crop_fraction", "val_crop_mode"), "val_crop_fraction": ("val_resize",),
+         "val_crop_mode": ("val_resize",)}
 
 
-def replace_recipe_sizes(args: argparse.Namespace, given: set[str], values: dict, name: str) -> list[str]:
-    """A typed --image-size beats the recipe: the ramp and validation sizes the recipe set for its own
-    training size give way (to none: validation follows --image-size), unless typed too. Returns the
-    log lines that say what was replaced."""
-    if "image_size" not in given:
-        return []
-    replaced = [field for field in RECIPE_SIZES if field in values and field not in given
-                and values[field] is not None]
+def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dict, name: str) -> list[str]:
+    """Typed flags beat the recipe, and so do the recipe's values a typed flag makes moot (MOOTS), unless
+    typed too: they take their defaults. A typed --image-size equal to the recipe's moots nothing.
+    Returns the log lines that say what was replaced. Pure but for `args`."""
+    typed = [field for field in MOOTS if field in given
+             and not (field == "image_size" and args.image_size == values.get("image_size"))]
+    moot = [field for cause in typed for field in MOOTS[cause]]
+    defaults = TrainConfig("", "")
+    replaced = [field for field in dict.fromkeys(moot) if field in values and field not in given
+                and values[field] != getattr(defaults, field)]
     for field in replaced:
-        setattr(args, field, None)
+        setattr(args, field, getattr(defaults, field))
     if not replaced:
         return []
+    causes = ", ".join(f"{flag_of(field)} {show(getattr(args, field))}" for field in typed)
     said = ", ".join(f"{flag_of(field)} {show(values[field])}" for field in replaced)
-    return [f"--image-size {args.image_size} replaces --recipe {name}'s {said} (give them too to keep them)"]
+    return [f"{causes} replaces --recipe {name}'s {said} (give them too to keep them)"]
 
 
 def show(value) -> str:
@@ -374,9 +379,43 @@ def image_size_of(config: TrainConfig):
     return ResolutionRamp(*config.ramp) if config.ramp else config.image_size
 
 
-def check_library_settings(config: TrainConfig, parser: argparse.ArgumentParser) -> None:
+def settings_problem(config: TrainConfig, given: frozenset[str] | set[str]) -> str | None:
+    """What cannot work, or would be ignored, in the settings that run (a resumed run's once resolved),
+    in one line naming the flags; None where nothing. `given`: the fields typed."""
+    return schedule_problem(config) or ignored_flag(config, given) or library_problem(config)
+
+
+def schedule_problem(config: TrainConfig) -> str | None:
+    if not 0 <= config.warmup_epochs <= config.epochs:
+        return (f"--warmup-epochs {config.warmup_epochs:g} must be from 0 to --epochs {config.epochs}: a warm-up "
+                "longer than the run would never reach the peak rate")
+    if config.ramp is not None and config.ramp[3] > config.epochs:
+        return (f"--ramp {show(config.ramp)} ends at epoch {config.ramp[3]}, after --epochs {config.epochs}: its end "
+                "size would never be reached. Give a ramp that ends within the run, or --no-ramp")
+    return None
+
+
+# a flag -> what must be on for the run to use it
+USED_ONLY_WITH = {"policy_ops": ("--policy randaugment", lambda c: c.policy == "randaugment"),
+                  "policy_magnitude": ("--policy randaugment", lambda c: c.policy == "randaugment"),
+                  "policy_interpolation": ("a --policy", lambda c: c.policy != "none"),
+                  "ema_steps": ("--ema", lambda c: c.ema), "ema_decay": ("--ema", lambda c: c.ema),
+                  "image_size": ("no --ramp (a ramp sets the training size)", lambda c: c.ramp is None)}
+
+
+def ignored_flag(config: TrainConfig, given: frozenset[str] | set[str]) -> str | None:
+    """A typed flag that the run would ignore: it was meant to do something."""
+    for field, (needs, in_use) in USED_ONLY_WITH.items():
+        if field in given and not in_use(config):
+            return (f"{flag_of(field)} is used only with {needs}, which this run does not have (--policy "
+                    f"{config.policy}, {'--ema' if config.ema else '--no-ema'}, --ramp {show(config.ramp)}): leave it "
+                    f"out, or change what it needs (on a resume, with --force-change)")
+    return None
+
+
+def library_problem(config: TrainConfig) -> str | None:
     """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
-    sizes), now, before anything starts; a refusal names the flags (`in_flags`)."""
+    transform), in flags (`in_flags`)."""
     from train.imagenet_loader import checked_image_size, checked_validation
 
     try:
@@ -384,7 +423,8 @@ def check_library_settings(config: TrainConfig, parser: argparse.ArgumentParser)
         checked_validation(checked_image_size(image_size_of(config)), config.val_crop, config.val_resize,
                            config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
     except ConfigError as exn:
-        parser.error(in_flags(str(exn)))
+        return in_flags(str(exn))
+    return None
 
 
 # how the library names what a flag sets, in its messages -> the flag (the longer names first): where a
@@ -394,7 +434,7 @@ LIBRARY_NAMES = {
     "the resolution ramp's start": "--ramp START_PX", "the resolution ramp's end": "--ramp END_PX",
     "augment mixup (an alpha, 0: off)": "--mixup-alpha", "augment cutmix (an alpha, 0: off)": "--cutmix-alpha",
     "augment magnitude": "--policy-magnitude", "augment num_ops": "--policy-ops", "augment erasing": "--random-erase",
-    "repeats": "--repeats",
+    "repeats": "--repeats", "image_size's ramp": "--ramp",
 }
 # the library's argument names that are the fields' own: anywhere in a message, as whole words
 LIBRARY_ARGUMENTS = re.compile(r"(?<![\w-])(val_crop_fraction|val_crop_mode|val_interpolation|val_resize|val_crop|"
@@ -411,21 +451,6 @@ def in_flags(message: str) -> str:
     return LIBRARY_ARGUMENTS.sub(lambda found: flag_of(found.group(1)), message)
 
 
-
-
-def check_given_settings_are_used(config: TrainConfig, given: set[str], parser: argparse.ArgumentParser) -> None:
-    """A typed flag that the run would ignore is refused, naming it: it was meant to do something."""
-    unused = {"policy_ops": config.policy != "randaugment", "policy_magnitude": config.policy != "randaugment",
-              "policy_interpolation": config.policy == "none", "ema_steps": not config.ema,
-              "ema_decay": not config.ema}
-    ignored = [field for field, is_unused in unused.items() if field in given and is_unused]
-    if ignored:
-        needs = {"policy_ops": "--policy randaugment", "policy_magnitude": "--policy randaugment",
-                 "policy_interpolation": "a --policy", "ema_steps": "--ema", "ema_decay": "--ema"}
-        field = ignored[0]
-        parser.error(f"{flag_of(field)} is used only with {needs[field]}, which this run does not have "
-                     f"(--policy {config.policy}{', --no-ema' if not config.ema else ''}): leave it out, or add "
-                     f"{needs[field]}")
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
@@ -450,12 +475,11 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
         parser.error(f"--signal {args.signal}: no such signal")
-    if not 0 <= args.warmup_epochs <= args.epochs:
-        parser.error(f"--warmup-epochs {args.warmup_epochs:g} must be from 0 to --epochs {args.epochs}: a warm-up "
-                     "longer than the run would never reach the peak rate")
-    if args.ramp is not None and args.ramp[3] > args.epochs:
-        parser.error(f"--ramp ends at epoch {args.ramp[3]}, after --epochs {args.epochs}: its end size would never "
-                     "be reached. Give a ramp that ends within the run, or --no-ramp")
+    for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "dist_timeout"):
+        if not (math.isfinite(getattr(args, name)) and getattr(args, name) >= 0):
+            parser.error(f"{flag_of(name)} must be a finite number of 0 or more, not {getattr(args, name)}")
+    if not 0 <= args.label_smoothing < 1:
+        parser.error(f"--label-smoothing must be from 0 to below 1, not {args.label_smoothing}")
     values = {k: v for k, v in vars(args).items() if k != "force_change"}
     values["data"], values["run_dir"] = str(Path(args.data)), str(Path(args.run_dir))
     values["ramp"] = tuple(args.ramp) if args.ramp is not None else None

@@ -171,7 +171,7 @@ class ImageNetLoader:
         self.rank, self.world_size, self._place_given = place_of(rank, world_size)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)
-        check_split(split, manifest.splits)
+        split = check_split(split, manifest.splits)
         self._check_batches(split, manifest.splits[split].samples)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         largest = max(self.val_crop, largest_size(self.image_size))
@@ -195,7 +195,7 @@ class ImageNetLoader:
         stops the threads. `augment` and `repeats` come along and act on train passes only: the val
         loader of an augmented train loader reads val plainly, and its own with_split("train")
         augments again."""
-        check_split(split, self._shared.loader.splits)
+        split = check_split(split, self._shared.loader.splits)
         self._check_open()
         self._check_batches(split, len(self._shared.loader.splits[split]))
         other = copy.copy(self)
@@ -479,10 +479,11 @@ def say_what_is_missing(manifest, root: Path, rank: int) -> None:
         log.warning("%s: %s", root, line)
 
 
-def check_split(split: str, splits: Mapping) -> None:
-    """`split` must be one of the dataset's: train, val, and the evaluation sets it was prepared with."""
+def check_split(split: str, splits: Mapping) -> str:
+    """`split` as a plain str (a numpy string would not pass torch.load(weights_only=True) in a state):
+    one of the dataset's, train, val, and the evaluation sets it was prepared with."""
     if split in splits:
-        return
+        return str(split)
     missing = (f"; {split} is an evaluation set this dataset was not prepared with (python -m prepare --eval-source)"
                if split in EVAL_SPLITS else "")
     raise ConfigError(f"split must be one of {', '.join(splits)}, not {split!r}{missing}")
@@ -546,7 +547,7 @@ def check_val_conflicts(val_resize, val_crop_fraction, mode: str) -> None:
 def choice(name: str, value, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    return value
+    return str(value)  # a numpy string as the plain str it equals
 
 
 def checked_augment(augment) -> Augment:

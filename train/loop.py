@@ -30,7 +30,7 @@ from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
-from train.config import CommandLine, ConfigError, TrainConfig, augment_of, image_size_of
+from train.config import CommandLine, ConfigError, TrainConfig, augment_of, image_size_of, settings_problem
 from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
@@ -504,11 +504,14 @@ def main(command: CommandLine, env: DistEnv) -> int:
     config = command.config
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
     config = replace(config, dataset_id=manifest.dataset_id())
-    checkpoint = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
+    found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
     changes = []
-    if checkpoint is not None:
-        config, changes = settings_on_resume(config, TrainConfig.from_dict(checkpoint.config), command.given,
+    if found is not None:
+        config, changes = settings_on_resume(config, TrainConfig.from_dict(found.checkpoint.config), command.given,
                                              command.force_change)
+    problem = settings_problem(config, command.given)  # the settings that will run, resumed or not
+    if problem:
+        raise ConfigError(problem)
     require(config.tracker)
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
@@ -529,9 +532,10 @@ def main(command: CommandLine, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
-            say_settings(run, command.notes if checkpoint is None else (), changes, checkpoint)
+            say_settings(run, command.notes if found is None else (), changes,
+                         found.checkpoint if found is not None else None)
             log.info("%s", run.train_data.describe())
-        return train(run, checkpoint)
+        return train(run, found, changes)
     finally:
         if run is not None:
             for loader in run.eval_data.values():
@@ -541,15 +545,21 @@ def main(command: CommandLine, env: DistEnv) -> int:
             dist.destroy_process_group()
 
 
-def checkpoint_to_resume(config: TrainConfig) -> Checkpoint | None:
+@dataclass(frozen=True)
+class Found:
+    """The checkpoint --resume found, and where."""
+    path: Path
+    checkpoint: Checkpoint
+
+
+def checkpoint_to_resume(config: TrainConfig) -> Found | None:
     """The checkpoint --resume finds, loaded (once: its settings decide how the run is built), or None."""
     path = find_checkpoint(config.run_dir, config.resume)
-    return None if path is None else load_checkpoint(path)
+    return None if path is None else Found(path, load_checkpoint(path))
 
 
-def say_settings(run: Run, notes: tuple[str, ...], changes: list, checkpoint: Checkpoint | None) -> None:
-    """Rank 0 logs the settings in force (and what replaced a recipe's, or a checkpoint's) and records
-    them in RUN_DIR/config.json."""
+def say_settings(run: Run, notes: tuple[str, ...], changes: list, resumed: Checkpoint | None) -> None:
+    """Rank 0 logs the settings in force, and what replaced a recipe's or a checkpoint's."""
     config, loader = run.config, run.train_data
     precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast with a GradScaler",
                  None: "fp32"}[run.amp_dtype] + f" (--amp {config.amp})"
@@ -557,26 +567,46 @@ def say_settings(run: Run, notes: tuple[str, ...], changes: list, checkpoint: Ch
         log.info("%s", line)
     for change in changes:
         log.warning("--force-change: %s on resume (recorded in %s)", change.line(), SETTINGS_FILE)
-    where = (checkpoint.epoch, checkpoint.step) if checkpoint is not None else (0, 0)
-    record_settings(config.run_dir, config, changes, *where)
+    saved = TrainConfig.from_dict(resumed.config) if resumed is not None else config
+    if saved.decode != config.decode:
+        log.warning("--decode %s where the checkpoint's run decoded with --decode %s: the pixels differ slightly "
+                    "(another JPEG decoder), so the resumed run is not bit-identical to one that was not",
+                    config.decode, saved.decode)
 
 
-def resume(run: Run, checkpoint: Checkpoint | None) -> tuple[int, int, EpochSums]:
+def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     """(epoch, step, this rank's sums) to start from: the checkpoint's, where --resume found one, else
     the beginning; mid-epoch, the train loader continues where the checkpoint's stopped. The read
     plan does not depend on the thread count: any --workers resumes."""
-    config = run.config
-    if checkpoint is None:
+    if found is None:
         return 0, 0, EpochSums()
-    path = find_checkpoint(config.run_dir, config.resume)
-    checkpoint.check_resumable(config, run.env.world_size)
+    checkpoint = found.checkpoint
+    checkpoint.check_resumable(run.config, run.env.world_size)
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema)
+    follow_settings(run, checkpoint.epoch, checkpoint.step)
     if checkpoint.mid_epoch:
         run.train_data.load_state_dict(checkpoint.loader or position_of_old(run, checkpoint))
     if run.env.is_main:
-        log.info("resumed from %s at epoch %d step %d", path, checkpoint.epoch, checkpoint.step)
+        log.info("resumed from %s at epoch %d step %d", found.path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
+
+
+def follow_settings(run: Run, epoch: int, step: int) -> None:
+    """After a restore, the optimizer and the schedule follow this run's settings, not the checkpoint's:
+    the same values unless --force-change changed one (the rate, momentum, decay, Nesterov, --epochs) or
+    an epoch boundary meets another world size (the peak follows the global batch, the schedule's
+    position the steps an epoch). Without a change every value is the one the checkpoint holds."""
+    config, scheduler = run.config, run.scheduler
+    peak = config.lr * config.batch_size * run.env.world_size / 256
+    for group, decay in zip(run.optimizer.param_groups, (config.weight_decay, 0.0)):  # parameter_groups' order
+        group.update(initial_lr=peak, momentum=config.momentum, weight_decay=decay, nesterov=config.nesterov)
+    scheduler.base_lrs = [peak] * len(run.optimizer.param_groups)
+    scheduler.last_epoch = epoch * run.steps + step  # steps taken: what LambdaLR's step count stands for
+    rates = [peak * factor(scheduler.last_epoch) for factor in scheduler.lr_lambdas]  # LambdaLR's get_lr
+    for group, rate in zip(run.optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates  # what get_last_lr() reports (metrics' lr): torch keeps it there
 
 
 def position_of_old(run: Run, checkpoint: Checkpoint) -> dict:
@@ -588,9 +618,11 @@ def position_of_old(run: Run, checkpoint: Checkpoint) -> dict:
             "shuffle_buffer": saved.shuffle_buffer}
 
 
-def train(run: Run, checkpoint: Checkpoint | None) -> int:
+def train(run: Run, found: Found | None, changes: list) -> int:
     config = run.config
-    start_epoch, start_step, sums = resume(run, checkpoint)
+    start_epoch, start_step, sums = resume(run, found)
+    if run.env.is_main:  # after the resume was accepted: config.json holds only settings that ran
+        record_settings(config.run_dir, config, changes, start_epoch, start_step)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,

@@ -73,12 +73,15 @@ class Augment:
         if self.interpolation not in INTERPOLATIONS:
             raise ConfigError(f"augment interpolation must be one of {', '.join(INTERPOLATIONS)}, not "
                               f"{self.interpolation!r}")
+        # numpy strings as the plain str they equal: a state holding them fails torch.load(weights_only=True)
+        object.__setattr__(self, "policy", None if self.policy is None else str(self.policy))
+        object.__setattr__(self, "interpolation", str(self.interpolation))
         check_policy_takes(self.policy, {name: getattr(self, name) for name in POLICY_OPTIONS})
         for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
             object.__setattr__(self, name, optional(whole_number, f"augment {name}", getattr(self, name), least=least))
         magnitude, bins = self.option("magnitude"), self.option("num_magnitude_bins")
         if magnitude is not None and magnitude >= bins:  # RandAugment's magnitude is one of its bins
-            raise ConfigError(f"augment magnitude must be below num_magnitude_bins ({bins}), not {magnitude}")
+            raise ConfigError(f"augment magnitude must be below the policy's {bins} magnitude bins, not {magnitude}")
         object.__setattr__(self, "erasing", real_number("augment erasing", self.erasing, least=0, most=1))
         for name in ("mixup", "cutmix"):
             object.__setattr__(self, name, real_number(f"augment {name} (an alpha, 0: off)", getattr(self, name),

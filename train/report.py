@@ -4,6 +4,7 @@ the EMA's (--ema), ReaL's and ImageNetV2's where the run has them, and the train
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -24,8 +25,8 @@ def plot(records: list[dict], out: Path) -> Path:
     axes[1].plot(epochs, [r["train_top1"] for r in records], "o-", label="train top-1")
     axes[1].plot(epochs, [r["val_top1"] for r in records], "o-", label="val top-1")
     axes[1].plot(epochs, [r["val_top5"] for r in records], "o--", label="val top-5")
-    for name, label in accuracies(records):  # where the run has them
-        axes[1].plot(epochs, [r[name] for r in records], "o:", label=f"{label} top-1")
+    for name, label in accuracies(records):  # where the run has them: gaps where an epoch has not
+        axes[1].plot(epochs, [r.get(name, math.nan) for r in records], "o:", label=f"{label} top-1")
     axes[1].set(title="accuracy (%)", xlabel="epoch")
     sizes = [r.get("image_size") for r in records]
     if None not in sizes and len(set(sizes)) > 1:  # progressive resizing: the size beside images/s
@@ -45,11 +46,12 @@ def plot(records: list[dict], out: Path) -> Path:
 
 
 def accuracies(records: list[dict]) -> list[tuple[str, str]]:
-    """(metric, label) of the top-1 figures every record has besides val's: the EMA's val (--ema), ReaL,
-    ImageNetV2's variants, and the EMA's of those."""
+    """(metric, label) of the top-1 figures any record has besides val's: the EMA's val (--ema), ReaL,
+    ImageNetV2's variants, and the EMA's of those (an evaluation set added to the dataset, or --ema forced,
+    mid-run: drawn from where they start)."""
     named = [("ema_val_top1", "val EMA")] + EVALUATION_SETS + [(f"ema_{name}", f"{label} EMA")
                                                               for name, label in EVALUATION_SETS]
-    return [(name, label) for name, label in named if all(name in r for r in records)]
+    return [(name, label) for name, label in named if any(name in r for r in records)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,16 +15,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from shards.manifest import write_file_atomic
-from train.config import ResumeError, TrainConfig, flag_of, show
+from train.config import FIXED_IN_A_RUN, ResumeError, TrainConfig, flag_of, image_size_of, show
 
 SETTINGS_FILE = "config.json"
 SETTINGS_FORMAT = "imagenet-train-settings/1"
 # How this process runs, not what the run computes: the command line's on resume, whatever the checkpoint's.
+# (--decode changes the pixels slightly: a resume that changes it says so; --max-steps, the steps of an epoch
+# and so the schedule's length, is a setting.)
 RUN_CONTROL = ("data", "run_dir", "workers", "device", "decode", "resume", "compile", "channels_last", "log_every",
-               "signal", "requeue", "dist_timeout", "max_steps", "tracker", "wandb_project", "max_bad_samples",
+               "signal", "requeue", "dist_timeout", "tracker", "wandb_project", "max_bad_samples",
                "dataset_id")  # dataset_id: the manifest's, checked against the checkpoint's (Checkpoint.check_resumable)
-# What the checkpoint is: no --force-change changes these (the weights, the plan and the batches depend on them).
-FIXED = ("arch", "seed", "batch_size", "no_decay")  # no_decay: the optimizer's parameter groups, in its state
+FIXED = FIXED_IN_A_RUN  # no --force-change changes these
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,11 @@ def refusal(names: list[str], now: TrainConfig, saved: TrainConfig) -> str:
     differ = "; ".join(f"{flag_of(name)} {show(getattr(saved, name))} there, {show(getattr(now, name))} here"
                        for name in names)
     fixed = [flag_of(name) for name in names if name in FIXED]
+    forcing = " ".join(f"--force-change {flag_of(name)}" for name in names)
     remedy = (f"{', '.join(fixed)} cannot change within a run: leave {'it' if len(fixed) == 1 else 'them'} out, or "
               "start a new run in another --run-dir" if fixed else
-              f"leave the flag out to continue as the run began, or add --force-change {flag_of(names[0])} to "
-              "change it on purpose (logged and recorded in RUN_DIR/config.json)")
+              f"leave the {'flag' if len(names) == 1 else 'flags'} out to continue as the run began, or add {forcing} "
+              "to change it on purpose (logged and recorded in RUN_DIR/config.json)")
     return f"the checkpoint's run differs from this command line ({differ}): {remedy}"
 
 
@@ -112,9 +114,8 @@ def train_sizes(config: TrainConfig) -> str:
 
 def train_size(config: TrainConfig, epoch: int) -> int:
     """The training crop size of `epoch` (a ramp's, or --image-size): metrics.jsonl records it."""
-    from train.transforms import ResolutionRamp
-
-    return ResolutionRamp(*config.ramp).size(epoch) if config.ramp else config.image_size
+    size = image_size_of(config)
+    return size if isinstance(size, int) else size.size(epoch)
 
 
 # ---------------------------------------------------------------- RUN_DIR/config.json
