@@ -501,13 +501,6 @@ def largest_size(image_size: int | ResolutionRamp) -> int:
     return image_size if isinstance(image_size, int) else image_size.largest
 
 
-def checked_val_sizes(val_crop, val_resize, image_size: int | ResolutionRamp) -> tuple[int, int]:
-    """(crop, resize) of validation: torchvision's CenterCrop(crop) after Resize(resize); by default
-    the training size (a ramp's last) and the classic ratio, 256 for 224."""
-    validation = checked_validation(image_size, val_crop, val_resize)
-    return validation.crop, validation.resize
-
-
 def checked_validation(image_size: int | ResolutionRamp, val_crop=None, val_resize=None, val_crop_fraction=None,
                        val_crop_mode: str = "center", val_interpolation: str = "bilinear") -> ValTransform:
     """Validation's transform from the loader's val_* arguments: the crop by default the training
