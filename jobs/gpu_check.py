@@ -21,7 +21,7 @@ import torch
 from shards.manifest import read_manifest
 from train import Augment, ImageNetLoader
 
-RECIPE = Augment(policy="trivialaugment", interpolation="bilinear", erasing=0.1, mixup=0.2, cutmix=1.0)
+RECIPE = Augment(policy="trivialaugment", policy_interpolation="bilinear", erasing=0.1, mixup=0.2, cutmix=1.0)
 
 
 def synchronize(device: torch.device) -> None:

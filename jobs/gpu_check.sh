@@ -2,7 +2,7 @@
 # The GPU check (issue 24), for one call of at most 8 minutes on a lent GPU machine (16 vCPUs): most
 # important first, each step under its own time limit; a failing step is noted and the next one runs.
 # Every figure goes into $OUT/gpu_check.txt, printed at the end:
-#   1. the CUDA tests (tests/test_gpu.py, the device half of tests/test_augment.py)
+#   1. the CUDA tests (tests/test_gpu.py, the device half of tests/test_augment_ops.py)
 #   2. ImageNetLoader on the device with --decode cpu and gpu, plain and seekable shards, torchvision-v2's
 #      augmentation (jobs/gpu_check.py): the checks of what a caller gets, images/s
 #   3. python -m train for a few steps: --decode cpu, --decode gpu, --recipe torchvision-v2
@@ -73,7 +73,7 @@ step "prepare, seekable" 120 $PYTHON -m prepare --source "$SCRATCH/source" --des
 step "prepare, plain" 120 $PYTHON -m prepare --source "$SCRATCH/source" --dest "$SCRATCH/plain" --restart-mcus 0
 
 # 1. The CUDA tests (skipped, and so not counted, on the CPU)
-step "CUDA tests" 180 $PYTHON -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_augment.py
+step "CUDA tests" 180 $PYTHON -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_augment_ops.py
 keep "passed|failed|skipped|error"
 
 # 2. The public loader on the device, both decodes, both kinds of shards

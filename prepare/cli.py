@@ -9,7 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
-from prepare.builder import PrepareConfig, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareConfig
 from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
 from prepare.node_group import node_group_env
 from prepare.shared_read import prepare_in_group

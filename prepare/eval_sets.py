@@ -29,8 +29,9 @@ from typing import Iterator
 from prepare.completeness import Declared, Gap
 from prepare.labels import builtin_class_names
 from prepare.sources import (
-    FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, gzipped_tar_images, list_images,
+    FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, list_images,
 )
+from prepare.tars import gzipped_tar_images
 from shards.format import shard_keys
 from shards.layout import REAL_LABELS_FORMAT
 from shards.manifest import ClassInfo, DamagedData, Manifest

@@ -1,4 +1,4 @@
-"""The Hugging Face hub's ImageNet as Parquet, read in parts as prepare/sources.py's layouts are.
+"""The Hugging Face hub's ImageNet as Parquet, read in parts as prepare/official.py's layouts are.
 
 - hf-parquet: ILSVRC/imagenet-1k's `main` branch since its conversion to Parquet (2025):
               data/train-NNNNN-of-00294.parquet, data/validation-NNNNN-of-00014.parquet and

@@ -1,4 +1,4 @@
-"""The Hugging Face hub's two ImageNet layouts, read in parts as prepare/sources.py's are.
+"""The Hugging Face hub's two ImageNet layouts, read in parts as prepare/official.py's are.
 
 - hf-imagenet-1k: ILSVRC/imagenet-1k: data/train_images_{0..4}.tar.gz and data/val_images.tar.gz
                   (gzipped tars of <stem>_<wnid>.JPEG), classes.py beside (`HubArchives`, `GzipArchive`).
@@ -7,8 +7,8 @@
                   (`WdsShards`, `WdsShard`).
 
 Both take their classes from a class list beside their data, or the built-in ImageNet-1k table
-(`read_class_list`). The name rules, the tar reading and `Source` are prepare/sources.py's; which
-layout a folder holds is decided in prepare/layouts.py. Nothing here imports webdataset.
+(`read_class_list`). The name rules and `Source` are prepare/sources.py's, the tar reading
+prepare/tars.py's; which layout a folder holds is decided in prepare/layouts.py. Nothing here imports webdataset.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from prepare.labels import (
 )
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.sources import (
-    DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, gzipped_tar_images, image_stem,
-    iterate_whole_tar, readable_file,
+    DEVKIT, KAGGLE_SYNSETS, Item, Source, SourceError, check_safe_name, checked_key, image_stem, readable_file,
 )
+from prepare.tars import gzipped_tar_images, iterate_whole_tar
 from shards.format import BAD_LABEL, parse_label
 from shards.layout import SPLITS
 from shards.manifest import ClassInfo

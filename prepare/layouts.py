@@ -1,6 +1,6 @@
 """Which source layout a folder (or file) holds, and how to open it:
 
-- official:       ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, ILSVRC2012_devkit_t12.tar.gz (prepare/sources.py)
+- official:       ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, ILSVRC2012_devkit_t12.tar.gz (prepare/official.py)
 - imagefolder:    train/<wnid>/*.JPEG and val/ (prepare/trees.py)
 - kaggle:         ILSVRC/Data/CLS-LOC/{train/<wnid>/,val/} with its CSV and synset mapping (prepare/trees.py)
 - kaggle-zip:     Kaggle's imagenet-object-localization-challenge.zip, read in place (prepare/trees.py, zip_tree.py)
@@ -22,10 +22,8 @@ from prepare.hub_sources import (
     HF_CLASSES, HF_DATA, HF_VAL, TIMM_INFO, TIMM_SHARDS, HubArchives, WdsShards, hf_data_folder,
     hf_files, wds_files,
 )
-from prepare.sources import (
-    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, OFFICIAL_FILES, TRAIN_TAR, VAL_TAR, OfficialArchives, Source,
-    SourceError, readable_file,
-)
+from prepare.official import OFFICIAL_FILES, TRAIN_TAR, VAL_TAR, OfficialArchives
+from prepare.sources import DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Source, SourceError, readable_file
 from prepare.trees import ImageFolderTree, KaggleTree, KaggleZip
 from prepare.zip_tree import KAGGLE_ZIP, kaggle_zip, zip_identity
 

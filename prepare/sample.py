@@ -1,4 +1,4 @@
-"""A small ImageNet in the exact official layouts, for the demo, the tests and the benchmarks.
+"""The demo data: a small ImageNet in the exact official layouts, for the demo, the tests and the benchmarks.
 
     python -m prepare.sample OUT [--layout official|imagefolder|kaggle|kaggle-zip|hf-imagenet-1k|timm-wds|hf-parquet|all] ...
 

@@ -32,18 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.builder import (
-    BucketSpills, PartJob, PrepareConfig, PrepareError, Scattered, add_eval_sets, bad_image_stops_the_run,
-    build_and_report, checked_identity, dataset_estimate, make_dest, open_prepare_source, reading_order,
-    scatter_items, threads_per_part, verified_existing,
-)
+from prepare.builder import add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, reading_order
+from prepare.config import PrepareConfig, PrepareError
+from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
+from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
 from prepare.sources import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
+from prepare.spills import BucketSpills
 from prepare.workers import WorkerPool
 from shards.errors import UserError
 from shards.layout import STEP_FILE, WORK_DIR_NAME, node_marker
@@ -335,12 +335,9 @@ class SharedRead:
         streams, outcomes = work / "parts", work / "outcomes"
         streams.mkdir()
         outcomes.mkdir()
-        classes = source.class_index()
-        threads = threads_per_part(config.workers, min(len(share), self.ahead))  # the parts read at once
-        jobs = (StreamJob(PartJob(parts[i], {w: classes[w] for w in parts[i].wnids()}, num_buckets, config.seed,
-                                  str(work), config.resize, config.quality, config.restart_mcus,
-                                  config.skip_bad, threads),
-                          i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i in share)
+        at_once = min(len(share), self.ahead)  # the parts read at the same time: their threads share the workers
+        part_of = part_jobs([parts[i] for i in share], source.class_index(), num_buckets, work, config, at_once)
+        jobs = (StreamJob(job, i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i, job in zip(share, part_of))
         produced = pool.imap_ahead(stream_part, jobs, self.ahead) if pool else map(stream_part, jobs)
         receive = self.needs[self.group.rank]
         with BucketSpills(work, tag="x") as spills:
@@ -355,7 +352,7 @@ class SharedRead:
 
 
 class SharedReader:
-    """The build's reader (builder.Reader) on a node that needs the dataset: each split's images
+    """The build's reader (scatter.Reader) on a node that needs the dataset: each split's images
     come from the exchange (this node's share read and sent, every node's samples received)."""
 
     def __init__(self, shared: SharedRead, source: Source):

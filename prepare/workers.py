@@ -4,7 +4,8 @@ concurrent.futures' process pool, not multiprocessing.Pool: when a task fails (a
 disk), leaving the pool cancels what is queued and waits only for what is running, where
 Pool.terminate() could hang for good, its task-feeding thread blocked writing to a pipe its killed
 workers no longer read (seen in the test of a worker failing on an image); and a worker killed
-outright (the out-of-memory killer, say) is an error naming what happened, not a hang.
+outright (the out-of-memory killer, say) is an error naming what happened, not a hang. An unexpected
+failure inside a task is one line naming the image or shard it was on (`failures_named`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Callable, Iterable, Iterator
 
+from prepare.config import PrepareError
 from prepare.lock import close_inherited_locks
+from prepare.space import is_out_of_space
 from shards.errors import UserError
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -37,6 +40,22 @@ def worker_died_is_named():
     except BrokenProcessPool as exn:
         raise WorkerDied(f"a prepare worker process died mid-task ({exn}): killed, or out of memory? Check the "
                          "node's memory (fewer --workers use less), then rerun") from None
+
+
+@contextmanager
+def failures_named(what: str):
+    """In a worker: an unexpected failure becomes one line naming the image or shard it was on.
+    Errors that already say what to do, and a full disk (named by the main process), pass."""
+    try:
+        yield
+    except UserError:
+        raise
+    except OSError as exn:
+        if is_out_of_space(exn):
+            raise
+        raise PrepareError(f"{what}: {exn.strerror or exn} (a worker failed there)") from None
+    except Exception as exn:
+        raise PrepareError(f"{what}: {type(exn).__name__}: {exn} (a worker failed there)") from None
 
 
 def die_with_parent(parent: int) -> None:

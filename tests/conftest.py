@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prepare.builder import PrepareConfig, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareConfig
 from prepare.sample import SampleSpec, sample_images, write_imagefolder, write_kaggle, write_official
 
 ROOT = Path(__file__).resolve().parents[1]

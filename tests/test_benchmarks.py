@@ -40,7 +40,7 @@ def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prep
 
 @pytest.mark.slow
 def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
-    result = run_module("prepare.benchmark", "--source", sources["official"], "--scratch", tmp_path / "scratch",
+    result = run_module("prepare.bench", "--source", sources["official"], "--scratch", tmp_path / "scratch",
                         "--workers", 1)
     assert result.returncode == 0, result.stderr
     record = last_json(result.stdout)
@@ -51,7 +51,7 @@ def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
 
 
 def test_part_threads_benchmark_compares_one_thread_with_several_on_one_gzip_part(tmp_path):
-    result = run_module("prepare.part_threads_benchmark", tmp_path / "scratch", "--threads", 2, "--val-per-class", 3,
+    result = run_module("prepare.bench.part_threads", tmp_path / "scratch", "--threads", 2, "--val-per-class", 3,
                         "--rounds", 1)
     assert result.returncode == 0, result.stderr
     record = last_json(result.stdout)
@@ -123,7 +123,7 @@ def test_the_pil_paths_workers_split_an_epoch_into_round_robin_runs_of_whole_bat
 
 @pytest.mark.parametrize("nodes", [1, 2, 8, 64, 256])
 def test_the_job_start_model_reads_the_source_once_and_is_never_slower_on_a_fast_network(nodes):
-    from prepare.startup_model import DATASETS, PARAMS, shared, today
+    from prepare.bench.startup_model import DATASETS, PARAMS, shared, today
 
     for dataset in DATASETS.values():
         alone, together = today(nodes, dataset, PARAMS), shared(nodes, dataset, PARAMS)

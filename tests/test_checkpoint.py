@@ -31,6 +31,17 @@ def test_a_file_of_another_trainer_is_refused_by_name(tmp_path):
         load_checkpoint(tmp_path / "other.pt")
 
 
+def test_a_checkpoint_of_an_earlier_version_is_refused_in_one_line(tmp_path):
+    """Checkpoints written before this version (no format; some settings named otherwise) are refused,
+    not converted."""
+    state = checkpoint(torch.nn.Linear(3, 2)).to_state()
+    del state["format"]
+    torch.save(state, tmp_path / "old.pt")
+    with pytest.raises(ResumeError, match=r"old.pt was written by an earlier version of python -m train \(format "
+                                          r"unnamed; .*refused: start the run again"):
+        load_checkpoint(tmp_path / "old.pt")
+
+
 def test_resume_refuses_another_model_and_mid_epoch_another_world_size():
     saved = checkpoint(torch.nn.Linear(3, 2))
     with pytest.raises(ResumeError, match="arch: checkpoint 'resnet18', now 'resnet50'"):

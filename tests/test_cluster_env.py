@@ -86,7 +86,7 @@ def test_default_workers_are_the_ranks_share_of_its_cpus_less_one(environ, cpus,
 def test_every_one_line_error_is_a_user_error_caught_in_one_place():
     """The house rule: errors of the user's making derive from shards.errors.UserError, which each
     command line catches once (prepare/cli.py, train/cli.py) to print one line without a traceback."""
-    from prepare.builder import PrepareError
+    from prepare.config import PrepareError
     from prepare.labels import LabelError
     from prepare.node_group import PeerFailed
     from prepare.sources import SourceError

@@ -19,7 +19,8 @@ import pytest
 
 from conftest import config, tree_bytes
 from prepare import completeness
-from prepare.builder import PrepareError, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareError
 from prepare.completeness import (
     Declared, Gap, counted_shortfall, excess, imagenet_1k_warning, nothing_there, numbering_gap, refusal, shortfall,
 )
@@ -255,8 +256,8 @@ def test_a_val_archive_short_of_the_devkit_is_refused_after_val_is_read_before_t
         members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()][1:]
     archive.write_bytes(tar_bytes(members, gz=True))
     read = []
-    real = builder.scatter
-    monkeypatch.setattr(builder, "scatter", lambda source, split, *a, **k: read.append(split) or real(source, split, *a, **k))
+    real = builder.account_split
+    monkeypatch.setattr(builder, "account_split", lambda source, split, *a, **k: read.append(split) or real(source, split, *a, **k))
     with pytest.raises(SourceError, match="the val split yielded 29 of the 30 images the devkit's ground truth "
                                           "declares.*--allow-partial"):
         prepare(config(source, tmp_path / "out"))

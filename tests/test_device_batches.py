@@ -154,7 +154,7 @@ def test_uint8_output_is_a_copy_of_the_pixels_nchw_in_the_memory_format_asked():
 def test_uint8_output_of_the_device_decodes_floats_is_rounded_as_the_policy_path_rounds_them():
     decoded = torch.tensor([0.4, 0.5, 1.5, 254.6, 255.4, -0.3]).repeat(1, 3, 1, 1)  # float NCHW, 0-255
     batch = Batch(decoded, torch.tensor([0]), torch.tensor([0]))
-    x = finished(decoded.clone(), batch, "nearest", channels_last=False, dtype=torch.uint8)
+    x = finished(decoded.clone(), batch, channels_last=False, dtype=torch.uint8)
     assert x.dtype == torch.uint8 and x[0, 0, 0].tolist() == [0, 0, 2, 255, 255, 0]
 
 

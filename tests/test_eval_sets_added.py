@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, config, copy_dataset, run_module, tree_bytes
-from prepare.builder import PrepareError, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareError
 from prepare.eval_sets import EvalAddition, EvalSetError, PreparedDataset, eval_addition
 from shards.layout import REAL_LABELS_FILE
 from shards.manifest import read_complete_manifest, read_manifest
@@ -176,10 +177,11 @@ import os, signal, sys
 sys.path.insert(0, "tests")
 from pathlib import Path
 import prepare.builder as builder
+import prepare.shard_writer as shard_writer
 from conftest import config
 
 source, dest, v2, real, point = sys.argv[1:]
-real_write_shard, dest = builder.write_shard, Path(dest)
+real_write_shard, dest = shard_writer.write_shard, Path(dest)
 
 def write_shard(job):  # killed once a v2 shard is in place, before the others
     if any((dest / "v2").glob("*.tar")):
@@ -189,7 +191,7 @@ def write_shard(job):  # killed once a v2 shard is in place, before the others
 def write_manifest(*args):  # killed with every shard and the ReaL labels written
     os.kill(os.getpid(), signal.SIGKILL)
 
-setattr(builder, point, locals()[point])
+setattr(shard_writer if point == "write_shard" else builder, point, locals()[point])
 builder.prepare(config(Path(source), dest, eval_sources=(Path(v2),), real_labels=Path(real)))
 """
 

@@ -18,7 +18,8 @@ import pytest
 import webdataset as wds
 
 from conftest import SHARD_MB, config, run_module, tree_bytes
-from prepare.builder import PrepareError, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareError
 from prepare.completeness import shortfall
 from prepare.labels import LabelError, builtin_class_names, parse_class_list
 from prepare.layouts import detect_layout, fingerprint, open_source
@@ -504,7 +505,7 @@ def test_two_nodes_share_the_read_of_a_hub_source_and_write_a_one_node_prepares_
 @pytest.mark.parametrize("workers,parts,expected", [(1, 5, 1), (16, 5, 3), (16, 1, 16), (16, 1000, 1), (4, 4, 1),
                                                     (7, 2, 3)])
 def test_the_workers_beyond_a_splits_parts_prepare_their_images_in_threads(workers, parts, expected):
-    from prepare.builder import threads_per_part
+    from prepare.scatter import threads_per_part
 
     assert threads_per_part(workers, parts) == expected
 
@@ -533,39 +534,39 @@ def test_a_parts_images_are_prepared_at_once_in_its_threads_and_come_back_in_ord
     import threading
     import time
 
-    from prepare import builder
+    from prepare import scatter
     from prepare.layouts import open_source
 
     source = open_source(hub_sources["hf-imagenet-1k"])
     part = source.parts("val")[0]
-    seen, real = [], builder.prepare_image
+    seen, real = [], scatter.prepare_image
 
     def slow_prepare(data, *args, **kwargs):
         seen.append(threading.get_ident())
         time.sleep(0.01)
         return real(data, *args, **kwargs)
 
-    monkeypatch.setattr(builder, "prepare_image", slow_prepare)
-    job = builder.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2, threads=4)
-    threaded = [(item.key, prepared.data) for item, prepared in builder.prepared_in_order(job)]
+    monkeypatch.setattr(scatter, "prepare_image", slow_prepare)
+    job = scatter.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2, threads=4)
+    threaded = [(item.key, prepared.data) for item, prepared in scatter.prepared_in_order(job)]
     assert len(set(seen)) == 4
-    alone = [(item.key, prepared.data) for item, prepared in builder.prepared_in_order(
-        builder.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2))]
+    alone = [(item.key, prepared.data) for item, prepared in scatter.prepared_in_order(
+        scatter.PartJob(part, source.class_index(), 4, 0, "/nonexistent", None, 90, 2))]
     assert threaded == alone and [key for key, _ in alone] == [item.key for item in part.items()]
 
 
 def test_an_unexpected_failure_in_a_parts_thread_is_one_line_naming_the_image(hub_sources, images, tmp_path,
                                                                              monkeypatch):
-    from prepare import builder
+    from prepare import scatter
 
-    real, victim = builder.prepare_image, images.val[7][2]
+    real, victim = scatter.prepare_image, images.val[7][2]
 
     def fails_on_one(data, *args, **kwargs):
         if data == victim:
             raise RuntimeError("something unexpected")
         return real(data, *args, **kwargs)
 
-    monkeypatch.setattr(builder, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
+    monkeypatch.setattr(scatter, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
     key = images.val[7][0]
     with pytest.raises(PrepareError, match=rf"val_images\.tar\.gz:{key}_n\d{{8}}\.JPEG: RuntimeError: something "
                                            r"unexpected \(a worker failed there\)"):

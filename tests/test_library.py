@@ -15,8 +15,8 @@ from conftest import copy_dataset, damage_jpeg, shard_set
 from shards.manifest import DamagedData, read_manifest
 from shards.plan import steps_per_epoch
 from train import ImageNetLoader
-from train.config import ResumeError
-from train.config import ConfigError
+from train.errors import ResumeError
+from train.errors import ConfigError
 from train.shard_index import key_hash
 
 SIZE = 32
@@ -356,10 +356,11 @@ def test_the_errors_it_raises_are_importable_from_train():
     import shards.manifest
     import train
     import train.checkpoint
-    import train.config
+    import train.errors
 
     assert (train.DamagedData, train.DatasetNotReady) == (shards.manifest.DamagedData, shards.manifest.DatasetNotReady)
-    assert (train.ResumeError, train.ConfigError) == (train.checkpoint.ResumeError, train.config.ConfigError)
+    assert (train.ResumeError, train.ConfigError) == (train.errors.ResumeError, train.errors.ConfigError)
+    assert train.checkpoint.ResumeError is train.ResumeError
     with pytest.raises(AttributeError):
         train.Nothing
 

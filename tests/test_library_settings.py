@@ -159,18 +159,29 @@ def test_the_checks_say_which_kinds_they_take():
 
 
 @pytest.mark.parametrize("policy", ["trivialaugment", "randaugment", "autoaugment", None])
-def test_a_mid_epoch_state_saved_when_the_policy_options_were_2_9_31_resumes_the_same_augmentation(prepared, policy):
-    """States saved before the options defaulted to None hold num_ops 2, magnitude 9 and 31 bins
-    whatever the policy: they augment as today's defaults do, so they load; other values do not."""
+def test_a_mid_epoch_state_resumes_the_same_augmentation_given_by_its_defaults_or_their_values(prepared, policy):
+    """The state holds the augmentation the batches get (the policy's defaults filled in): an Augment
+    that states them loads the state of one that leaves them out; other values do not."""
     augment = Augment(policy=policy, erasing=0.25)
     state = mid_epoch_state(prepared, {"augment": augment, "seed": 0})
-    old = {**state, "augment": {**state["augment"], "num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31}}
-    with loader(prepared, augment=augment) as data:
-        data.load_state_dict(old)
+    assert state["augment"] == augment.effective() and Augment(**state["augment"]).effective() == state["augment"]
+    with loader(prepared, augment=Augment(**augment.effective())) as data:
+        data.load_state_dict(state)
     if policy in ("trivialaugment", "randaugment"):
-        other = {**state, "augment": {**state["augment"], "num_magnitude_bins": 11}}
-        with loader(prepared, augment=augment) as data, pytest.raises(ResumeError, match="augment"):
-            data.load_state_dict(other)
+        with loader(prepared, augment=Augment(policy=policy, erasing=0.25, num_magnitude_bins=11)) as data, \
+                pytest.raises(ResumeError, match="augment"):
+            data.load_state_dict(state)
+
+
+def test_a_state_of_an_earlier_version_is_refused_in_one_line(prepared):
+    """States saved before this version (format imagenet-loader/1, whose augment named its fields
+    otherwise) are refused, not converted."""
+    state = mid_epoch_state(prepared, {"augment": Augment(policy="trivialaugment"), "seed": 0})
+    old = {**state, "format": "imagenet-loader/1"}
+    with loader(prepared, augment=Augment(policy="trivialaugment")) as data, \
+            pytest.raises(ResumeError, match=r"^this loader state is of format 'imagenet-loader/1', an earlier "
+                                             r"version's; .*refused, start the run again$"):
+        data.load_state_dict(old)
 
 
 # ---------------------------------------------------------------- settings that would be ignored
@@ -396,6 +407,24 @@ def test_the_top_level_imports_lazily_and_shows_type_checkers_the_same_names():
     assert typed == train._HOMES and sorted(typed) == sorted(train.__all__)
     code = "import sys, train; assert 'torch' not in sys.modules, 'train imported torch'; print(train.__all__)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
+
+
+def imports_of(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of each `from module import name` in a file, at any depth."""
+    return [(node.module, alias.name) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names]
+
+
+def test_the_library_stands_below_the_command_line_and_augmentation_is_a_stage_of_the_data_path():
+    """Nothing of train but its command line (cli, loop, __main__) imports train.config for more than
+    TrainConfig; the loader and the device batches run the augmentation's stages without importing it."""
+    for path in (REPO / "train").rglob("*.py"):
+        if path.parent.name == "bench" or path.name in ("cli.py", "loop.py", "__main__.py"):
+            continue
+        names = {name for module, name in imports_of(path) if module == "train.config"}
+        assert names <= {"TrainConfig"}, (path, names)
+    for name in ("loader.py", "device_batches.py"):
+        assert not [m for m, _ in imports_of(REPO / "train" / name) if m.startswith("train.augment")], name
 
 
 def test_the_package_ships_a_py_typed_marker():

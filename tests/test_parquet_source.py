@@ -463,7 +463,7 @@ def test_two_nodes_share_the_read_of_the_parquet_and_write_a_one_node_prepares_b
 # ---------------------------------------------------------------- the layouts benchmark
 
 def test_the_layouts_benchmark_times_parquet_against_the_official_archives(tmp_path):
-    result = run_module("prepare.layouts_benchmark", tmp_path, "--rounds", 1, "--classes", 4, "--train-per-class", 3,
+    result = run_module("prepare.bench.layouts", tmp_path, "--rounds", 1, "--classes", 4, "--train-per-class", 3,
                         "--val-per-class", 1, "--max-width", 64, "--workers", 1)
     assert result.returncode == 0, result.stderr
     record = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])

@@ -23,7 +23,8 @@ import webdataset as wds
 from PIL import Image
 
 from conftest import ROOT, SHARD_MB, config, run_module, tree_bytes
-from prepare.builder import PrepareError, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareError
 from prepare.labels import LabelError
 from prepare.sample import PNG_KEY, SampleSpec, make_sample, tar_bytes
 from prepare.sources import SourceError
@@ -362,7 +363,7 @@ def test_a_class_tar_with_a_header_zeroed_in_its_middle_stops_the_run_in_one_lin
 
 
 def test_val_ranges_cover_the_val_archive_in_order_with_their_labels(sources, images):
-    from prepare.sources import OfficialArchives
+    from prepare.official import OfficialArchives
 
     archives = OfficialArchives(sources["official"])
     ranges = archives.val_ranges(per_range=7)
@@ -543,9 +544,9 @@ def test_a_damaged_jpeg_is_stored_named_and_listed_and_left_out_with_skip_bad(so
 
 
 def test_many_damaged_jpegs_are_all_listed_and_the_first_few_named(sources, images, tmp_path, caplog, monkeypatch):
-    import prepare.builder as builder
+    import prepare.scatter as scatter
 
-    monkeypatch.setattr(builder, "DAMAGED_NAMED", 2)
+    monkeypatch.setattr(scatter, "DAMAGED_NAMED", 2)
     caplog.set_level(logging.INFO, logger="prepare")
     source, keys, _ = damaged_val_source(sources, images, tmp_path, count=4)
     dest = tmp_path / "out"
@@ -748,16 +749,16 @@ def read_split_bytes(dest: Path, split: str) -> list[int]:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_worker_failing_on_an_image_is_one_line_naming_it(sources, tmp_path, monkeypatch, workers):
-    import prepare.builder as builder
+    import prepare.scatter as scatter
 
-    real = builder.prepare_image
+    real = scatter.prepare_image
 
     def fails_on_one(data, *args, **kwargs):
         if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
             raise RuntimeError("something unexpected")
         return real(data, *args, **kwargs)
 
-    monkeypatch.setattr(builder, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
+    monkeypatch.setattr(scatter, "prepare_image", fails_on_one)  # before the pool forks: the workers have it
     dest = tmp_path / "out"
     with pytest.raises(PrepareError, match=r"ILSVRC2012_img_\w+\.tar:.*\.JPEG: RuntimeError: something unexpected "
                                            r"\(a worker failed there\)"):
@@ -767,17 +768,17 @@ def test_a_worker_failing_on_an_image_is_one_line_naming_it(sources, tmp_path, m
 
 def test_a_worker_killed_outright_is_one_line_not_a_hang(sources, tmp_path, monkeypatch):
     """The out-of-memory killer, say: multiprocessing.Pool would wait for the lost task for ever."""
-    import prepare.builder as builder
+    import prepare.scatter as scatter
     from prepare.workers import WorkerDied
 
-    real = builder.prepare_image
+    real = scatter.prepare_image
 
     def killed_on_one(data, *args, **kwargs):
         if data.startswith(b"\xff\xd8") and len(data) % 7 == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         return real(data, *args, **kwargs)
 
-    monkeypatch.setattr(builder, "prepare_image", killed_on_one)  # before the pool forks: the workers have it
+    monkeypatch.setattr(scatter, "prepare_image", killed_on_one)  # before the pool forks: the workers have it
     dest = tmp_path / "out"
     with pytest.raises(WorkerDied, match="a prepare worker process died mid-task"):
         prepare(config(sources["official"], dest, workers=2))
@@ -902,7 +903,7 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
     and every tar it does not take (links, directories, long names, damaged or truncated headers)
     goes to tarfile; where tarfile's stream would end early and silently at a damaged header,
     iterate_tar refuses the tar instead."""
-    from prepare.sources import iterate_tar, plain_tar_members
+    from prepare.tars import iterate_tar, plain_tar_members
 
     rng = np.random.default_rng(1)
 
@@ -961,7 +962,7 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
 
 
 def test_junk_after_a_tars_end_is_left_alone_as_tarfile_leaves_it_but_a_member_there_is_refused():
-    from prepare.sources import iterate_tar
+    from prepare.tars import iterate_tar
 
     whole = tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(2)])
     junk = np.random.default_rng(0).bytes(50_000)
@@ -974,7 +975,7 @@ def test_junk_after_a_tars_end_is_left_alone_as_tarfile_leaves_it_but_a_member_t
 def test_a_header_zeroed_in_the_middle_of_a_tar_is_refused_not_read_as_its_end():
     """tarfile's stream reader takes a zero block for the end of the archive and stops there; the
     members after it would be lost without a word."""
-    from prepare.sources import iterate_tar, plain_tar_members
+    from prepare.tars import iterate_tar, plain_tar_members
 
     data = bytearray(tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(4)]))
     third = plain_tar_members(bytes(data))[2][1] - 512

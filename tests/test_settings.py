@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from train.config import CommandLine, ResumeError, TrainConfig, build_parser, parse_command_line
+from train.config import CommandLine, TrainConfig, build_parser, parse_command_line
+from train.errors import ResumeError
+from train.flags import show
 from train.recipes import recipe
 from train.settings import (
     FIXED, RUN_CONTROL, Change, describe, record_settings, recorded_changes, settings_on_resume, train_size,
@@ -71,8 +73,6 @@ def test_a_typed_image_size_beats_the_recipes_sizes(name, argv, ramp, val):
 
 
 @pytest.mark.parametrize("argv,flag,needs", [
-    (["--policy", "trivialaugment", "--policy-ops", 3], "--policy-ops", "--policy randaugment"),
-    (["--policy-magnitude", 5], "--policy-magnitude", "--policy randaugment"),
     (["--policy-interpolation", "bilinear"], "--policy-interpolation", "a --policy"),
     (["--ema-decay", 0.9], "--ema-decay", "--ema"),
     (["--image-size", 64, "--ramp", 64, 96, 1, 2, "--epochs", 4, "--warmup-epochs", 1], "--image-size", "no --ramp"),
@@ -83,9 +83,42 @@ def test_a_typed_flag_the_run_would_ignore_is_refused(capsys, argv, flag, needs)
     assert f"{flag} is used only with {needs}" in line
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["--policy", "trivialaugment", "--num-ops", 3],
+     "--num-ops would be ignored by policy 'trivialaugment' (it takes --num-magnitude-bins)"),
+    (["--magnitude", 5], "--magnitude would be ignored by policy None (it takes none)"),
+    (["--policy", "autoaugment", "--num-ops", 1, "--num-magnitude-bins", 5],
+     "--num-ops, --num-magnitude-bins would be ignored by policy 'autoaugment'"),
+])
+def test_a_policy_option_the_policy_does_not_take_is_refused_by_augment_naming_the_flag(capsys, argv, said):
+    line = refused(capsys, *argv)
+    assert said in line and " augment " not in line
+
+
 def test_options_a_policy_takes_are_accepted_and_a_recipes_are_not_typed():
-    assert parsed("--policy", "randaugment", "--policy-ops", 3).config.policy_ops == 3
+    assert parsed("--policy", "randaugment", "--num-ops", 3).config.num_ops == 3
     assert parsed("--recipe", "torchvision-v2").config.policy_interpolation == "bilinear"  # the recipe's, not typed
+
+
+def test_the_augmentation_flags_are_augments_fields_and_build_it_as_they_are():
+    """One set of names: each Augment field is a TrainConfig field and --its-name; --policy none is None."""
+    from train.augment.draws import AUGMENT_FIELDS, Augment
+
+    options = {option for action in build_parser()._actions for option in action.option_strings}
+    assert set(AUGMENT_FIELDS) <= {f.name for f in dataclasses.fields(TrainConfig)}
+    assert {"--" + name.replace("_", "-") for name in AUGMENT_FIELDS} <= options
+    config = parsed("--policy", "randaugment", "--num-ops", 3, "--magnitude", 5, "--num-magnitude-bins", 11,
+                    "--policy-interpolation", "bilinear", "--erasing", 0.25, "--mixup", 0.2, "--cutmix", 1).config
+    assert config.augment() == Augment(policy="randaugment", num_ops=3, magnitude=5, num_magnitude_bins=11,
+                                       policy_interpolation="bilinear", erasing=0.25, mixup=0.2, cutmix=1.0)
+    assert parsed("--policy", "none").config.policy is None and parsed().config.augment() == Augment()
+    assert parsed("--recipe", "torchvision-v2").config.augment() == Augment(
+        policy="trivialaugment", policy_interpolation="bilinear", erasing=0.1, mixup=0.2, cutmix=1.0)
+
+
+def test_an_unknown_policy_is_refused_with_the_choices(capsys):
+    assert "invalid choice: 'augmix' (choose from none, trivialaugment, randaugment, autoaugment)" in \
+        refused(capsys, "--policy", "augmix")
 
 
 @pytest.mark.parametrize("argv,said", [
@@ -124,11 +157,11 @@ def test_a_resume_without_the_recipe_keeps_it_and_everything_it_set():
     resumed, changes = settings_on_resume(now, V2, frozenset({"data", "run_dir", "workers", "log_every"}),
                                           frozenset())
     assert changes == [] and resumed.recipe == "torchvision-v2" and resumed.ema and resumed.repeats == 4
-    assert resumed.policy == "trivialaugment" and resumed.image_size == 176 and resumed.mixup_alpha == 0.2
+    assert resumed.policy == "trivialaugment" and resumed.image_size == 176 and resumed.mixup == 0.2
     assert (resumed.workers, resumed.log_every) == (3, 7)  # how this process runs: the command line's
 
 
-@pytest.mark.parametrize("field,value", [("lr", 0.3), ("epochs", 700), ("image_size", 160), ("policy", "none"),
+@pytest.mark.parametrize("field,value", [("lr", 0.3), ("epochs", 700), ("image_size", 160), ("policy", None),
                                          ("ema", False), ("amp", "fp16"), ("max_steps", 5)])
 def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value):
     now = like_v2(**{field: value})
@@ -136,10 +169,10 @@ def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value
         settings_on_resume(now, V2, frozenset({field}), frozenset())
     message = str(stopped.value)
     flag = "--" + field.replace("_", "-")
-    assert f"{flag} {getattr(V2, field)} there, {value} here" in message and f"--force-change {flag}" in message
+    assert f"{flag} {getattr(V2, field)} there, {show(value)} here" in message and f"--force-change {flag}" in message
     resumed, changes = settings_on_resume(now, V2, frozenset({field}), frozenset({field}))
     assert getattr(resumed, field) == value and changes == [Change(field, getattr(V2, field), value)]
-    assert changes[0].line() == f"{flag} {getattr(V2, field)} -> {value}"
+    assert changes[0].line() == f"{flag} {getattr(V2, field)} -> {show(value)}"
 
 
 @pytest.mark.parametrize("field,value", [("arch", "resnet18"), ("seed", 1), ("batch_size", 64), ("recipe", "classic"),
@@ -219,7 +252,11 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
 # ---------------------------------------------------------------- the library's refusals in flags
 
 @pytest.mark.parametrize("argv,said", [
-    (["--policy", "randaugment", "--policy-magnitude", 40], "--policy-magnitude must be below the policy's 31 magnitude bins"),
+    (["--policy", "randaugment", "--magnitude", 40], "--magnitude must be below the policy's 31 magnitude bins"),
+    (["--policy", "randaugment", "--num-ops", 0], "--num-ops must be at least 1, not 0"),
+    (["--erasing", 1.5], "--erasing must be at most 1, not 1.5"),
+    (["--mixup", -1], "--mixup (an alpha, 0: off) must be at least 0, not -1.0"),
+    (["--cutmix", "nan"], "--cutmix (an alpha, 0: off) must be a finite number, not nan"),
     (["--ramp", 0, 192, 1, 2, "--epochs", 8], "--ramp START_PX must be at least 1, not 0"),
     (["--ramp", 160, 192, 5, 2, "--epochs", 8], "--ramp END_EPOCH must be at least 5, not 2"),
     (["--val-crop", 300, "--val-resize", 200], "--val-resize must be at least 300, not 200"),
@@ -331,7 +368,7 @@ def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
 def test_numpy_strings_are_stored_as_the_plain_strings_they_equal():
     import numpy as np
 
-    from train.policies import Augment
+    from train.augment.draws import Augment
 
-    augment = Augment(policy=np.str_("randaugment"), interpolation=np.str_("bilinear"))
-    assert type(augment.policy) is str and type(augment.interpolation) is str
+    augment = Augment(policy=np.str_("randaugment"), policy_interpolation=np.str_("bilinear"))
+    assert type(augment.policy) is str and type(augment.policy_interpolation) is str

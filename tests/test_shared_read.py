@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SHARD_MB, run_module, tree_bytes
-from prepare.builder import PrepareError
+from prepare.config import PrepareError
 from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
 from prepare.node_group import node_group_env
 from prepare.sample import SampleSpec, make_sample

@@ -107,15 +107,17 @@ def test_preemption_mid_epoch_then_resume_reads_exactly_the_remaining_samples(pr
     assert state.epoch == 0 and 4 <= state.step < steps, state.step
     assert (state.loader["epoch"], state.loader["position"], state.loader["world_size"]) == (0, state.step, 2)
     assert read_metrics(run) == []
-    # the same checkpoint as the code before the public loader wrote it: epoch and step alone
+    # a checkpoint of an earlier version (no format; its settings named otherwise) is refused, not converted
     old = copy_dataset(run, tmp_path / "old-run")
     legacy = torch.load(checkpoint_path(old), weights_only=True)
-    del legacy["loader"]
+    del legacy["format"]
     torch.save(legacy, checkpoint_path(old))
+    refused = Ranks(2, train_args(prepared, old, *args, "--resume", "auto"), tmp_path / "c")
+    assert refused.wait() == [2, 2] and "was written by an earlier version of python -m train" in refused.text()
 
     other = Ranks(2, train_args(prepared, run, *args, "--resume", "auto", "--shuffle-buffer", 17), tmp_path / "x")
     assert other.wait() == [2, 2] and "--shuffle-buffer 16 there, 17 here" in other.text()
-    for run_dir, logs in ((run, "b"), (old, "c")):
+    for run_dir, logs in ((run, "b"),):
         second = Ranks(2, train_args(prepared, run_dir, *args, "--resume", "auto"), tmp_path / logs)
         assert second.wait() == [0, 0], second.text()
         assert f"resumed from {checkpoint_path(run_dir)} at epoch 0 step {state.step}" in second.text()

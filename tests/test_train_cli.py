@@ -6,7 +6,7 @@ import pytest
 
 import train.loop
 from train.cli import main
-from train.config import ConfigError
+from train.errors import ConfigError
 
 
 def test_a_users_mistake_is_one_line_and_exit_2(prepared, tmp_path, caplog, monkeypatch):

@@ -190,7 +190,7 @@ def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
     ({"val_crop_fraction": True}, "val_crop_fraction must be a number"),
 ])
 def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, refused):
-    from train.config import ConfigError
+    from train.errors import ConfigError
 
     with pytest.raises(ConfigError) as error:
         checked_validation(224, **val)

@@ -1,7 +1,7 @@
 """Training on prepared ImageNet shards: `python -m train`, and the library it reads its data with.
 
     from train import ImageNetLoader    # the data path for your own loop (train/imagenet_loader.py)
-    from train import Augment, ResolutionRamp  # its recipes: policies, erasing, mixing; progressive resizing
+    from train import Augment, ResolutionRamp  # its recipes: policies, erasing, mixing (train/augment/); progressive resizing
     from train import RealLabels        # ReaL top-1 of val batches (train/real_labels.py)
 
 and the errors it raises, each one line saying what to do: ConfigError (a setting that cannot
@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING
 
 __all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "RealLabels", "ConfigError", "DatasetNotReady", "DamagedData",
            "ResumeError"]
-_HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.policies", "ResolutionRamp": "train.transforms",
-          "RealLabels": "train.real_labels",
-          "ConfigError": "train.config", "ResumeError": "train.config",
+_HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.augment.draws",
+          "ResolutionRamp": "train.transforms", "RealLabels": "train.real_labels",
+          "ConfigError": "train.errors", "ResumeError": "train.errors",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
 
 if TYPE_CHECKING:
     # What type checkers and IDEs see: the real classes (at run time they are imported on first use,
     # below). tests/test_library_settings.py checks that the two lists agree.
     from shards.manifest import DamagedData, DatasetNotReady
-    from train.config import ConfigError, ResumeError
+    from train.augment.draws import Augment
+    from train.errors import ConfigError, ResumeError
     from train.imagenet_loader import ImageNetLoader
-    from train.policies import Augment
     from train.real_labels import RealLabels
     from train.transforms import ResolutionRamp
 else:

@@ -1,5 +1,6 @@
 """Checkpoints: one typed definition of what `last.pt` holds, how it is checked before a resume and
-how it is restored. Written atomically by rank 0, loaded safely (weights_only)."""
+how it is restored. Written atomically by rank 0, loaded safely (weights_only). A checkpoint of an
+earlier version (another CHECKPOINT_FORMAT) is refused, not converted."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from pathlib import Path
 import torch
 
 from shards.manifest import write_file_atomic
-from train.config import MUST_MATCH_ON_RESUME, ResumeError, TrainConfig
+from train.config import TrainConfig
+from train.errors import ResumeError
+from train.settings import FIXED
 
 CHECKPOINT_NAME = "last.pt"
+CHECKPOINT_FORMAT = "imagenet-train-checkpoint/2"  # what this version writes and reads
+# What a checkpoint must share with the run that resumes it (after the settings are resolved: its dataset too).
+MUST_MATCH_ON_RESUME = FIXED + ("dataset_id",)
 
 
 @dataclass(kw_only=True)
@@ -29,6 +35,7 @@ class Checkpoint:
     config: dict  # TrainConfig.to_dict() of the run that wrote it
     loader: dict | None = None  # mid-epoch: the train ImageNetLoader's state_dict() after `step` steps
     ema: dict | None = None  # --ema: the AveragedModel's state_dict (its weights, buffers and n_averaged)
+    format: str = CHECKPOINT_FORMAT
 
     def to_state(self) -> dict:
         """A plain dict for torch.save (not dataclasses.asdict: that would deep-copy every tensor)."""
@@ -36,12 +43,16 @@ class Checkpoint:
 
     @classmethod
     def from_state(cls, state: dict, path: Path) -> "Checkpoint":
-        """The checkpoint in `state`; fields added since a checkpoint was written take their defaults."""
+        """The checkpoint in `state`, of this version's format: one of an earlier version is refused."""
         missing = [f.name for f in fields(cls) if f.name not in state and f.default is MISSING]
         if missing:
             raise ResumeError(f"{path} is not a checkpoint of this trainer (no {', '.join(missing)}): "
                               "use another --run-dir, or start without --resume")
-        return cls(**{f.name: state[f.name] for f in fields(cls) if f.name in state})
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ResumeError(f"{path} was written by an earlier version of python -m train (format "
+                              f"{state.get('format', 'unnamed')}; this version reads {CHECKPOINT_FORMAT}): checkpoints "
+                              "from before it are refused: start the run again (another --run-dir, or no --resume)")
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
 
     @property
     def mid_epoch(self) -> bool:

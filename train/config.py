@@ -1,4 +1,8 @@
-"""One typed configuration, built from the command line, passed explicitly, saved in checkpoints."""
+"""The command line of `python -m train`, and its one typed configuration (TrainConfig): built from it,
+passed explicitly, saved in checkpoints. The library's settings and their checks are not here: the
+augmentation's flags are Augment's fields (train/augment/draws.py), built into one as they are, and the
+library's refusals are said with the flags (`in_flags`). The library imports this module for
+TrainConfig alone (only cli, loop and __main__ use more)."""
 
 from __future__ import annotations
 
@@ -10,28 +14,13 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from shards.errors import UserError
 from shards.layout import default_dest
+from train.augment import POLICIES, POLICY_INTERPOLATIONS
+from train.errors import ConfigError
+from train.flags import flag_of, show
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/trackers.py)
-POLICIES = ("none", "trivialaugment", "randaugment", "autoaugment")  # --policy (train/policies.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
-
-
-class ConfigError(UserError):
-    """A setting that cannot work (an unknown model, a batch larger than the data): the message says
-    which one and what to change."""
-
-
-class ResumeError(UserError, RuntimeError):
-    """A checkpoint or loader state cannot continue this run: the message says why and what to do."""
-
-
-# What a run is: never changed within it, --force-change or not (the weights, the plan, the batches and the
-# optimizer's parameter groups depend on them; the recipe names what the run's settings came from).
-FIXED_IN_A_RUN = ("arch", "seed", "batch_size", "no_decay", "recipe")
-# What a checkpoint must share with the run that resumes it (after the settings are resolved: its dataset too).
-MUST_MATCH_ON_RESUME = FIXED_IN_A_RUN + ("dataset_id",)
 
 
 @dataclass(frozen=True)
@@ -73,13 +62,15 @@ class TrainConfig:
     lr_update: str = "step"  # the rate changes every "step", or once an "epoch" (torchvision's reference)
     no_decay: str = "norm-and-bias"  # which parameters weight decay spares: "norm-and-bias", "norm", "bn-names"
     nesterov: bool = True
-    policy: str = "none"  # torchvision's TrivialAugmentWide, RandAugment, AutoAugment (ImageNet policy)
-    policy_ops: int = 2  # RandAugment's num_ops
-    policy_magnitude: int = 9  # RandAugment's magnitude (of 31 bins)
+    # The augmentation: Augment's fields, of the same names (train/augment/draws.py; `augment()`)
+    policy: str | None = None  # torchvision's TrivialAugmentWide, RandAugment, AutoAugment (ImageNet policy); None: none
+    num_ops: int | None = None  # RandAugment's (None: its default, 2)
+    magnitude: int | None = None  # RandAugment's magnitude bin (None: its default, 9)
+    num_magnitude_bins: int | None = None  # RandAugment's and TrivialAugmentWide's (None: their default, 31)
     policy_interpolation: str = "nearest"  # of the policy's geometric ops
-    random_erase: float = 0.0  # RandomErasing's probability
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
+    erasing: float = 0.0  # RandomErasing's probability
+    mixup: float = 0.0  # MixUp's alpha (0: off)
+    cutmix: float = 0.0  # CutMix's alpha (0: off)
     repeats: int = 1  # repeated augmentation: readings of each sample per epoch
     ramp: tuple[int, int, int, int] | None = None  # progressive resizing: start px, end px, start epoch, end epoch
     val_resize: int | None = None  # validation's Resize (None: val crop x 256/224, or as the fraction makes it)
@@ -98,6 +89,19 @@ class TrainConfig:
     def from_dict(cls, values: dict) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+    def augment(self):
+        """The library's Augment of the run's settings: its fields are these fields, as they are (its
+        checks are the run's: a ConfigError naming the field, which the command line says as the flag)."""
+        from train.augment.draws import AUGMENT_FIELDS, Augment
+
+        return Augment(**{name: getattr(self, name) for name in AUGMENT_FIELDS})
+
+    def image_size_or_ramp(self):
+        """The library's image_size of the run's settings: a ResolutionRamp, or --image-size."""
+        from train.transforms import ResolutionRamp
+
+        return ResolutionRamp(*self.ramp) if self.ramp else self.image_size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,16 +209,20 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                         "(parameters whose names contain 'bn': FFCV's)")
     g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=d.nesterov,
                    help="Nesterov momentum (torchvision's and FFCV's recipes use plain momentum)")
-    g.add_argument("--policy", choices=POLICIES, default=d.policy,
-                   help="torchvision's per-sample augmentation policy, on each training crop")
-    g.add_argument("--policy-ops", type=int, default=d.policy_ops, help="randaugment: ops per sample")
-    g.add_argument("--policy-magnitude", type=int, default=d.policy_magnitude, help="randaugment: magnitude bin")
-    g.add_argument("--policy-interpolation", choices=("nearest", "bilinear"), default=d.policy_interpolation,
+    g.add_argument("--policy", type=policy_choice, default=d.policy, metavar="{none," + ",".join(POLICIES) + "}",
+                   help="torchvision's per-sample augmentation policy, on each training crop (none: no policy)")
+    g.add_argument("--num-ops", type=int, default=d.num_ops,
+                   help="randaugment: ops per sample (None: RandAugment's default, 2)")
+    g.add_argument("--magnitude", type=int, default=d.magnitude,
+                   help="randaugment: the magnitude bin (None: RandAugment's default, 9)")
+    g.add_argument("--num-magnitude-bins", type=int, default=d.num_magnitude_bins,
+                   help="randaugment, trivialaugment: the magnitude bins (None: their default, 31)")
+    g.add_argument("--policy-interpolation", choices=POLICY_INTERPOLATIONS, default=d.policy_interpolation,
                    help="of the policy's geometric ops (torchvision's default is nearest; its reference "
                         "recipes pass bilinear)")
-    g.add_argument("--random-erase", type=float, default=d.random_erase, help="RandomErasing's probability")
-    g.add_argument("--mixup-alpha", type=float, default=d.mixup_alpha, help="MixUp's alpha (0: off)")
-    g.add_argument("--cutmix-alpha", type=float, default=d.cutmix_alpha, help="CutMix's alpha (0: off)")
+    g.add_argument("--erasing", type=float, default=d.erasing, help="RandomErasing's probability")
+    g.add_argument("--mixup", type=float, default=d.mixup, help="MixUp's alpha (0: off)")
+    g.add_argument("--cutmix", type=float, default=d.cutmix, help="CutMix's alpha (0: off)")
     g.add_argument("--repeats", type=int, default=d.repeats,
                    help="repeated augmentation: each sample read this many times an epoch (torchvision's --ra-reps)")
     g.add_argument("--ramp", type=int, nargs=4, metavar=("START_PX", "END_PX", "START_EPOCH", "END_EPOCH"),
@@ -312,11 +320,13 @@ def given_fields(argv: list[str] | None) -> set[str]:
     return set(vars(parser.parse_args(argv))) - {"force_change"}
 
 
-FLAG_OF = {"channels_last": "--no-channels-last"}  # a field whose flag is not --its-name
-
-
-def flag_of(field: str) -> str:
-    return FLAG_OF.get(field, "--" + field.replace("_", "-"))
+def policy_choice(text: str) -> str | None:
+    """--policy's value: a policy's name, or none, which is no policy (None, as Augment says it)."""
+    if text == "none":
+        return None
+    if text not in POLICIES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from none, {', '.join(POLICIES)})")
+    return text
 
 
 def forced_fields(flags: list[str], parser: argparse.ArgumentParser) -> set[str]:
@@ -356,29 +366,6 @@ def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dic
     return [f"{causes} replaces --recipe {name}'s {said} (give them too to keep them)"]
 
 
-def show(value) -> str:
-    return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
-
-
-def augment_of(config: TrainConfig):
-    """The library's Augment of the run's settings: --policy-ops and --policy-magnitude are RandAugment's
-    alone (the command line refuses them typed with another policy)."""
-    from train.policies import Augment
-
-    randaugment = config.policy == "randaugment"
-    return Augment(policy=None if config.policy == "none" else config.policy,
-                   num_ops=config.policy_ops if randaugment else None,
-                   magnitude=config.policy_magnitude if randaugment else None, interpolation=config.policy_interpolation,
-                   erasing=config.random_erase, mixup=config.mixup_alpha, cutmix=config.cutmix_alpha)
-
-
-def image_size_of(config: TrainConfig):
-    """The library's training size of the run's settings: a ResolutionRamp, or --image-size."""
-    from train.transforms import ResolutionRamp
-
-    return ResolutionRamp(*config.ramp) if config.ramp else config.image_size
-
-
 def settings_problem(config: TrainConfig, given: frozenset[str] | set[str]) -> str | None:
     """What cannot work, or would be ignored, in the settings that run (a resumed run's once resolved),
     in one line naming the flags; None where nothing. `given`: the fields typed."""
@@ -395,10 +382,8 @@ def schedule_problem(config: TrainConfig) -> str | None:
     return None
 
 
-# a flag -> what must be on for the run to use it
-USED_ONLY_WITH = {"policy_ops": ("--policy randaugment", lambda c: c.policy == "randaugment"),
-                  "policy_magnitude": ("--policy randaugment", lambda c: c.policy == "randaugment"),
-                  "policy_interpolation": ("a --policy", lambda c: c.policy != "none"),
+# a flag -> what must be on for the run to use it (a policy's own options: Augment refuses them with another)
+USED_ONLY_WITH = {"policy_interpolation": ("a --policy", lambda c: c.policy is not None),
                   "ema_steps": ("--ema", lambda c: c.ema), "ema_decay": ("--ema", lambda c: c.ema),
                   "image_size": ("no --ramp (a ramp sets the training size)", lambda c: c.ramp is None)}
 
@@ -408,19 +393,19 @@ def ignored_flag(config: TrainConfig, given: frozenset[str] | set[str]) -> str |
     for field, (needs, in_use) in USED_ONLY_WITH.items():
         if field in given and not in_use(config):
             return (f"{flag_of(field)} is used only with {needs}, which this run does not have (--policy "
-                    f"{config.policy}, {'--ema' if config.ema else '--no-ema'}, --ramp {show(config.ramp)}): leave it "
+                    f"{show(config.policy)}, {'--ema' if config.ema else '--no-ema'}, --ramp {show(config.ramp)}): leave it "
                     f"out, or change what it needs (on a resume, with --force-change)")
     return None
 
 
 def library_problem(config: TrainConfig) -> str | None:
     """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
-    transform), in flags (`in_flags`)."""
+    transform), in flags (`in_flags`): the command line checks none of these itself."""
     from train.imagenet_loader import checked_image_size, checked_validation
 
     try:
-        augment_of(config)
-        checked_validation(checked_image_size(image_size_of(config)), config.val_crop, config.val_resize,
+        config.augment()
+        checked_validation(checked_image_size(config.image_size_or_ramp()), config.val_crop, config.val_resize,
                            config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
     except ConfigError as exn:
         return in_flags(str(exn))
@@ -432,18 +417,23 @@ def library_problem(config: TrainConfig) -> str | None:
 LIBRARY_NAMES = {
     "the resolution ramp's start_epoch": "--ramp START_EPOCH", "the resolution ramp's end_epoch": "--ramp END_EPOCH",
     "the resolution ramp's start": "--ramp START_PX", "the resolution ramp's end": "--ramp END_PX",
-    "augment mixup (an alpha, 0: off)": "--mixup-alpha", "augment cutmix (an alpha, 0: off)": "--cutmix-alpha",
-    "augment magnitude": "--policy-magnitude", "augment num_ops": "--policy-ops", "augment erasing": "--random-erase",
     "repeats": "--repeats", "image_size's ramp": "--ramp",
 }
+# Augment's refusals start with the fields they refuse ("augment magnitude must be ...", "augment num_ops,
+# magnitude would be ignored ..."): the flags are those fields' names
+AUGMENT_NAMES = re.compile(r"augment ((?:\w+, )*\w+)\b")
 # the library's argument names that are the fields' own: anywhere in a message, as whole words
-LIBRARY_ARGUMENTS = re.compile(r"(?<![\w-])(val_crop_fraction|val_crop_mode|val_interpolation|val_resize|val_crop|"
-                               r"image_size)(?!\w)")
+LIBRARY_ARGUMENTS = re.compile(r"(?<![\w/-])(val_crop_fraction|val_crop_mode|val_interpolation|val_resize|val_crop|"
+                               r"image_size|num_ops|num_magnitude_bins|policy_interpolation)(?!\w)")
 
 
 def in_flags(message: str) -> str:
     """A library refusal as the command line says it: the setting's flag where the library names its
-    argument ("augment magnitude must be below ..." -> "--policy-magnitude must be below ...")."""
+    argument ("augment magnitude must be below ..." -> "--magnitude must be below ...")."""
+    fields_named = AUGMENT_NAMES.match(message)
+    names = fields_named.group(1).split(", ") if fields_named else []
+    if names and all(name in TrainConfig.__dataclass_fields__ for name in names):
+        message = ", ".join(map(flag_of, names)) + message[fields_named.end():]
     for name, flag in LIBRARY_NAMES.items():
         if message.startswith(name):
             message = flag + message[len(name):]
@@ -456,17 +446,12 @@ def in_flags(message: str) -> str:
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
     if args.data is None:
         parser.error("--data is required outside a SLURM job (no $SLURM_TMPDIR): the folder prepare wrote")
-    for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "policy_ops",
-                 "ema_steps"):
+    for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "ema_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("val_resize", "val_crop"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not 0 <= args.random_erase <= 1:
-        parser.error("--random-erase is a probability, from 0 to 1")
-    if min(args.mixup_alpha, args.cutmix_alpha) < 0:
-        parser.error("--mixup-alpha and --cutmix-alpha are 0 (off) or more")
     if not 0 < args.ema_decay < 1:
         parser.error("--ema-decay is between 0 and 1")
     if args.max_bad_samples < 0:

@@ -7,8 +7,9 @@ ahead of the step.
                      device (train/device_decode.py)
     finished         a batch's images on the device through the rest of torchvision's train
                      preset, in its order: the policy's ops on uint8, normalisation, random erasing
-                     (train/augment.py, each sample's own draws from the batch record); for uint8
-                     output, the policy's ops alone
+                     (each sample's own draws from the batch record, applied by the augmentation's
+                     device stage passed in: train/augment/ops.py's DeviceOps); for uint8 output,
+                     the policy's ops alone
     DeviceBatches    the next batches moved (or decoded) onto the device and finished in a
                      background thread, on a CUDA stream of its own, while the current one trains
 """
@@ -19,11 +20,10 @@ import contextlib
 import functools
 import queue
 import threading
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 import torch
 
-from train.augment import apply_policy_rounds, erase
 from train.device_decode import DeviceDecoder, crop_resize_flip
 from train.loader import Batch, EncodedBatch, take
 
@@ -32,6 +32,16 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 Channels = tuple[float, float, float]
+
+
+class DeviceAugment(Protocol):
+    """The augmentation's device side, a stage passed in (train/augment/ops.py: DeviceOps, which
+    Augment.on_device makes): the policy's ops on the uint8 batch from each sample's draws, and
+    random erasing of the normalised batch, in place."""
+
+    def apply_policy(self, images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor: ...
+
+    def erase(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor: ...
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,24 +79,29 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
                             interpolation=batch.interpolation), kept, bad
 
 
-def finished(x: torch.Tensor, batch: Batch, interpolation: str, channels_last: bool = True,
+def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None, channels_last: bool = True,
              dtype: torch.dtype = torch.float32, mean: Channels = IMAGENET_MEAN,
              std: Channels = IMAGENET_STD) -> torch.Tensor:
     """A batch's images on the device (uint8, or float in 0-255 from the device decode; NCHW) through
-    the policy's ops, normalisation and random erasing, as the batch record draws them: in `dtype`.
-    uint8 output gets the policy's ops alone (erasing and mixing make floats: the loader refuses them)."""
+    the policy's ops, normalisation and random erasing, as the batch record draws them and `augment`
+    applies them: in `dtype`. uint8 output gets the policy's ops alone (erasing and mixing make
+    floats: the loader refuses them)."""
+    drawn = [name for name in ("ops", "erase") if getattr(batch, name) is not None]
+    if drawn and augment is None:
+        raise ValueError(f"a batch with draws ({', '.join(drawn)}) and no augmentation to apply them")
     if batch.ops is not None or dtype == torch.uint8:
         if x.is_floating_point():  # the device decode's resize, rounded as PIL's is
             x = x.round().clamp_(0, 255).to(torch.uint8)
     if batch.ops is not None:
-        # the draws stay on the host, where apply_policy_rounds plans the call: no device sync
-        x = apply_policy_rounds(x, batch.ops, batch.magnitudes, interpolation=interpolation)
+        # the draws stay on the host, where the policy's ops plan the call: no device sync
+        x = augment.apply_policy(x, batch.ops, batch.magnitudes)
     if dtype == torch.uint8:
         if batch.erase is not None:
             raise ValueError("uint8 output takes no random erasing: its images are not normalised")
         return as_uint8(x, channels_last)
     # float(): a copy, normalised in place
-    return normalise(x.float(), channels_last, dtype, erase_boxes=batch.erase, mean=mean, std=std)
+    erasing = None if batch.erase is None else functools.partial(augment.erase, boxes=batch.erase)
+    return normalise(x.float(), channels_last, dtype, erasing=erasing, mean=mean, std=std)
 
 
 def as_uint8(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
@@ -97,15 +112,16 @@ def as_uint8(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
 
 
 def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = torch.float32,
-              erase_boxes: torch.Tensor | None = None, mean: Channels = IMAGENET_MEAN,
+              erasing: Callable[[torch.Tensor], torch.Tensor] | None = None, mean: Channels = IMAGENET_MEAN,
               std: Channels = IMAGENET_STD) -> torch.Tensor:
     """Float NCHW in 0-255 -> normalised by `mean` and `std` (0-1 units; ImageNet's by default), in
-    float32, in place (`images` is already a float copy), erased where `erase_boxes` say
-    (RandomErasing runs after normalisation), then `dtype` and the memory format in one copy."""
+    float32, in place (`images` is already a float copy), then erased by `erasing` (a function of the
+    normalised images, where given: RandomErasing runs after normalisation), then `dtype` and the
+    memory format in one copy."""
     mean_255, std_255 = normalisation(images.device, tuple(mean), tuple(std))
     images = images.sub_(mean_255).div_(std_255)
-    if erase_boxes is not None:
-        images = erase(images, erase_boxes)
+    if erasing is not None:
+        images = erasing(images)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     return images.to(dtype=dtype, memory_format=memory_format)
 
@@ -114,10 +130,11 @@ class DeviceBatches:
     """Batch(x, y, key hashes, bad, pil fallbacks, seeked) on the device, x in `dtype` (normalised by
     `mean` and `std`, or uint8 as decoded), `depth` batches ahead of the training step.
 
-    A background thread takes batches from the loader and runs `to_device` on them (the copy of
-    pinned uint8, or the whole --decode gpu decode) on a CUDA stream of its own, so that work
-    overlaps the model's step instead of stalling it: on the model's stream a pageable or
-    in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
+    A background thread takes batches from the loader, moves each onto the device (the copy of
+    pinned uint8, or the whole --decode gpu decode) and finishes it there (`finished`: `augment`,
+    the augmentation's device stage, where the batches carry draws; normalisation) on a CUDA stream
+    of its own, so that work overlaps the model's step instead of stalling it: on the model's stream
+    a pageable or in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
     to finish before asking the loader for the next batch, which frees the host buffer for reuse;
     the consumer's stream waits on an event per batch. Use as a context manager: leaving it (a
     finished epoch, a preemption break, an error) stops the thread and drops the batches read ahead.
@@ -127,10 +144,10 @@ class DeviceBatches:
 
     def __init__(self, batches: Iterable[Batch], device: torch.device, channels_last: bool = True, depth: int = 2,
                  device_decoder: DeviceDecoder | None = None, dtype: torch.dtype = torch.float32,
-                 interpolation: str = "nearest", mean: Channels = IMAGENET_MEAN, std: Channels = IMAGENET_STD):
+                 augment: DeviceAugment | None = None, mean: Channels = IMAGENET_MEAN, std: Channels = IMAGENET_STD):
         self.device, self.channels_last, self.dtype = device, channels_last, dtype
         self.mean, self.std = mean, std  # in 0-1 units; unused for uint8 output
-        self.interpolation = interpolation  # of the policy's geometric ops
+        self.augment = augment  # applies the batches' draws (Augment.on_device); None: they carry none
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -167,7 +184,7 @@ class DeviceBatches:
                         batch = take(batch, kept)._replace(bad=batch.bad + lost)
                     else:
                         x = batch.images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-                    x = finished(x, batch, self.interpolation, self.channels_last, self.dtype, self.mean, self.std)
+                    x = finished(x, batch, self.augment, self.channels_last, self.dtype, self.mean, self.std)
                     y = batch.labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:

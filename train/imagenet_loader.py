@@ -37,25 +37,26 @@ from shards.layout import EVAL_SPLITS
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus
-from train.cluster import default_workers, process_env
-from train.config import ConfigError, ResumeError
+from train.augment.draws import Augment
+from train.augment.mixing import mixed, mixer_for, mixing_seed
+from train.cluster import DistEnv, default_workers, process_env
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels, DeviceBatches
+from train.errors import ConfigError, ResumeError
 from train.loader import DECODES, Batch, Loader, PlanArgs, take
 from train.numbers import Real, Whole, optional, real_number, real_triple, whole_number
-from train.policies import Augment, effective_augment, mixing_seed
 from train.shard_index import ShardSet
 from train.transforms import FFCV_CROP_FRACTION, VAL_CROP_MODES, ResolutionRamp, ValTransform, default_resize
 
 log = logging.getLogger("train")
 
-STATE_FORMAT = "imagenet-loader/1"
+# The states this version reads: states of earlier versions are refused (checked_state), not converted.
+STATE_FORMAT = "imagenet-loader/2"
 # What a saved position is only valid for: another value reads other samples in another order.
 STATE_IDENTITY = ("format", "dataset_id", "split", "seed", "batch_size", "shuffle_buffer")
 # What a position inside an epoch is valid for besides: the rest of the epoch would be read or augmented
 # otherwise. At an epoch's end nothing of it is left: the next epoch may differ in these.
 MID_EPOCH_IDENTITY = ("world_size", "repeats", "size", "augment")
-STATE_DEFAULTS = {"repeats": 1}  # states saved before repeats; one lacking "size" or "augment" is not checked
 
 
 class ImageNetClass(NamedTuple):
@@ -116,7 +117,7 @@ class ImageNetLoader:
     rank, world_size: both or neither; the data-parallel place of this process where it is not
                      torch.distributed's (tensor or pipeline parallelism), as DistributedSampler's
     augment:         train only: an Augment, torchvision's per-sample policies, random erasing and
-                     MixUp/CutMix (train/policies.py); None: RandomResizedCrop + flip alone
+                     MixUp/CutMix (train/augment/); None: RandomResizedCrop + flip alone
     repeats:         train only: readings of each sample per epoch, each with its own augmentation
                      (repeated augmentation, torchvision's RASampler); the epoch keeps its length
     val_crop:        validation's output side (None: the training size, a ramp's last)
@@ -168,7 +169,9 @@ class ImageNetLoader:
         self.mean, self.std = checked_normalisation(dtype, mean, std)
         self.device, self.root = checked_device(device), Path(root)
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
-        self.rank, self.world_size, self._place_given = place_of(rank, world_size)
+        # the launcher's environment, read once: this process's place and its share of the CPUs
+        env = process_env(os.environ) if (rank is None and world_size is None) or workers is None else None
+        self.rank, self.world_size, self._place_given = place_of(rank, world_size, env)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)
         split = check_split(split, manifest.splits)
@@ -176,7 +179,7 @@ class ImageNetLoader:
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         largest = max(self.val_crop, largest_size(self.image_size))
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
-                        image_size=largest, threads=decode_threads(threads), decode=decode,
+                        image_size=largest, threads=decode_threads(threads, env), decode=decode,
                         pin_memory=self.device.type == "cuda")
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest))
         self._mixer = mixer_for(self.augment, manifest.num_classes)
@@ -272,26 +275,27 @@ class ImageNetLoader:
     def state_dict(self) -> dict:
         """Where this loader is: the epoch and the batches of it taken, and what that position is
         valid for. The same on every rank at the same step: rank 0 may save it alone. Plain ints and
-        strings: it passes json.dumps and torch.load(weights_only=True)."""
+        strings: it passes json.dumps and torch.load(weights_only=True). Its augment is the one the
+        batches get (Augment.effective(): the policy's defaults filled in)."""
         self._check_place()
         return {"format": STATE_FORMAT, "dataset_id": self._shared.dataset_id, "split": self.split, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size, "shuffle_buffer": self.shuffle_buffer,
                 "repeats": self.repeats, "size": self.size_of(self._epoch),
-                "augment": self.augment.to_dict() if self.split == "train" else None,
+                "augment": self.augment.effective() if self.split == "train" else None,
                 "epoch": self._epoch, "position": self._position}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a state_dict(): the next pass (or set_epoch with the state's epoch) yields
         exactly the batches after the ones taken, the same pixels and labels. ResumeError where the
         state is malformed or belongs to another dataset, seed, batch size, split or (mid-epoch)
-        world size. A state at an epoch's end loads into any world size: the next epoch is whole."""
+        world size. A state at an epoch's end loads into any world size: the next epoch is whole.
+        A state saved by an earlier version of this loader (another format) is refused."""
         epoch, position = checked_state(state)
         mine = {**self.state_dict(), "size": self.size_of(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
-        theirs = {**STATE_DEFAULTS, **state}
-        names = STATE_IDENTITY + (() if finished else tuple(n for n in MID_EPOCH_IDENTITY if n in theirs))
-        wrong = [f"{name}: the state's {theirs[name]!r}, this loader's {mine[name]!r}" for name in names
-                 if comparable(name, theirs[name]) != comparable(name, mine[name])]
+        names = STATE_IDENTITY + (() if finished else MID_EPOCH_IDENTITY)
+        wrong = [f"{name}: the state's {state[name]!r}, this loader's {mine[name]!r}" for name in names
+                 if state[name] != mine[name]]
         if wrong:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
                               "as the state's was made, or start without it")
@@ -335,11 +339,11 @@ class ImageNetLoader:
             args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
                             batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, size=self.size_of(epoch),
                             validation=None if train else self.validation, start_step=start,
-                            repeats=self.repeats if train else 1,
-                            augment=self.augment if train else Augment())
+                            repeats=self.repeats if train else 1, draws=self.augment.draws if train else None)
+            # the augmentation as stages of the data path: its draws in the decode threads, its ops on the device
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
                                device_decoder=self._shared.device_decoder, dtype=self.dtype,
-                               interpolation=self.augment.interpolation, mean=self.mean or IMAGENET_MEAN,
+                               augment=self.augment.on_device(), mean=self.mean or IMAGENET_MEAN,
                                std=self.std or IMAGENET_STD) as on_device:
                 arriving = iter(on_device)
                 while True:
@@ -433,27 +437,6 @@ def filled(batch: Batch, size: int, channels_last: bool) -> Batch:
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     return take(batch, index)._replace(images=images, key_hashes=batch.key_hashes)
-
-
-def mixer_for(augment: Augment, num_classes: int):
-    """torchvision's MixUp and CutMix, one of them per batch where both are asked (its reference's
-    RandomChoice); None where neither is."""
-    from torchvision.transforms import v2
-
-    chosen = [mix(alpha=alpha, num_classes=num_classes)
-              for mix, alpha in ((v2.MixUp, augment.mixup), (v2.CutMix, augment.cutmix)) if alpha > 0]
-    return v2.RandomChoice(chosen) if chosen else None
-
-
-def mixed(batch: Batch, mixer, seed: int, channels_last: bool) -> Batch:
-    """The batch through MixUp/CutMix with torch's CPU generator seeded for this step (and given back
-    as it was): a resumed run mixes exactly as the first did. The labels become soft targets."""
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
-        images, targets = mixer(batch.images, batch.labels)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)  # MixUp's roll makes it contiguous
-    return batch._replace(images=images, targets=targets)
 
 
 def device_decoder_for(decode: str):
@@ -551,17 +534,12 @@ def checked_augment(augment) -> Augment:
     return augment
 
 
-def augments(augment: Augment) -> bool:
-    """Whether `augment` changes a training batch at all (Augment() and an interpolation alone do not)."""
-    return augment.policy is not None or augment.erasing > 0 or augment.mixing
-
-
 def check_only_train_augments(split: str, augment: Augment, repeats: int) -> None:
     """Augmentation and repeats act on train passes only: given to another split they would be
     ignored, which hides a mistake (a val loader meant to be the train one)."""
     if split == "train":
         return
-    given = [name for name, ignored in (("augment", augments(augment)), ("repeats", repeats != 1)) if ignored]
+    given = [name for name, ignored in (("augment", augment.changes_batches), ("repeats", repeats != 1)) if ignored]
     if given:
         raise ConfigError(f"{' and '.join(given)} would be ignored by the {split} split (they act on train only): "
                           "leave them out, or make the train loader with them and take this one with "
@@ -621,15 +599,6 @@ def classes_of(manifest) -> tuple[ImageNetClass, ...]:
     return tuple(ImageNetClass(c.wnid, c.name) for c in sorted(manifest.classes, key=lambda c: c.index))
 
 
-def comparable(name: str, value):
-    """A state's value as it decides the batches: an augment as the policy uses it, so that a state
-    saved before the policy options defaulted to None (2, 9 and 31 whatever the policy) still
-    resumes the same augmentation."""
-    if name == "augment" and isinstance(value, Mapping):
-        return effective_augment(dict(value))
-    return value
-
-
 def checked_device(device) -> torch.device:
     """The device, checked now rather than at the first batch, deep inside torch."""
     try:
@@ -649,10 +618,10 @@ def checked_device(device) -> torch.device:
     return device
 
 
-def place_of(rank, world_size) -> tuple[int, int, bool]:
-    """(rank, world size, whether they were given): given, or the process's (cluster.process_env)."""
+def place_of(rank, world_size, env: DistEnv | None) -> tuple[int, int, bool]:
+    """(rank, world size, whether they were given): given, or the process's (`env`: cluster.process_env)."""
     if rank is None and world_size is None:
-        env = process_env(os.environ)
+        assert env is not None
         return env.rank, env.world_size, False
     if rank is None or world_size is None:
         raise ConfigError(f"rank and world_size go together (or neither: torch.distributed's, or the launcher's), not "
@@ -664,11 +633,13 @@ def place_of(rank, world_size) -> tuple[int, int, bool]:
     return rank, world_size, True
 
 
-def decode_threads(workers: int | None) -> int:
+def decode_threads(workers: int | None, env: DistEnv | None) -> int:
     """`workers`, at most the CPUs this process may use: more threads only contend for them (the
-    batches are the same for any count). None: this rank's share of them, less one (cluster.default_workers)."""
+    batches are the same for any count). None: this rank's share of them (`env`: cluster.process_env),
+    less one (cluster.default_workers)."""
     if workers is None:
-        return default_workers(process_env(os.environ), available_cpus())
+        assert env is not None
+        return default_workers(env, available_cpus())
     cpus = available_cpus()
     if workers > cpus:
         log.warning("workers=%d is more than the %d CPUs this process may use: decoding with %d threads", workers,
@@ -701,10 +672,13 @@ def checked_state(state) -> tuple[int, int]:
     """(epoch, position) of a state_dict() as saved; ResumeError for anything else."""
     if not isinstance(state, Mapping):
         raise ResumeError(f"a loader state is the dict that state_dict() returned, not {type(state).__name__}")
-    missing = [name for name in (*STATE_IDENTITY, "world_size", "epoch", "position") if name not in state]
+    missing = [name for name in (*STATE_IDENTITY, *MID_EPOCH_IDENTITY, "epoch", "position") if name not in state]
     if missing:
         raise ResumeError(f"this loader state lacks {', '.join(missing)}: pass the whole dict that state_dict() "
                           "returned")
+    if state["format"] != STATE_FORMAT:
+        raise ResumeError(f"this loader state is of format {state['format']!r}, an earlier version's; this version "
+                          f"reads {STATE_FORMAT!r} alone: states from before it are refused, start the run again")
     numbers = []
     for name in ("epoch", "position"):
         try:

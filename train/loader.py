@@ -34,9 +34,8 @@ import torch
 from shards.plan import ReadPlan, repeated_train_plan, val_plan
 from train import decoder
 from train.decoder import Images, PilFailure
-from train.policies import Augment, erasing_boxes, policy_draws, repeat_keys
 from train.shard_index import ShardSet
-from train.transforms import ValTransform, crops, decode_windows, default_resize
+from train.transforms import ValTransform, crops, decode_windows, default_resize, repeat_keys
 
 log = logging.getLogger("train")
 
@@ -46,6 +45,11 @@ CHUNK = (4, 32)  # images per decode task, at least and at most: see chunk_size
 KEPT = decoder.DECODED
 # Why the others are left out; the PIL path's failures say more (Chunk.notes).
 WHY = {decoder.CORRUPT: "damaged JPEG data", decoder.TOO_LARGE: "more pixels than shards.limits.MAX_PIXELS allows"}
+
+# What a training sample draws besides its crop and flip, a stage passed in (train/augment/draws.py:
+# Augment.draws): (keys, seed, epoch, size) -> the batch record's fields by name ("ops", "magnitudes",
+# "erase"), a row per key. Run in the decode threads with the crops; pure, so the same for any thread count.
+Draws = Callable[[np.ndarray, int, int, int], dict[str, np.ndarray]]
 
 
 # ---------------------------------------------------------------- what the read plan asks for
@@ -66,21 +70,21 @@ class PlanArgs:
     validation: ValTransform | None = None
     start_step: int = 0  # resume: batches of this epoch the rank already took
     repeats: int = 1  # readings of each sample per epoch (repeated augmentation)
-    augment: Augment = Augment()
+    draws: Draws | None = None  # training's draws beyond the crop and flip; None: none
 
     def crops(self) -> "Crops":
         if self.split == "train":
-            return Crops(self.size, train=(self.seed, self.epoch), augment=self.augment)
+            return Crops(self.size, train=(self.seed, self.epoch), draws=self.draws)
         return Crops(self.size, validation=self.validation or ValTransform(self.size, default_resize(self.size)))
 
 
 @dataclass(frozen=True)
 class Crops:
     """What an epoch's crops (and augmentation) are a pure function of, besides each sample's key
-    (and repeat): training's (seed, epoch) and augmentation, or validation's transform; and the size."""
+    (and repeat): training's (seed, epoch) and draws, or validation's transform; and the size."""
     size: int
     train: tuple[int, int] | None = None
-    augment: Augment = Augment()
+    draws: Draws | None = None
     validation: ValTransform | None = None
 
     @property
@@ -141,7 +145,7 @@ class Batch(NamedTuple):
     next batch is asked for; or an EncodedBatch), labels, key hashes, the samples left out, how
     many images the PIL path decoded, how many were decoded from only the restart intervals
     their crops cover (seekable shards), and each training sample's augmentation beyond its crop
-    (train/policies.py): its policy's ops and magnitudes, its erasing box, which reading of it this
+    (train/augment/): its policy's ops and magnitudes, its erasing box, which reading of it this
     is (repeated augmentation), and, after MixUp or CutMix, the soft targets."""
     images: torch.Tensor | EncodedBatch
     labels: torch.Tensor  # int64
@@ -149,7 +153,7 @@ class Batch(NamedTuple):
     bad: tuple = ()  # (sample, why) of the samples left out of this batch
     pil_fallbacks: int = 0
     seeked: int = 0
-    ops: torch.Tensor | None = None  # int64 (n, rounds): policies.OPS ids, -1 none; None: no policy
+    ops: torch.Tensor | None = None  # int64 (n, rounds): augment.ops.OPS ids, -1 none; None: no policy
     magnitudes: torch.Tensor | None = None  # float64 (n, rounds): as torchvision's op receives them
     erase: torch.Tensor | None = None  # int32 (n, 4): top, left, height, width; height 0 none; None: no erasing
     repeats: torch.Tensor | None = None  # int64 (n,): the reading of each sample; None: no repeats
@@ -170,9 +174,7 @@ class Chunk:
     notes: dict[int, str] = field(default_factory=dict)  # image -> why, where PIL said more than the status
     fallbacks: int = 0  # decoded by the PIL path
     seeked: int = 0  # decoded from only the restart intervals their crops cover
-    ops: np.ndarray | None = None  # the policy's draws (policies.policy_draws)
-    magnitudes: np.ndarray | None = None
-    erase: np.ndarray | None = None  # policies.erasing_boxes
+    draws: dict[str, np.ndarray] = field(default_factory=dict)  # the training draws (Draws), by Batch field
 
 
 class InFlight(NamedTuple):
@@ -205,17 +207,8 @@ def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
     fine = (chunk.status == KEPT) | (chunk.status == decoder.NOT_JPEG)
     dims = np.where(fine[:, None], chunk.dims, 1)
     chunk.boxes, chunk.flips = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, spec.validation)
-    if spec.train is not None:
-        draw_augmentation(chunk, spec)
-
-
-def draw_augmentation(chunk: Chunk, spec: Crops) -> None:
-    """Each sample's policy ops and magnitudes and its erasing box (policies.py), where asked."""
-    (seed, epoch), augment, size = spec.train, spec.augment, spec.size
-    if augment.policy is not None:
-        chunk.ops, chunk.magnitudes = policy_draws(chunk.keys, seed, epoch, augment, size, size)
-    if augment.erasing > 0:
-        chunk.erase = erasing_boxes(chunk.keys, seed, epoch, augment.erasing, size, size)
+    if spec.train is not None and spec.draws is not None:
+        chunk.draws = spec.draws(chunk.keys, *spec.train, spec.size)
 
 
 # ---------------------------------------------------------------- the decode strategies
@@ -377,10 +370,8 @@ def take(batch: Batch, index: torch.Tensor | list[int]) -> Batch:
 
 def augmentation_of(chunks: list[Chunk], keep: np.ndarray, repeats: np.ndarray | None) -> dict:
     """The kept samples' augmentation draws, as Batch fields (those drawn at all)."""
-    fields = {}
-    for name in ("ops", "magnitudes", "erase"):
-        if getattr(chunks[0], name) is not None:
-            fields[name] = torch.from_numpy(np.concatenate([getattr(c, name) for c in chunks])[keep])
+    fields = {name: torch.from_numpy(np.concatenate([c.draws[name] for c in chunks])[keep])
+              for name in chunks[0].draws}
     if repeats is not None:
         fields["repeats"] = torch.from_numpy(repeats[keep])
     return fields

@@ -21,16 +21,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 
 from shards.layout import metric_prefix
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
+from train.augment.ema import ema_of, update_ema
 from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
-from train.cluster import DistEnv, cpu_threads, device_for, init_distributed
-from train.config import CommandLine, ConfigError, TrainConfig, augment_of, image_size_of, settings_problem
+from train.cluster import DistEnv, cpu_threads, default_workers, device_for, init_distributed
+from train.config import CommandLine, TrainConfig, settings_problem
+from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
@@ -201,17 +203,6 @@ def lr_factor(lr_schedule: str, warmup_epochs: float, epochs: int, steps: int, s
     raise ValueError(f"no --lr-update {lr_update!r}: step or epoch")
 
 
-def ema_of(model: torch.nn.Module, config: TrainConfig, world_size: int) -> AveragedModel | None:
-    """--ema: torch's AveragedModel with an exponential average of parameters and buffers, its decay
-    per update adjusted to the global batch, --ema-steps and --epochs as torchvision's reference
-    adjusts --model-ema-decay (so one value serves any batch and length)."""
-    if not config.ema:
-        return None
-    adjust = world_size * config.batch_size * config.ema_steps / config.epochs
-    alpha = min(1.0, (1.0 - config.ema_decay) * adjust)
-    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(1.0 - alpha), use_buffers=True)
-
-
 def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
     if amp == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
@@ -240,18 +231,28 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, control=control, preemption=preemption, ema=ema_of(model, config, env.world_size),
-               **build_data(config, device, manifest))
+               steps=steps, control=control, preemption=preemption, ema=ema_for(model, config, global_batch),
+               **build_data(config, env, device, manifest))
 
 
-def build_data(config: TrainConfig, device: torch.device, manifest: Manifest) -> dict:
+def ema_for(model: torch.nn.Module, config: TrainConfig, global_batch: int) -> AveragedModel | None:
+    """--ema: the average of the weights (train/augment/ema.py), updated every --ema-steps."""
+    if not config.ema:
+        return None
+    return ema_of(model, config.ema_decay, config.ema_steps, config.epochs, global_batch)
+
+
+def build_data(config: TrainConfig, env: DistEnv, device: torch.device, manifest: Manifest) -> dict:
     """The public loader of the train split, and those of val and the evaluation sets sharing its
     threads and buffers. Bad samples are limited by agreement over the ranks here
-    (check_bad_samples), not by each rank."""
-    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size, image_size=image_size_of(config),
-                                device=device, seed=config.seed, workers=config.workers, decode=config.decode,
+    (check_bad_samples), not by each rank. The run's place and threads are the environment's as the
+    command line read it (once): the loader reads it again for neither."""
+    workers = config.workers if config.workers is not None else default_workers(env, available_cpus())
+    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size,
+                                image_size=config.image_size_or_ramp(), device=device, seed=config.seed,
+                                workers=workers, rank=env.rank, world_size=env.world_size, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
-                                max_bad_samples=None, augment=augment_of(config), repeats=config.repeats,
+                                max_bad_samples=None, augment=config.augment(), repeats=config.repeats,
                                 val_crop=config.val_crop, val_resize=config.val_resize,
                                 val_crop_fraction=config.val_crop_fraction, val_crop_mode=config.val_crop_mode,
                                 val_interpolation=config.val_interpolation)
@@ -348,7 +349,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             if preempted:
                 break  # before the step: the batch is read again on resume
             loss, logits = step(x, y if batch.targets is None else batch.targets)  # MixUp/CutMix: soft targets
-            update_ema(run, epoch, done)
+            if run.ema is not None:
+                update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=epoch < run.config.warmup_epochs)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
@@ -368,17 +370,6 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     sums.elapsed += time.perf_counter() - start
     sums.data_wait += run.train_data.counters.data_wait_s - waited_before
     return done, preempted, position
-
-
-def update_ema(run: Run, epoch: int, index: int) -> None:
-    """After the step of batch `index` (0-based) of the epoch, every --ema-steps batches, as
-    torchvision's reference does it; during the warm-up epochs the average restarts at each update,
-    so that it follows the weights until the warm-up ends."""
-    if run.ema is None or index % run.config.ema_steps:
-        return
-    run.ema.update_parameters(run.model)
-    if epoch < run.config.warmup_epochs:
-        run.ema.n_averaged.fill_(0)
 
 
 def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps_here: int) -> None:
@@ -586,7 +577,7 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
                               ema=run.ema)
     follow_settings(run, checkpoint.epoch, checkpoint.step)
     if checkpoint.mid_epoch:
-        run.train_data.load_state_dict(checkpoint.loader or position_of_old(run, checkpoint))
+        run.train_data.load_state_dict(checkpoint.loader)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", found.path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
@@ -607,15 +598,6 @@ def follow_settings(run: Run, epoch: int, step: int) -> None:
     for group, rate in zip(run.optimizer.param_groups, rates):
         group["lr"] = rate
     scheduler._last_lr = rates  # what get_last_lr() reports (metrics' lr): torch keeps it there
-
-
-def position_of_old(run: Run, checkpoint: Checkpoint) -> dict:
-    """The train loader's state that a checkpoint written before the public loader (epoch and step
-    alone) stands for: the loader's own identity, with the shuffle window the run read with, so
-    that another --shuffle-buffer is refused rather than read in another order."""
-    saved = TrainConfig.from_dict(checkpoint.config)
-    return {**run.train_data.state_dict(), "epoch": checkpoint.epoch, "position": checkpoint.step,
-            "shuffle_buffer": saved.shuffle_buffer}
 
 
 def train(run: Run, found: Found | None, changes: list) -> int:

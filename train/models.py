@@ -14,7 +14,7 @@ import sys
 import torch
 import torchvision
 
-from train.config import ConfigError
+from train.errors import ConfigError
 
 
 def build_model(arch: str, num_classes: int) -> torch.nn.Module:

@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Callable, SupportsFloat, SupportsIndex, TypeVar
 
-from train.config import ConfigError
+from train.errors import ConfigError
 
 # What a type checker lets through where the library takes a number: ints, numpy integers and
 # tensors have __index__; floats, numpy floats and tensors __float__ (the run-time checks are below).

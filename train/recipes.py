@@ -41,7 +41,7 @@ RECIPES: dict[str, dict] = {
         "epochs": 600, "lr": 0.5 * 256 / 1024, "weight_decay": 2e-5, "label_smoothing": 0.1, "warmup_epochs": 5.0,
         "lr_schedule": "cosine", "warmup_start_factor": 0.01, "warmup_at": "start", "lr_update": "epoch",
         "no_decay": "norm", "nesterov": False, "policy": "trivialaugment", "policy_interpolation": "bilinear",
-        "random_erase": 0.1, "mixup_alpha": 0.2, "cutmix_alpha": 1.0, "repeats": 4, "image_size": 176,
+        "erasing": 0.1, "mixup": 0.2, "cutmix": 1.0, "repeats": 4, "image_size": 176,
         "val_resize": 232, "val_crop": 224, "ema": True, "ema_steps": 32, "ema_decay": 0.99998,
     },
     # FFCV's ResNet-50, rn50_88_epochs.yaml (78.4% top-1): lr 1.7 at batch_size 512 on each of 8 GPUs

@@ -15,7 +15,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from shards.manifest import write_file_atomic
-from train.config import FIXED_IN_A_RUN, ResumeError, TrainConfig, flag_of, image_size_of, show
+from train.config import TrainConfig
+from train.errors import ResumeError
+from train.flags import flag_of, show
 
 SETTINGS_FILE = "config.json"
 SETTINGS_FORMAT = "imagenet-train-settings/1"
@@ -25,7 +27,9 @@ SETTINGS_FORMAT = "imagenet-train-settings/1"
 RUN_CONTROL = ("data", "run_dir", "workers", "device", "decode", "resume", "compile", "channels_last", "log_every",
                "signal", "requeue", "dist_timeout", "tracker", "wandb_project", "max_bad_samples",
                "dataset_id")  # dataset_id: the manifest's, checked against the checkpoint's (Checkpoint.check_resumable)
-FIXED = FIXED_IN_A_RUN  # no --force-change changes these
+# What a run is: never changed within it, --force-change or not (the weights, the plan, the batches and the
+# optimizer's parameter groups depend on them; the recipe names what the run's settings came from).
+FIXED = ("arch", "seed", "batch_size", "no_decay", "recipe")
 
 
 @dataclass(frozen=True)
@@ -92,13 +96,15 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
 
 def augmentation(config: TrainConfig) -> str:
     parts = ["RandomResizedCrop + flip"]
-    if config.policy != "none":
-        options = f"num_ops {config.policy_ops}, magnitude {config.policy_magnitude}, " \
+    if config.policy is not None:
+        augment = config.augment()
+        options = f"num_ops {augment.option('num_ops')}, magnitude {augment.option('magnitude')}, " \
             if config.policy == "randaugment" else ""
-        parts.append(f"{config.policy} ({options}{config.policy_interpolation})")
-    parts += [f"random erasing {config.random_erase:g}"] if config.random_erase else []
-    parts += [f"MixUp {config.mixup_alpha:g}"] if config.mixup_alpha else []
-    parts += [f"CutMix {config.cutmix_alpha:g}"] if config.cutmix_alpha else []
+        bins = f"{config.num_magnitude_bins} magnitude bins, " if config.num_magnitude_bins is not None else ""
+        parts.append(f"{config.policy} ({options}{bins}{config.policy_interpolation})")
+    parts += [f"random erasing {config.erasing:g}"] if config.erasing else []
+    parts += [f"MixUp {config.mixup:g}"] if config.mixup else []
+    parts += [f"CutMix {config.cutmix:g}"] if config.cutmix else []
     parts += [f"repeated augmentation x{config.repeats}"] if config.repeats > 1 else []
     parts += [f"EMA every {config.ema_steps} steps, decay {config.ema_decay:g}"] if config.ema else []
     return ", ".join(parts)
@@ -114,7 +120,7 @@ def train_sizes(config: TrainConfig) -> str:
 
 def train_size(config: TrainConfig, epoch: int) -> int:
     """The training crop size of `epoch` (a ramp's, or --image-size): metrics.jsonl records it."""
-    size = image_size_of(config)
+    size = config.image_size_or_ramp()
     return size if isinstance(size, int) else size.size(epoch)
 
 

@@ -19,7 +19,7 @@ import importlib
 import secrets
 from pathlib import Path
 
-from train.config import ConfigError
+from train.errors import ConfigError
 
 WANDB_ID_NAME = "wandb-id"
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # the package each of TRACKERS[1:] needs

@@ -4,7 +4,8 @@ Train: torchvision's RandomResizedCrop (scale 0.08-1, aspect ratio 3/4-4/3, ten 
 centre crop) and a horizontal flip with probability 1/2, vectorised over the batch with numpy. The
 random numbers come from a counter-based generator (splitmix64) keyed by the sample's 64-bit key
 hash and a per-epoch seed, so a sample's augmentation does not depend on which thread decodes it,
-on the batch it falls in, or on a resume.
+on the batch it falls in, or on a resume; each reading of a repeated sample has a key of its own
+(`repeat_keys`), which its crop, flip and augmentation (train/augment/draws.py) are drawn from.
 
 Validation (`ValTransform`), one of three geometries, each as the box in source pixels that is
 resized to crop x crop in one step:
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shards.plan import seeded_rng
+from train.errors import ConfigError
+from train.numbers import whole_number
 
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
@@ -66,6 +69,19 @@ def uniforms(key_hashes: np.ndarray, seed: int, epoch: int, count: int, stream: 
     counters = np.arange(count, dtype=np.uint64) * _GOLDEN
     bits = splitmix64(streams[:, None] ^ counters[None, :])
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+_REPEAT = np.uint64(0xD1B54A32D192ED03)  # mixes a repeat's index into its sample's key
+
+
+def repeat_keys(key_hashes: np.ndarray, repeats: np.ndarray | None) -> np.ndarray:
+    """The keys a sample's crop, flip and augmentation are drawn from: its key hash for its first (or
+    only) reading, another for each repeat (repeated augmentation), so each repeat has its own."""
+    keys = key_hashes.astype(np.uint64)
+    if repeats is None:
+        return keys
+    mixed = splitmix64(keys ^ (repeats.astype(np.uint64) * _REPEAT))
+    return np.where(repeats == 0, keys, mixed)
 
 
 def random_resized_crops(widths: np.ndarray, heights: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -223,9 +239,6 @@ class ResolutionRamp:
     step: int = 32
 
     def __post_init__(self):
-        from train.config import ConfigError
-        from train.numbers import whole_number
-
         for name, least in (("start", 1), ("end", 1), ("step", 1), ("start_epoch", 0), ("end_epoch", self.start_epoch)):
             object.__setattr__(self, name, whole_number(f"the resolution ramp's {name}", getattr(self, name),
                                                         least=least))

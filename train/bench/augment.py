@@ -1,7 +1,7 @@
 """The cost per image of the augmentation policies on the CPU: torchvision's transform per image (on PIL
-images, as a DataLoader worker runs it, and on uint8 tensors) against train.augment's batched ops on a
+images, as a DataLoader worker runs it, and on uint8 tensors) against train.augment.ops' batched ops on a
 whole batch (what the CPU device pays), with ops and magnitudes drawn as the loader draws them
-(train/policies.py), and against those draws alone (what a GPU device costs the host's cores: the ops
+(train/augment/draws.py), and against those draws alone (what a GPU device costs the host's cores: the ops
 run on the device); and RandomErasing.
 
     python -m train.bench.augment [--sizes 176,224] [--threads 1,all] [--repeats 5] [--json out.jsonl]
@@ -31,10 +31,10 @@ from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from train.augment import apply_policy_rounds, erase
-from train.policies import Augment, erasing_boxes, policy_draws
+from train.augment import POLICIES
+from train.augment.draws import Augment, erasing_boxes, policy_draws
+from train.augment.ops import apply_policy_rounds, erase
 
-POLICIES = ("trivialaugment", "randaugment", "autoaugment")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +98,7 @@ def photos(count: int, size: int, seed: int) -> list[Image.Image]:
 
 def our_policy(name: str, interpolation: str) -> Augment:
     """The policy with torchvision's defaults (RandAugment's num_ops 2, magnitude 9), as torchvision_policy's."""
-    return Augment(policy=name, interpolation=interpolation)
+    return Augment(policy=name, policy_interpolation=interpolation)
 
 
 def torchvision_policy(name: str, interpolation: str) -> v2.Transform:

@@ -19,7 +19,7 @@ from torchvision import transforms as T
 from shards.manifest import Manifest
 from shards.plan import steps_per_epoch
 from train import Augment, ImageNetLoader
-from train.config import ConfigError
+from train.errors import ConfigError
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, to_device
 from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
@@ -46,7 +46,7 @@ def worker_rss_mb() -> list[float]:
 # --augment: the training batches' augmentation beyond the crop and flip (the loader draws it, the device
 # applies it: DeviceBatches); MixUp/CutMix, which the public loader adds on the caller's side, not included
 AUGMENTS = {"none": Augment(),
-            "torchvision-v2": Augment(policy="trivialaugment", interpolation="bilinear", erasing=0.1)}
+            "torchvision-v2": Augment(policy="trivialaugment", policy_interpolation="bilinear", erasing=0.1)}
 
 
 class Ours:
@@ -69,7 +69,7 @@ class Ours:
             yield from self.loader.epoch(PlanArgs(
                 split="train", epoch=epoch, seed=0, world_size=self.world_size,
                 rank=self.rank, batch_size=self.batch, shuffle_buffer=self.shuffle_buffer, size=self.size,
-                augment=self.augment))
+                draws=self.augment.draws))
 
     def memory_mb(self) -> float:
         return self.loader.memory_bytes() / 2**20

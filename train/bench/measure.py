@@ -158,8 +158,7 @@ def measure_model(args, num_classes: int, env, device: torch.device) -> float:
 def measure_full(args, num_classes: int, env, device: torch.device, ours: Ours) -> float:
     """Images/s of the training step fed by our loader through DeviceBatches, end to end."""
     step = training_step(args, num_classes, env, device)
-    interpolation = ours.augment.interpolation
-    with streaming(ours) as batches, DeviceBatches(batches, device, interpolation=interpolation) as on_device:
+    with streaming(ours) as batches, DeviceBatches(batches, device, augment=ours.augment.on_device()) as on_device:
         return time_batches(on_device, args.steps * args.model_batch_size, args.warmup_batches, step,
                             device_sync(device)).per_sec
 
@@ -167,8 +166,7 @@ def measure_full(args, num_classes: int, env, device: torch.device, ours: Ours) 
 def measure_feed(args, device: torch.device, ours: Ours) -> float:
     """Images/s of our loader onto the device (the copy, or with --decode gpu the device decode),
     no model: how fast the data path could feed the training step."""
-    interpolation = ours.augment.interpolation
-    with streaming(ours) as batches, DeviceBatches(batches, device, interpolation=interpolation) as on_device:
+    with streaming(ours) as batches, DeviceBatches(batches, device, augment=ours.augment.on_device()) as on_device:
         return time_batches(on_device, args.steps * args.model_batch_size, args.warmup_batches, lambda b: None,
                             device_sync(device)).per_sec
 

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def measure(args, root: Path, folder: Path | None) -> dict[str, float]:
     """One alternation: images/s of each configuration."""
-    recipe = Augment(policy="trivialaugment", interpolation="bilinear", erasing=0.1,
+    recipe = Augment(policy="trivialaugment", policy_interpolation="bilinear", erasing=0.1,
                      mixup=0.2 if args.mixing else 0.0, cutmix=1.0 if args.mixing else 0.0)
     rate = lambda batches: time_batches(batches, args.images, args.warmup_batches).per_sec
     result = {}

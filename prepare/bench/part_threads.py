@@ -1,7 +1,7 @@
-"""python -m prepare.part_threads_benchmark SCRATCH [--threads N] [--val-per-class K] [--rounds R]
+"""python -m prepare.bench.part_threads SCRATCH [--threads N] [--val-per-class K] [--rounds R]
 
 One part that cannot be split (ILSVRC/imagenet-1k's val archive: one gzip stream) prepared by one
-worker alone and by one worker with N threads (builder.prepared_in_order, what a worker runs),
+worker alone and by one worker with N threads (scatter.prepared_in_order, what a worker runs),
 side by side in this process, alternating, best of R rounds each. The sample archive is written
 to SCRATCH (kept for reruns). Prints images/s of each and their ratio, and one JSON line.
 """
@@ -14,22 +14,22 @@ import sys
 import time
 from pathlib import Path
 
-from prepare import builder
+from prepare import scatter
 from prepare.layouts import open_source
 from prepare.sample import SampleSpec, make_sample
 from shards.resources import available_cpus
 
 
 def time_part(part, classes: dict[str, int], threads: int) -> float:
-    job = builder.PartJob(part, classes, 4, 0, "/nonexistent", None, 90, 2, threads=threads)
+    job = scatter.PartJob(part, classes, 4, 0, "/nonexistent", None, 90, 2, threads=threads)
     start = time.perf_counter()
-    for _ in builder.prepared_in_order(job):
+    for _ in scatter.prepared_in_order(job):
         pass
     return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prepare.part_threads_benchmark", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m prepare.bench.part_threads", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scratch", type=Path)
     p.add_argument("--threads", type=int, default=available_cpus())

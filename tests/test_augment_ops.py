@@ -1,9 +1,9 @@
-"""train.augment against torchvision.transforms.v2, op by op, on photo-like images.
+"""train/augment/ops.py against torchvision.transforms.v2, op by op, on photo-like images.
 
 Tolerance: none. Every op equals torchvision's `_apply_image_or_video_transform` bit for bit (torch.equal)
 on the CPU, for every magnitude of TrivialAugmentWide's, RandAugment's and AutoAugment's tables with
 both signs, both interpolations and fills. Where torchvision's float32 arithmetic has an evaluation
-order or a rounding that a batched rewrite would change, train.augment reproduces that order instead:
+order or a rounding that a batched rewrite would change, the ops reproduce that order instead:
 - the affine grid: torchvision's bmm sums (x * t0 + y * t1) + t2 without a fused multiply-add on the
   CPU; the matrices come from torchvision's own function on the same Python floats (torch's vectorised
   atan/sin/cos differ from libm in the last bit, and a grid coordinate then rounds to the other float32;
@@ -26,7 +26,7 @@ from torchvision.transforms.v2 import AutoAugment, RandAugment, TrivialAugmentWi
 from torchvision.transforms.v2 import functional as F
 
 from tests.jpegs import photo
-from train.augment import OPS, apply_ops, apply_policy_rounds, erase
+from train.augment.ops import OPS, DeviceOps, apply_ops, apply_policy_rounds, erase
 
 REFERENCE = TrivialAugmentWide()  # any _AutoAugmentBase: its _apply_image_or_video_transform is shared
 SIGNED_EXTRAS = {"Rotate": [90.0, -90.0, 180.0, 270.0, 360.0, -180.0, 0.0]}  # torchvision's rot90 fast paths
@@ -167,6 +167,18 @@ def test_erase_equals_torchvision(value):
     assert torch.equal(erase(channels_last, boxes, value), out)
 
 
+def test_the_device_stage_applies_the_rounds_with_its_interpolation_and_erases():
+    """DeviceOps, what DeviceBatches runs (Augment.on_device): the same calls, its interpolation bound."""
+    batch = torch.stack([F.pil_to_tensor(photo(40, 29, s)) for s in range(4)])
+    ops = torch.tensor([[OPS.index("ShearX"), OPS.index("Rotate")]] * 4)
+    mags = torch.tensor([[0.3, 30.0], [-0.2, -15.0], [0.1, 5.0], [0.0, 0.0]], dtype=torch.float64)
+    for interpolation in ("nearest", "bilinear"):
+        expected = apply_policy_rounds(batch, ops, mags, interpolation=interpolation)
+        assert torch.equal(DeviceOps(interpolation).apply_policy(batch, ops, mags), expected)
+    images, boxes = torch.zeros((4, 3, 40, 29)), torch.tensor([[0, 0, 5, 5]] * 4)
+    assert torch.equal(DeviceOps().erase(images.clone() + 1, boxes), erase(images + 1, boxes))
+
+
 def test_bad_arguments_raise_value_error():
     batch, ops, mags = mixed_batch(32, 32, [(1, 0.3), (6, 0.2)])
     cases = [
@@ -214,7 +226,7 @@ def test_cuda_equals_cpu(interpolation, fill):
     any difference, at most 0.1% of an image's values) or other weights (bilinear: at most 1 grey level,
     at most 0.1% of the values). The colour ops are exact when both devices fuse `add_(alpha=)` alike
     (their tables follow the device's kernel, so each equals torchvision on its own device)."""
-    from train.augment import _fuses
+    from train.augment.ops import _fuses
 
     batch, ops, mags = mixed_batch(40, 29, magnitudes(29, 40), seed=5)
     cpu = apply_ops(batch, ops, mags, interpolation=interpolation, fill=fill)

@@ -1,7 +1,7 @@
 """Torchvision's per-sample augmentation ops (TrivialAugmentWide, RandAugment, AutoAugment) and
 RandomErasing, applied to a whole uint8 batch at once with per-sample parameters, on any device.
 
-Which op and which magnitude each sample gets is drawn elsewhere (train/policies.py); this module
+Which op and which magnitude each sample gets is drawn elsewhere (train/augment/draws.py); this module
 applies the draws, with results equal to torchvision.transforms.v2's
 `_AutoAugmentBase._apply_image_or_video_transform` on each image alone, bit for bit. The draws are read
 on the host (one device-to-host copy when they live on the device), which plans the call: samples are
@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -46,13 +47,14 @@ import torch
 from torch.nn.functional import grid_sample
 from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
+from train.augment import POLICY_INTERPOLATIONS
+
 OPS: tuple[str, ...] = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
                         "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
 # op id i means OPS[i]; -1 means no op (as Identity)
 
 (IDENTITY, SHEAR_X, SHEAR_Y, TRANSLATE_X, TRANSLATE_Y, ROTATE, BRIGHTNESS, COLOR, CONTRAST, SHARPNESS, POSTERIZE,
  SOLARIZE, AUTO_CONTRAST, EQUALIZE, INVERT) = range(len(OPS))
-_INTERPOLATIONS = ("nearest", "bilinear")
 _FIXED = 22  # fractional bits of the int32 fixed-point factors: 255 * 2**23 still fits
 
 
@@ -70,8 +72,8 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor,
     live on the device; pass them on the CPU to avoid it."""
     _check_images(images)
     ops_h, mags_h = _draws_on_host(images, ops, magnitudes, 1)
-    if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}")
+    if interpolation not in POLICY_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {POLICY_INTERPOLATIONS}, got {interpolation!r}")
     _check_fill(fill)
     return _apply(images, ops_h, mags_h, interpolation, fill)
 
@@ -84,8 +86,8 @@ def apply_policy_rounds(images: torch.Tensor, ops: torch.Tensor, magnitudes: tor
     interpolation, fill = kw.pop("interpolation", "nearest"), kw.pop("fill", None)
     if kw:
         raise ValueError(f"apply_policy_rounds: unexpected keyword arguments {sorted(kw)}")
-    if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}")
+    if interpolation not in POLICY_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {POLICY_INTERPOLATIONS}, got {interpolation!r}")
     _check_fill(fill)
     for k in range(ops_h.shape[1]):
         _check_magnitudes(ops_h[:, k], mags_h[:, k])  # every round's draws checked before any work
@@ -134,6 +136,20 @@ def erase(images: torch.Tensor, boxes: torch.Tensor, value: float = 0.0) -> torc
 
 
 # ---------------------------------------------------------------- arguments, plan
+
+@dataclass(frozen=True)
+class DeviceOps:
+    """The augmentation's device side as train/device_batches.py runs it on each batch, a stage passed in
+    (Augment.on_device): the policy's rounds on the uint8 batch, with the run's interpolation, before
+    normalisation; random erasing of the normalised batch after it."""
+    policy_interpolation: str = "nearest"
+
+    def apply_policy(self, images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+        return apply_policy_rounds(images, ops, magnitudes, interpolation=self.policy_interpolation)
+
+    def erase(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        return erase(images, boxes)
+
 
 def _describe(x) -> str:
     if isinstance(x, torch.Tensor):

@@ -1,6 +1,8 @@
-"""Which augmentation each training sample gets besides its crop and flip: pure draws of (seed, epoch,
-sample key), as its crop is (train/transforms.py), so the same for any thread count, world split,
-prefetch depth or resume point. train/augment.py applies them to the batch on the device.
+"""Which augmentation each training sample gets besides its crop and flip: `Augment`, the single value
+of every augmentation choice and its checks, and the pure draws of (seed, epoch, sample key), as its
+crop is (train/transforms.py), so the same for any thread count, world split, prefetch depth or resume
+point. The loader's decode threads make them (`Augment.draws`, handed to the loader as a stage);
+train/augment/ops.py applies them to the batch on the device (`Augment.on_device`).
 
 The policies are torchvision's (transforms.v2): TrivialAugmentWide, RandAugment(num_ops, magnitude)
 and AutoAugment's ImageNet policy, their op spaces and magnitude tables read from torchvision's own
@@ -19,31 +21,30 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 
-from shards.plan import seeded_rng
-from train.augment import OPS  # the ops it applies, by id; -1 is none
-from train.config import ConfigError
+from train.augment import POLICIES, POLICY_INTERPOLATIONS
+from train.augment.ops import OPS, DeviceOps  # the ops it applies, by id; -1 is none
+from train.errors import ConfigError
 from train.numbers import optional, real_number, whole_number
-from train.transforms import splitmix64, uniforms
+from train.transforms import uniforms
 
-POLICIES = {"trivialaugment": TrivialAugmentWide, "randaugment": RandAugment, "autoaugment": AutoAugment}
-INTERPOLATIONS = ("nearest", "bilinear")
+POLICY_CLASSES = dict(zip(POLICIES, (TrivialAugmentWide, RandAugment, AutoAugment)))  # torchvision's
 AUTOAUGMENT_BINS = 10  # AutoAugment's magnitude tables have 10 bins (torchvision's forward)
 ERASE_SCALE = (0.02, 0.33)  # RandomErasing's defaults
 ERASE_RATIO = (0.3, 3.3)
 ERASE_TRIES = 10
-_REPEAT = np.uint64(0xD1B54A32D192ED03)  # mixes a repeat's index into its sample's key
 
 
 @dataclass(frozen=True)
 class Augment:
     """What training batches get besides RandomResizedCrop + flip, as torchvision defines it, in
     torchvision's order: the policy on the uint8 crop, normalisation, random erasing, then MixUp or
-    CutMix over the batch. Validation gets none of it.
+    CutMix over the batch. Validation gets none of it. Its fields are `python -m train`'s settings of
+    the same names (--policy, --num-ops, ...): the command line builds it from them as they are.
 
     policy:        None, "trivialaugment" (TrivialAugmentWide), "randaugment" or "autoaugment"
                    (the ImageNet policy)
@@ -52,8 +53,8 @@ class Augment:
                    AutoAugment none); None: the class's default (RandAugment 2, 9, 31;
                    TrivialAugmentWide 31). One given to a policy that does not take it is refused:
                    it would be ignored
-    interpolation: of the geometric ops, "nearest" (torchvision's default) or "bilinear" (what
-                   torchvision's classification reference passes)
+    policy_interpolation: of the policy's geometric ops, "nearest" (torchvision's default) or
+                   "bilinear" (what torchvision's classification reference passes)
     erasing:       RandomErasing's probability (its scale, ratio and value 0 are the defaults)
     mixup, cutmix: the alphas of torchvision's MixUp and CutMix (0: off); with both, one of the two per
                    batch, as the reference's RandomChoice; the labels become soft targets
@@ -62,7 +63,7 @@ class Augment:
     num_ops: int | None = None
     magnitude: int | None = None
     num_magnitude_bins: int | None = None
-    interpolation: str = "nearest"
+    policy_interpolation: str = "nearest"
     erasing: float = 0.0
     mixup: float = 0.0
     cutmix: float = 0.0
@@ -70,12 +71,12 @@ class Augment:
     def __post_init__(self):
         if self.policy is not None and self.policy not in POLICIES:
             raise ConfigError(f"augment policy must be one of {', '.join(POLICIES)} or None, not {self.policy!r}")
-        if self.interpolation not in INTERPOLATIONS:
-            raise ConfigError(f"augment interpolation must be one of {', '.join(INTERPOLATIONS)}, not "
-                              f"{self.interpolation!r}")
+        if self.policy_interpolation not in POLICY_INTERPOLATIONS:
+            raise ConfigError(f"augment policy_interpolation must be one of {', '.join(POLICY_INTERPOLATIONS)}, not "
+                              f"{self.policy_interpolation!r}")
         # numpy strings as the plain str they equal: a state holding them fails torch.load(weights_only=True)
         object.__setattr__(self, "policy", None if self.policy is None else str(self.policy))
-        object.__setattr__(self, "interpolation", str(self.interpolation))
+        object.__setattr__(self, "policy_interpolation", str(self.policy_interpolation))
         check_policy_takes(self.policy, {name: getattr(self, name) for name in POLICY_OPTIONS})
         for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
             object.__setattr__(self, name, optional(whole_number, f"augment {name}", getattr(self, name), least=least))
@@ -103,17 +104,40 @@ class Augment:
     def mixing(self) -> bool:
         return self.mixup > 0 or self.cutmix > 0
 
+    @property
+    def changes_batches(self) -> bool:
+        """Whether it changes a training batch at all (Augment() and an interpolation alone do not)."""
+        return self.policy is not None or self.erasing > 0 or self.mixing
+
     def to_dict(self) -> dict:
         """The fields as given (None: the policy's default), plain ints, floats, strings and None:
         Augment(**augment.to_dict()) == augment."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {name: getattr(self, name) for name in AUGMENT_FIELDS}
 
     def effective(self) -> dict:
-        """to_dict() with the policy's options as it uses them (the defaults filled in, None where it
-        takes none): two Augments with equal effective() augment every sample alike."""
-        return effective_augment(self.to_dict())
+        """to_dict() with the policy's options as it uses them (its defaults filled in where None): two
+        Augments with equal effective() augment every sample alike, and Augment(**effective()) is one."""
+        return {**self.to_dict(), **{name: self.option(name) for name in POLICY_OPTIONS}}
+
+    # ------------------------------------------------------------ the stages the data path runs
+
+    def draws(self, keys: np.ndarray, seed: int, epoch: int, size: int) -> dict[str, np.ndarray]:
+        """In the loader's decode threads: each sample's policy ops and magnitudes and its erasing box,
+        where asked, as the batch record's fields (train/loader.py's Batch: "ops", "magnitudes",
+        "erase"), a row per key. Pure: a function of (seed, epoch, key) alone."""
+        drawn = {}
+        if self.policy is not None:
+            drawn["ops"], drawn["magnitudes"] = policy_draws(keys, seed, epoch, self, size, size)
+        if self.erasing > 0:
+            drawn["erase"] = erasing_boxes(keys, seed, epoch, self.erasing, size, size)
+        return drawn
+
+    def on_device(self) -> DeviceOps:
+        """On the device, in DeviceBatches' thread and stream: the draws applied (train/augment/ops.py)."""
+        return DeviceOps(self.policy_interpolation)
 
 
+AUGMENT_FIELDS = tuple(f.name for f in fields(Augment))  # TrainConfig's fields and python -m train's flags too
 POLICY_OPTIONS = ("num_ops", "magnitude", "num_magnitude_bins")
 
 
@@ -121,11 +145,10 @@ POLICY_OPTIONS = ("num_ops", "magnitude", "num_magnitude_bins")
 def policy_defaults(policy: str | None) -> dict[str, int]:
     """The options of POLICY_OPTIONS that `policy`'s torchvision class takes, with its defaults (read
     from its signature: RandAugment num_ops 2, magnitude 9, num_magnitude_bins 31; TrivialAugmentWide
-    num_magnitude_bins 31; AutoAugment none; None, or a name that is no policy, such as a damaged
-    state's, none)."""
-    if policy not in POLICIES:
+    num_magnitude_bins 31; AutoAugment none; None none)."""
+    if policy not in POLICY_CLASSES:
         return {}
-    parameters = inspect.signature(POLICIES[policy]).parameters
+    parameters = inspect.signature(POLICY_CLASSES[policy]).parameters
     return {name: parameters[name].default for name in POLICY_OPTIONS if name in parameters}
 
 
@@ -133,19 +156,9 @@ def check_policy_takes(policy: str | None, given: dict) -> None:
     """An option the policy does not take would be ignored: refused, naming the ones it does take."""
     ignored = [name for name, value in given.items() if value is not None and name not in policy_defaults(policy)]
     if ignored:
-        takes = ", ".join(policy_defaults(policy)) or "none of num_ops, magnitude, num_magnitude_bins"
+        takes = ", ".join(policy_defaults(policy)) or "none"
         raise ConfigError(f"augment {', '.join(ignored)} would be ignored by policy {policy!r} (it takes {takes}): "
                           "leave it out, or choose a policy that takes it")
-
-
-def effective_augment(settings: dict) -> dict:
-    """An Augment's to_dict() (or one saved before the options defaulted to None, which held 2, 9 and
-    31 whatever the policy) as the policy uses it: its options filled with the policy's defaults
-    where None, None where the policy does not take them."""
-    defaults = policy_defaults(settings.get("policy"))
-    options = {name: (settings.get(name) if settings.get(name) is not None else defaults[name]) if name in defaults
-               else None for name in POLICY_OPTIONS}
-    return {**settings, **options}
 
 
 # ---------------------------------------------------------------- the op spaces, from torchvision
@@ -154,7 +167,7 @@ def effective_augment(settings: dict) -> dict:
 def op_space(policy: str, bins: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(op ids (n,), magnitude table float64 (n, bins), NaN for ops without one, signed (n,)) of a
     TrivialAugmentWide or RandAugment space, in the order torchvision draws from (its dict's)."""
-    space = POLICIES[policy]._AUGMENTATION_SPACE
+    space = POLICY_CLASSES[policy]._AUGMENTATION_SPACE
     ids, table, signed = [], np.full((len(space), bins), np.nan), []
     for row, (name, (magnitudes_fn, is_signed)) in enumerate(space.items()):
         ids.append(OPS.index(name))
@@ -184,16 +197,6 @@ def autoaugment_space(height: int, width: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 # ---------------------------------------------------------------- the draws
-
-def repeat_keys(key_hashes: np.ndarray, repeats: np.ndarray | None) -> np.ndarray:
-    """The keys a sample's augmentation is drawn from: its key hash for its first (or only) reading,
-    another for each repeat (repeated augmentation), so each repeat has its own crop and policy."""
-    keys = key_hashes.astype(np.uint64)
-    if repeats is None:
-        return keys
-    mixed = splitmix64(keys ^ (repeats.astype(np.uint64) * _REPEAT))
-    return np.where(repeats == 0, keys, mixed)
-
 
 def signed_magnitudes(magnitudes: np.ndarray, signed: np.ndarray, u_sign: np.ndarray) -> np.ndarray:
     """torchvision's `if signed and torch.rand(()) <= 0.5: magnitude *= -1`; 0.0 for ops without one."""
@@ -252,9 +255,3 @@ def erasing_boxes(keys: np.ndarray, seed: int, epoch: int, p: float, height: int
     erased = (u[:, 0] < p) & fits[rows, first]  # torchvision skips when torch.rand(1) >= p
     boxes = np.stack([top, left, h, w], axis=1)
     return np.where(erased[:, None], boxes, 0).astype(np.int32)
-
-
-def mixing_seed(seed: int, epoch: int, rank: int, step: int) -> int:
-    """The seed of the CPU generator that torchvision's MixUp/CutMix draw from for one step of one
-    rank: a resumed run mixes exactly as the first did."""
-    return seeded_rng(seed, "mixing", epoch, rank, step).getrandbits(63)

@@ -1,6 +1,7 @@
-"""The recipes through the public loader: per-sample policies and random erasing applied to exactly
-the crops a loader without them gives, MixUp/CutMix reproducible per step, repeated augmentation,
-resolution schedules, validation's own sizes, and resume bit-identical with all of it on."""
+"""The augmentation through the public loader (the stages train/augment/ hands the data path): per-sample
+policies and random erasing applied to exactly the crops a loader without them gives, repeated
+augmentation, resolution schedules, validation's own sizes, and resume bit-identical with all of it on
+(MixUp/CutMix: tests/test_augment_mixing.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from conftest import shard_set
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
 from train import Augment, ImageNetLoader, ResolutionRamp
-from train.config import ResumeError
+from train.augment.ops import OPS
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD
+from train.errors import ResumeError
 from train.loader import Loader, PlanArgs
-from train.policies import OPS
 
 SIZE = 32
 EVERYTHING = Augment(policy="trivialaugment", erasing=0.5, mixup=0.2, cutmix=1.0)
@@ -48,7 +49,7 @@ def plain_uint8(prepared, epoch: int, augment: Augment, batches: int) -> list:
     """The uint8 NHWC batches of the internal Loader (before the device), with their draws."""
     shards = shard_set(prepared)
     args = PlanArgs(split="train", epoch=epoch, seed=0, world_size=1, rank=0, batch_size=4, shuffle_buffer=1000,
-                    size=SIZE, augment=augment)
+                    size=SIZE, draws=augment.draws)
     with Loader({"train": shards}, batch_size=4, image_size=SIZE, threads=2) as inner:
         out = []
         for batch in inner.epoch(args):
@@ -64,7 +65,7 @@ def test_a_policy_changes_no_crop_and_applies_torchvisions_op_with_the_draws_it_
                                                                                      interpolation):
     """The batch without the policy is the reference: torchvision's own op on each of its samples,
     with the op and magnitude the augmented batch records, gives the augmented batch's pixels."""
-    augment = Augment(policy=policy, interpolation=interpolation)
+    augment = Augment(policy=policy, policy_interpolation=interpolation)
     reference = plain_uint8(prepared, 1, Augment(), batches=6)
     with loader(prepared, augment=augment) as data:
         data.set_epoch(1)
@@ -82,7 +83,7 @@ def test_a_policy_changes_no_crop_and_applies_torchvisions_op_with_the_draws_it_
                                                                          {v2._utils.is_pure_tensor: None})
                     applied += 1
             levels = (batch.images[i] - normalised(expected[None])[0]).abs() * std  # in grey levels
-            # apply_ops' own tolerances per op (tests/test_augment.py): a level at most, on few pixels
+            # apply_ops' own tolerances per op (tests/test_augment_ops.py): a level at most, on few pixels
             assert levels.max() < 1.5 or (levels > 1.01).float().mean() < 0.002, (OPS[op], magnitude)
     assert applied >= 20
 
@@ -103,31 +104,6 @@ def test_random_erasing_zeroes_its_box_of_the_normalised_image_and_nothing_else(
             assert torch.equal(batch.images[i][:, ~inside], before[i][:, ~inside])
             boxes += height > 0
     assert 5 <= boxes < 20
-
-
-def test_mixup_and_cutmix_give_soft_targets_the_same_for_any_thread_count(prepared):
-    runs = []
-    for workers in (1, 2):
-        with loader(prepared, augment=Augment(mixup=0.2, cutmix=1.0), workers=workers) as data:
-            data.set_epoch(0)
-            runs.append(records(data.batches()))
-            classes = data.num_classes
-    assert same(*runs)
-    targets = torch.cat([r[1] for r in runs[0]])
-    assert targets.shape[1] == classes and torch.allclose(targets.sum(1), torch.ones(len(targets)))
-    assert (targets.max(1).values < 1).float().mean() > 0.5  # mixed
-    with loader(prepared, augment=Augment(mixup=0.2), workers=1) as data, data.with_split("val") as val:
-        images, labels = next(iter(val))
-        assert labels.dtype == torch.int64 and labels.ndim == 1  # validation is untouched
-
-
-def test_mixing_leaves_the_callers_random_state_as_it_was(prepared):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    with loader(prepared, augment=Augment(mixup=0.2, cutmix=1.0)) as data:
-        list(data)
-    assert torch.equal(torch.rand(3), expected)
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -1,4 +1,4 @@
-"""python -m prepare.layouts_benchmark SCRATCH [--layouts official hf-parquet] [--workers 2] [--rounds 5]
+"""python -m prepare.bench.layouts SCRATCH [--layouts official hf-parquet] [--workers 2] [--rounds 5]
 
 The same sample ImageNet in several source layouts (prepare/sample.py's writers), prepared by
 `prepare` from each, side by side in this process: interleaved rounds (the layouts' order turned
@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from prepare.builder import PrepareConfig, prepare
+from prepare.builder import prepare
+from prepare.config import PrepareConfig
 from prepare.sample import WRITERS, SampleSpec, sample_images
 
 
@@ -43,7 +44,7 @@ def time_prepare(source: Path, out: Path, workers: int) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prepare.layouts_benchmark", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m prepare.bench.layouts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scratch", type=Path)
     p.add_argument("--layouts", nargs="+", choices=list(WRITERS), default=["official", "hf-parquet"],

@@ -1,6 +1,7 @@
-"""Which augmentation each sample draws (train/policies.py): torchvision's policies' distributions,
-recorded from torchvision's own classes, RandomErasing's make_params line for line, and draws that
-are a pure function of (seed, epoch, key, repeat)."""
+"""Which augmentation each sample draws (train/augment/draws.py): torchvision's policies' distributions,
+recorded from torchvision's own classes, RandomErasing's make_params line for line, draws that are a
+pure function of (seed, epoch, key, repeat); and Augment, the value of every augmentation choice: its
+checks, its defaults, its plain data."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import scipy.stats
 import torch
 from torchvision.transforms import v2
 
-from train.config import ConfigError
-from train.policies import (
-    ERASE_RATIO, ERASE_SCALE, ERASE_TRIES, OPS, Augment, erasing_boxes, policy_draws, repeat_keys,
+from train.augment.draws import (
+    AUGMENT_FIELDS, ERASE_RATIO, ERASE_SCALE, ERASE_TRIES, OPS, Augment, erasing_boxes, policy_draws,
 )
-from train.transforms import uniforms
+from train.errors import ConfigError
+from train.transforms import repeat_keys, uniforms
 
 KEYS = np.arange(1, 12001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
 SIZE = (176, 150)  # height, width: the translations of RandAugment and AutoAugment scale with them
@@ -136,7 +137,7 @@ RANDAUGMENT = {"policy": "randaugment"}
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"policy": "augmix"}, "policy must be one of"), ({"interpolation": "bicubic"}, "interpolation"),
+    ({"policy": "augmix"}, "policy must be one of"), ({"policy_interpolation": "bicubic"}, "policy_interpolation"),
     ({**RANDAUGMENT, "num_ops": 0}, "num_ops must be at least 1"),
     ({**RANDAUGMENT, "magnitude": 31}, r"magnitude must be below the policy's 31 magnitude bins, not 31"),
     ({**RANDAUGMENT, "magnitude": 9, "num_magnitude_bins": 9}, r"below the policy's 9 magnitude bins"),
@@ -222,3 +223,25 @@ def test_to_dict_is_plain_data_that_makes_the_same_augment():
     settings = augment.to_dict()
     assert Augment(**settings) == augment
     assert all(type(v) in (int, float, str, type(None)) for v in settings.values())
+
+
+def test_the_draws_stage_gives_the_batch_records_fields_of_what_is_asked():
+    """Augment.draws, what the loader's decode threads run: policy_draws and erasing_boxes by the
+    batch record's field names, nothing where nothing is asked."""
+    keys = KEYS[:64]
+    augment = Augment(policy="randaugment", num_ops=3, erasing=0.5)
+    drawn = augment.draws(keys, 4, 2, 48)
+    ops, magnitudes = policy_draws(keys, 4, 2, augment, 48, 48)
+    assert list(drawn) == ["ops", "magnitudes", "erase"]
+    assert np.array_equal(drawn["ops"], ops) and np.array_equal(drawn["magnitudes"], magnitudes)
+    assert np.array_equal(drawn["erase"], erasing_boxes(keys, 4, 2, 0.5, 48, 48))
+    assert list(Augment(erasing=0.5).draws(keys, 4, 2, 48)) == ["erase"]
+    assert Augment().draws(keys, 4, 2, 48) == {} == Augment(mixup=0.2, policy_interpolation="bilinear").draws(
+        keys, 4, 2, 48)
+
+
+def test_the_effective_augment_is_an_augment_with_the_policys_defaults_stated():
+    for policy in (None, "trivialaugment", "randaugment", "autoaugment"):
+        effective = Augment(policy=policy, erasing=0.1).effective()
+        assert tuple(effective) == AUGMENT_FIELDS and Augment(**effective).effective() == effective
+        assert Augment(**effective) != Augment(policy=policy, erasing=0.1) or policy in (None, "autoaugment")

@@ -1,4 +1,4 @@
-"""python -m prepare.benchmark --source DIR --scratch DIR: prepare against what users do today.
+"""python -m prepare.bench --source DIR --scratch DIR: prepare against what users do today.
 
 Side by side on the same official archives, same machine, same run:
   copy        a plain copy of the archive bytes (the I/O floor)
@@ -19,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from prepare.builder import PrepareConfig, prepare
-from prepare.sources import TRAIN_TAR, VAL_TAR, DEVKIT
+from prepare.builder import prepare
+from prepare.config import PrepareConfig
+from prepare.official import TRAIN_TAR, VAL_TAR
+from prepare.sources import DEVKIT
 from shards.resources import available_cpus, evict_from_page_cache
 
 ARCHIVES = (TRAIN_TAR, VAL_TAR, DEVKIT)
@@ -60,7 +62,7 @@ def timed(name: str, fn, source: Path, scratch: Path, cold: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prepare.benchmark", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m prepare.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--source", type=Path, required=True, help="folder with the three official archives")
     p.add_argument("--scratch", type=Path, required=True, help="local disk for the outputs (removed after)")

@@ -1,0 +1,10 @@
+"""prepare's benchmarks and models, beside the product (which never imports them), as train/bench/:
+
+    python -m prepare.bench --source DIR --scratch DIR    prepare against torchvision's extraction and a
+                                                          plain copy (extraction.py)
+    python -m prepare.bench.layouts SCRATCH               prepare per source layout, the same images (layouts.py)
+    python -m prepare.bench.part_threads SCRATCH          one gzip part's images in one thread and in several
+    python -m prepare.bench.startup_model                 the model of a job start on N nodes (plain Python)
+
+Their commands and results: BENCHMARKS.md and docs/benchmarks-history.md.
+"""

@@ -1,0 +1,18 @@
+"""The command line's names for a run's settings, for the messages of the command line and of a resume:
+the flag of each TrainConfig field (its name, dashed: `batch_size` is --batch-size) and a value as one
+would type it. Imports nothing of train's."""
+
+from __future__ import annotations
+
+FLAG_OF = {"channels_last": "--no-channels-last"}  # a field whose flag is not --its-name
+
+
+def flag_of(field: str) -> str:
+    return FLAG_OF.get(field, "--" + field.replace("_", "-"))
+
+
+def show(value) -> str:
+    """A setting's value as typed: a ramp's four numbers spaced, None (no policy, no ramp) as none."""
+    if value is None:
+        return "none"
+    return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
