@@ -50,12 +50,12 @@ if [ -z "${DATA:-}" ]; then
     step "prepare" $PYTHON -m prepare --source "$SCRATCH/source" --dest "$DATA"
 fi
 bench=($PYTHON -m train.bench --data "$DATA" --run-dir "$OUT" --no-dali)
-step "CUDA data path tests" $PYTHON -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "not training"
+step "CUDA data path tests" $PYTHON -m pytest -q -o addopts= -p no:cacheprovider tests/test_gpu.py -k "not training"
 step "GPU data path, stage by stage" $PYTHON -m train.bench.stages "$DATA"
 step "model, feed and full, --decode cpu" "${bench[@]}" --modes model,feed,full --decode cpu --workers "$WORKERS" \
     --steps "$STEPS"
 step "feed and full, --decode gpu" "${bench[@]}" --modes feed,full --decode gpu --workers "$WORKERS" --steps "$STEPS"
-step "CUDA training tests" $PYTHON -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "training"
+step "CUDA training tests" $PYTHON -m pytest -q -o addopts= -p no:cacheprovider tests/test_gpu.py -k "training"
 step "data" "${bench[@]}" --modes data --workers "1,$(( (WORKERS + 1) / 2 )),$WORKERS" --images 4000
 step "train resnet50, 2 epochs" $PYTHON -m train --data "$DATA" --run-dir "$SCRATCH/train" --arch resnet50 \
     --epochs 2 --batch-size 256 --workers "$WORKERS" --warmup-epochs 0 --log-every 10

@@ -19,6 +19,17 @@ SPEC = SampleSpec(classes=6, train_per_class=30, val_per_class=5, max_width=160)
 SHARD_MB = 0.12  # a few shards per split from the small sample
 
 
+# The files that take longest, started first: with a file a worker at a time (pyproject's addopts), the two
+# workers then finish together instead of one running test_train.py alone at the end.
+LONGEST_FIRST = ("test_train.py", "test_slurm.py", "test_shared_read.py", "test_native_fuzz.py", "test_launchers.py",
+                 "test_gpu_check.py", "test_prepare.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order kept
+
+
 @pytest.fixture(scope="session")
 def images():
     return sample_images(SPEC)
