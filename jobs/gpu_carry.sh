@@ -6,7 +6,7 @@
 #
 #   bash jobs/gpu_carry.sh
 #   device run: bash jobs/gpu_check.sh, carry .whl .native train/_jpegcrop.abi3.so train/_tarindex.abi3.so
-#               prepare/_restarts.abi3.so
+#               train/_batches.abi3.so prepare/_restarts.abi3.so
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
@@ -21,5 +21,5 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl nvidia-nvimgcodec-cu13 nvidia-nvjpeg
 cp -L /lib/x86_64-linux-gnu/libjpeg.so.62 .native/
-.venv/bin/python -c "import train.decoder, train.shard_index, prepare.images"  # built by install.sh
+.venv/bin/python -c "import train.decoder, train.shard_index, train._batches, prepare.images"  # built by install.sh
 du -sh .whl .native

@@ -70,8 +70,9 @@ if ! simd_installed; then
   CC="$cc" "${pip[@]}" install --no-binary pillow-simd "pillow-simd>=9.0"
 fi
 simd_installed || { echo "install.sh: pillow-simd did not end up as the PIL that imports" >&2; exit 1; }
-.venv/bin/python -c "from train import decoder, shard_index" || {
-  echo "install.sh: the native modules train._jpegcrop and train._tarindex do not import (above): rerun after fixing the build" >&2
+.venv/bin/python -c "from train import decoder, shard_index, _batches" || {
+  echo "install.sh: the native modules train._jpegcrop, train._tarindex and train._batches do not import (above):" \
+       "rerun after fixing the build" >&2
   exit 1
 }
 .venv/bin/python -c "from shards.resources import pil_build; from train.decoder import NAME; print('install.sh: ready;', pil_build()[0] + ';', NAME)"

@@ -16,26 +16,74 @@ def last_json(stdout: str) -> dict:
 
 
 @pytest.mark.slow
-def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prepared, tmp_path):
-    result = run_module("train.bench", "--data", prepared, "--run-dir", tmp_path, "--workers", "1,2",
-                        "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch", "resnet18",
-                        "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali",
-                        "--modes", "data,model,feed,full")
+def test_loader_benchmark_reports_ours_baseline_ceiling_model_feed_and_full(prepared, sources, tmp_path):
+    from conftest import config
+    from prepare.builder import prepare
+
+    plain = tmp_path / "plain"
+    prepare(config(sources["official"], plain, restart_mcus=0))  # the original JPEGs' bytes: the peers' shards
+    result = run_module("train.bench", "--data", prepared, "--baseline-data", plain, "--run-dir", tmp_path / "run",
+                        "--workers", "1,2", "--images", 48, "--batch-size", 8, "--warmup-batches", 1, "--arch",
+                        "resnet18", "--image-size", 32, "--model-batch-size", 8, "--steps", 2, "--no-dali",
+                        "--rounds", 2, "--modes", "data,model,feed,full")
     assert result.returncode == 0, result.stderr
     record = last_json(result.stdout)
     for key in ("images_per_sec", "baseline_images_per_sec", "decode_ceiling_images_per_sec", "speedup_vs_baseline",
                 "ratio_to_ceiling", "cold_images_per_sec", "memory_mb", "pil_images_per_sec", "pil_worker_rss_mb",
                 "baseline_worker_rss_mb", "model_images_per_sec", "library_images_per_sec", "normalise_ms_per_image",
-                "feed_images_per_sec", "full_images_per_sec", "workers", "image_stats"):
+                "feed_images_per_sec", "full_images_per_sec", "workers", "image_stats", "ours_on_peers_images_per_sec"):
         assert key in record, key
-    assert [row["workers"] for row in record["sweep"]] == [1, 2]
-    assert record["workers"] == 2 and record["memory_mb"] > 0 and record["baseline_worker_rss_mb"] > 0
+    assert [(row["round"], row["workers"]) for row in record["sweep"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert record["workers"] == 2 and record["rounds"] == 2
+    assert record["memory_mb"] > 0 and record["baseline_worker_rss_mb"] > 0
     assert record["image_stats"]["train_images"] == read_manifest(prepared).splits["train"].samples
     assert "ours (2 threads, warm)" in result.stdout and "baseline ImageFolder" in result.stdout
     assert "today's PIL path" in result.stdout and "ImageNetLoader (ours, normalised)" in result.stdout
-    assert all(row["library"] > 0 and row["normalise_ms_per_image"] > 0 for row in record["sweep"])
-    assert (tmp_path / "benchmark.png").stat().st_size > 10_000
-    assert json.loads((tmp_path / "benchmark.jsonl").read_text().splitlines()[-1]) == record
+    assert all(row["library"] > 0 and row["normalise_ms_per_image"] > 0 and row["ours_on_peers"] > 0
+               for row in record["sweep"])
+    # the summary block: every loader ratio of BENCHMARKS.md's table, the median of the rounds and each round's
+    ratios = record["ratios"]
+    assert set(ratios) == {"ours_vs_baseline", "ours_vs_pil", "per_core_vs_fastest_decode", "ours_vs_ours_on_peers",
+                           "library_vs_ours"}
+    top = [row for row in record["sweep"] if row["workers"] == 2]
+    assert ratios["library_vs_ours"]["rounds"] == [row["library"] / row["ours"] for row in top]
+    assert record["speedup_vs_baseline"] == ratios["ours_vs_baseline"]["median"]
+    assert set(record["ratios_by_workers"]) == {"1", "2"}
+    summary = result.stdout[result.stdout.index("ratios at 2 threads, medians of 2 interleaved rounds"):]
+    for label in ("ours / the ImageFolder baseline", "the fastest full decode's", ", 1 thread ", ", 2 threads ",
+                  "ours, seekable / plain shards", "ImageNetLoader (CPU device, normalised) / ours (the Loader)"):
+        assert label in summary, label
+    assert (tmp_path / "run" / "benchmark.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "run" / "benchmark.jsonl").read_text().splitlines()[-1]) == record
+
+
+def test_the_summary_block_gives_each_ratio_as_the_median_of_the_rounds():
+    from train.bench.report import summarise, table
+
+    def row(round_, workers, ours, **others):
+        return {"round": round_, "workers": workers, "ours": ours, "library": 0.9 * ours, "pil": 100.0,
+                "baseline": 200.0, "ceiling_per_core": 250.0, "ceiling_decoder": "simplejpeg",
+                "normalise_ms_per_image": 0.05, "ours_memory_mb": 30.0, "pil_worker_rss_mb": 1000.0,
+                "baseline_worker_rss_mb": 900.0, **others}
+
+    sweep = [row(0, 1, 400.0, dali=160.0, ours_on_peers=300.0), row(0, 2, 800.0, dali=320.0, ours_on_peers=600.0),
+             row(1, 1, 500.0, dali=200.0, ours_on_peers=400.0), row(1, 2, 700.0, dali=350.0, ours_on_peers=560.0),
+             row(2, 1, 450.0, dali=150.0, ours_on_peers=300.0), row(2, 2, 900.0, dali=300.0, ours_on_peers=600.0)]
+    record = summarise({"sweep": sweep, "cold": {"ours": 1.0, "baseline": 1.0}}, {},
+                       {"arch": "resnet18", "decode": "cpu", "data_restart_mcus": 2, "baseline_restart_mcus": 0})
+    ratios = record["ratios"]
+    assert ratios["ours_vs_baseline"] == {"median": 4.0, "rounds": [4.0, 3.5, 4.5]}
+    assert ratios["ours_vs_dali"]["rounds"] == [2.5, 2.0, 3.0] and record["ratio_to_dali"] == 2.5
+    assert ratios["per_core_vs_fastest_decode"]["rounds"] == [1.6, 1.4, 1.8]
+    assert record["per_core_ratio_to_ceiling"] == {1: 1.8, 2: 1.6}
+    assert ratios["ours_vs_ours_on_peers"]["median"] == pytest.approx(4 / 3)
+    assert ratios["library_vs_ours"]["median"] == pytest.approx(0.9)
+    assert record["images_per_sec"] == 800.0 and record["dali_images_per_sec"] == 320.0 and record["rounds"] == 3
+    text = table(record)
+    assert "ratios at 2 threads, medians of 3 interleaved rounds" in text
+    assert "ours / DALI's CPU pipeline" in text and "2.50x  [2.50 2.00 3.00]" in text
+    assert "ours, seekable / plain shards" in text and "1 thread " in text
+    assert table(json.loads(json.dumps(record))) == text  # a record read back from benchmark.jsonl
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ MAX_SCANS: Final[int]  # scans past this many: CORRUPT
 MAX_SIZE: Final[int]  # the largest output side, pixels
 PIXELS_CEILING: Final[int]  # the most max_pixels a caller may ask for
 SIMD: Final[list[str]]  # the resize's implementations this CPU runs, fastest first
+PROFILE_STAGES: Final[list[str]]  # where decode_crops' stop_after may end each image's work (the profile's)
 LIBJPEG_TURBO_VERSION: Final[str]  # "2.1.5": the libjpeg-turbo headers the module was built against
 
 
@@ -37,7 +38,8 @@ def decode_crops(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offs
                  lengths: npt.NDArray[np.int64], boxes: npt.NDArray[np.float32], flips: _Flags,
                  out: npt.NDArray[np.uint8], first: int, status: npt.NDArray[np.int32], max_pixels: int,
                  simd: str | None = None, seek: bool = True, seeked: _Flags | None = None,
-                 dct_scaling: bool = True, interpolation: str | None = None, fast_dct: bool = False) -> None: ...
+                 dct_scaling: bool = True, interpolation: str | None = None, fast_dct: bool = False,
+                 stop_after: str | None = None) -> None: ...
 
 
 def gather(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],

@@ -64,6 +64,10 @@ NAME = f"crop-region, libjpeg-turbo {_jpegcrop.LIBJPEG_TURBO_VERSION}, {SIMD[0]}
 INTERPOLATIONS = ("bilinear", "bicubic", "area")
 PIL_BYTES_PER_PIXEL = 12  # PIL's buffers for one image: its decode (4 bytes a pixel), a conversion, the RGB copy
 THREAD_MEMORY = max(_jpegcrop.memory_bound(MAX_PIXELS), PIL_BYTES_PER_PIXEL * MAX_PIXELS)
+# Where a crop's work may stop, for the stage-by-stage profile (train.bench.stages): each stage does
+# the work of those before it; "entropy" is the floor beside them (the Huffman decode alone of the
+# rows the crop reads), "all" the whole crop.
+PROFILE_STAGES = tuple(_jpegcrop.PROFILE_STAGES)
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = M
 def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
                  max_pixels: int = MAX_PIXELS, simd: str | None = None, seek: bool = True,
                  seeked: np.ndarray | None = None, dct_scaling: bool = True, interpolation: str = "bilinear",
-                 fast_dct: bool = False) -> np.ndarray:
+                 fast_dct: bool = False, stop_after: str | None = None) -> np.ndarray:
     """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
     out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
     zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
@@ -127,12 +131,13 @@ def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.n
     least twice the output decodes at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
     resize); validation asks for none. `interpolation`: the resize's filter, one of INTERPOLATIONS.
     `fast_dct`: libjpeg's fast integer IDCT (FFCV's decode; about a grey level from the accurate one,
-    up to 10 on a pixel), not the accurate one. Returns the status per image."""
+    up to 10 on a pixel), not the accurate one. `stop_after`, the profile's: one of PROFILE_STAGES,
+    where each image's work stops (the slots then hold garbage). Returns the status per image."""
     status = np.zeros(len(images), np.int32)
     _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
                            flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
                            max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked, dct_scaling=dct_scaling,
-                           interpolation=interpolation, fast_dct=fast_dct)
+                           interpolation=interpolation, fast_dct=fast_dct, stop_after=stop_after)
     return status
 
 

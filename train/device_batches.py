@@ -9,7 +9,9 @@ ahead of the step.
                      preset, in its order: the policy's ops on uint8, normalisation, random erasing
                      (each sample's own draws from the batch record, applied by the augmentation's
                      device stage passed in: train/augment/ops.py's DeviceOps); for uint8 output,
-                     the policy's ops alone
+                     the policy's ops alone. On the CPU device the normalisation is native code's
+                     (train/native/batches.c), the same bits as torch's, into reused buffers
+                     (HostOutputs)
     DeviceBatches    the next batches moved (or decoded) onto the device and finished in a
                      background thread, on a CUDA stream of its own, while the current one trains
 """
@@ -19,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import queue
+import sys
 import threading
 from typing import Callable, Iterable, Iterator, Protocol
 
+import numpy as np
 import torch
 
 from train.device_decode import DeviceDecoder, crop_resize_flip
@@ -81,11 +85,12 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
 
 def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None, channels_last: bool = True,
              dtype: torch.dtype = torch.float32, mean: Channels = IMAGENET_MEAN,
-             std: Channels = IMAGENET_STD) -> torch.Tensor:
+             std: Channels = IMAGENET_STD, outputs: "HostOutputs | None" = None) -> torch.Tensor:
     """A batch's images on the device (uint8, or float in 0-255 from the device decode; NCHW) through
     the policy's ops, normalisation and random erasing, as the batch record draws them and `augment`
     applies them: in `dtype`. uint8 output gets the policy's ops alone (erasing and mixing make
-    floats: the loader refuses them)."""
+    floats: the loader refuses them). On the CPU device a uint8 batch is normalised natively, into
+    one of `outputs`' buffers where given (normalised_on_host)."""
     drawn = [name for name in ("ops", "erase") if getattr(batch, name) is not None]
     if drawn and augment is None:
         raise ValueError(f"a batch with draws ({', '.join(drawn)}) and no augmentation to apply them")
@@ -99,8 +104,10 @@ def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None
         if batch.erase is not None:
             raise ValueError("uint8 output takes no random erasing: its images are not normalised")
         return as_uint8(x, channels_last)
-    # float(): a copy, normalised in place
     erasing = None if batch.erase is None else functools.partial(augment.erase, boxes=batch.erase)
+    if x.device.type == "cpu" and x.dtype == torch.uint8:
+        return normalised_on_host(x, channels_last, dtype, erasing, mean, std, outputs or HostOutputs(limit=0))
+    # float(): a copy, normalised in place
     return normalise(x.float(), channels_last, dtype, erasing=erasing, mean=mean, std=std)
 
 
@@ -124,6 +131,83 @@ def normalise(images: torch.Tensor, channels_last: bool, dtype: torch.dtype = to
         images = erasing(images)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     return images.to(dtype=dtype, memory_format=memory_format)
+
+
+# ---------------------------------------------------------------- the CPU device: normalised on the host
+
+def native_batches():
+    """train._batches (train/native/batches.c), imported where a batch is first normalised on the
+    host: a GPU run never needs it."""
+    try:
+        from train import _batches
+    except ImportError as exn:
+        raise ImportError(f"the native module train._batches is not built ({exn}): run `bash jobs/install.sh`, or "
+                          "`pip install -e .` in the repository") from None
+    return _batches
+
+
+@functools.lru_cache(maxsize=None)
+def host_statistics(mean: Channels, std: Channels) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and std in 0-255 units as the native normalisation takes them, float32 (3,): the very
+    float32 products `normalisation` makes, so that both paths divide by the same numbers."""
+    mean_255, std_255 = normalisation(torch.device("cpu"), mean, std)
+    return mean_255.view(3).numpy(), std_255.view(3).numpy()
+
+
+def normalised_on_host(x: torch.Tensor, channels_last: bool, dtype: torch.dtype,
+                       erasing: Callable[[torch.Tensor], torch.Tensor] | None, mean: Channels, std: Channels,
+                       outputs: "HostOutputs") -> torch.Tensor:
+    """`normalise(x.float(), ...)` bit for bit, for uint8 NCHW `x` on the host: one native pass (the
+    GIL released, no thread pool) from the NHWC pixels into a float32 buffer of `outputs` in the
+    memory format asked, then erasing and `dtype` as `normalise` applies them."""
+    pixels = x.permute(0, 2, 3, 1).contiguous()  # the loader's NHWC batch as it is; a policy's output copied
+    images = outputs.take(len(x), x.shape[2], x.shape[3], channels_last)
+    written = images.permute(0, 2, 3, 1) if channels_last else images  # C-contiguous either way
+    native_batches().normalise(pixels.numpy(), written.numpy(), *host_statistics(tuple(mean), tuple(std)),
+                               planar=not channels_last)
+    if erasing is not None:
+        images = erasing(images)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    return images.to(dtype=dtype, memory_format=memory_format)  # float32: the buffer itself
+
+
+def storage_holders(images: torch.Tensor) -> tuple[int, int] | None:
+    """How many hold `images`' memory: the tensors (views, autograd's saved tensors, numpy arrays,
+    DLPack capsules all hold one) and the Python references to its storage object. None where this
+    torch cannot say (its private counter gone): the buffer is then never reused."""
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None:
+        return None
+    storage = images.untyped_storage()
+    return use_count(storage._cdata), sys.getrefcount(storage)
+
+
+class HostOutputs:
+    """The float32 batches a CPU device yields, written again once nobody holds them. A fresh tensor
+    of a batch's size (38 MB at 64 x 224 px: above malloc's mmap threshold) comes as new pages that the
+    kernel faults in and zeroes, which cost 0.25 ms an image, more than normalising it. A buffer is
+    reused only when nothing but this pool holds its memory (storage_holders as it was when made:
+    no tensor, view, array or autograd graph of the caller's still refers to it), so a batch the
+    caller keeps is never overwritten; at most `limit` buffers are kept, and a batch beyond them is
+    a new tensor, as before."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.buffers: list[tuple[torch.Tensor, tuple[int, int]]] = []  # (buffer, its holders when made)
+
+    def take(self, n: int, height: int, width: int, channels_last: bool) -> torch.Tensor:
+        """A float32 (n, 3, height, width) tensor in the memory format asked, its values to be written."""
+        memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        for buffer, holders in self.buffers:
+            if (buffer.shape[0] >= n and buffer.shape[2:] == (height, width)
+                    and buffer.is_contiguous(memory_format=memory_format) and storage_holders(buffer) == holders):
+                return buffer[:n]  # a view: while the caller holds it, the buffer's count says so
+        buffer = torch.empty((n, 3, height, width), dtype=torch.float32, memory_format=memory_format)
+        holders = storage_holders(buffer)
+        if holders is None or len(self.buffers) >= self.limit:
+            return buffer
+        self.buffers.append((buffer, holders))
+        return buffer[:n]
 
 
 class DeviceBatches:
@@ -150,6 +234,8 @@ class DeviceBatches:
         self.augment = augment  # applies the batches' draws (Augment.on_device); None: they carry none
         self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # a CPU device's normalised batches, reused: the caller's, those queued, the one being made, and spares
+        self.outputs = HostOutputs(limit=depth + 3) if device.type == "cpu" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.batches = batches
@@ -184,7 +270,8 @@ class DeviceBatches:
                         batch = take(batch, kept)._replace(bad=batch.bad + lost)
                     else:
                         x = batch.images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-                    x = finished(x, batch, self.augment, self.channels_last, self.dtype, self.mean, self.std)
+                    x = finished(x, batch, self.augment, self.channels_last, self.dtype, self.mean, self.std,
+                                 self.outputs)
                     y = batch.labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", default=None,
                    help="comma-separated worker counts to sweep (default: 1 up to the task's CPUs)")
     p.add_argument("--images", type=int, default=2000, help="images timed per measurement, after warm-up")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="data mode: interleaved rounds of every loader at every worker count; the summary's ratios "
+                        "are the medians of each round's")
     p.add_argument("--warmup-batches", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64, help="loader batch size (per rank)")
     p.add_argument("--image-size", type=int, default=224)
@@ -103,18 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     stats, _ = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
              "augment": args.augment,
-             "data": str(root), "baseline_data": args.baseline_data or str(root)}
+             "data": str(root), "baseline_data": args.baseline_data or str(root),
+             "data_restart_mcus": manifest.options.get("restart_mcus")}
     data = None
     if "data" in modes:
+        if args.rounds < 1:
+            raise SystemExit("--rounds: at least 1")
         baseline_root = Path(args.baseline_data or args.data)
         baseline_manifest = read_complete_manifest(baseline_root)
+        extra["baseline_restart_mcus"] = baseline_manifest.options.get("restart_mcus")
         peer_jpegs = image_statistics(baseline_manifest, baseline_root, limit=300)[1]
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
             folder = extract_image_folder(baseline_manifest, baseline_root, Path(tmp) / "imagefolder")
             data = measure_data(args, manifest, root, env, worker_counts(args.workers), folder, peer_jpegs,
                                 (baseline_manifest, baseline_root))
         for row in data["sweep"]:
-            for key in ("ours", "pil", "baseline", "dali"):
+            for key in ("ours", "library", "ours_on_peers", "pil", "baseline", "dali"):
                 if key in row:
                     row[key] = global_rate(row[key], env)
         data["cold"] = {k: global_rate(v, env) for k, v in data["cold"].items()}

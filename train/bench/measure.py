@@ -81,51 +81,58 @@ def streaming(ours: Ours):
 
 def measure_data(args, manifest, root: Path, env, workers_list: list[int], folder: Path, jpegs: list[bytes],
                  peers: tuple[Manifest, Path]) -> dict:
-    """At each worker (or thread) count, warm: ours, the public ImageNetLoader that wraps it (onto
-    the CPU device, normalised), today's PIL path, the ImageFolder baseline (on `folder`) and DALI
-    when installed (on the shards of `peers`, a manifest and its root); plus one cold pass each of
-    ours and the baseline at the largest count. The decode ceiling (the fastest full decode of
-    `jpegs`, in w threads) is measured right after ours.
+    """`args.rounds` interleaved rounds, each measuring at every worker (or thread) count, warm, one
+    row: the public ImageNetLoader (onto the CPU device, normalised), ours (the Loader it wraps),
+    the decode ceiling (the fastest full decode of `jpegs`, in w threads), ours on the peers' shards
+    where they are other shards (`peers`, a manifest and its root: plain shards beside seekable
+    ones), today's PIL path, the ImageFolder baseline (on `folder`) and DALI when installed (on the
+    peers' shards); plus one cold pass each of ours and the baseline at the largest count, first. Rounds rather than one long pass each: these shared VMs change speed from minute to
+    minute, and a ratio within one round sees one speed (report.summarise takes the medians).
     Memory: ours is what the loader holds (ring of batch buffers and sample table: no workers);
     the others' is the largest resident size of their worker processes."""
     shards = [root / s.name for s in manifest.splits["train"].shards]
     baseline_files = sorted(folder.rglob("*.JPEG"))
-    ours_of = lambda w: Ours(manifest, root, w, args.batch_size, args.image_size, rank=env.rank,
-                             world_size=env.world_size)
+    ours_of = lambda w, where=(manifest, root): Ours(*where, w, args.batch_size, args.image_size, rank=env.rank,
+                                                     world_size=env.world_size)
     base_of = lambda w: baseline_loader(folder, w, args.batch_size, args.image_size, args.images)
     rate = lambda batches: time_batches(batches, args.images, args.warmup_batches).per_sec
-    top = max(workers_list)
-    result = {"cold": {}, "sweep": []}
+    result = {"cold": {}, "sweep": [], "rounds": args.rounds}
     evict_from_page_cache(shards)
-    with streaming(ours_of(top)) as batches:
+    with streaming(ours_of(max(workers_list))) as batches:
         result["cold"]["ours"] = rate(batches)
     evict_from_page_cache(baseline_files)
-    result["cold"]["baseline"] = rate(base_of(top))
-    for w in workers_list:
-        row = {"workers": w}
-        ours = ours_of(w)
-        with streaming(ours) as batches:
-            row["ours"], row["ours_memory_mb"] = rate(batches), ours.memory_mb()
-        library, passes = library_passes(root, w, args.batch_size, args.image_size)
-        with library, contextlib.closing(passes):
-            row["library"] = rate(passes)
-        row["normalise_ms_per_image"] = normalise_ms_per_image(args.batch_size, args.image_size)
-        # right after ours, as the machine is now: these shared VMs change speed from minute to minute
-        row["ceiling_decoder"], row["ceiling_per_core"] = decode_ceiling(jpegs, threads=w)
-        for name, loader in (("pil", pil_batches(manifest, root, w, args.batch_size, args.image_size)),
-                             ("baseline", base_of(w))):
-            batches = iter(loader)
-            row[name] = rate(batches)
-            row[f"{name}_worker_rss_mb"] = max(worker_rss_mb(), default=0.0)
-            del batches  # its workers stop
-        if dali_available() and not args.no_dali:
-            with tempfile.TemporaryDirectory() as index_dir:
-                dali = dali_loader(*peers, Path(index_dir), w, args.batch_size, args.image_size)
-                row["dali"] = rate(dali_batches(dali))
-        result["sweep"].append(row)
-        log.info("data, %d workers: ours %.0f img/s (ImageNetLoader %.0f), PIL path %.0f, baseline %.0f%s", w,
-                 row["ours"], row["library"], row["pil"], row["baseline"],
-                 f", DALI {row['dali']:.0f}" if "dali" in row else "")
+    result["cold"]["baseline"] = rate(base_of(max(workers_list)))
+    for round_ in range(args.rounds):
+        for w in workers_list:
+            row = {"workers": w, "round": round_}
+            # ours between the two measurements it is divided by or divides: these shared VMs change speed
+            # from minute to minute
+            library, passes = library_passes(root, w, args.batch_size, args.image_size)
+            with library, contextlib.closing(passes):
+                row["library"] = rate(passes)
+            ours = ours_of(w)
+            with streaming(ours) as batches:
+                row["ours"], row["ours_memory_mb"] = rate(batches), ours.memory_mb()
+            row["ceiling_decoder"], row["ceiling_per_core"] = decode_ceiling(jpegs, threads=w)
+            row["normalise_ms_per_image"] = normalise_ms_per_image(args.batch_size, args.image_size)
+            if peers[1].resolve() != root.resolve():
+                with streaming(ours_of(w, peers)) as batches:
+                    row["ours_on_peers"] = rate(batches)
+            for name, loader in (("pil", pil_batches(manifest, root, w, args.batch_size, args.image_size)),
+                                 ("baseline", base_of(w))):
+                batches = iter(loader)
+                row[name] = rate(batches)
+                row[f"{name}_worker_rss_mb"] = max(worker_rss_mb(), default=0.0)
+                del batches  # its workers stop
+            if dali_available() and not args.no_dali:
+                with tempfile.TemporaryDirectory() as index_dir:
+                    dali = dali_loader(*peers, Path(index_dir), w, args.batch_size, args.image_size)
+                    row["dali"] = rate(dali_batches(dali))
+            result["sweep"].append(row)
+            log.info("data, round %d, %d workers: ours %.0f img/s (ImageNetLoader %.0f%s), PIL path %.0f, baseline "
+                     "%.0f%s", round_ + 1, w, row["ours"], row["library"],
+                     f", ours on the peers' shards {row['ours_on_peers']:.0f}" if "ours_on_peers" in row else "",
+                     row["pil"], row["baseline"], f", DALI {row['dali']:.0f}" if "dali" in row else "")
     return result
 
 

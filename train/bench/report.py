@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -13,23 +14,71 @@ def summarise(data: dict | None, stats: dict, extra: dict) -> dict:
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpu": cpu_model(),
               "cpus": available_cpus(), "pil": pil_build()[0], "image_stats": stats, **extra}
     if data:
-        top = data["sweep"][-1]
-        w = top["workers"]
-        record |= {"workers": w, "images_per_sec": top["ours"], "library_images_per_sec": top["library"],
-                   "normalise_ms_per_image": top["normalise_ms_per_image"], "pil_images_per_sec": top["pil"],
-                   "baseline_images_per_sec": top["baseline"], "speedup_vs_baseline": top["ours"] / top["baseline"],
-                   "speedup_vs_pil": top["ours"] / top["pil"], "cold_images_per_sec": data["cold"]["ours"],
+        rows = rows_by_workers(data["sweep"])
+        w = max(rows)
+        top = median_row(rows[w])
+        ratios = ratios_of(rows[w])
+        record |= {"workers": w, "rounds": len(rows[w]), "images_per_sec": top["ours"],
+                   "library_images_per_sec": top["library"], "normalise_ms_per_image": top["normalise_ms_per_image"],
+                   "pil_images_per_sec": top["pil"], "baseline_images_per_sec": top["baseline"],
+                   "speedup_vs_baseline": ratios["ours_vs_baseline"]["median"],
+                   "speedup_vs_pil": ratios["ours_vs_pil"]["median"], "cold_images_per_sec": data["cold"]["ours"],
                    "baseline_cold_images_per_sec": data["cold"]["baseline"], "memory_mb": top["ours_memory_mb"],
                    "pil_worker_rss_mb": top["pil_worker_rss_mb"], "baseline_worker_rss_mb": top["baseline_worker_rss_mb"],
                    "decoder": top["ceiling_decoder"], "decode_ceiling_per_core": top["ceiling_per_core"],
                    "decode_ceiling_images_per_sec": top["ceiling_per_core"] * w,
-                   "ratio_to_ceiling": top["ours"] / w / top["ceiling_per_core"],
-                   "per_core_ratio_to_ceiling": {r["workers"]: r["ours"] / r["workers"] / r["ceiling_per_core"]
-                                                 for r in data["sweep"]},
+                   "ratio_to_ceiling": ratios["per_core_vs_fastest_decode"]["median"],
+                   "per_core_ratio_to_ceiling": {n: ratios_of(r)["per_core_vs_fastest_decode"]["median"]
+                                                 for n, r in sorted(rows.items())},
+                   "ratios": ratios, "ratios_by_workers": {n: ratios_of(r) for n, r in sorted(rows.items())},
                    "sweep": data["sweep"]}
         if "dali" in top:
-            record |= {"dali_images_per_sec": top["dali"], "ratio_to_dali": top["ours"] / top["dali"]}
+            record |= {"dali_images_per_sec": top["dali"], "ratio_to_dali": ratios["ours_vs_dali"]["median"]}
+        if "ours_on_peers" in top:
+            record["ours_on_peers_images_per_sec"] = top["ours_on_peers"]
     return record
+
+
+# Each ratio of the summary: (name, numerator, denominator) of a round's row at one worker count.
+RATIOS = (("ours_vs_baseline", "ours", "baseline"), ("ours_vs_dali", "ours", "dali"), ("ours_vs_pil", "ours", "pil"),
+          ("per_core_vs_fastest_decode", "ours", "ceiling"), ("ours_vs_ours_on_peers", "ours", "ours_on_peers"),
+          ("library_vs_ours", "library", "ours"))
+
+
+def rows_by_workers(sweep: list[dict]) -> dict[int, list[dict]]:
+    """The data mode's rows (one per round and worker count), grouped by worker count."""
+    rows: dict[int, list[dict]] = {}
+    for row in sweep:
+        rows.setdefault(row["workers"], []).append(row)
+    return rows
+
+
+def median_row(rows: list[dict]) -> dict:
+    """The rounds' rows at one worker count as one: each number the median of the rounds that have it."""
+    keys = dict.fromkeys(key for row in rows for key in row)
+    merged = {}
+    for key in keys:
+        values = [row[key] for row in rows if key in row]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        merged[key] = statistics.median(values) if numeric else values[0]
+    return merged
+
+
+def round_value(row: dict, key: str) -> float:
+    """A row's images/s of `key`; "ceiling" is the fastest full decode in as many threads as ours."""
+    return row["ceiling_per_core"] * row["workers"] if key == "ceiling" else row[key]
+
+
+def ratios_of(rows: list[dict]) -> dict[str, dict]:
+    """Each ratio the rows (the rounds at one worker count) can give: its value in each round, each
+    taken within one round so that it sees one speed of the machine, and their median."""
+    ratios = {}
+    for name, numerator, denominator in RATIOS:
+        rounds = [round_value(r, numerator) / round_value(r, denominator) for r in rows
+                  if numerator in r and (denominator in r or denominator == "ceiling")]
+        if rounds:
+            ratios[name] = {"median": statistics.median(rounds), "rounds": rounds}
+    return ratios
 
 
 def cpu_model() -> str:
@@ -65,6 +114,8 @@ def table(record: dict) -> str:
                   f"memory: ours {record['memory_mb']:.0f} MB (batch buffers and sample table, no worker processes); "
                   f"worker RSS: PIL path {record['pil_worker_rss_mb']:.0f} MB, baseline "
                   f"{record['baseline_worker_rss_mb']:.0f} MB each"]
+    if "ratios" in record:
+        lines += ratio_summary(record)
     labels = {"model_images_per_sec": f"model ({record['arch']})", "feed_images_per_sec": f"feed (--decode {record['decode']})",
               "full_images_per_sec": f"full ({record['arch']}, --decode {record['decode']})"}
     for key, label in labels.items():
@@ -73,6 +124,38 @@ def table(record: dict) -> str:
     if "full_images_per_sec" in record and "model_images_per_sec" in record:
         lines.append(f"full / model = {record['full_images_per_sec'] / record['model_images_per_sec']:.2f}")
     return "\n".join(lines)
+
+
+def ratio_summary(record: dict) -> list[str]:
+    """The loader's figures of BENCHMARKS.md's table in one block: each ratio's median over the
+    interleaved rounds, then each round's, at the largest worker count (per core: at each)."""
+    ratios, w = record["ratios"], record["workers"]
+
+    def line(label: str, entry: dict) -> str:
+        return f"  {label:66s}{entry['median']:6.2f}x  [{' '.join(f'{v:.2f}' for v in entry['rounds'])}]"
+
+    lines = [f"ratios at {w} threads, medians of {record['rounds']} interleaved rounds [each round's]; "
+             f"{record['cpu']}, {record['cpus']} CPUs:",
+             line("ours / the ImageFolder baseline", ratios["ours_vs_baseline"])]
+    if "ours_vs_dali" in ratios:
+        lines.append(line("ours / DALI's CPU pipeline", ratios["ours_vs_dali"]))
+    for n, by_count in record["ratios_by_workers"].items():
+        n = int(n)  # a key of JSON's, read back, is a string
+        lines.append(line(f"ours per core / the fastest full decode's ({record['decoder']}), {n} thread{'s' * (n > 1)}",
+                          by_count["per_core_vs_fastest_decode"]))
+    if "ours_vs_ours_on_peers" in ratios:
+        lines.append(line(f"ours, {shards_kind(record, 'data')} / {shards_kind(record, 'baseline')} shards",
+                          ratios["ours_vs_ours_on_peers"]))
+    lines.append(line("ImageNetLoader (CPU device, normalised) / ours (the Loader)", ratios["library_vs_ours"]))
+    return lines
+
+
+def shards_kind(record: dict, which: str) -> str:
+    """"seekable" or "plain" (prepare's --restart-mcus 0) for --data or --baseline-data, else the option."""
+    restarts = record.get(f"{which}_restart_mcus")
+    if restarts is None:
+        return f"--{which.replace('baseline', 'baseline-data')}"
+    return "seekable" if restarts else "plain"
 
 
 def figure(record: dict):
@@ -84,7 +167,7 @@ def figure(record: dict):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    sweep = record["sweep"]
+    sweep = [median_row(rows) for _, rows in sorted(rows_by_workers(record["sweep"]).items())]
     workers = [r["workers"] for r in sweep]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(workers, [r["ours"] for r in sweep], "o-", label="ours (threads)")

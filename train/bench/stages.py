@@ -1,10 +1,15 @@
-"""Host and device time of each stage of the GPU data path, one batch of 256 train images.
+"""Where a data path's time goes, stage by stage.
 
-    python -m train.bench.stages DATA      # DATA: shards made by python -m prepare
+    python -m train.bench.stages DATA                  # DATA: shards made by python -m prepare
+    python -m train.bench.stages DATA --plain PLAIN    # the CPU path, seekable and plain shards side by side
 
-Host time is the call's own time; wall time is to the end of the device's work (synchronised).
+With CUDA (unless --cpu): host and device time of each stage of the GPU data path, one batch of 256
+train images; host time is the call's own time, wall time is to the end of the device's work
+(synchronised). Without CUDA, or with --cpu: one training crop on the CPU path, per image on one
+core (train.bench.cpu_stages).
 """
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -46,7 +51,7 @@ def report(name: str, call, repeats: int = 10) -> None:
     print(f"{name:36s} host {1000 * host / repeats:7.2f} ms  wall {1000 * wall:7.2f} ms  {BATCH / wall:8.0f} img/s")
 
 
-def main(root: Path) -> None:
+def gpu_stages(root: Path) -> None:
     from torchvision.io import ImageReadMode, decode_jpeg
 
     device = torch.device("cuda")
@@ -72,5 +77,24 @@ def main(root: Path) -> None:
     report("to_device, uint8 batch, pinned", lambda: to_device(pinned, device))
 
 
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m train.bench.stages", description=__doc__.split("\n\n")[0])
+    p.add_argument("data", type=Path, help="a dataset prepared by python -m prepare (seekable: its default)")
+    p.add_argument("--cpu", action="store_true", help="the CPU path's profile even where CUDA is")
+    p.add_argument("--plain", type=Path, help="CPU: the same source prepared with the same seed and --restart-mcus 0")
+    p.add_argument("--images", type=int, default=2000, help="CPU: the first N training images")
+    p.add_argument("--rounds", type=int, default=5, help="CPU: interleaved rounds (medians)")
+    p.add_argument("--perf", action="store_true",
+                   help="CPU: split the decode of the rows into Huffman, IDCT, upsampling and colour conversion by "
+                        "perf's samples (needs perf, and a libjpeg with its symbols first on LD_LIBRARY_PATH)")
+    args = p.parse_args(argv)
+    if args.cpu or not torch.cuda.is_available():
+        from train.bench.cpu_stages import profile
+
+        return profile(args.data, args.plain, args.images, args.rounds, args.perf)
+    gpu_stages(args.data)
+    return 0
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    sys.exit(main())

@@ -50,8 +50,9 @@
 #define MAX_SIZE 8192                     /* the largest output side */
 #define ROW_GROUP 4                       /* decoded rows resized at once (the resize kernels do four rows) */
 /* Our own scratch: a few rows of the crop, a window of resized rows, the filters' weights (under
- * 9 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE with bicubic's
- * filter, the widest; under 5 MiB with bilinear's). */
+ * 10 MiB at JPEG's widest and tallest image and any output size up to MAX_SIZE with bicubic's
+ * filter, the widest; under 6 MiB with bilinear's; the AVX-512 pass's copy of the weights, 32 bytes
+ * an output pixel, included). */
 #define OWN_SCRATCH ((size_t)16 << 20)
 /* Seeking (seekable shards): a window's small JPEG is built only where it is at most this many
  * bytes a pixel of it (photos need well under 1) and SEEK_HEADER bytes for its header (the
@@ -137,6 +138,23 @@ static void cmyk_to_rgbx(uint8_t *row, JDIMENSION width) {
 
 /* ------------------------------------------------------------------ one image's crop */
 
+/* Where a crop's work may stop, for the stage-by-stage profile (train.bench.stages): each stage
+ * does the work of those before it, so that a stage's cost is its time less the one before's.
+ * ENTROPY_ONLY is the floor beside them: the Huffman decode alone of the iMCU rows the crop reads
+ * (those of the seek's small JPEG, or of the whole image from its top), no IDCT. The slot holds
+ * garbage where a stage stops before the resize's vertical pass. */
+typedef enum {
+    HEADER_ONLY,  /* jpeg_read_header and its checks */
+    FILTERS_ONLY, /* + the resize's filter weights (crop_filters) */
+    SEEK_ONLY,    /* + the seek: the scan's walk, the small JPEG built, its header read */
+    ENTROPY_ONLY, /* + the Huffman decode alone of the rows the crop reads (the floor) */
+    PIXELS_ONLY,  /* + those rows decoded to RGBX: Huffman, IDCT, upsampling, colour conversion */
+    ROWS_ONLY,    /* + the resize's horizontal pass (the flip folded in) */
+    ALL_STAGES,   /* the whole crop, as decode_crops does unless told otherwise */
+    STAGES
+} stage;
+#define STAGE_NAMES {"header", "filters", "seek", "entropy", "pixels", "rows", "all", NULL}
+
 typedef struct {
     const uint8_t *data;
     size_t length;
@@ -148,7 +166,14 @@ typedef struct {
     int dct_scaling; /* may decode at 1/2-1/8 scale in the DCT (validation's exact grid: not) */
     filter_kind filter; /* the resize's */
     int fast_dct;       /* libjpeg's fast integer IDCT (TurboJPEG's TJFLAG_FASTDCT: FFCV's), not the accurate one */
+    stage stop;         /* the profile's: where this image's work ends (ALL_STAGES: the whole crop) */
 } job;
+
+/* Whether a crop profiled to stop at j->stop goes on past `done` (never asked of ENTROPY_ONLY, a
+ * branch of its own). */
+static int go_on(const job *j, stage done) {
+    return j->stop > done;
+}
 
 /* Buffers grown as needed and kept from one image to the next of a call; every byte read from them
  * was written for the current image first. */
@@ -260,7 +285,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
        that moving the live rows to its start happens once per many rows. */
     size_t window_rows = 2 * ((size_t)fy->taps + ROW_GROUP);
     /* one uncropped row of slack: some libjpeg-turbo 2.x upsamplers wrote past a cropped row */
-    if (grow_buffer((void **)&s->rows, &s->capacity_rows, stride * ROW_GROUP + (size_t)full_width * 4) ||
+    if (grow_buffer((void **)&s->rows, &s->capacity_rows, stride * ROW_GROUP + (size_t)full_width * 4 + ROWS_OVERREAD) ||
         grow_buffer((void **)&s->window, &s->capacity_window, window_stride * window_rows))
         return OUT_OF_MEMORY;
     int next = y0 > 0 ? y0 - 1 : 0; /* the next row libjpeg gives */
@@ -280,12 +305,35 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
                 return CORRUPT;
             for (int r = 0; cmyk && r < want; r++)
                 cmyk_to_rgbx(s->rows + stride * r, c->output_width);
-            rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx, size,
-                     (int)xoff, j->flip);
+            if (go_on(j, PIXELS_ONLY))
+                rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx, size,
+                         (int)xoff, j->flip);
             filled += want, next += want;
         }
-        rs->column(s->window + (size_t)(lo - base) * window_stride, window_stride, fy->k + (size_t)y * fy->taps,
-                   fy->count[y], j->out + (size_t)y * size * 3, size * 3);
+        if (go_on(j, ROWS_ONLY))
+            rs->column(s->window + (size_t)(lo - base) * window_stride, window_stride, fy->k + (size_t)y * fy->taps,
+                       fy->count[y], j->out + (size_t)y * size * 3, size * 3);
+    }
+    return OK;
+}
+
+/* The profile's floor (ENTROPY_ONLY): the Huffman decode alone of the iMCU rows from the top of
+ * what is decoded (the small JPEG's, or the whole image's) down to the last row the filters read,
+ * into libjpeg's coefficient buffer, as jpeg_read_coefficients does (buffered-image mode:
+ * jpeg_consume_input decodes an iMCU row a call), with no IDCT, upsampling or colour conversion. */
+static int entropy_rows(struct jpeg_decompress_struct *c, const job *j, const scratch *s, int shrink, int origin_y) {
+    c->scale_num = 1;
+    c->scale_denom = (unsigned int)shrink;
+    c->buffered_image = TRUE;
+    jpeg_start_decompress(c);
+    int last = j->size - 1;
+    long rows = (long)s->fy.first[last] + s->fy.count[last] - origin_y + 1; /* decode_region's y1 and margin */
+    long per_imcu = (long)c->max_v_samp_factor * c->min_DCT_scaled_size;
+    JDIMENSION need = (JDIMENSION)((rows + per_imcu - 1) / per_imcu);
+    while (c->input_iMCU_row < need) {
+        int got = jpeg_consume_input(c);
+        if (got == JPEG_SUSPENDED || got == JPEG_REACHED_EOI)
+            break;
     }
     return OK;
 }
@@ -364,12 +412,14 @@ static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resamp
         create_decompressor(&d, j->data, j->length, max_pixels);
         jpeg_read_header(&d.c, TRUE);
         status = header_check(&d.c, max_pixels, &cmyk);
-        int shrink = status == OK ? crop_filters(&d.c, j, s) : 0, origin_x = 0, origin_y = 0;
+        int more = status == OK && go_on(j, HEADER_ONLY);
+        int shrink = more ? crop_filters(&d.c, j, s) : 0, origin_x = 0, origin_y = 0;
         size_t length;
         frame_facts expect;
-        if (status == OK && shrink == 0)
+        if (more && shrink == 0)
             status = OUT_OF_MEMORY;
-        if (status == OK && seek_window(&d.c, j, s, shrink, &length, &origin_x, &origin_y, &expect)) {
+        if (status == OK && go_on(j, FILTERS_ONLY) &&
+            seek_window(&d.c, j, s, shrink, &length, &origin_x, &origin_y, &expect)) {
             destroy_decompressor(&d); /* and decode the small JPEG instead */
             create_decompressor(&d, s->seek.bytes, length, max_pixels);
             jpeg_read_header(&d.c, TRUE);
@@ -382,8 +432,9 @@ static int decode_one(const job *j, scratch *s, int64_t max_pixels, const resamp
                 *seeked = 0, origin_x = 0, origin_y = 0;
             }
         }
-        if (status == OK)
-            status = decode_region(&d.c, j, s, rs, shrink, origin_x, origin_y, cmyk);
+        if (status == OK && go_on(j, SEEK_ONLY))
+            status = j->stop == ENTROPY_ONLY ? entropy_rows(&d.c, j, s, shrink, origin_y)
+                                             : decode_region(&d.c, j, s, rs, shrink, origin_x, origin_y, cmyk);
     }
     destroy_decompressor(&d);
     return status;
@@ -513,21 +564,35 @@ static int find_filter(const char *name) {
     return -1;
 }
 
+static const char *const stage_names[] = STAGE_NAMES;
+
+/* The stage named `name` (NULL: all of them), or -1 with ValueError set. */
+static int find_stage(const char *name) {
+    if (name == NULL)
+        return ALL_STAGES;
+    for (int k = 0; k < STAGES; k++)
+        if (strcmp(name, stage_names[k]) == 0)
+            return k;
+    PyErr_Format(PyExc_ValueError, "stop_after must be one of PROFILE_STAGES, not '%s'", name);
+    return -1;
+}
+
 static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
                                "max_pixels", "simd", "seek", "seeked", "dct_scaling", "interpolation", "fast_dct",
-                               NULL};
+                               "stop_after", NULL};
     PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *seeked_o = Py_None;
     PyObject *result = NULL;
     Py_ssize_t first;
     long long max_pixels;
-    const char *simd = NULL, *interpolation = NULL;
-    int seek = 1, dct_scaling = 1, fast_dct = 0, filter;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzp", keywords, &buffers, &which, &offsets,
+    const char *simd = NULL, *interpolation = NULL, *stop_after = NULL;
+    int seek = 1, dct_scaling = 1, fast_dct = 0, filter, stop;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzpz", keywords, &buffers, &which, &offsets,
                                      &lengths, &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
-                                     &seeked_o, &dct_scaling, &interpolation, &fast_dct) ||
-        check_max_pixels(max_pixels) < 0 || (filter = find_filter(interpolation)) < 0)
+                                     &seeked_o, &dct_scaling, &interpolation, &fast_dct, &stop_after) ||
+        check_max_pixels(max_pixels) < 0 || (filter = find_filter(interpolation)) < 0 ||
+        (stop = find_stage(stop_after)) < 0)
         return NULL;
     const resampler *rs = find_resampler(simd);
     if (!rs) {
@@ -563,7 +628,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
             for (Py_ssize_t i = 0; i < im.n; i++) {
                 job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
                          .out = slot0 + (size_t)i * slot, .seek = seek, .dct_scaling = dct_scaling,
-                         .filter = (filter_kind)filter, .fast_dct = fast_dct};
+                         .filter = (filter_kind)filter, .fast_dct = fast_dct, .stop = (stage)stop};
                 memcpy(j.box, b + 4 * i, sizeof(j.box));
                 int seeked_here;
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
@@ -638,17 +703,19 @@ static PyMethodDef methods[] = {
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
      "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None, "
-     "seek=True, seeked=None, dct_scaling=True, interpolation=None, fast_dct=False): "
+     "seek=True, seeked=None, dct_scaling=True, interpolation=None, fast_dct=False, stop_after=None): "
      "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
      "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
-     "per image; a slot whose image fails is zeroed. simd: 'AVX2', 'SSE2', 'C' or None (the fastest here). "
+     "per image; a slot whose image fails is zeroed. simd: 'AVX512', 'AVX2', 'SSE2', 'C' or None (the fastest here). "
      "seek: a JPEG with restart markers may decode only the intervals its crop covers, where that pays; "
      "seeked (bool or uint8 n), if given, says which did. dct_scaling: a crop at least twice the output may "
      "decode at 1/2 to 1/8 scale in the DCT (False: at full scale, the exact resize of the whole image's grid). "
      "interpolation: the resize's filter, 'bilinear' (None) or 'bicubic' (PIL's antialiased filters, whose "
      "taps reach past the box into the image) or 'area' (OpenCV's INTER_AREA: the mean over each output "
      "pixel's cell of the box). fast_dct: libjpeg's fast integer IDCT (TurboJPEG's TJFLAG_FASTDCT), not the "
-     "accurate one. GIL released."},
+     "accurate one. stop_after (the profile's, train.bench.stages): a name of PROFILE_STAGES, where each "
+     "image's work stops ('entropy': the Huffman decode alone of the rows the crop reads); the slots then hold "
+     "garbage. GIL released."},
     {"gather", (PyCFunction)(void (*)(void))py_gather, METH_VARARGS | METH_KEYWORDS,
      "gather(buffers, which, offsets, lengths, out, at=0): the images' bytes end to end into out (uint8) "
      "from byte `at` (the JPEGs of a --decode gpu batch). GIL released."},
@@ -659,9 +726,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-static PyObject *simd_names(void) {
+/* A list of the strings of a NULL-terminated array. */
+static PyObject *string_list(const char *const *strings) {
     PyObject *names = PyList_New(0);
-    for (const char *const *name = resampler_names(); names && *name; name++) {
+    for (const char *const *name = strings; names && *name; name++) {
         PyObject *text = PyUnicode_FromString(*name);
         if (!text || PyList_Append(names, text) < 0) {
             Py_XDECREF(text);
@@ -680,8 +748,9 @@ PyMODINIT_FUNC PyInit__jpegcrop(void) {
     char version[32];
     snprintf(version, sizeof(version), "%d.%d.%d", LIBJPEG_TURBO_VERSION_NUMBER / 1000000,
              LIBJPEG_TURBO_VERSION_NUMBER / 1000 % 1000, LIBJPEG_TURBO_VERSION_NUMBER % 1000);
-    PyObject *names = simd_names();
-    int added = names && PyModule_AddObjectRef(m, "SIMD", names) == 0 &&
+    PyObject *names = string_list(resampler_names()), *stage_list = string_list(stage_names);
+    int added = names && stage_list && PyModule_AddObjectRef(m, "SIMD", names) == 0 &&
+                PyModule_AddObjectRef(m, "PROFILE_STAGES", stage_list) == 0 &&
                 PyModule_AddStringConstant(m, "LIBJPEG_TURBO_VERSION", version) == 0;
     for (const named_status *s = status_names(); added && s->name; s++)
         added = PyModule_AddIntConstant(m, s->name, s->value) == 0;
@@ -689,9 +758,11 @@ PyMODINIT_FUNC PyInit__jpegcrop(void) {
         PyModule_AddIntConstant(m, "MAX_SIZE", MAX_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "PIXELS_CEILING", (long)PIXELS_CEILING) < 0) {
         Py_XDECREF(names);
+        Py_XDECREF(stage_list);
         Py_DECREF(m);
         return NULL;
     }
     Py_DECREF(names);
+    Py_DECREF(stage_list);
     return m;
 }

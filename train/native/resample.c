@@ -1,7 +1,9 @@
-/* The resize of the crop-region decoder: see resample.h. Three implementations of the same fixed-
- * point arithmetic give the same bytes: plain C (any CPU), SSE2 (every x86-64 CPU) and AVX2 (most
- * x86-64 CPUs since 2013). Each call picks one (find_resampler); nothing here is process-wide
- * state, so threads decoding at once may use different ones. */
+/* The resize of the crop-region decoder: see resample.h. Four implementations of the same fixed-
+ * point arithmetic give the same bytes (the same integer sums): plain C (any CPU), SSE2 (every
+ * x86-64 CPU), AVX2 (most x86-64 CPUs since 2013) and AVX-512 (F, BW and VL: Intel since Skylake-SP,
+ * AMD since Zen 4), the fastest this CPU runs found at run time. Each call picks one
+ * (find_resampler); nothing here is process-wide state, so threads decoding at once may use
+ * different ones. */
 #include "resample.h"
 
 #include <math.h>
@@ -95,6 +97,24 @@ static double reach_of(filter_kind kind, double scale, double fscale) {
     return (kind == FILTER_BICUBIC ? 2.0 : 1.0) * fscale;
 }
 
+/* Weights j and j + 1 as one int32 (k[j] in the low half), for pmaddwd; j + 1 = n: weight 0. */
+static inline int32_t weight_pair(const int16_t *k, int j, int n) {
+    uint32_t high = j + 1 < n ? (uint32_t)(uint16_t)k[j + 1] << 16 : 0;
+    return (int32_t)((uint32_t)(uint16_t)k[j] | high);
+}
+
+/* Output i's taps 0-3 as QUAD_INTS int32, where no output has more than 4 (f->most): pairs 0-1 four
+ * times, then 2-3 four times (0 past the count), as the AVX-512 pass lays its pixels out. */
+static void make_quads(filter *f, int out) {
+    for (int i = 0; i < out; i++) {
+        const int16_t *k = f->k + (size_t)i * f->taps;
+        int n = f->count[i];
+        int32_t low = weight_pair(k, 0, n), high = n > 2 ? weight_pair(k, 2, n) : 0;
+        for (int q = 0; q < 4; q++)
+            f->quads[(size_t)i * QUAD_INTS + q] = low, f->quads[(size_t)i * QUAD_INTS + 4 + q] = high;
+    }
+}
+
 int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, int out) {
     double scale = (hi - lo) / out;
     line_filter l = {.kind = kind, .lo = lo, .scale = scale, .fscale = scale < 1.0 ? 1.0 : scale, .length = length};
@@ -103,11 +123,12 @@ int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, i
     if (grow_buffer((void **)&f->first, &f->capacity_first, sizeof(int) * (size_t)out) ||
         grow_buffer((void **)&f->count, &f->capacity_count, sizeof(int) * (size_t)out) ||
         grow_buffer((void **)&f->k, &f->capacity_k, sizeof(int16_t) * (size_t)out * (size_t)taps) ||
-        grow_buffer((void **)&f->w, &f->capacity_w, sizeof(double) * (size_t)taps))
+        grow_buffer((void **)&f->w, &f->capacity_w, sizeof(double) * (size_t)taps) ||
+        grow_buffer((void **)&f->quads, &f->capacity_quads, sizeof(int32_t) * QUAD_INTS * (size_t)out))
         return -1;
     double *w = f->w;
     memset(f->k, 0, sizeof(int16_t) * (size_t)out * (size_t)taps);
-    f->taps = taps;
+    f->taps = taps, f->most = 0;
     for (int i = 0; i < out; i++) {
         int xmin, n = kind == FILTER_AREA ? area_taps(&l, i, w, taps, &xmin) : kernel_taps(&l, i, w, taps, &xmin);
         double sum = 0.0;
@@ -121,7 +142,10 @@ int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, i
             f->k[(size_t)i * taps + j] = fixed_point(w[j] / sum);
         f->first[i] = xmin;
         f->count[i] = n;
+        f->most = n > f->most ? n : f->most;
     }
+    if (f->most <= 4)
+        make_quads(f, out);
     return 0;
 }
 
@@ -130,18 +154,13 @@ void free_filter(filter *f) {
     free(f->count);
     free(f->k);
     free(f->w);
+    free(f->quads);
     memset(f, 0, sizeof(*f));
 }
 
 static inline uint8_t clip8(int32_t v) {
     v >>= PRECISION;
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
-}
-
-/* Weights j and j + 1 as one int32 (k[j] in the low half), for pmaddwd; j + 1 = n: weight 0. */
-static inline int32_t weight_pair(const int16_t *k, int j, int n) {
-    uint32_t high = j + 1 < n ? (uint32_t)(uint16_t)k[j + 1] << 16 : 0;
-    return (int32_t)((uint32_t)(uint16_t)k[j] | high);
 }
 
 /* Each pixel is stored with one 4-byte store that overlaps the next pixel's first byte, so pixels
@@ -311,33 +330,38 @@ AVX2 static inline void store_x2(uint8_t *a, uint8_t *b, __m256i acc) {
     store_rgb(b, _mm_cvtsi128_si32(_mm256_extracti128_si256(acc, 1)));
 }
 
-/* Four rows at a time, two in each register's two lanes; the rest by the SSE2 code. */
+/* Output positions [from, out) of four rows, two rows in each register's two lanes. */
+AVX2 static void four_rows_avx2(const uint8_t *s0, size_t stride, uint8_t *d0, size_t dst_stride, const filter *f,
+                                int out, int origin, int flip, int from) {
+    const uint8_t *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
+    uint8_t *d1 = d0 + dst_stride, *d2 = d1 + dst_stride, *d3 = d2 + dst_stride;
+    for (int o = from; o < out; o++) { /* output positions left to right: see store_rgb */
+        int i = flip ? out - 1 - o : o;
+        const int16_t *k = f->k + (size_t)i * f->taps;
+        size_t at = (size_t)(f->first[i] - origin) * 4;
+        int n = f->count[i], j = 0;
+        __m256i a01 = _mm256_set1_epi32(1 << (PRECISION - 1)), a23 = a01;
+        for (; j + 1 < n; j += 2, at += 8) {
+            __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
+            a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(two_pixels_x2(s0 + at, s1 + at), kk));
+            a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(two_pixels_x2(s2 + at, s3 + at), kk));
+        }
+        if (j < n) {
+            __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
+            a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(one_pixel_x2(s0 + at, s1 + at), kk));
+            a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(one_pixel_x2(s2 + at, s3 + at), kk));
+        }
+        store_x2(d0 + 3 * (size_t)o, d1 + 3 * (size_t)o, a01);
+        store_x2(d2 + 3 * (size_t)o, d3 + 3 * (size_t)o, a23);
+    }
+}
+
+/* Four rows at a time; the rest by the SSE2 code. */
 AVX2 static void rows_avx2(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride,
                            const filter *f, int out, int origin, int flip) {
     int r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const uint8_t *s0 = src + stride * r, *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
-        uint8_t *d0 = dst + dst_stride * r, *d1 = d0 + dst_stride, *d2 = d1 + dst_stride, *d3 = d2 + dst_stride;
-        for (int o = 0; o < out; o++) { /* output positions left to right: see store_rgb */
-            int i = flip ? out - 1 - o : o;
-            const int16_t *k = f->k + (size_t)i * f->taps;
-            size_t at = (size_t)(f->first[i] - origin) * 4;
-            int n = f->count[i], j = 0;
-            __m256i a01 = _mm256_set1_epi32(1 << (PRECISION - 1)), a23 = a01;
-            for (; j + 1 < n; j += 2, at += 8) {
-                __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
-                a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(two_pixels_x2(s0 + at, s1 + at), kk));
-                a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(two_pixels_x2(s2 + at, s3 + at), kk));
-            }
-            if (j < n) {
-                __m256i kk = _mm256_set1_epi32(weight_pair(k, j, n));
-                a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(one_pixel_x2(s0 + at, s1 + at), kk));
-                a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(one_pixel_x2(s2 + at, s3 + at), kk));
-            }
-            store_x2(d0 + 3 * (size_t)o, d1 + 3 * (size_t)o, a01);
-            store_x2(d2 + 3 * (size_t)o, d3 + 3 * (size_t)o, a23);
-        }
-    }
+    for (; r + 4 <= rows; r += 4)
+        four_rows_avx2(src + stride * r, stride, dst + dst_stride * r, dst_stride, f, out, origin, flip, 0);
     if (r < rows)
         rows_sse2(src + stride * r, stride, rows - r, dst + dst_stride * r, dst_stride, f, out, origin, flip);
 }
@@ -359,19 +383,123 @@ static void column_avx2(const uint8_t *rows, size_t stride, const int16_t *k, in
 
 static const resampler avx2 = {"AVX2", rows_avx2, column_avx2};
 
+/* ------------------------------------------------------------------ AVX-512: four output pixels a register */
+
+#define AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl")))
+
+/* Two output pixels' four taps of one row as int16 paired for pmaddwd, the first's in lanes 0-1
+ * (r0 r1 g0 g1 b0 b1 x0 x1, then the same of pixels 2 and 3), the second's in lanes 2-3: 16 bytes
+ * from each of a and b, read up to 3 pixels past a last tap (weighted 0: ROWS_OVERREAD). */
+AVX512 static inline __m512i two_outputs(const uint8_t *a, const uint8_t *b, __m512i order) {
+    __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                            _mm_loadu_si128((const __m128i *)b), 1);
+    return _mm512_shuffle_epi8(_mm512_cvtepu8_epi16(bytes), order);
+}
+
+/* Four output pixels' sums of one row (the taps of a, b, c, d at offsets in `at`), as RGB bytes at
+ * dst: 12 bytes, or 16 (the last 4 for the next group to overwrite) where `wide`. */
+AVX512 static inline void four_outputs(const uint8_t *row, const size_t at[4], __m512i wab, __m512i wcd,
+                                       __m512i order, uint8_t *dst, int wide) {
+    __m512i ab = _mm512_madd_epi16(two_outputs(row + at[0], row + at[1], order), wab);
+    __m512i cd = _mm512_madd_epi16(two_outputs(row + at[2], row + at[3], order), wcd);
+    /* lanes a01 a23 b01 b23 and c01 c23 d01 d23 -> a b c d, each the sum of its taps */
+    __m512i sum = _mm512_add_epi32(_mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    sum = _mm512_srai_epi32(_mm512_add_epi32(sum, _mm512_set1_epi32(1 << (PRECISION - 1))), PRECISION);
+    __m128i rgbx = _mm512_cvtusepi32_epi8(_mm512_max_epi32(sum, _mm512_setzero_si512())); /* clip8's 0-255 */
+    __m128i rgb = _mm_shuffle_epi8(rgbx, _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+    if (wide)
+        _mm_storeu_si128((__m128i *)dst, rgb);
+    else
+        _mm_mask_storeu_epi8(dst, 0x0FFF, rgb);
+}
+
+/* Weights of outputs i and j as two_outputs lays out their pixels (make_quads). */
+AVX512 static inline __m512i two_quads(const filter *f, int i, int j) {
+    const int32_t *qi = f->quads + (size_t)i * QUAD_INTS, *qj = f->quads + (size_t)j * QUAD_INTS;
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)qi)),
+                              _mm256_loadu_si256((const __m256i *)qj), 1);
+}
+
+/* Where no output pixel has more than 4 taps (bilinear, up to 2x down: what DCT scaling leaves),
+ * four output pixels of a row a register, the weights and offsets of each group of four read once
+ * for four rows; otherwise, and for the last out % 4 pixels and rows % 4 rows, the AVX2 code. */
+AVX512 static void rows_avx512(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride,
+                               const filter *f, int out, int origin, int flip) {
+    if (f->most > 4) {
+        rows_avx2(src, stride, rows, dst, dst_stride, f, out, origin, flip);
+        return;
+    }
+    const __m512i order = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15));
+    int groups = out / 4, r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const uint8_t *s0 = src + stride * r;
+        uint8_t *d0 = dst + dst_stride * r;
+        for (int g = 0; g < groups; g++) { /* left to right: a group's 4 spare bytes are the next one's */
+            int o = 4 * g, i[4];
+            size_t at[4];
+            for (int t = 0; t < 4; t++)
+                i[t] = flip ? out - 1 - (o + t) : o + t, at[t] = (size_t)(f->first[i[t]] - origin) * 4;
+            __m512i wab = two_quads(f, i[0], i[1]), wcd = two_quads(f, i[2], i[3]);
+            int wide = o + 4 < out;
+            for (int row = 0; row < 4; row++)
+                four_outputs(s0 + stride * row, at, wab, wcd, order, d0 + dst_stride * row + 3 * (size_t)o, wide);
+        }
+        if (4 * groups < out)
+            four_rows_avx2(s0, stride, d0, dst_stride, f, out, origin, flip, 4 * groups);
+    }
+    if (r < rows)
+        rows_sse2(src + stride * r, stride, rows - r, dst + dst_stride * r, dst_stride, f, out, origin, flip);
+}
+
+#undef COLUMN_NAME
+#undef COLUMN_TARGET
+#undef VEC
+#undef VBYTES
+#undef P
+#undef LOADU
+#undef STOREU
+#undef ZERO
+#undef COLUMN_TAIL
+#define COLUMN_NAME column_avx512_from
+#define COLUMN_TARGET AVX512
+#define VEC __m512i
+#define VBYTES 64
+#define P(op) _mm512_##op
+#define LOADU(p) _mm512_loadu_si512((const void *)(p))
+#define STOREU(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define ZERO() _mm512_setzero_si512()
+#define COLUMN_TAIL column_avx2_from
+#include "resample_column.h"
+
+static void column_avx512(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width) {
+    column_avx512_from(rows, stride, k, n, dst, width, 0);
+}
+
+static const resampler avx512 = {"AVX512", rows_avx512, column_avx512};
+
 static int has_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
 }
 
+static int has_avx512(void) { /* the subsets rows_avx512 uses */
+    __builtin_cpu_init();
+    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
 const char *const *resampler_names(void) {
-    static const char *const with_avx2[] = {"AVX2", "SSE2", "C", NULL}, *const without[] = {"SSE2", "C", NULL};
-    return has_avx2() ? with_avx2 : without;
+    static const char *const with_avx512[] = {"AVX512", "AVX2", "SSE2", "C", NULL},
+                             *const with_avx2[] = {"AVX2", "SSE2", "C", NULL}, *const without[] = {"SSE2", "C", NULL};
+    return has_avx512() ? with_avx512 : has_avx2() ? with_avx2 : without;
 }
 
 const resampler *find_resampler(const char *name) {
     if (name == NULL)
-        return has_avx2() ? &avx2 : &sse2;
+        return has_avx512() ? &avx512 : has_avx2() ? &avx2 : &sse2;
+    if (strcmp(name, "AVX512") == 0)
+        return has_avx512() ? &avx512 : NULL;
     if (strcmp(name, "AVX2") == 0)
         return has_avx2() ? &avx2 : NULL;
     if (strcmp(name, "SSE2") == 0)

@@ -24,9 +24,13 @@ typedef struct {
     int *count;  /* taps of each output pixel */
     int16_t *k;  /* out * taps weights, fixed point with PRECISION bits */
     int taps;    /* stride of k, and the most taps of any output pixel */
+    int most;    /* the most taps any output pixel has (count's largest) */
+    int32_t *quads; /* where most <= 4: out * QUAD_INTS, each output's weights as the AVX-512 pass reads them */
     double *w;   /* one output pixel's weights before normalising */
-    size_t capacity_first, capacity_count, capacity_k, capacity_w; /* reused from one image to the next */
+    size_t capacity_first, capacity_count, capacity_k, capacity_w, capacity_quads; /* kept from one image to the next */
 } filter;
+
+#define QUAD_INTS 8 /* an output pixel's weights in quads: taps 0-1 paired four times, then taps 2-3 */
 
 /* Weights of filter `kind` mapping source pixels [lo, hi) (fractional) of a line of `length`
  * pixels onto `out` pixels; taps outside [lo, hi) but inside the line are used, as PIL's
@@ -34,8 +38,12 @@ typedef struct {
 int make_filter(filter *f, filter_kind kind, double lo, double hi, int length, int out);
 void free_filter(filter *f);
 
+/* Bytes a horizontal pass may read past its rows' last pixel (weighted 0: the AVX-512 pass reads 4
+ * pixels from an output's first tap): its caller's buffer holds them. */
+#define ROWS_OVERREAD 16
+
 /* Horizontal pass: `rows` rows of RGBX pixels (4 bytes each, `stride` bytes apart, starting at
- * source column `origin`) -> rows of `out` RGB pixels (`dst_stride` bytes apart, of which 3 * out
+ * source column `origin`; ROWS_OVERREAD bytes past the last row readable) -> rows of `out` RGB pixels (`dst_stride` bytes apart, of which 3 * out
  * + 1 are written: one byte of slack), in mirrored order when `flip`. */
 typedef void rows_fn(const uint8_t *src, size_t stride, int rows, uint8_t *dst, size_t dst_stride, const filter *f,
                      int out, int origin, int flip);
@@ -44,7 +52,7 @@ typedef void column_fn(const uint8_t *rows, size_t stride, const int16_t *k, int
 
 /* One implementation of both passes; every one gives the same bytes. */
 typedef struct {
-    const char *name; /* "AVX2", "SSE2", "C" */
+    const char *name; /* "AVX512", "AVX2", "SSE2", "C" */
     rows_fn *rows;
     column_fn *column;
 } resampler;

@@ -1,7 +1,7 @@
-/* The vertical pass, written once for SSE2 and AVX2: resample.c includes this file once per
+/* The vertical pass, written once for SSE2, AVX2 and AVX-512: resample.c includes this file once per
  * instruction set, with
  *   COLUMN_NAME    the function's name      COLUMN_TARGET  its target attribute (or nothing)
- *   VEC, VBYTES    the register, its bytes  P(op)          the instruction set's _mm/_mm256 prefix
+ *   VEC, VBYTES    the register, its bytes  P(op)          the instruction set's _mm/_mm256/_mm512 prefix
  *   LOADU, STOREU  unaligned load, store    ZERO()         a zero register
  *   COLUMN_TAIL    what does the bytes after the last whole register.
  * dst[x] = sum_j rows[j * stride + x] * k[j]: two taps per madd on the bytes of two rows
