@@ -162,7 +162,19 @@ def start_nodes(source: Path, dests: list[Path], *extra, workers: int = 1,
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str]]:
-    logs = [p.communicate(timeout=timeout)[1] for p in procs]
+    """Each node's exit code and log; nodes still running after `timeout` are killed, and their logs
+    so far make the failure's message (a hang must say where each node was)."""
+    deadline = time.monotonic() + timeout
+    try:
+        logs = [p.communicate(timeout=max(0.0, deadline - time.monotonic()))[1] for p in procs]
+    except subprocess.TimeoutExpired:
+        codes = [p.poll() for p in procs]
+        for p in procs:
+            p.kill()
+        logs = [p.communicate()[1] for p in procs]
+        raise AssertionError(f"nodes still running after {timeout} s:\n" + "\n".join(
+            f"--- node {rank} ({'running' if code is None else f'exit {code}'}):\n{log[-3000:]}"
+            for rank, (code, log) in enumerate(zip(codes, logs)))) from None
     return [(p.returncode, log) for p, log in zip(procs, logs)]
 
 

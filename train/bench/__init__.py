@@ -11,9 +11,12 @@ Modes (--modes, comma-separated):
          the device decode, in DeviceBatches' background thread): what the data path could feed.
   full   our loader feeding the training step, end to end, as python -m train runs it.
 
-Prints a table, appends one JSON line to RUN_DIR/benchmark.jsonl and draws RUN_DIR/benchmark.png
-(images/s against worker count, ours and the baseline). Under srun each rank measures its own
-share and images/s are summed over ranks.
+--rounds N (3) interleaved rounds at every worker count, each ratio the median of its rounds. Prints a
+table, then one block of every loader ratio (ours against the ImageFolder baseline, DALI, the fastest
+full decode per core, plain shards given as --baseline-data, and the public ImageNetLoader against the
+Loader it wraps) with each round's value; appends one JSON line to RUN_DIR/benchmark.jsonl and
+draws RUN_DIR/benchmark.png (images/s against worker count, ours and the baseline). Under srun each
+rank measures its own share and images/s are summed over ranks.
 
 It uses train's public pieces (the loader, the model, the optimiser, the training step) and is
 never imported by the product.
