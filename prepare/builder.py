@@ -17,7 +17,6 @@ whose files were not touched; the next run removes what is not listed (`remove_u
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -171,7 +170,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     check_free_space(dest, sum(estimate.values()) + ahead, what, state)
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
-    with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
+    with reader.workers() as pool:
         for i, split in enumerate(order):
             results[split] = read_split(source, split, dest, config, state, reader, pool, damage_log)
             if split == "val":  # checked before the shards are written: a wrong real.json fails now
@@ -273,12 +272,14 @@ def log_summary(dest: Path, manifest: Manifest) -> None:
 
 # ---------------------------------------------------------------- evaluation sets added to a complete dataset
 
-def add_eval_sets(dest: Path, config: PrepareConfig, identity: dict, base: Manifest) -> Manifest:
+def add_eval_sets(dest: Path, config: PrepareConfig, identity: dict, base: Manifest,
+                  forked: WorkerPool | None = None) -> Manifest:
     """Prepare only what the command line adds to the complete dataset `base` (verified_existing):
     the new ImageNetV2 splits' shards, ReaL's labels checked against the val shards' keys, then the
     new manifest, written last and atomically. train, val and the evaluation sets there are not
     touched (their ~140 GB are hours to rebuild), so the dataset's id stays and a run resumes on it.
-    A kill leaves `base`'s manifest and files; the next run removes what this one wrote."""
+    A kill leaves `base`'s manifest and files; the next run removes what this one wrote. `forked`: the
+    workers to read in, forked earlier (LocalRead)."""
     addition = eval_addition({"source": base.source, "options": base.options}, identity)
     log.info("%s: adding %s to the dataset there; train, val%s stay as they are", dest, addition.describe(),
              "".join(f", {split}" for split in base.splits if split not in SPLITS))
@@ -286,7 +287,7 @@ def add_eval_sets(dest: Path, config: PrepareConfig, identity: dict, base: Manif
     remove_unlisted(dest, base)  # a killed addition's leftovers, a shared read's scratch: build starts clean
     state = RunState(free_at_start=free_bytes(dest))
     with cleaned_up_on_failure(dest, state, lambda: remove_unlisted(dest, manifest_on_disk(dest, base))):
-        added = build(source, dest, config, identity, state, LocalRead(source, config)) if source.splits else None
+        added = build(source, dest, config, identity, state, LocalRead(source, config, forked)) if source.splits else None
         real = source.real_labels(source.val_keys()) if addition.real_labels else None  # the val shards' keys
         state.during = "writing the manifest"
         manifest = with_additions(base, added, identity, write_real_labels(dest, real) if real is not None else {})

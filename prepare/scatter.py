@@ -14,6 +14,7 @@ same scatter's output (`scatter_items` into a part stream) to the other nodes.
 from __future__ import annotations
 
 import collections
+from contextlib import AbstractContextManager, nullcontext
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ from prepare.images import BadImage, Prepared, prepare_image
 from prepare.shuffle import bucket_of
 from prepare.sources import Item, Part, Source, SourceError
 from prepare.spills import BucketSpills
-from prepare.workers import failures_named
+from prepare.workers import WorkerPool, failures_named, worker_pool
 from shards.format import sample_record
 from shards.progress import Progress
 from shards.resources import MB
@@ -66,13 +67,20 @@ class Reader(Protocol):
     def stats(self) -> dict:
         """The manifest's stats of the reading: nodes, read_from_source_bytes, received_from_nodes_bytes."""
 
+    def workers(self) -> "AbstractContextManager[WorkerPool | None]":
+        """The worker processes the build runs its jobs in (None: in this process)."""
+
 
 class LocalRead:
-    """This node reads every part of the source itself, in its workers."""
+    """This node reads every part of the source itself, in its workers: forked for the build, or
+    `forked` earlier (a shared read's, forked before its group's threads)."""
 
-    def __init__(self, source: Source, config: PrepareConfig):
-        self.source, self.config = source, config
+    def __init__(self, source: Source, config: PrepareConfig, forked: WorkerPool | None = None):
+        self.source, self.config, self.forked = source, config, forked
         self.parts = {split: source.parts(split) for split in source.splits}
+
+    def workers(self) -> AbstractContextManager[WorkerPool | None]:
+        return nullcontext(self.forked) if self.forked is not None else worker_pool(self.config.workers)
 
     def disk_ahead(self) -> int:
         return 0

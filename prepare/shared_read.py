@@ -44,7 +44,7 @@ from prepare.shuffle import shard_count
 from prepare.sources import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
 from prepare.spills import BucketSpills
-from prepare.workers import WorkerPool
+from prepare.workers import WorkerPool, worker_pool
 from shards.errors import UserError
 from shards.layout import STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
@@ -71,20 +71,24 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
             (dest / node_marker(env.node)).write_text(env.step)
     except USER_ERRORS as exn:
         setup_error = one_line(exn)
-    group = NodeGroup(env, config.group_timeout_s)
-    try:
-        return prepare_with_group(group, source_root, dest, config, identity, setup_error)
-    except BaseException as exn:
-        mark_step(dest, env, "failed", one_line(exn))  # also where it failed before it held the lock
-        raise
-    finally:
-        with contextlib.suppress(OSError):
-            (dest / node_marker(env.node)).unlink()
-        group.close()
+    # The workers are forked before the group starts its threads (the store's, gloo's, the heartbeat):
+    # a worker forked beside them once waited forever for a lock one of them held at the fork
+    # (CPython's thread-state lock, in PyOS_AfterFork_Child).
+    with worker_pool(config.workers) as pool:
+        group = NodeGroup(env, config.group_timeout_s)
+        try:
+            return prepare_with_group(group, source_root, dest, config, identity, setup_error, pool)
+        except BaseException as exn:
+            mark_step(dest, env, "failed", one_line(exn))  # also where it failed before it held the lock
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                (dest / node_marker(env.node)).unlink()
+            group.close()
 
 
 def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: PrepareConfig, identity: dict | None,
-                       setup_error: str | None) -> Manifest:
+                       setup_error: str | None, pool: WorkerPool | None) -> Manifest:
     here = group.gather({"node": group.env.node, "error": setup_error})
     group.names = [s["node"] for s in here]
     raise_first_error(group, [s["error"] for s in here])
@@ -105,7 +109,7 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         refuse_disagreement(group.names, [s["plan"] for s in statuses])
         needs = [s["needs"] for s in statuses]
         if not any(needs):
-            return finish_here(node, dest, config, identity)
+            return finish_here(node, dest, config, identity, pool)
         readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
         log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
                  len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
@@ -113,21 +117,22 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
         if group.rank in readers:
             log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at most)",
                      node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead) / 1e9)
-        shared = SharedRead(group, needs, readers, node.parts, config, node.ahead)
+        shared = SharedRead(group, needs, readers, node.parts, config, node.ahead, pool)
         manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
         try:
             group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
         except PeerFailed as exn:
             raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
-        return manifest if manifest is not None else finish_here(node, dest, config, identity)
+        return manifest if manifest is not None else finish_here(node, dest, config, identity, pool)
 
 
-def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: dict) -> Manifest:
+def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: dict,
+                pool: WorkerPool | None) -> Manifest:
     """What this node does once the others need nothing more of it: nothing where its dataset is
     complete; else add the evaluation sets it lacks, from its own read of them (under its lock)."""
     if node.base is None:
         return node.existing
-    return add_eval_sets(dest, config, identity, node.base)
+    return add_eval_sets(dest, config, identity, node.base, pool)
 
 
 def step_marker(dest: Path, env: NodeGroupEnv):
@@ -316,8 +321,9 @@ class SharedRead:
     ahead), streamed to the nodes in `needs`; what it received, if it needs data."""
 
     def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[str, list[Part]],
-                 config: PrepareConfig, ahead: int):
+                 config: PrepareConfig, ahead: int, pool: WorkerPool | None):
         self.group, self.needs, self.parts, self.config, self.ahead = group, needs, parts, config, ahead
+        self.pool = pool  # forked before the group's threads (prepare_in_group)
         shares = split_shares({split: [part.size for part in split_parts] for split, split_parts in parts.items()},
                               len(readers))
         mine = readers.index(group.rank) if group.rank in readers else None
@@ -364,6 +370,9 @@ class SharedReader:
     def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
         return self.shared.exchange_split(self.source, split, num_buckets, work, pool)
 
+    def workers(self) -> contextlib.AbstractContextManager[WorkerPool | None]:
+        return contextlib.nullcontext(self.shared.pool)
+
     def stats(self) -> dict:
         return {"nodes": self.shared.group.size, "read_from_source_bytes": self.shared.stats.read_bytes,
                 "received_from_nodes_bytes": self.shared.stats.received_bytes}
@@ -376,12 +385,11 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
     work_root = dest / WORK_DIR_NAME
     shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
     try:
-        with WorkerPool(config.workers) if config.workers > 1 else contextlib.nullcontext() as pool:
-            for split in reading_order(source.splits):  # as the building nodes read them
-                work = work_root / split
-                work.mkdir(parents=True)
-                num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-                shared.exchange_split(source, split, num_buckets, work, pool)
+        for split in reading_order(source.splits):  # as the building nodes read them
+            work = work_root / split
+            work.mkdir(parents=True)
+            num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
+            shared.exchange_split(source, split, num_buckets, work, shared.pool)
     except OSError as exn:
         if is_out_of_space(exn):
             raise PrepareError(f"{dest} ran out of space while reading this node's share for the others (its "

@@ -17,7 +17,7 @@ import signal
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import islice
 from typing import Callable, Iterable, Iterator
 
@@ -109,3 +109,8 @@ class WorkerPool:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
+
+
+def worker_pool(workers: int) -> AbstractContextManager[WorkerPool | None]:
+    """`workers` processes forked now (WorkerPool), or None where one is asked: jobs then run here."""
+    return WorkerPool(workers) if workers > 1 else nullcontext()
