@@ -14,8 +14,8 @@ import torch
 
 from train import ImageNetLoader
 from train.augment.ops import erase
-from train.device_batches import (IMAGENET_MEAN, IMAGENET_STD, HostOutputs, native_batches, normalise,
-                                  normalised_on_host, storage_holders)
+from train.device_batches import (IMAGENET_MEAN, IMAGENET_STD, HostOutputs, as_uint8, copied_on_host, native_batches,
+                                  normalise, normalised_on_host, storage_holders)
 
 SIZE = 32
 CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
@@ -108,6 +108,31 @@ def test_batches_the_caller_keeps_are_never_overwritten_and_dropped_ones_are_reu
     assert len(set(addresses)) <= 2 + 3  # prefetch 2: the pool's limit
     views = pass_of(prepared, keep=lambda images: images[:, :1])  # a view holds its batch's buffer too
     assert all(same_bits(a, b[:, :1]) for a, b in zip(views, copies))
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_uint8_batches_are_copied_into_reused_buffers_and_kept_ones_never_overwritten(prepared, channels_last):
+    held = pass_of(prepared, keep=lambda images: images, dtype=torch.uint8, channels_last=channels_last)
+    copies = pass_of(prepared, dtype=torch.uint8, channels_last=channels_last)
+    assert len(held) == len(copies) > 2 * (2 + 3)
+    assert all(a.dtype == torch.uint8 and torch.equal(a, b) for a, b in zip(held, copies))
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    assert all(a.is_contiguous(memory_format=memory_format) for a in held)
+    addresses = pass_of(prepared, keep=lambda images: images.data_ptr(), dtype=torch.uint8,
+                        channels_last=channels_last)
+    assert len(set(addresses)) <= 2 + 3  # dropped at once: the pool's buffers again
+    floats = pass_of(prepared, channels_last=channels_last)  # the same pixels under the float path
+    assert all(same_bits(y, normalise(x.float(), channels_last)) for x, y in zip(copies, floats))
+
+
+def test_the_uint8_copy_is_as_uint8s_for_a_policys_planar_output_too():
+    x = torch.randint(0, 256, (5, 3, 9, 7), dtype=torch.uint8)  # NCHW contiguous, as a policy's ops leave it
+    nhwc = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # the loader's NHWC batch
+    for source in (x, nhwc):
+        for channels_last in (True, False):
+            copied = copied_on_host(source, channels_last, HostOutputs(limit=1))
+            expected = as_uint8(source, channels_last)
+            assert torch.equal(copied, expected) and copied.stride() == expected.stride()
 
 
 def test_a_buffer_is_reused_only_when_nothing_holds_its_memory():

@@ -103,6 +103,8 @@ def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None
     if dtype == torch.uint8:
         if batch.erase is not None:
             raise ValueError("uint8 output takes no random erasing: its images are not normalised")
+        if x.device.type == "cpu" and outputs is not None:
+            return copied_on_host(x, channels_last, outputs)
         return as_uint8(x, channels_last)
     erasing = None if batch.erase is None else functools.partial(augment.erase, boxes=batch.erase)
     if x.device.type == "cpu" and x.dtype == torch.uint8:
@@ -161,7 +163,7 @@ def normalised_on_host(x: torch.Tensor, channels_last: bool, dtype: torch.dtype,
     GIL released, no thread pool) from the NHWC pixels into a float32 buffer of `outputs` in the
     memory format asked, then erasing and `dtype` as `normalise` applies them."""
     pixels = x.permute(0, 2, 3, 1).contiguous()  # the loader's NHWC batch as it is; a policy's output copied
-    images = outputs.take(len(x), x.shape[2], x.shape[3], channels_last)
+    images = outputs.take(len(x), x.shape[2], x.shape[3], channels_last, torch.float32)
     written = images.permute(0, 2, 3, 1) if channels_last else images  # C-contiguous either way
     native_batches().normalise(pixels.numpy(), written.numpy(), *host_statistics(tuple(mean), tuple(std)),
                                planar=not channels_last)
@@ -169,6 +171,16 @@ def normalised_on_host(x: torch.Tensor, channels_last: bool, dtype: torch.dtype,
         images = erasing(images)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     return images.to(dtype=dtype, memory_format=memory_format)  # float32: the buffer itself
+
+
+def copied_on_host(x: torch.Tensor, channels_last: bool, outputs: "HostOutputs") -> torch.Tensor:
+    """as_uint8(x, channels_last)'s values, for uint8 NCHW `x` on the host, copied into a buffer of
+    `outputs` by numpy (one thread: torch's copy wakes its OpenMP threads, which spin against the
+    decoding threads) instead of a fresh tensor a batch."""
+    images = outputs.take(len(x), x.shape[2], x.shape[3], channels_last, torch.uint8)
+    as_stored = (lambda t: t.permute(0, 2, 3, 1)) if channels_last else (lambda t: t)  # C-contiguous out
+    np.copyto(as_stored(images).numpy(), as_stored(x).numpy())
+    return images
 
 
 def storage_holders(images: torch.Tensor) -> tuple[int, int] | None:
@@ -183,9 +195,10 @@ def storage_holders(images: torch.Tensor) -> tuple[int, int] | None:
 
 
 class HostOutputs:
-    """The float32 batches a CPU device yields, written again once nobody holds them. A fresh tensor
-    of a batch's size (38 MB at 64 x 224 px: above malloc's mmap threshold) comes as new pages that the
-    kernel faults in and zeroes, which cost 0.25 ms an image, more than normalising it. A buffer is
+    """The batches a CPU device yields (float32 normalised, or uint8), written again once nobody holds
+    them. A fresh tensor of a batch's size (38 MB at 64 x 224 px: above malloc's mmap threshold) comes
+    as new pages that the kernel faults in and zeroes, which cost 0.25 ms an image, more than
+    normalising it. A buffer is
     reused only when nothing but this pool holds its memory (storage_holders as it was when made:
     no tensor, view, array or autograd graph of the caller's still refers to it), so a batch the
     caller keeps is never overwritten; at most `limit` buffers are kept, and a batch beyond them is
@@ -195,14 +208,15 @@ class HostOutputs:
         self.limit = limit
         self.buffers: list[tuple[torch.Tensor, tuple[int, int]]] = []  # (buffer, its holders when made)
 
-    def take(self, n: int, height: int, width: int, channels_last: bool) -> torch.Tensor:
-        """A float32 (n, 3, height, width) tensor in the memory format asked, its values to be written."""
+    def take(self, n: int, height: int, width: int, channels_last: bool,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """An (n, 3, height, width) tensor of `dtype` in the memory format asked, its values to be written."""
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
         for buffer, holders in self.buffers:
-            if (buffer.shape[0] >= n and buffer.shape[2:] == (height, width)
+            if (buffer.dtype == dtype and buffer.shape[0] >= n and buffer.shape[2:] == (height, width)
                     and buffer.is_contiguous(memory_format=memory_format) and storage_holders(buffer) == holders):
                 return buffer[:n]  # a view: while the caller holds it, the buffer's count says so
-        buffer = torch.empty((n, 3, height, width), dtype=torch.float32, memory_format=memory_format)
+        buffer = torch.empty((n, 3, height, width), dtype=dtype, memory_format=memory_format)
         holders = storage_holders(buffer)
         if holders is None or len(self.buffers) >= self.limit:
             return buffer
