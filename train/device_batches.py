@@ -89,11 +89,12 @@ def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None
     """A batch's images on the device (uint8, or float in 0-255 from the device decode; NCHW) through
     the policy's ops, normalisation and random erasing, as the batch record draws them and `augment`
     applies them: in `dtype`. uint8 output gets the policy's ops alone (erasing and mixing make
-    floats: the loader refuses them). On the CPU device a uint8 batch is normalised natively, into
-    one of `outputs`' buffers where given (normalised_on_host)."""
+    floats: the loader refuses them). On the CPU device a uint8 batch is normalised natively
+    (normalised_on_host), or copied (copied_on_host), into one of `outputs`' buffers where given."""
     drawn = [name for name in ("ops", "erase") if getattr(batch, name) is not None]
     if drawn and augment is None:
         raise ValueError(f"a batch with draws ({', '.join(drawn)}) and no augmentation to apply them")
+    host = outputs or HostOutputs(limit=0)  # a CPU device's buffers: none kept where none are given
     if batch.ops is not None or dtype == torch.uint8:
         if x.is_floating_point():  # the device decode's resize, rounded as PIL's is
             x = x.round().clamp_(0, 255).to(torch.uint8)
@@ -103,12 +104,10 @@ def finished(x: torch.Tensor, batch: Batch, augment: DeviceAugment | None = None
     if dtype == torch.uint8:
         if batch.erase is not None:
             raise ValueError("uint8 output takes no random erasing: its images are not normalised")
-        if x.device.type == "cpu" and outputs is not None:
-            return copied_on_host(x, channels_last, outputs)
-        return as_uint8(x, channels_last)
+        return copied_on_host(x, channels_last, host) if x.device.type == "cpu" else as_uint8(x, channels_last)
     erasing = None if batch.erase is None else functools.partial(augment.erase, boxes=batch.erase)
     if x.device.type == "cpu" and x.dtype == torch.uint8:
-        return normalised_on_host(x, channels_last, dtype, erasing, mean, std, outputs or HostOutputs(limit=0))
+        return normalised_on_host(x, channels_last, dtype, erasing, mean, std, host)
     # float(): a copy, normalised in place
     return normalise(x.float(), channels_last, dtype, erasing=erasing, mean=mean, std=std)
 

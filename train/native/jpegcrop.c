@@ -552,28 +552,17 @@ static PyObject *py_image_sizes(PyObject *self, PyObject *args, PyObject *kwargs
 }
 
 static const char *const filter_names[] = FILTER_NAMES;
-
-/* The filter named `name` (NULL: bilinear), or -1 with ValueError set. */
-static int find_filter(const char *name) {
-    if (name == NULL)
-        return FILTER_BILINEAR;
-    for (int k = 0; k < FILTER_KINDS; k++)
-        if (strcmp(name, filter_names[k]) == 0)
-            return k;
-    PyErr_Format(PyExc_ValueError, "interpolation must be 'bilinear', 'bicubic' or 'area', not '%s'", name);
-    return -1;
-}
-
 static const char *const stage_names[] = STAGE_NAMES;
 
-/* The stage named `name` (NULL: all of them), or -1 with ValueError set. */
-static int find_stage(const char *name) {
+/* The index of `name` among `count` `names` (NULL: `fallback`), or -1 with ValueError set: `rule`,
+ * not `name`. */
+static int find_name(const char *name, const char *const *names, int count, int fallback, const char *rule) {
     if (name == NULL)
-        return ALL_STAGES;
-    for (int k = 0; k < STAGES; k++)
-        if (strcmp(name, stage_names[k]) == 0)
+        return fallback;
+    for (int k = 0; k < count; k++)
+        if (strcmp(name, names[k]) == 0)
             return k;
-    PyErr_Format(PyExc_ValueError, "stop_after must be one of PROFILE_STAGES, not '%s'", name);
+    PyErr_Format(PyExc_ValueError, "%s, not '%s'", rule, name);
     return -1;
 }
 
@@ -591,8 +580,12 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzpz", keywords, &buffers, &which, &offsets,
                                      &lengths, &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
                                      &seeked_o, &dct_scaling, &interpolation, &fast_dct, &stop_after) ||
-        check_max_pixels(max_pixels) < 0 || (filter = find_filter(interpolation)) < 0 ||
-        (stop = find_stage(stop_after)) < 0)
+        check_max_pixels(max_pixels) < 0)
+        return NULL;
+    filter = find_name(interpolation, filter_names, FILTER_KINDS, FILTER_BILINEAR,
+                       "interpolation must be 'bilinear', 'bicubic' or 'area'");
+    if (filter < 0 ||
+        (stop = find_name(stop_after, stage_names, STAGES, ALL_STAGES, "stop_after must be one of PROFILE_STAGES")) < 0)
         return NULL;
     const resampler *rs = find_resampler(simd);
     if (!rs) {

@@ -287,15 +287,6 @@ static void rows_sse2(const uint8_t *src, size_t stride, int rows, uint8_t *dst,
 #define ZERO() _mm_setzero_si128()
 #define COLUMN_TAIL column_c_from
 #include "resample_column.h"
-#undef COLUMN_NAME
-#undef COLUMN_TARGET
-#undef VEC
-#undef VBYTES
-#undef P
-#undef LOADU
-#undef STOREU
-#undef ZERO
-#undef COLUMN_TAIL
 
 static void column_sse2(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst, int width) {
     column_sse2_from(rows, stride, k, n, dst, width, 0);
@@ -452,15 +443,6 @@ AVX512 static void rows_avx512(const uint8_t *src, size_t stride, int rows, uint
         rows_sse2(src + stride * r, stride, rows - r, dst + dst_stride * r, dst_stride, f, out, origin, flip);
 }
 
-#undef COLUMN_NAME
-#undef COLUMN_TARGET
-#undef VEC
-#undef VBYTES
-#undef P
-#undef LOADU
-#undef STOREU
-#undef ZERO
-#undef COLUMN_TAIL
 #define COLUMN_NAME column_avx512_from
 #define COLUMN_TARGET AVX512
 #define VEC __m512i

@@ -3,7 +3,8 @@
  *   COLUMN_NAME    the function's name      COLUMN_TARGET  its target attribute (or nothing)
  *   VEC, VBYTES    the register, its bytes  P(op)          the instruction set's _mm/_mm256/_mm512 prefix
  *   LOADU, STOREU  unaligned load, store    ZERO()         a zero register
- *   COLUMN_TAIL    what does the bytes after the last whole register.
+ *   COLUMN_TAIL    what does the bytes after the last whole register
+ * (undefined again at the end).
  * dst[x] = sum_j rows[j * stride + x] * k[j]: two taps per madd on the bytes of two rows
  * interleaved, VBYTES bytes at a time, the sums rounded and clipped to 0-255 as clip8 does. */
 COLUMN_TARGET static void COLUMN_NAME(const uint8_t *rows, size_t stride, const int16_t *k, int n, uint8_t *dst,
@@ -27,3 +28,14 @@ COLUMN_TARGET static void COLUMN_NAME(const uint8_t *rows, size_t stride, const 
     }
     COLUMN_TAIL(rows, stride, k, n, dst, width, x);
 }
+
+/* the parameters are this inclusion's: the next one defines its own */
+#undef COLUMN_NAME
+#undef COLUMN_TARGET
+#undef VEC
+#undef VBYTES
+#undef P
+#undef LOADU
+#undef STOREU
+#undef ZERO
+#undef COLUMN_TAIL
