@@ -27,9 +27,9 @@ How torchvision's uint8 tensor kernels round, and how each op matches them:
 - AutoContrast, Equalize: torchvision's float32 scale and PIL-style histogram table per image and
   channel, applied as a table.
 - Geometric ops: torchvision's inverse affine matrix (its own function, on the host), its grid (the
-  CPU bmm's float32 sums, elementwise), the same grid_sample, its fill (None: zeros padding; a number:
-  a sampled ones mask, `where(mask < 0.5)` for nearest, `(v - fill) * mask + fill` for bilinear), then
-  round half to even. Nearest samples an image of pixel numbers and gathers the pixels by them.
+  same bmm per sample, which each CPU's BLAS rounds its own way: `_grids`), the same grid_sample, its
+  fill (None: zeros padding; a number: a sampled ones mask, `where(mask < 0.5)` for nearest,
+  `(v - fill) * mask + fill` for bilinear), then round half to even. Nearest samples an image of pixel numbers and gathers the pixels by them.
   Integer translations and identities (magnitude 0, a whole turn) move whole pixels in torchvision's
   result too (grid points within 1e-4 of pixel centres): they are copies here.
 """
@@ -636,21 +636,34 @@ def _shift(x, ops, m, interpolation, fill):
     return out
 
 
-def _grid(theta: np.ndarray, width: int, height: int, device: torch.device) -> torch.Tensor:
-    """torchvision's _affine_grid for float32 theta (n, 2, 3), output size = input size. Its bmm of the
-    base grid (x, y, 1) by theta / (w / 2, h / 2) sums, on the CPU, (x * t0 + y * t1) + t2 in float32
-    (no fused multiply-add); this is that sum, elementwise."""
-    n = len(theta)
-    scaled = torch.from_numpy(theta).to(device).transpose(1, 2)  # (n, 3, 2)
-    scaled = scaled.div(torch.tensor([0.5 * width, 0.5 * height], dtype=torch.float32, device=device))
-    xs = torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=device)
-    ys = torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=device)
-    # laid out (n, H, 2, W): rows of x and of y coordinates, written contiguously; grid_sample reads the
-    # (n, H, W, 2) view of it as well
-    column = xs.view(1, 1, 1, width) * scaled[:, 0].reshape(n, 1, 2, 1)
-    row = ys.view(1, height, 1, 1) * scaled[:, 1].reshape(n, 1, 2, 1)
-    grid = torch.add(column, row).add_(scaled[:, 2].reshape(n, 1, 2, 1)).transpose(2, 3)
-    return grid
+def _grids(matrices: list[tuple[float, ...]], number: np.ndarray, width: int, height: int,
+           device: torch.device) -> torch.Tensor:
+    """(n, H, W, 2): sample i's sampling grid, for the matrix matrices[number[i]], as torchvision's
+    _affine_grid computes it for one image: its base grid of pixel centres (H * W, 3) times the matrix
+    (3, 2), divided by the half size, in one bmm of the same shapes and dtypes on a theta made as
+    affine_image and rotate_image make theirs, once per distinct matrix (the base grid, which holds no
+    rounding, made once per size). The bmm's rounding is the BLAS kernel's choice: MKL's AVX-512 sgemm
+    (which it runs on Intel CPUs) computes fma(y, t1, x * t0) + t2, its AVX2 path (AMD, or MKL_CBWR=AVX2)
+    (x * t0 + y * t1) + t2, and a sum on the other float32 moves a sample across a half-pixel tie (a
+    nearest pick of another pixel, a bilinear level off by one). The same call rounds alike on any
+    machine; each product lands in a tensor of its own, as torchvision's does."""
+    base = _base_grid(width, height, device)
+    half = torch.tensor([0.5 * width, 0.5 * height], dtype=torch.float32, device=device)
+    products = [base.bmm(torch.tensor(matrix, dtype=torch.float32, device=device).reshape(1, 2, 3).transpose(1, 2)
+                         .div_(half)) for matrix in matrices]
+    return torch.cat([products[k] for k in number.tolist()]).view(len(number), height, width, 2)
+
+
+@lru_cache(maxsize=64)
+def _base_grid(width: int, height: int, device: torch.device) -> torch.Tensor:
+    """torchvision's _affine_grid's base grid, (1, H * W, 3) rows of (x, y, 1) at the pixel centres, made
+    by its own operations; read only."""
+    grid = torch.empty(1, height, width, 3, dtype=torch.float32, device=device)
+    grid[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=device))
+    grid[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height,
+                                      device=device).unsqueeze_(-1))
+    grid[..., 2].fill_(1)
+    return grid.view(1, height * width, 3)
 
 
 _NUMBERS: dict[str, torch.Tensor] = {}
@@ -671,8 +684,7 @@ def _warp(x, ops, m, interpolation, fill):
     unique, number = _unique_rows(np.stack([ops, m.view(np.int64)], 1))
     matrices = [_matrix(op, v, width, height)  # once per distinct magnitude (and cached)
                 for op, v in zip(unique[:, 0].tolist(), unique[:, 1].copy().view(np.float64).tolist())]
-    theta = np.array(matrices, dtype=np.float32)[number].reshape(n, 2, 3)  # torch.tensor(matrix, dtype=float32)
-    grid = _grid(theta, width, height, x.device)
+    grid = _grids(matrices, number, width, height, x.device)
     plane = height * width
     if interpolation == "nearest" and n * plane < 2 ** 24:  # pixel numbers exact in float32
         # grid_sample picks, with torchvision's grid, each output pixel's source in an image of pixel
