@@ -15,6 +15,7 @@ from prepare.images import MAX_RESTART_MCUS, RESTART_MCUS
 from prepare.node_group import node_group_env
 from prepare.shared_read import prepare_in_group
 from shards.errors import UserError
+from shards.help import HelpFormatter
 from shards.layout import default_dest
 from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
@@ -25,13 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m prepare",
         description="Write ImageNet as globally shuffled WebDataset shards to node-local disk. "
                     "Run once per node: srun --ntasks-per-node=1 python -m prepare --source DIR.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--source", type=Path, required=True,
                    help="folder with the official archives (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, "
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, Kaggle's layout, or a "
                         "download from the Hugging Face hub (ILSVRC/imagenet-1k, timm/imagenet-1k-wds)")
     p.add_argument("--dest", type=Path, default=default_dest(),
-                   help="where the shards go (node-local disk); default $SLURM_TMPDIR/imagenet")
+                   help="where the shards go (node-local disk) (default: $SLURM_TMPDIR/imagenet)")
     p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="PATH",
                    help="an ImageNetV2 variant as downloaded (imagenetv2-matched-frequency.tar.gz, "
                         "imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz) or the folder it extracts to, "
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target shard size; the shard count is the source size divided by it")
     p.add_argument("--resize", type=int, default=None, metavar="N",
                    help="re-encode every image with its longer side at most N pixels (FFCV-style, e.g. 512); "
-                        "smaller images are kept as they are")
+                        "smaller images are kept as they are (default: none, every image at its own size)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (1-100)")
     p.add_argument("--restart-mcus", type=int, default=RESTART_MCUS, metavar="N",
                    help="make the JPEGs seekable: rewrite each one losslessly (the same pixels) with a restart "

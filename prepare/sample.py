@@ -39,6 +39,7 @@ import scipy.io
 from PIL import Image, ImageDraw, ImageFilter
 
 from prepare.labels import builtin_class_names
+from shards.help import HelpFormatter
 from shards.resources import available_cpus
 
 # Real ImageNet classes (their wnids, words and the real ILSVRC2012_IDs are not needed: ours are
@@ -435,17 +436,30 @@ def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSp
     return images
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m prepare.sample", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("out", type=Path)
-    p.add_argument("--layout", choices=[*WRITERS, "all"], default="official")
-    p.add_argument("--classes", type=int, default=SampleSpec.classes)
-    p.add_argument("--train-per-class", type=int, default=SampleSpec.train_per_class)
-    p.add_argument("--val-per-class", type=int, default=SampleSpec.val_per_class)
-    p.add_argument("--max-width", type=int, default=SampleSpec.max_width)
-    p.add_argument("--seed", type=int, default=SampleSpec.seed)
+                                formatter_class=HelpFormatter)
+    p.add_argument("out", type=Path, help="the folder to write the sample download to")
+    p.add_argument("--layout", choices=[*WRITERS, "all"], default="official",
+                   help="which download to write it as: the official archives, an extracted tree, Kaggle's folder "
+                        "or zip, the hub's tars, timm's WebDataset shards or the hub's Parquet; all: each in "
+                        "OUT/<layout>")
+    p.add_argument("--classes", type=int, default=SampleSpec.classes,
+                   help="how many classes (real ImageNet-1k wnids, each with its own colour and shape), at least 4")
+    p.add_argument("--train-per-class", type=int, default=SampleSpec.train_per_class,
+                   help="training images a class, at least 2")
+    p.add_argument("--val-per-class", type=int, default=SampleSpec.val_per_class,
+                   help="validation images a class, at least 1")
+    p.add_argument("--max-width", type=int, default=SampleSpec.max_width,
+                   help="the widest image, in pixels (ImageNet's photos are mostly 500 x 375)")
+    p.add_argument("--seed", type=int, default=SampleSpec.seed,
+                   help="what the images look like: another seed, other images of the same classes")
     p.add_argument("--workers", type=int, default=available_cpus(), help="processes drawing images")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.classes < 4 or a.train_per_class < 2 or a.val_per_class < 1:
         p.error("need at least 4 classes, 2 train and 1 val image per class (for the quirk images)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import inspect
 import re
 import subprocess
 import sys
@@ -394,6 +395,19 @@ def test_classes_are_the_manifests_wnids_and_names_in_label_order(prepared):
 
 # ---------------------------------------------------------------- a typed top level
 
+def test_a_keyword_augment_renamed_is_answered_with_its_new_name():
+    from train.augment.draws import Augment
+
+    with pytest.raises(TypeError, match=r"Augment\(\) got an unexpected keyword argument 'interpolation': it is now "
+                                        r"policy_interpolation= \(the same setting, python -m train's "
+                                        r"--policy-interpolation\)"):
+        Augment(policy="trivialaugment", interpolation="bilinear")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'policy_interp'"):  # any other: Python's own
+        Augment(policy_interp="bilinear")
+    assert Augment(policy="trivialaugment", policy_interpolation="bilinear").policy_interpolation == "bilinear"
+    assert list(inspect.signature(Augment).parameters)[:2] == ["policy", "num_ops"]  # the signature shown is its own
+
+
 def test_the_top_level_imports_lazily_and_shows_type_checkers_the_same_names():
     """At run time `import train` imports no torch (python -m train --help does not wait for it);
     under TYPE_CHECKING it imports each public name from the module the lazy table names."""
@@ -416,10 +430,11 @@ def imports_of(path: Path) -> list[tuple[str, str]]:
 
 
 def test_the_library_stands_below_the_command_line_and_augmentation_is_a_stage_of_the_data_path():
-    """Nothing of train but its command line (cli, loop, __main__) imports train.config for more than
-    TrainConfig; the loader and the device batches run the augmentation's stages without importing it."""
+    """Nothing of train but its command line (cli, loop, __main__, and settings: a run's settings, new or
+    resumed) imports train.config for more than TrainConfig; the loader and the device batches run the
+    augmentation's stages without importing it."""
     for path in (REPO / "train").rglob("*.py"):
-        if path.parent.name == "bench" or path.name in ("cli.py", "loop.py", "__main__.py"):
+        if path.parent.name == "bench" or path.name in ("cli.py", "loop.py", "__main__.py", "settings.py"):
             continue
         names = {name for module, name in imports_of(path) if module == "train.config"}
         assert names <= {"TrainConfig"}, (path, names)

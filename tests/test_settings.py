@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import pytest
 
@@ -25,10 +26,13 @@ def parsed(*argv) -> CommandLine:
 
 
 def refused(capsys, *argv) -> str:
+    """The refusal: one line on stderr (no usage block), exit 2."""
     with pytest.raises(SystemExit) as stopped:
         parsed(*argv)
     assert stopped.value.code == 2
-    return capsys.readouterr().err.strip().splitlines()[-1]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m train: error: "), lines
+    return lines[0]
 
 
 # ---------------------------------------------------------------- the command line
@@ -39,20 +43,43 @@ def test_the_fields_typed_are_known_and_nothing_else():
     assert parsed().given == {"data", "run_dir"}
 
 
-def test_help_shows_every_options_default(capsys):
+def test_help_shows_every_options_default_once_as_typed(capsys):
+    from shards.help import HelpFormatter
+
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text and "(default: (" not in text
+    formatter = HelpFormatter("python -m train")
     options = [a for a in build_parser()._actions if a.option_strings and a.dest != "help"]
-    missing = [a.option_strings[0] for a in options if a.help is None or "%(default)" in (a.help or "")]
-    assert not missing and text.count("(default:") >= len(options) - 1  # --data's default is $SLURM_TMPDIR's
+    # every option says its default, once; a flag that only clears a value (--no-ramp) has none of its own
+    clears = {"--no-ramp", "--no-val-crop-fraction"}
+    said = {a.option_strings[0]: formatter._get_help_string(a).count("default:") for a in options}
+    assert {option: n for option, n in said.items() if n != (option not in clears)} == {}
+    assert "--policy {none,trivialaugment,randaugment,autoaugment} torchvision's" in text
+    assert "(no policy) (default: none)" in text or "(none: no policy) (default: none)" in text
 
 
 def test_help_with_a_recipe_shows_that_recipes_values(capsys):
     with pytest.raises(SystemExit):
         parse_command_line(["--recipe", "ffcv-rn50", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "the schedule's length) (default: 88)" in text and "(default: (160, 192, 65, 76))" in text
+    assert "the schedule's length) (default: 88)" in text and "(default: 160 192 65 76)" in text
+
+
+@pytest.mark.parametrize("command", ["prepare", "prepare.sample", "train"])
+def test_every_option_of_each_command_line_has_help_and_its_default_said_once(command):
+    import importlib
+
+    from shards.help import HelpFormatter
+
+    parser = importlib.import_module(command if command == "prepare.sample" else f"{command}.cli").build_parser() \
+        if command != "train" else build_parser()
+    formatter = HelpFormatter(parser.prog)
+    actions = [a for a in parser._actions if a.dest != "help"]
+    assert not [a.dest for a in actions if not a.help]
+    helps = {a.dest: formatter._get_help_string(a) for a in actions}
+    assert not [dest for dest, text in helps.items() if "(default: None)" in text or text.count("default:") > 1]
 
 
 @pytest.mark.parametrize("name,argv,ramp,val", [
@@ -72,15 +99,38 @@ def test_a_typed_image_size_beats_the_recipes_sizes(name, argv, ramp, val):
         assert ("--ramp 160 192 65 76" in command.notes[0]) == (name == "ffcv-rn50")
 
 
-@pytest.mark.parametrize("argv,flag,needs", [
-    (["--policy-interpolation", "bilinear"], "--policy-interpolation", "a --policy"),
-    (["--ema-decay", 0.9], "--ema-decay", "--ema"),
-    (["--image-size", 64, "--ramp", 64, 96, 1, 2, "--epochs", 4, "--warmup-epochs", 1], "--image-size", "no --ramp"),
-    (["--recipe", "torchvision-v2", "--no-ema", "--ema-steps", 8], "--ema-steps", "--ema"),
+@pytest.mark.parametrize("argv,said", [
+    (["--policy-interpolation", "bilinear"], "--policy-interpolation bilinear is used only with a --policy, and this "
+     "run has --policy none (the default): leave --policy-interpolation out, or add --policy trivialaugment, "
+     "randaugment or autoaugment"),
+    (["--ema-decay", 0.9], "--ema-decay 0.9 is used only with --ema, and this run has --no-ema (the default): leave "
+     "--ema-decay out, or add --ema"),
+    (["--image-size", 64, "--ramp", 64, 96, 1, 2, "--epochs", 4, "--warmup-epochs", 1],
+     "--image-size 64 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 64 96 1 2 "
+     "(typed): leave --image-size out, or add --no-ramp"),
+    (["--recipe", "torchvision-v2", "--no-ema", "--ema-steps", 8], "--ema-steps 8 is used only with --ema, and this "
+     "run has --no-ema (typed)"),
 ])
-def test_a_typed_flag_the_run_would_ignore_is_refused(capsys, argv, flag, needs):
-    line = refused(capsys, *argv)
-    assert f"{flag} is used only with {needs}" in line
+def test_a_typed_flag_the_run_would_ignore_is_refused_saying_where_each_value_came_from(capsys, argv, said):
+    assert said in refused(capsys, *argv)
+
+
+@pytest.mark.parametrize("argv", [["--recipe", "ffcv-rn50", "--image-size", 192],  # its --help's default
+                                  ["--recipe", "torchvision-v2", "--ema-steps", 32, "--ema-decay", 0.99998],
+                                  ["--ema-steps", 32], ["--policy-interpolation", "nearest"]])
+def test_a_value_typed_as_its_default_asks_for_nothing_and_is_accepted(argv):
+    command = parsed(*argv)
+    assert command.meant() == {"data", "run_dir"} | ({"recipe"} if "--recipe" in argv else set())
+    assert command.config.ramp == (recipe("ffcv-rn50")["ramp"] if "ffcv-rn50" in argv else None)
+
+
+@pytest.mark.parametrize("old,new", [("--random-erase", "--erasing"), ("--mixup-alpha", "--mixup"),
+                                     ("--cutmix-alpha", "--cutmix"), ("--policy-ops", "--num-ops"),
+                                     ("--policy-magnitude", "--magnitude")])
+def test_a_renamed_flag_is_answered_with_its_new_name(capsys, old, new):
+    assert f"{old} is now {new} (the same setting" in refused(capsys, old, 1)
+    assert f"type {new}=2" in refused(capsys, f"{old}=2")
+    assert new in {option for action in build_parser()._actions for option in action.option_strings}
 
 
 @pytest.mark.parametrize("argv,said", [
@@ -122,9 +172,13 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
 
 
 @pytest.mark.parametrize("argv,said", [
-    (["--epochs", 3], "--warmup-epochs 5 must be from 0 to --epochs 3"),
+    (["--epochs", 3, "--warmup-epochs", 5], "--warmup-epochs 5 (typed) is longer than the run, --epochs 3 (typed): "
+     "it would never reach the peak rate. Give --warmup-epochs 3 or less (0: none)"),
+    (["--recipe", "torchvision-v2", "--warmup-epochs", 601], "--warmup-epochs 601 (typed) is longer than the run, "
+     "--epochs 600 (--recipe torchvision-v2's)"),
     (["--epochs", 3, "--warmup-epochs", -1], "--warmup-epochs must be a finite number of 0 or more, not -1.0"),
-    (["--ramp", 64, 96, 1, 9, "--epochs", 8], "--ramp 64 96 1 9 ends at epoch 9, after --epochs 8"),
+    (["--ramp", 64, 96, 1, 9, "--epochs", 8], "--ramp 64 96 1 9 (typed) ends at epoch 9, after the run's --epochs 8 "
+     "(typed): its end size would never be reached. Give a ramp that ends within the run"),
     (["--lr", "nan"], "--lr must be a finite number of 0 or more, not nan"),
     (["--weight-decay", -1], "--weight-decay must be a finite number of 0 or more"),
     (["--label-smoothing", 1], "--label-smoothing must be from 0 to below 1, not 1.0"),
@@ -135,8 +189,34 @@ def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, sa
 
 
 def test_force_change_names_fields_by_their_flags():
-    assert parsed("--force-change", "--lr", "--force-change", "epochs", "--force-change", "--no-channels-last"
+    assert parsed("--lr", 0.2, "--epochs", 4, "--warmup-epochs", 1, "--no-channels-last", "--resume", "auto",
+                  "--force-change", "--lr", "--force-change", "epochs", "--force-change", "--no-channels-last"
                   ).force_change == {"lr", "epochs", "channels_last"}
+
+
+def test_force_change_of_a_flag_not_typed_is_refused_naming_what_to_type(capsys):
+    assert "--force-change --lr names a flag this command line does not type: type the value to change it to as " \
+        "well (--lr VALUE --force-change --lr)" in refused(capsys, "--resume", "auto", "--force-change", "--lr")
+
+
+@pytest.mark.parametrize("argv,warmup,said", [
+    (["--epochs", 1], 0.0556, "--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of "
+                              "this run of --epochs 1: type --warmup-epochs to choose another"),
+    (["--epochs", 5], 0.278, "--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.278"),
+    (["--recipe", "torchvision-v2", "--epochs", 3], 0.025, "--warmup-epochs 5 (--recipe torchvision-v2's, for 600 "
+                                                           "epochs) shortened to 0.025"),
+    (["--recipe", "ffcv-rn50", "--epochs", 1], 0.0227, "--warmup-epochs 2 (--recipe ffcv-rn50's, for 88 epochs) "
+                                                       "shortened to 0.0227"),
+    (["--epochs", 6], 5.0, None),  # it fits: left as it is
+    (["--epochs", 1, "--warmup-epochs", 1], 1.0, None),  # typed: the user's, as long as the run is allowed
+    (["--epochs", 1, "--warmup-epochs", 0], 0.0, None),
+])
+def test_a_warmup_nobody_typed_is_fitted_to_a_short_run_and_said(argv, warmup, said):
+    command = parsed(*argv)
+    assert command.config.warmup_epochs == warmup
+    assert [line for line in command.notes if "--warmup-epochs" in line] == ([] if said is None else [
+        next(line for line in command.notes if line.startswith(said))])
+    assert command.config.ramp is None or command.config.ramp[3] <= command.config.epochs  # ffcv's ramp follows
 
 
 # ---------------------------------------------------------------- resuming
@@ -162,7 +242,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_everything_it_set():
 
 
 @pytest.mark.parametrize("field,value", [("lr", 0.3), ("epochs", 700), ("image_size", 160), ("policy", None),
-                                         ("ema", False), ("amp", "fp16"), ("max_steps", 5)])
+                                         ("ema", False), ("amp", "fp16")])
 def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value):
     now = like_v2(**{field: value})
     with pytest.raises(ResumeError) as stopped:
@@ -187,6 +267,71 @@ def test_a_typed_flag_equal_to_the_checkpoints_and_the_run_controls_pass():
     now = like_v2(device="cpu", workers=3, decode="gpu")
     resumed, changes = settings_on_resume(now, V2, frozenset({"lr", "device", "workers", "decode"}), frozenset())
     assert changes == [] and (resumed.device, resumed.workers, resumed.decode) == ("cpu", 3, "gpu")
+
+
+def test_what_only_this_process_does_is_never_inherited_by_a_resume():
+    capped = like_v2(max_steps=2, workers=5, log_every=1, tracker="tensorboard")
+    resumed, changes = settings_on_resume(config(dataset_id="x"), capped, frozenset({"data", "run_dir"}), frozenset())
+    assert (resumed.max_steps, resumed.workers, resumed.log_every, resumed.tracker) == (0, None, 50, "none")
+    assert changes == [] and {"max_steps", "workers", "log_every", "tracker", "wandb_project"} <= set(RUN_CONTROL)
+
+
+def test_the_settings_a_resume_carries_over_are_named():
+    from train.settings import carried_over
+
+    said = carried_over(config(dataset_id="x"), like_v2(lr=0.3, max_steps=2), frozenset({"data", "run_dir", "ema"}))
+    assert "--lr 0.3" in said and "--recipe torchvision-v2" in said and "--epochs 600" in said
+    assert not [item for item in said if item.startswith(("--ema ", "--max-steps", "--data", "--dataset-id"))]
+
+
+def test_a_forced_epochs_must_leave_the_run_an_epoch_to_train():
+    three = like_v2(epochs=3)
+    with pytest.raises(ResumeError, match=r"--epochs 2 \(forced\): the run's checkpoint is at epoch 3 of 3, so nothing "
+                                          r"would train.*--epochs 4 or more"):
+        settings_on_resume(like_v2(epochs=2), three, frozenset({"epochs"}), frozenset({"epochs"}), epoch=3)
+    with pytest.raises(ResumeError, match="at epoch 2 of 3"):  # the epoch it stopped in would not be finished
+        settings_on_resume(like_v2(epochs=2), three, frozenset({"epochs"}), frozenset({"epochs"}), epoch=2)
+    longer, changes = settings_on_resume(like_v2(epochs=5), three, frozenset({"epochs"}), frozenset({"epochs"}), epoch=3)
+    assert longer.epochs == 5 and changes == [Change("epochs", 3, 5)]
+
+
+def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
+    """A requeued job repeats the command line that forced a change: its checkpoints have the value already."""
+    from train.settings import run_settings
+
+    checkpoint = types.SimpleNamespace(config=like_v2(lr=0.3).to_dict(), epoch=4)
+    command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
+    resumed, changes, notes, origin = run_settings(command, command.config, checkpoint, 1000, 1)
+    assert resumed.lr == 0.3 and changes == [] and origin["epochs"] == "the checkpoint's"
+    assert "--force-change --lr: the run has --lr 0.3 already" in notes
+
+
+def test_force_change_without_a_checkpoint_to_change_is_refused():
+    from train.errors import ConfigError
+    from train.settings import run_settings
+
+    command = parsed("--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
+    with pytest.raises(ConfigError, match=r"--force-change --lr: there is no checkpoint to change \(--resume auto, "
+                                          r"--run-dir r\): a new run takes every flag as typed"):
+        run_settings(command, command.config, None, 1000, 1)
+
+
+@pytest.mark.parametrize("argv,samples,world,fitted,said", [
+    (["--recipe", "torchvision-v2", "--batch-size", 8, "--epochs", 3], 120, 2, {"ema_steps": 7},
+     "--ema-steps 32 (--recipe torchvision-v2's) is more than the 7 steps of an epoch here"),
+    (["--recipe", "torchvision-v2", "--batch-size", 2, "--epochs", 3], 5, 2, {"ema_steps": 1, "repeats": 2},
+     "--repeats 4 (--recipe torchvision-v2's) is more than the 2 samples a rank reads an epoch here"),
+    (["--recipe", "torchvision-v2", "--epochs", 3], 1_281_167, 8, {"ema_steps": 32, "repeats": 4}, None),
+    (["--recipe", "torchvision-v2", "--batch-size", 8, "--epochs", 3, "--ema-steps", 32], 120, 2, {"ema_steps": 32},
+     None),  # typed: the user's
+])
+def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted, said):
+    from train.settings import run_settings
+
+    command = parsed(*argv)
+    resumed, changes, notes, _ = run_settings(command, command.config, None, samples, world)
+    assert {name: getattr(resumed, name) for name in fitted} == fitted
+    assert said is None or any(line.startswith(said) for line in notes), notes
 
 
 def test_every_field_is_a_setting_a_run_control_or_fixed():
@@ -247,6 +392,87 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     assert document["settings"]["epochs"] == 2 and document["settings"]["repeats"] == 4
     assert document["changes"] == [{"epoch": 1, "step": 0, "flag": "--epochs", "from": 1, "to": 2}]
     assert [r["image_size"] for r in read_metrics(run)] == [32, 32]
+
+
+NO_WARMUP_TYPED = ["--arch", "resnet18", "--image-size", 32, "--batch-size", 4, "--log-every", 1, "--shuffle-buffer", 16,
+                   "--workers", 1, "--val-crop", 32, "--val-resize", 37]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv,said", [
+    (["--epochs", 1], "--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
+                      "of --epochs 1"),
+    (["--recipe", "ffcv-rn50", "--epochs", 1], "--warmup-epochs 2 (--recipe ffcv-rn50's, for 88 epochs) shortened to "
+                                               "0.0227"),
+    (["--recipe", "torchvision-v2", "--epochs", 3, "--max-steps", 1], "--warmup-epochs 5 (--recipe torchvision-v2's, "
+                                                                      "for 600 epochs) shortened to 0.025"),
+])
+def test_a_short_first_run_runs_with_its_warmup_fitted_and_says_so(prepared, tmp_path, argv, said):
+    from conftest import run_module
+    from train.metrics import read_metrics
+
+    run = tmp_path / "run"
+    result = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, *argv)
+    assert result.returncode == 0, result.stderr
+    assert said in result.stderr
+    document = json.loads((run / "config.json").read_text())
+    assert document["settings"]["warmup_epochs"] == float(said.split("shortened to ")[1].split(",")[0])
+    assert len(read_metrics(run)) == document["settings"]["epochs"]
+
+
+@pytest.mark.slow
+def test_a_typed_warmup_longer_than_the_run_is_refused_in_one_line(prepared, tmp_path):
+    from conftest import run_module
+
+    result = run_module("train", "--data", prepared, "--run-dir", tmp_path / "run", *NO_WARMUP_TYPED, "--epochs", 1,
+                        "--warmup-epochs", 5)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "python -m train: error: --warmup-epochs 5 (typed) is longer than the run, --epochs 1 (typed): it would never "
+        "reach the peak rate. Give --warmup-epochs 1 or less (0: none)"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepared, tmp_path):
+    from conftest import run_module
+    from shards.manifest import read_manifest
+    from shards.plan import steps_per_epoch
+    from train.metrics import read_metrics
+
+    run = tmp_path / "run"
+    capped = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
+                        "--warmup-epochs", 0, "--max-steps", 2)
+    assert capped.returncode == 0, capped.stderr
+    resumed = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+                         "--force-change", "--epochs", "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    whole = steps_per_epoch(read_manifest(prepared).splits["train"].samples, 1, 4)
+    assert [(r["steps"], r["train_images"]) for r in read_metrics(run)] == [(2, 8), (whole, whole * 4)]
+    # what the resume kept of the run is said, and a smoke test's cap is not among it
+    kept = next(line for line in resumed.stderr.splitlines() if "resumed with the run's own" in line)
+    assert "--warmup-epochs 0" in kept and "--max-steps" not in kept.split("(")[0]
+    assert json.loads((run / "config.json").read_text())["settings"]["max_steps"] == 0
+
+
+@pytest.mark.slow
+def test_force_change_that_cannot_be_kept_is_refused_and_the_records_stay_true(prepared, tmp_path):
+    from conftest import run_module
+    from train.checkpoint import checkpoint_path, load_checkpoint
+
+    run = tmp_path / "run"
+    fresh = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+                       "--warmup-epochs", 0, "--max-steps", 1, "--lr", 0.2, "--force-change", "--lr")
+    assert fresh.returncode == 2 and "--force-change --lr: there is no checkpoint to change" in fresh.stderr
+    assert not run.exists()
+    done = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+                      "--warmup-epochs", 0, "--max-steps", 1)
+    assert done.returncode == 0, done.stderr
+    shorter = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
+                         "--force-change", "--epochs", "--resume", "auto", "--max-steps", 1)
+    assert shorter.returncode == 2 and "--epochs 1 (forced): the run's checkpoint is at epoch 2 of 2" in shorter.stderr
+    document = json.loads((run / "config.json").read_text())
+    assert document["settings"]["epochs"] == 2 and document["changes"] == []
+    assert TrainConfig.from_dict(load_checkpoint(checkpoint_path(run)).config).epochs == 2
 
 
 # ---------------------------------------------------------------- the library's refusals in flags
@@ -360,9 +586,15 @@ def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
     assert resumed.ema and resumed.ema_decay == 0.9999 and settings_problem(resumed, command.given) is None
     ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50")
     shorter, _ = settings_on_resume(config(epochs=16), ffcv, frozenset({"epochs"}), frozenset({"epochs"}))
-    assert "--ramp 160 192 65 76 ends at epoch 76, after --epochs 16" in settings_problem(shorter, {"epochs"})
+    origin = {"epochs": "typed", "ramp": "the checkpoint's", "ema": "the checkpoint's"}
+    assert "--ramp 160 192 65 76 (the checkpoint's) ends at epoch 76, after the run's --epochs 16 (typed): its end " \
+        "size would never be reached. Give a ramp that ends within the run (--ramp START_PX END_PX START_EPOCH " \
+        "END_EPOCH --force-change --ramp), or --no-ramp --force-change --ramp" in \
+        settings_problem(shorter, {"epochs"}, origin)
     bigger, _ = settings_on_resume(config(image_size=224), ffcv, frozenset({"image_size"}), frozenset({"image_size"}))
-    assert "--image-size is used only with no --ramp" in settings_problem(bigger, {"image_size"})
+    assert "--image-size 224 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 160 " \
+        "192 65 76 (the checkpoint's): leave --image-size out, or add --no-ramp with --force-change --ramp" in \
+        settings_problem(bigger, {"image_size"}, origin | {"ramp": "the checkpoint's"})
 
 
 def test_numpy_strings_are_stored_as_the_plain_strings_they_equal():

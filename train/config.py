@@ -11,9 +11,11 @@ import math
 import re
 import signal
 import sys
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from shards.help import HelpFormatter
 from shards.layout import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.errors import ConfigError
@@ -104,15 +106,26 @@ class TrainConfig:
         return ResolutionRamp(*self.ramp) if self.ramp else self.image_size
 
 
-def build_parser() -> argparse.ArgumentParser:
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose refusals are one line, not the usage block of every option above them: its own
+    (an unknown flag, a bad choice) point to --help; `refuse` says a message that names what to type."""
+
+    def error(self, message: str):
+        self.refuse(f"{message} (`{self.prog} --help` lists every option)")
+
+    def refuse(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> OneLineParser:
     d = TrainConfig("", "")
-    p = argparse.ArgumentParser(
-        prog="python -m train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    p = OneLineParser(
+        prog="python -m train", formatter_class=HelpFormatter,
         description="Streaming DDP training on ImageNet shards prepared by `python -m prepare`. Under srun, "
                     "one task per GPU; also under torchrun, or as one plain process.")
     dest = default_dest()
     p.add_argument("--data", default=str(dest) if dest else None,
-                   help="the prepared dataset on node-local disk (default $SLURM_TMPDIR/imagenet)")
+                   help="the prepared dataset on node-local disk (default: $SLURM_TMPDIR/imagenet)")
     p.add_argument("--run-dir", default="runs/default", help="checkpoints and metrics.jsonl (shared storage)")
     p.add_argument("--arch", default=d.arch,
                    help="any torchvision classification model name, or package.module:callable (found on PYTHONPATH or "
@@ -124,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "training thread); batches are the same for any count")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--image-size", type=int, default=d.image_size,
-                   help="train crop size; validation resizes to size*256/224 and centre-crops size")
+                   help="the training crops' side (a --ramp sets it instead); validation follows it where neither "
+                        "--val-* nor the recipe sets it: Resize(size x 256/224) + CenterCrop(size)")
     p.add_argument("--decode", choices=["cpu", "gpu"], default=d.decode,
                    help="gpu: batched nvJPEG decode and crop/resize/flip on the device, the threads only draw "
                         "crops (with --device cpu it runs the same path on the CPU, for testing)")
@@ -132,10 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the initial weights, the read plan, every crop, flip and policy draw")
     p.add_argument("--resume", default=None,
                    help="'auto' (the checkpoint in --run-dir, if any) or a path: the run continues with the "
-                        "checkpoint's settings; a flag given that differs from them is refused (see --force-change)")
+                        "checkpoint's settings; a flag given that differs from them is refused (see --force-change) "
+                        "(default: none, a new run)")
     p.add_argument("--force-change", action="append", default=[], metavar="FLAG",
                    help="on resume, let FLAG (e.g. --lr) differ from the checkpoint's setting: the change is logged "
-                        "and recorded in RUN_DIR/config.json; give it once per flag")
+                        "and recorded in RUN_DIR/config.json; give it once per flag, with the flag's new value typed "
+                        "too (default: none)")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate per 256 images of global batch")
     p.add_argument("--momentum", type=float, default=d.momentum, help="SGD's momentum")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay,
@@ -143,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
                    help="of the cross-entropy loss (0: off)")
     p.add_argument("--warmup-epochs", type=float, default=d.warmup_epochs,
-                   help="epochs of the learning rate's linear warm-up (0: none); at most --epochs")
+                   help="epochs of the learning rate's linear warm-up (0: none); at most --epochs. One not typed "
+                        "(the default's, a recipe's) that leaves no decay in a shorter run is shortened to the same "
+                        "share of it, and the log says so")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default=d.amp,
                    help="mixed precision: auto is bf16 on a GPU and off (fp32) on the CPU; fp16 uses a GradScaler")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false",
@@ -157,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requeue", action="store_true", help="requeue the SLURM job after a preemption checkpoint")
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
                    help="seconds to wait for peers at start-up and in any collective")
-    p.add_argument("--max-steps", type=int, default=0, help="cap steps per epoch (smoke tests)")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="cap this process's steps per epoch, for a smoke test (0: no cap); not a setting of the run: "
+                        "a resume without it trains whole epochs")
     p.add_argument("--tracker", choices=TRACKERS, default=d.tracker,
                    help="also log each epoch, and loss, lr and images/s every --log-every steps, to TensorBoard "
                         "(RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; WANDB_MODE=offline without internet), "
@@ -212,11 +232,11 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
     g.add_argument("--policy", type=policy_choice, default=d.policy, metavar="{none," + ",".join(POLICIES) + "}",
                    help="torchvision's per-sample augmentation policy, on each training crop (none: no policy)")
     g.add_argument("--num-ops", type=int, default=d.num_ops,
-                   help="randaugment: ops per sample (None: RandAugment's default, 2)")
+                   help="randaugment: ops per sample (default: RandAugment's own, 2)")
     g.add_argument("--magnitude", type=int, default=d.magnitude,
-                   help="randaugment: the magnitude bin (None: RandAugment's default, 9)")
+                   help="randaugment: the magnitude bin (default: RandAugment's own, 9)")
     g.add_argument("--num-magnitude-bins", type=int, default=d.num_magnitude_bins,
-                   help="randaugment, trivialaugment: the magnitude bins (None: their default, 31)")
+                   help="randaugment, trivialaugment: the magnitude bins (default: their own, 31)")
     g.add_argument("--policy-interpolation", choices=POLICY_INTERPOLATIONS, default=d.policy_interpolation,
                    help="of the policy's geometric ops (torchvision's default is nearest; its reference "
                         "recipes pass bilinear)")
@@ -227,7 +247,8 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                    help="repeated augmentation: each sample read this many times an epoch (torchvision's --ra-reps)")
     g.add_argument("--ramp", type=int, nargs=4, metavar=("START_PX", "END_PX", "START_EPOCH", "END_EPOCH"),
                    default=d.ramp, help="progressive resizing, as FFCV's: the training size from START_PX to END_PX "
-                                        "between the epochs, in steps of 32 (instead of --image-size)")
+                                        "between the epochs, in steps of 32, instead of --image-size (default: "
+                                        "none, --image-size throughout)")
     g.add_argument("--no-ramp", dest="ramp", action="store_const", const=None, help="no progressive resizing")
     g.add_argument("--val-resize", type=int, default=d.val_resize,
                    help="validation's Resize, torchvision's (default: --val-crop x 256/224, or as --val-crop-fraction "
@@ -236,7 +257,8 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                    help="validation's output side, its CenterCrop (default: the training size, a ramp's end)")
     g.add_argument("--val-crop-fraction", type=share, default=d.val_crop_fraction,
                    help="the crop's share of the resized image, timm's crop_pct: Resize(floor(--val-crop / it)) (e.g. "
-                        "0.875, 0.95); with --val-crop-mode ffcv the share of the short side kept (default 224/256)")
+                        "0.875, 0.95); with --val-crop-mode ffcv the share of the short side kept (default: none: "
+                        "Resize from --val-resize or 256/224; with --val-crop-mode ffcv, 224/256)")
     g.add_argument("--no-val-crop-fraction", dest="val_crop_fraction", action="store_const", const=None,
                    help="no --val-crop-fraction (a recipe's): validation's Resize from --val-resize or 256/224")
     g.add_argument("--val-crop-mode", choices=VAL_CROP_MODES, default=d.val_crop_mode,
@@ -260,28 +282,76 @@ class CommandLine:
     config: TrainConfig
     given: frozenset[str]  # TrainConfig fields whose flag was typed
     force_change: frozenset[str] = frozenset()  # TrainConfig fields --force-change names
-    notes: tuple[str, ...] = ()  # what a typed flag replaced of the recipe's, for the start-up log
+    notes: tuple[str, ...] = ()  # what replaced a recipe's or a default's value, for the start-up log
+    origin: Mapping[str, str] = field(default_factory=dict)  # field -> "typed", "--recipe NAME's", "the default"
+    source_epochs: int = TrainConfig("", "").epochs  # the length the recipe (or the defaults) set its warm-up for
+    # typed fields whose value is the one they would have untyped (`--recipe ffcv-rn50 --image-size 192`): typed,
+    # but they ask for nothing the run would ignore
+    typed_as_default: frozenset[str] = frozenset()
+
+    def meant(self) -> frozenset[str]:
+        """The typed fields that ask for something other than their default."""
+        return self.given - self.typed_as_default
+
+
+# Flags renamed since they were published -> their names now (the library's Augment fields' names)
+RENAMED_FLAGS = {"--random-erase": "--erasing", "--mixup-alpha": "--mixup", "--cutmix-alpha": "--cutmix",
+                 "--policy-ops": "--num-ops", "--policy-magnitude": "--magnitude"}
 
 
 def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     """The command line: --recipe's values first, then every flag given (shown by --help too: with
-    --recipe NAME, --help shows that recipe's values)."""
+    --recipe NAME, --help shows that recipe's values). A new run's values nobody typed are fitted to it
+    (`fit_untyped`) before the settings are checked."""
     from train.recipes import recipe
 
     argv = flags_as_values(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser()
+    renamed = renamed_flag(argv)
+    if renamed:
+        parser.refuse(renamed)
     early = recipe_parser().parse_known_args(argv)[0]
     chosen, values = early.recipe, recipe(early.recipe, early.epochs)  # a recipe's ramp follows --epochs
-    parser = build_parser()
     parser.set_defaults(**values)
     args = parser.parse_args(argv)
     given = given_fields(argv)
     notes = replace_recipe_values(args, given, values, chosen)
     config = config_from_args(args, parser)
+    forced = forced_fields(args.force_change, parser)
+    untyped = forced - given
+    if untyped:
+        flag = flag_of(sorted(untyped)[0])
+        parser.refuse(f"--force-change {flag} names a flag this command line does not type: type the value to change "
+                     f"it to as well ({flag} VALUE --force-change {flag})")
+    defaults = TrainConfig("", "").to_dict() | values
+    command = CommandLine(
+        config, frozenset(given), frozenset(forced), tuple(notes),
+        origins(given, chosen, {name: v for name, v in values.items() if getattr(config, name) == v}),
+        values.get("epochs", defaults["epochs"]),
+        frozenset(name for name in given if name in defaults and getattr(config, name) == defaults[name]))
     if config.resume is None:  # a resume's settings are known once the checkpoint's are read: loop.main checks them
-        problem = settings_problem(config, given)
+        config, fitted = fit_untyped(config, command.given, command.origin, command.source_epochs)
+        problem = settings_problem(config, command.meant(), command.origin)
         if problem:
-            parser.error(problem)
-    return CommandLine(config, frozenset(given), frozenset(forced_fields(args.force_change, parser)), tuple(notes))
+            parser.refuse(problem)
+        command = replace(command, config=config, notes=command.notes + tuple(fitted))
+    return command
+
+
+def renamed_flag(argv: list[str]) -> str | None:
+    """The refusal of a flag typed by its old name, naming the new one; None where none is."""
+    for arg in argv:
+        old = arg.split("=", 1)[0]
+        if old in RENAMED_FLAGS:
+            return (f"{old} is now {RENAMED_FLAGS[old]} (the same setting, named as the library's Augment field): "
+                    f"type {RENAMED_FLAGS[old]}{arg[len(old):]}")
+    return None
+
+
+def origins(given: set[str] | frozenset[str], recipe_name: str, recipe_values: dict) -> dict[str, str]:
+    """Where each setting's value came from, as the messages say it. Pure."""
+    return {f.name: "typed" if f.name in given else f"--recipe {recipe_name}'s" if f.name in recipe_values
+            else "the default" for f in fields(TrainConfig)}
 
 
 def flags_as_values(argv: list[str]) -> list[str]:
@@ -329,13 +399,13 @@ def policy_choice(text: str) -> str | None:
     return text
 
 
-def forced_fields(flags: list[str], parser: argparse.ArgumentParser) -> set[str]:
+def forced_fields(flags: list[str], parser: OneLineParser) -> set[str]:
     """--force-change's FLAGs as TrainConfig fields; an unknown flag is refused."""
     known = {flag_of(f.name): f.name for f in fields(TrainConfig)}
     known |= {option: action.dest for action in parser._actions for option in action.option_strings}
     unknown = [flag for flag in flags if ("--" + flag.lstrip("-")) not in known]
     if unknown:
-        parser.error(f"--force-change {unknown[0]}: no such flag (give a flag of python -m train, e.g. --lr)")
+        parser.refuse(f"--force-change {unknown[0]}: no such flag (give a flag of python -m train, e.g. --lr)")
     return {known["--" + flag.lstrip("-")] for flag in flags}
 
 
@@ -351,51 +421,112 @@ def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dic
     """Typed flags beat the recipe, and so do the recipe's values a typed flag makes moot (MOOTS), unless
     typed too: they take their defaults. A typed --image-size equal to the recipe's moots nothing.
     Returns the log lines that say what was replaced. Pure but for `args`."""
-    typed = [field for field in MOOTS if field in given
-             and not (field == "image_size" and args.image_size == values.get("image_size"))]
-    moot = [field for cause in typed for field in MOOTS[cause]]
+    typed = [item for item in MOOTS if item in given
+             and not (item == "image_size" and args.image_size == values.get("image_size"))]
+    moot = [item for cause in typed for item in MOOTS[cause]]
     defaults = TrainConfig("", "")
-    replaced = [field for field in dict.fromkeys(moot) if field in values and field not in given
-                and values[field] != getattr(defaults, field)]
-    for field in replaced:
-        setattr(args, field, getattr(defaults, field))
+    replaced = [item for item in dict.fromkeys(moot) if item in values and item not in given
+                and values[item] != getattr(defaults, item)]
+    for item in replaced:
+        setattr(args, item, getattr(defaults, item))
     if not replaced:
         return []
-    causes = ", ".join(f"{flag_of(field)} {show(getattr(args, field))}" for field in typed)
-    said = ", ".join(f"{flag_of(field)} {show(values[field])}" for field in replaced)
+    causes = ", ".join(f"{flag_of(item)} {show(getattr(args, item))}" for item in typed)
+    said = ", ".join(f"{flag_of(item)} {show(values[item])}" for item in replaced)
     return [f"{causes} replaces --recipe {name}'s {said} (give them too to keep them)"]
 
 
-def settings_problem(config: TrainConfig, given: frozenset[str] | set[str]) -> str | None:
+def settings_problem(config: TrainConfig, meant: frozenset[str] | set[str],
+                     origin: Mapping[str, str] | None = None) -> str | None:
     """What cannot work, or would be ignored, in the settings that run (a resumed run's once resolved),
-    in one line naming the flags; None where nothing. `given`: the fields typed."""
-    return schedule_problem(config) or ignored_flag(config, given) or library_problem(config)
+    in one line naming the flags, where each value came from and what to type; None where nothing.
+    `meant`: the fields typed with a value other than their default; `origin`: field -> where its value
+    came from ("typed", "the default", "--recipe NAME's", "the checkpoint's")."""
+    said = Origins(origin or {})
+    return schedule_problem(config, said) or ignored_flag(config, meant, said) or library_problem(config)
 
 
-def schedule_problem(config: TrainConfig) -> str | None:
+@dataclass(frozen=True)
+class Origins:
+    """Where the settings' values came from, as a refusal says them and says what to type instead."""
+    origin: Mapping[str, str]
+
+    def value(self, config: TrainConfig, name: str) -> str:
+        """`--flag value (where it came from)`."""
+        where, value, flag = self.origin.get(name), getattr(config, name), flag_of(name)
+        typed = (flag if value else "--no-" + flag[2:]) if isinstance(value, bool) else f"{flag} {show(value)}"
+        return typed + (f" ({where})" if where else "")
+
+    def to_change(self, name: str, value: str) -> str:
+        """What to type to give `name` another value: on a resume a value of the checkpoint's needs
+        --force-change too."""
+        flag = flag_of(name)
+        typed = f"{flag} {value}" if value else flag
+        if self.origin.get(name) == "the checkpoint's":
+            return f"{typed} --force-change {flag}"
+        return typed
+
+
+def schedule_problem(config: TrainConfig, said: Origins) -> str | None:
     if not 0 <= config.warmup_epochs <= config.epochs:
-        return (f"--warmup-epochs {config.warmup_epochs:g} must be from 0 to --epochs {config.epochs}: a warm-up "
-                "longer than the run would never reach the peak rate")
+        return (f"{said.value(config, 'warmup_epochs')} is longer than the run, {said.value(config, 'epochs')}: it "
+                f"would never reach the peak rate. Give {said.to_change('warmup_epochs', f'{config.epochs}')} or "
+                "less (0: none)")
     if config.ramp is not None and config.ramp[3] > config.epochs:
-        return (f"--ramp {show(config.ramp)} ends at epoch {config.ramp[3]}, after --epochs {config.epochs}: its end "
-                "size would never be reached. Give a ramp that ends within the run, or --no-ramp")
+        return (f"{said.value(config, 'ramp')} ends at epoch {config.ramp[3]}, after the run's "
+                f"{said.value(config, 'epochs')}: its end size would never be reached. Give a ramp that ends within "
+                f"the run ({said.to_change('ramp', 'START_PX END_PX START_EPOCH END_EPOCH')}), or "
+                f"{said.to_change('ramp', '').replace('--ramp', '--no-ramp', 1)}")
     return None
+
+
+@dataclass(frozen=True)
+class NeededFor:
+    """What a flag is used with: what must be on, said as the flags that turn it on."""
+    needs: str  # "a --policy"
+    in_use: Callable[[TrainConfig], bool]
+    has: str  # the field that says what the run has instead
+    turn_on: str  # what to type to have it
 
 
 # a flag -> what must be on for the run to use it (a policy's own options: Augment refuses them with another)
-USED_ONLY_WITH = {"policy_interpolation": ("a --policy", lambda c: c.policy is not None),
-                  "ema_steps": ("--ema", lambda c: c.ema), "ema_decay": ("--ema", lambda c: c.ema),
-                  "image_size": ("no --ramp (a ramp sets the training size)", lambda c: c.ramp is None)}
+USED_ONLY_WITH = {
+    "policy_interpolation": NeededFor("a --policy", lambda c: c.policy is not None, "policy",
+                                      "--policy trivialaugment, randaugment or autoaugment"),
+    "ema_steps": NeededFor("--ema", lambda c: c.ema, "ema", "--ema"),
+    "ema_decay": NeededFor("--ema", lambda c: c.ema, "ema", "--ema"),
+    "image_size": NeededFor("no --ramp (a ramp sets the training size)", lambda c: c.ramp is None, "ramp",
+                            "--no-ramp"),
+}
 
 
-def ignored_flag(config: TrainConfig, given: frozenset[str] | set[str]) -> str | None:
-    """A typed flag that the run would ignore: it was meant to do something."""
-    for field, (needs, in_use) in USED_ONLY_WITH.items():
-        if field in given and not in_use(config):
-            return (f"{flag_of(field)} is used only with {needs}, which this run does not have (--policy "
-                    f"{show(config.policy)}, {'--ema' if config.ema else '--no-ema'}, --ramp {show(config.ramp)}): leave it "
-                    f"out, or change what it needs (on a resume, with --force-change)")
+def ignored_flag(config: TrainConfig, meant: frozenset[str] | set[str], said: Origins) -> str | None:
+    """A typed flag that the run would ignore: it was meant to do something. (One typed with the value
+    it has anyway, the recipe's or the default, asks for nothing: `--recipe ffcv-rn50 --image-size 192`.)"""
+    for name, needed in USED_ONLY_WITH.items():
+        if name in meant and not needed.in_use(config):
+            has = said.value(config, needed.has)
+            turn_on = needed.turn_on if said.origin.get(needed.has) != "the checkpoint's" else \
+                f"{needed.turn_on} with --force-change {flag_of(needed.has)}"
+            return (f"{flag_of(name)} {show(getattr(config, name))} is used only with {needed.needs}, and this run has "
+                    f"{has}: leave {flag_of(name)} out, or add {turn_on}")
     return None
+
+
+def fit_untyped(config: TrainConfig, given: frozenset[str] | set[str], origin: Mapping[str, str],
+                source_epochs: int) -> tuple[TrainConfig, list[str]]:
+    """A new run's settings with the values nobody typed (the default's, a recipe's) fitted to the run,
+    and a log line for each. A warm-up that would leave the run no decay (as long as the run or longer:
+    the default 5 epochs in `--epochs 1`) is shortened to the share of the run it has in the length its
+    source set it for (5 of 90 epochs: 0.0556 of a 1-epoch run). A typed value is the user's: checked,
+    never changed. Pure."""
+    if "warmup_epochs" in given or config.warmup_epochs < config.epochs or source_epochs <= config.epochs:
+        return config, []
+    fitted = float(f"{config.warmup_epochs * config.epochs / source_epochs:.3g}")
+    where = origin.get("warmup_epochs", "the default")
+    line = (f"--warmup-epochs {config.warmup_epochs:g} ({where}, for {source_epochs} epochs) shortened to {fitted:g}, "
+            f"the same share of this run of --epochs {config.epochs}: type --warmup-epochs to choose another")
+    return replace(config, warmup_epochs=fitted), [line]
 
 
 def library_problem(config: TrainConfig) -> str | None:
@@ -443,28 +574,28 @@ def in_flags(message: str) -> str:
 
 
 
-def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
+def config_from_args(args: argparse.Namespace, parser: OneLineParser) -> TrainConfig:
     if args.data is None:
-        parser.error("--data is required outside a SLURM job (no $SLURM_TMPDIR): the folder prepare wrote")
+        parser.refuse("--data is required outside a SLURM job (no $SLURM_TMPDIR): the folder prepare wrote")
     for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "ema_steps"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+            parser.refuse(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("val_resize", "val_crop"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+            parser.refuse(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 < args.ema_decay < 1:
-        parser.error("--ema-decay is between 0 and 1")
+        parser.refuse("--ema-decay is between 0 and 1")
     if args.max_bad_samples < 0:
-        parser.error("--max-bad-samples must be 0 or more")
+        parser.refuse("--max-bad-samples must be 0 or more")
     if args.workers is not None and args.workers < 1:
-        parser.error("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
+        parser.refuse("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
     if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
-        parser.error(f"--signal {args.signal}: no such signal")
+        parser.refuse(f"--signal {args.signal}: no such signal")
     for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "dist_timeout"):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) >= 0):
-            parser.error(f"{flag_of(name)} must be a finite number of 0 or more, not {getattr(args, name)}")
+            parser.refuse(f"{flag_of(name)} must be a finite number of 0 or more, not {getattr(args, name)}")
     if not 0 <= args.label_smoothing < 1:
-        parser.error(f"--label-smoothing must be from 0 to below 1, not {args.label_smoothing}")
+        parser.refuse(f"--label-smoothing must be from 0 to below 1, not {args.label_smoothing}")
     values = {k: v for k, v in vars(args).items() if k != "force_change"}
     values["data"], values["run_dir"] = str(Path(args.data)), str(Path(args.run_dir))
     values["ramp"] = tuple(args.ramp) if args.ramp is not None else None

@@ -4,6 +4,8 @@ would type it. Imports nothing of train's."""
 
 from __future__ import annotations
 
+from shards.help import as_typed
+
 FLAG_OF = {"channels_last": "--no-channels-last"}  # a field whose flag is not --its-name
 
 
@@ -11,8 +13,4 @@ def flag_of(field: str) -> str:
     return FLAG_OF.get(field, "--" + field.replace("_", "-"))
 
 
-def show(value) -> str:
-    """A setting's value as typed: a ramp's four numbers spaced, None (no policy, no ramp) as none."""
-    if value is None:
-        return "none"
-    return " ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+show = as_typed  # a setting's value as one would type it: none, a ramp's four numbers spaced, 5 for 5.0

@@ -37,7 +37,7 @@ from train.imagenet_loader import ImageNetLoader
 from train.metrics import append_metrics, epoch_line
 from train.models import build_model
 from train.real_labels import RealLabels
-from train.settings import SETTINGS_FILE, describe, record_settings, settings_on_resume, train_size
+from train.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
 from train.shard_index import KEY_HASH_BITS
 from train.trackers import NoTracker, open_tracker, require
 
@@ -496,11 +496,9 @@ def main(command: CommandLine, env: DistEnv) -> int:
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
     config = replace(config, dataset_id=manifest.dataset_id())
     found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
-    changes = []
-    if found is not None:
-        config, changes = settings_on_resume(config, TrainConfig.from_dict(found.checkpoint.config), command.given,
-                                             command.force_change)
-    problem = settings_problem(config, command.given)  # the settings that will run, resumed or not
+    config, changes, notes, origin = run_settings(command, config, found.checkpoint if found is not None else None,
+                                                  manifest.splits["train"].samples, env.world_size)
+    problem = settings_problem(config, command.meant(), origin)  # the settings that will run, resumed or not
     if problem:
         raise ConfigError(problem)
     require(config.tracker)
@@ -523,8 +521,7 @@ def main(command: CommandLine, env: DistEnv) -> int:
     try:
         run = build_run(config, env, manifest, device, control, preemption)
         if env.is_main:
-            say_settings(run, command.notes if found is None else (), changes,
-                         found.checkpoint if found is not None else None)
+            say_settings(run, notes, changes, found.checkpoint if found is not None else None)
             log.info("%s", run.train_data.describe())
         return train(run, found, changes)
     finally:

@@ -1,9 +1,15 @@
 """A run's settings across resumes: what the command line gave, against what a checkpoint ran with.
 
 - `settings_on_resume` (pure): the checkpoint's settings, but where a setting only says how this process
-  runs (`RUN_CONTROL`: paths, threads, logging), the command line's. A typed flag that differs from the
-  checkpoint is refused, naming the flag and both values, unless --force-change names it: then the change
-  is made, and returned to be logged and recorded. A resume without --recipe keeps the recipe.
+  runs (`RUN_CONTROL`: paths, threads, logging, --max-steps), the command line's. A typed flag that differs
+  from the checkpoint is refused, naming the flag and both values, unless --force-change names it: then the
+  change is made, and returned to be logged and recorded. A resume without --recipe keeps the recipe.
+- `carried_over` (pure): the checkpoint's settings that this command line left out and would have given
+  otherwise, said at the start of a resume.
+- `run_settings` (pure): the settings that run, new or resumed, with the lines that say what was kept,
+  fitted or forced. A new run's values nobody typed that do not fit it are fitted (`fit_untyped`: the
+  warm-up; `fit_to_data`: EMA's interval, repeated augmentation), never refused; --force-change without a
+  checkpoint to change is refused.
 - `describe` (pure): the lines a run logs at its start: recipe and schedule, augmentation, sizes, precision.
 - `record_settings`: RUN_DIR/config.json, the settings in force and every change forced so far, atomically.
 """
@@ -11,21 +17,26 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shards.manifest import write_file_atomic
-from train.config import TrainConfig
-from train.errors import ResumeError
+from shards.plan import steps_per_epoch
+from train.config import CommandLine, TrainConfig, fit_untyped
+from train.errors import ConfigError, ResumeError
 from train.flags import flag_of, show
+
+if TYPE_CHECKING:
+    from train.checkpoint import Checkpoint
 
 SETTINGS_FILE = "config.json"
 SETTINGS_FORMAT = "imagenet-train-settings/1"
-# How this process runs, not what the run computes: the command line's on resume, whatever the checkpoint's.
-# (--decode changes the pixels slightly: a resume that changes it says so; --max-steps, the steps of an epoch
-# and so the schedule's length, is a setting.)
+# How this process runs, not what the run computes: the command line's on resume, whatever the checkpoint's
+# (a resume never inherits them: a smoke test's --max-steps does not cap the run it resumes). --decode changes
+# the pixels slightly: a resume that changes it says so.
 RUN_CONTROL = ("data", "run_dir", "workers", "device", "decode", "resume", "compile", "channels_last", "log_every",
-               "signal", "requeue", "dist_timeout", "tracker", "wandb_project", "max_bad_samples",
+               "signal", "requeue", "dist_timeout", "max_steps", "tracker", "wandb_project", "max_bad_samples",
                "dataset_id")  # dataset_id: the manifest's, checked against the checkpoint's (Checkpoint.check_resumable)
 # What a run is: never changed within it, --force-change or not (the weights, the plan, the batches and the
 # optimizer's parameter groups depend on them; the recipe names what the run's settings came from).
@@ -43,9 +54,11 @@ class Change:
         return f"{flag_of(self.field)} {show(self.old)} -> {show(self.new)}"
 
 
-def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[str],
-                       forced: frozenset[str]) -> tuple[TrainConfig, list[Change]]:
-    """The settings a resumed run continues with, and the changes --force-change made. Pure."""
+def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[str], forced: frozenset[str],
+                       epoch: int = 0) -> tuple[TrainConfig, list[Change]]:
+    """The settings a resumed run continues with, and the changes --force-change made. `epoch`: the
+    checkpoint's (the epochs finished; a forced --epochs must leave the run at least one more). A forced
+    flag already equal to the checkpoint's (a requeued job that forced it before) changes nothing. Pure."""
     values, changes, refused = saved.to_dict(), [], []
     for name in (f.name for f in fields(TrainConfig)):
         new, old = getattr(now, name), getattr(saved, name)
@@ -59,7 +72,67 @@ def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[st
                 refused.append(name)
     if refused:
         raise ResumeError(refusal(refused, now, saved))
+    if values["epochs"] <= epoch and "epochs" in {c.field for c in changes}:
+        raise ResumeError(f"--epochs {values['epochs']} (forced): the run's checkpoint is at epoch {epoch} of "
+                          f"{saved.epochs}, so nothing would train and the checkpoint would keep saying {saved.epochs}. "
+                          f"Force a longer run (--epochs {epoch + 1} or more), or leave --epochs out")
     return TrainConfig(**values), changes
+
+
+def carried_over(now: TrainConfig, saved: TrainConfig, given: frozenset[str]) -> list[str]:
+    """`--flag value` for each setting the resumed run keeps from its checkpoint where this command line,
+    which left the flag out, would have given another value (its default, its recipe's). Pure."""
+    return [f"{flag_of(f.name)} {show(getattr(saved, f.name))}" for f in fields(TrainConfig)
+            if f.name not in RUN_CONTROL and f.name not in given and getattr(saved, f.name) != getattr(now, f.name)]
+
+
+# ---------------------------------------------------------------- a run's settings, new or resumed
+
+def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoint | None, train_samples: int,
+                 world_size: int) -> tuple[TrainConfig, list[Change], tuple[str, ...], dict[str, str]]:
+    """(the settings that will run, the changes --force-change made, the start-up lines that say what
+    replaced or kept a value, where each value came from). A resume continues with the checkpoint's
+    settings; a new run fits the values nobody typed to itself and to the data. Pure."""
+    if checkpoint is None:
+        if command.force_change:
+            flags = " ".join(f"--force-change {flag_of(name)}" for name in sorted(command.force_change))
+            raise ConfigError(f"{flags}: there is no checkpoint to change (--resume {show(config.resume)}, --run-dir "
+                              f"{config.run_dir}): a new run takes every flag as typed. Leave {flags} out, or give "
+                              "the --run-dir of the run to change with --resume auto")
+        config, fitted = fit_untyped(config, command.given, command.origin, command.source_epochs)
+        steps = steps_per_epoch(train_samples, world_size, config.batch_size)
+        config, fitted_to_data = fit_to_data(config, command.given, command.origin, steps)
+        return config, [], (*command.notes, *fitted, *fitted_to_data), dict(command.origin)
+    saved = TrainConfig.from_dict(checkpoint.config)
+    resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, checkpoint.epoch)
+    notes = []
+    kept = carried_over(config, saved, command.given)
+    if kept:
+        notes.append(f"resumed with the run's own {', '.join(kept)} (this command line leaves them out; --max-steps, "
+                     "--workers, logging and tracking are this command line's)")
+    notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(getattr(saved, name))} already"
+              for name in sorted(command.force_change - {change.field for change in changes})]
+    origin = {name: "typed" if name in command.given else "the checkpoint's" for name in TrainConfig.__dataclass_fields__}
+    return resumed, changes, tuple(notes), origin
+
+
+def fit_to_data(config: TrainConfig, given: frozenset[str], origin: dict[str, str], steps: int
+                ) -> tuple[TrainConfig, list[str]]:
+    """A new run's values nobody typed that do not fit its data, fitted, with a line each: EMA updates
+    further apart than an epoch's `steps` (the recipe's every 32 on a small dataset: torchvision's update at
+    each epoch's first step would then be the only one) come once an epoch, so that the decay's adjustment
+    counts the updates made; repeated augmentation's readings at most the samples a rank reads. Pure."""
+    lines = []
+    if config.ema and "ema_steps" not in given and 1 <= steps < config.ema_steps:
+        lines.append(f"--ema-steps {config.ema_steps} ({origin.get('ema_steps', 'the default')}) is more than the "
+                     f"{steps} steps of an epoch here: an EMA update every {steps} steps, once an epoch")
+        config = replace(config, ema_steps=steps)
+    per_rank = steps * config.batch_size
+    if "repeats" not in given and 1 <= per_rank < config.repeats:
+        lines.append(f"--repeats {config.repeats} ({origin.get('repeats', 'the default')}) is more than the "
+                     f"{per_rank} samples a rank reads an epoch here: {per_rank} readings of each")
+        config = replace(config, repeats=per_rank)
+    return config, lines
 
 
 def refusal(names: list[str], now: TrainConfig, saved: TrainConfig) -> str:

@@ -138,6 +138,25 @@ class Augment:
 
 
 AUGMENT_FIELDS = tuple(f.name for f in fields(Augment))  # TrainConfig's fields and python -m train's flags too
+# Keywords renamed since Augment was published -> their names now (python -m train's flags are the same names)
+RENAMED_KEYWORDS = {"interpolation": "policy_interpolation"}
+
+
+def _answer_renamed_keywords(init):
+    """Augment's __init__, answering a keyword by its old name with its new one (a TypeError, as any
+    keyword Augment does not take), not a bare "unexpected keyword argument"."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        old = next((name for name in kwargs if name in RENAMED_KEYWORDS), None)
+        if old is not None:
+            raise TypeError(f"Augment() got an unexpected keyword argument {old!r}: it is now "
+                            f"{RENAMED_KEYWORDS[old]}= (the same setting, python -m train's --"
+                            f"{RENAMED_KEYWORDS[old].replace('_', '-')})")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+Augment.__init__ = _answer_renamed_keywords(Augment.__init__)  # type: ignore[method-assign]
 POLICY_OPTIONS = ("num_ops", "magnitude", "num_magnitude_bins")
 
 
