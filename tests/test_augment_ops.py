@@ -38,6 +38,11 @@ from tests.jpegs import photo
 from train.augment.ops import OPS, DeviceOps, apply_ops, apply_policy_rounds, erase
 
 REFERENCE = TrivialAugmentWide()  # any _AutoAugmentBase: its _apply_image_or_video_transform is shared
+# The ops whose float arithmetic a CPU's kernels may round otherwise: the affine grid's bmm (the geometric
+# ops) and the fused multiply-add of the blends. The others are integer, bitwise or single IEEE operations.
+PATH_DEPENDENT = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Color", "Contrast", "Sharpness")
+# Set in the processes that rerun the equality tests on another CPU's numeric path: the path-dependent ops
+FORCED_PATH = os.environ.get("AUGMENT_OPS_NUMERIC_PATH")
 SIGNED_EXTRAS = {"Rotate": [90.0, -90.0, 180.0, 270.0, 360.0, -180.0, 0.0]}  # torchvision's rot90 fast paths
 
 
@@ -61,6 +66,8 @@ def magnitudes(height: int, width: int, every: int = 1) -> list[tuple[int, float
                 if signed:
                     cases.add((OPS.index(name), -v))
     cases |= {(OPS.index("Invert"), 0.0), (-1, 0.0), (OPS.index("Identity"), 0.0)}
+    if FORCED_PATH:
+        cases = {(op, m) for op, m in cases if op >= 0 and OPS[op] in PATH_DEPENDENT}
     return sorted(cases)
 
 
@@ -191,11 +198,12 @@ NUMERIC_PATHS = {"mkl-compatible, aten-default": {"MKL_CBWR": "COMPATIBLE", "ATE
 @pytest.mark.parametrize("path", NUMERIC_PATHS)
 def test_the_equality_holds_on_the_numeric_paths_of_other_cpus(path):
     """The equality tests above, again in a process on another numeric path (it must hold on the CPU a
-    user's node has, not only on this one)."""
-    if os.environ.get("AUGMENT_OPS_NUMERIC_PATH"):
+    user's node has, not only on this one), for the ops whose rounding a path can change (PATH_DEPENDENT:
+    every magnitude, both sizes, interpolations and fills), their grids, and policy rounds of them."""
+    if FORCED_PATH:
         pytest.skip("already on a forced path")
     env = {**os.environ, **NUMERIC_PATHS[path], "AUGMENT_OPS_NUMERIC_PATH": path}
-    selected = "equals_torchvision or policy_rounds or capability or grid_is_torchvisions"
+    selected = "every_op_and_magnitude or policy_rounds or capability or grid_is_torchvisions"
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-k", selected,
                              __file__], cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
@@ -205,10 +213,9 @@ def test_the_equality_holds_on_the_numeric_paths_of_other_cpus(path):
 def test_the_forced_capability_is_the_one_torch_runs():
     """Under a forced path (the test above), torch reports the ATen capability it was given where this CPU
     has it: the path is really taken."""
-    path = os.environ.get("AUGMENT_OPS_NUMERIC_PATH")
-    if not path:
+    if not FORCED_PATH:
         pytest.skip("run by test_the_equality_holds_on_the_numeric_paths_of_other_cpus")
-    wanted = NUMERIC_PATHS[path]["ATEN_CPU_CAPABILITY"].upper()
+    wanted = NUMERIC_PATHS[FORCED_PATH]["ATEN_CPU_CAPABILITY"].upper()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     has = {"DEFAULT": True, "AVX2": " avx2" in flags, "AVX512": " avx512bw" in flags}
     if has[wanted]:

@@ -400,10 +400,10 @@ NO_WARMUP_TYPED = ["--arch", "resnet18", "--image-size", 32, "--batch-size", 4, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv,said", [
-    (["--epochs", 1], "--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
-                      "of --epochs 1"),
-    (["--recipe", "ffcv-rn50", "--epochs", 1], "--warmup-epochs 2 (--recipe ffcv-rn50's, for 88 epochs) shortened to "
-                                               "0.0227"),
+    (["--epochs", 1, "--max-steps", 2], "--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the "
+                                        "same share of this run of --epochs 1"),
+    (["--recipe", "ffcv-rn50", "--epochs", 1, "--max-steps", 2], "--warmup-epochs 2 (--recipe ffcv-rn50's, for 88 "
+                                                                 "epochs) shortened to 0.0227"),
     (["--recipe", "torchvision-v2", "--epochs", 3, "--max-steps", 1], "--warmup-epochs 5 (--recipe torchvision-v2's, "
                                                                       "for 600 epochs) shortened to 0.025"),
 ])
