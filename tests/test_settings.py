@@ -306,6 +306,18 @@ def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
     assert "--force-change --lr: the run has --lr 0.3 already" in notes
 
 
+def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_known_to_be_missing():
+    """A job script that always passes --resume auto: its first start is a new run, fitted as one."""
+    from train.settings import run_settings
+
+    command = parsed("--epochs", 1, "--resume", "auto")
+    assert command.config.warmup_epochs == 5.0 and command.notes == ()  # a resume's values come from its checkpoint
+    config, changes, notes, origin = run_settings(command, command.config, None, 1000, 1)
+    assert config.warmup_epochs == 0.0556 and changes == [] and origin["warmup_epochs"] == "the default"
+    assert notes == ("--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
+                     "of --epochs 1: type --warmup-epochs to choose another",)
+
+
 def test_force_change_without_a_checkpoint_to_change_is_refused():
     from train.errors import ConfigError
     from train.settings import run_settings
