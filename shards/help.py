@@ -17,13 +17,17 @@ def as_typed(value) -> str:
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """argparse's help with each option's default said once, as typed (`(default: none)`, not
-    `(default: None)`): not again where the help text says it ("default: ..."), nor for a required
-    option, a flag that only clears a value (--no-ramp) or a list that starts empty (an option given
-    once per item)."""
+    `(default: None)`). Where the help text says the default in words ("default: the training size"),
+    a value set otherwise for an option that takes one (a recipe's, through set_defaults; $SLURM_TMPDIR's)
+    is added as `(here: 232)`.
+    Nothing for a required option, a list that starts empty (an option given once per item), or a flag
+    that only clears a value another option sets (--no-ramp: its default is that option's)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if ("default:" in text or action.required or action.default is argparse.SUPPRESS or action.default == []
-                or (action.nargs == 0 and action.default is None)):
+        text, default = action.help or "", action.default
+        clears = isinstance(action, argparse._StoreConstAction) and action.const is None  # argparse's own class
+        if "%(default)" in text or action.required or default is argparse.SUPPRESS or default == [] or clears:
             return text
-        return f"{text} (default: {as_typed(action.default)})"
+        if "default:" in text:
+            return text if default is None or action.nargs == 0 else f"{text} (here: {as_typed(default)})"
+        return f"{text} (default: {as_typed(default)})"

@@ -203,7 +203,7 @@ def test_the_equality_holds_on_the_numeric_paths_of_other_cpus(path):
     if FORCED_PATH:
         pytest.skip("already on a forced path")
     env = {**os.environ, **NUMERIC_PATHS[path], "AUGMENT_OPS_NUMERIC_PATH": path}
-    selected = "every_op_and_magnitude or policy_rounds or capability or grid_is_torchvisions"
+    selected = "every_op_and_magnitude or policy_rounds or capability or grid_is_torchvisions or mkl_branch"
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-k", selected,
                              __file__], cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
@@ -220,6 +220,30 @@ def test_the_forced_capability_is_the_one_torch_runs():
     has = {"DEFAULT": True, "AVX2": " avx2" in flags, "AVX512": " avx512bw" in flags}
     if has[wanted]:
         assert torch.backends.cpu.get_cpu_capability() == wanted
+
+
+def test_the_forced_mkl_branch_rounds_the_grid_as_that_branch_does():
+    """Under a forced path (the test above), MKL really takes the branch asked for: its AVX2 and COMPATIBLE
+    kernels round the grid as the plain sum (x * t0 + y * t1) + t2, its AVX-512 kernel otherwise (a fused
+    multiply-add), on a CPU where MKL runs that kernel."""
+    from train.augment.ops import SHEAR_Y, _grids, _matrix
+
+    if not FORCED_PATH:
+        pytest.skip("run by test_the_equality_holds_on_the_numeric_paths_of_other_cpus")
+    width, height = 40, 29
+    matrix = _matrix(SHEAR_Y, -0.2, width, height)
+    grid = _grids([matrix], np.zeros(1, dtype=np.int64), width, height, torch.device("cpu"))[0].numpy()
+    t = (torch.tensor(matrix).reshape(1, 2, 3).transpose(1, 2) / torch.tensor([0.5 * width, 0.5 * height]))[0].numpy()
+    xs = np.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, width, dtype=np.float32)[None, :, None]
+    ys = np.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, height, dtype=np.float32)[:, None, None]
+    plain = (xs * t[0] + ys * t[1]) + t[2]  # float32 throughout, each operation rounded
+    branch = NUMERIC_PATHS[FORCED_PATH]["MKL_CBWR"]
+    if branch != "AVX512":
+        assert np.array_equal(grid, plain)
+    elif np.array_equal(grid, plain):
+        flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+        assert " avx512f" not in flags or "GenuineIntel" not in flags, "MKL_CBWR=AVX512 on Intel: the plain sum"
+        pytest.skip("MKL does not run its AVX-512 kernel on this CPU: Intel's rounding is checked on Intel CPUs")
 
 
 @pytest.mark.parametrize("value", [0.0, -1.5])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 
 import pytest
@@ -60,11 +61,30 @@ def test_help_shows_every_options_default_once_as_typed(capsys):
     assert "(no policy) (default: none)" in text or "(none: no policy) (default: none)" in text
 
 
-def test_help_with_a_recipe_shows_that_recipes_values(capsys):
+def help_of(capsys, *argv) -> dict[str, str]:
+    """--help's text of each option, by its first flag."""
     with pytest.raises(SystemExit):
-        parse_command_line(["--recipe", "ffcv-rn50", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "the schedule's length) (default: 88)" in text and "(default: 160 192 65 76)" in text
+        parse_command_line([*map(str, argv), "--help"])
+    entries: dict[str, list[str]] = {}
+    flag = None
+    for line in capsys.readouterr().out.splitlines():
+        if re.match(r"  -", line):  # an option's first line; its help goes on in deeper-indented lines
+            flag = line.split()[0].rstrip(",")
+            entries[flag] = [line]
+        elif flag and line.startswith("   "):
+            entries[flag].append(line)
+    return {flag: " ".join(" ".join(lines).split()) for flag, lines in entries.items()}
+
+
+def test_help_with_a_recipe_shows_that_recipes_values(capsys):
+    ffcv = help_of(capsys, "--recipe", "ffcv-rn50", "--epochs", 16)
+    assert "(default: 88)" in ffcv["--epochs"] and "(here: 160 192 11 13)" in ffcv["--ramp"]  # its ramp for 16
+    assert "(here: 256)" in ffcv["--val-crop"] and "default:" not in ffcv["--no-ramp"]
+    v2 = help_of(capsys, "--recipe", "torchvision-v2")
+    assert "(here: 232)" in v2["--val-resize"] and "(here: 224)" in v2["--val-crop"] and "(default: 600)" in v2["--epochs"]
+    assert "(default: True)" in v2["--ema"] and "(default: False)" in v2["--nesterov"]
+    classic = help_of(capsys)
+    assert "here:" not in classic["--val-resize"] and "(default: none, --image-size throughout)" in classic["--ramp"]
 
 
 @pytest.mark.parametrize("command", ["prepare", "prepare.sample", "train"])
@@ -86,6 +106,7 @@ def test_every_option_of_each_command_line_has_help_and_its_default_said_once(co
     ("ffcv-rn50", ["--image-size", 64], None, (None, None)),
     ("torchvision-v2", ["--image-size", 64], None, (None, None)),
     ("torchvision-v2", ["--image-size", 176], None, (232, 224)),  # the recipe's own size: nothing moot
+    ("torchvision-v2", ["--val-crop", 224], None, (232, 224)),  # the recipe's own crop: its resize stays
     ("torchvision-v2", ["--val-crop", 256], None, (None, 256)),  # its --val-resize 232 made moot
     ("torchvision-v2", ["--image-size", 64, "--val-crop", 60], None, (None, 60)),
     ("torchvision-v2", [], None, (232, 224)),
@@ -94,7 +115,7 @@ def test_a_typed_image_size_beats_the_recipes_sizes(name, argv, ramp, val):
     command = parsed("--recipe", name, *argv)
     config = command.config
     assert config.ramp == ramp and (config.val_resize, config.val_crop) == val
-    if argv and argv != ["--image-size", 176]:
+    if argv and argv not in (["--image-size", 176], ["--val-crop", 224]):
         assert len(command.notes) == 1 and f"replaces --recipe {name}'s" in command.notes[0], command.notes
         assert ("--ramp 160 192 65 76" in command.notes[0]) == (name == "ffcv-rn50")
 
@@ -129,7 +150,9 @@ def test_a_value_typed_as_its_default_asks_for_nothing_and_is_accepted(argv):
                                      ("--policy-magnitude", "--magnitude")])
 def test_a_renamed_flag_is_answered_with_its_new_name(capsys, old, new):
     assert f"{old} is now {new} (the same setting" in refused(capsys, old, 1)
+    assert refused(capsys, old, 1).endswith(f"type {new} 1")
     assert f"type {new}=2" in refused(capsys, f"{old}=2")
+    assert refused(capsys, "--resume", "auto", "--force-change", old).endswith(f"type --force-change {new}")
     assert new in {option for action in build_parser()._actions for option in action.option_strings}
 
 
@@ -301,9 +324,38 @@ def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
 
     checkpoint = types.SimpleNamespace(config=like_v2(lr=0.3).to_dict(), epoch=4)
     command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
-    resumed, changes, notes, origin = run_settings(command, command.config, checkpoint, 1000, 1)
-    assert resumed.lr == 0.3 and changes == [] and origin["epochs"] == "the checkpoint's"
-    assert "--force-change --lr: the run has --lr 0.3 already" in notes
+    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    assert settings.config.lr == 0.3 and settings.changes == [] and settings.meant == frozenset()
+    assert settings.origin["epochs"] == settings.origin["lr"] == "the checkpoint's"
+    assert "--force-change --lr: the run has --lr 0.3 already" in settings.notes
+
+
+def test_a_forced_change_is_checked_as_meant_even_where_it_is_this_command_lines_default():
+    """Forcing --image-size 224 (the classic default) onto an ffcv-rn50 run keeps its ramp: refused, not ignored."""
+    from train.config import settings_problem
+    from train.settings import run_settings
+
+    ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50", dataset_id="x")
+    checkpoint = types.SimpleNamespace(config=ffcv.to_dict(), epoch=2)
+    command = parsed("--image-size", 224, "--force-change", "--image-size", "--resume", "auto")
+    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    assert settings.meant == {"image_size"} and settings.origin["image_size"] == "forced"
+    assert settings_problem(settings.config, settings.meant, settings.origin) == (
+        "--image-size 224 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 160 192 "
+        "65 76 (the checkpoint's): leave --image-size out, or add --no-ramp with --force-change --ramp")
+
+
+def test_on_a_resume_a_value_typed_as_the_checkpoints_is_named_as_the_checkpoints():
+    """So that the remedy says --force-change: typing the value the message suggests must not be refused."""
+    from train.config import settings_problem
+    from train.settings import run_settings
+
+    checkpoint = types.SimpleNamespace(config=config(epochs=90, warmup_epochs=5.0, dataset_id="x").to_dict(), epoch=2)
+    command = parsed("--epochs", 4, "--force-change", "--epochs", "--warmup-epochs", 5, "--resume", "auto")
+    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    assert settings_problem(settings.config, settings.meant, settings.origin) == (
+        "--warmup-epochs 5 (the checkpoint's) is longer than the run, --epochs 4 (forced): it would never reach the "
+        "peak rate. Give --warmup-epochs 4 or less (0: none) with --force-change --warmup-epochs")
 
 
 def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_known_to_be_missing():
@@ -312,9 +364,10 @@ def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_k
 
     command = parsed("--epochs", 1, "--resume", "auto")
     assert command.config.warmup_epochs == 5.0 and command.notes == ()  # a resume's values come from its checkpoint
-    config, changes, notes, origin = run_settings(command, command.config, None, 1000, 1)
-    assert config.warmup_epochs == 0.0556 and changes == [] and origin["warmup_epochs"] == "the default"
-    assert notes == ("--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
+    settings = run_settings(command, command.config, None, 1000, 1)
+    assert settings.config.warmup_epochs == 0.0556 and settings.changes == []
+    assert settings.origin["warmup_epochs"] == "the default"
+    assert settings.notes == ("--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
                      "of --epochs 1: type --warmup-epochs to choose another",)
 
 
@@ -341,9 +394,22 @@ def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted
     from train.settings import run_settings
 
     command = parsed(*argv)
-    resumed, changes, notes, _ = run_settings(command, command.config, None, samples, world)
-    assert {name: getattr(resumed, name) for name in fitted} == fitted
-    assert said is None or any(line.startswith(said) for line in notes), notes
+    settings = run_settings(command, command.config, None, samples, world)
+    assert {name: getattr(settings.config, name) for name in fitted} == fitted
+    assert said is None or any(line.startswith(said) for line in settings.notes), settings.notes
+
+
+def test_a_cap_of_max_steps_is_said_new_or_resumed():
+    from train.settings import run_settings
+
+    said = "--max-steps 2: each epoch of this process stops after 2 steps (a smoke test), and so do the epochs its " \
+           "checkpoints record"
+    command = parsed("--epochs", 10, "--max-steps", 2, "--resume", "auto")
+    assert said in run_settings(command, command.config, None, 1000, 1).notes
+    checkpoint = types.SimpleNamespace(config=config(epochs=10, dataset_id="x").to_dict(), epoch=3)
+    assert said in run_settings(command, command.config, checkpoint, 1000, 1).notes
+    assert not [line for line in run_settings(parsed("--epochs", 10), config(epochs=10), None, 1000, 1).notes
+                if "--max-steps" in line]
 
 
 def test_every_field_is_a_setting_a_run_control_or_fixed():
@@ -601,7 +667,7 @@ def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
     origin = {"epochs": "typed", "ramp": "the checkpoint's", "ema": "the checkpoint's"}
     assert "--ramp 160 192 65 76 (the checkpoint's) ends at epoch 76, after the run's --epochs 16 (typed): its end " \
         "size would never be reached. Give a ramp that ends within the run (--ramp START_PX END_PX START_EPOCH " \
-        "END_EPOCH --force-change --ramp), or --no-ramp --force-change --ramp" in \
+        "END_EPOCH), or --no-ramp with --force-change --ramp" in \
         settings_problem(shorter, {"epochs"}, origin)
     bigger, _ = settings_on_resume(config(image_size=224), ffcv, frozenset({"image_size"}), frozenset({"image_size"}))
     assert "--image-size 224 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 160 " \

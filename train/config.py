@@ -339,12 +339,18 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
 
 
 def renamed_flag(argv: list[str]) -> str | None:
-    """The refusal of a flag typed by its old name, naming the new one; None where none is."""
-    for arg in argv:
-        old = arg.split("=", 1)[0]
+    """The refusal of a flag typed by its old name (alone, or as --force-change's), naming the new one;
+    None where none is."""
+    for i, arg in enumerate(argv):
+        forced = arg.startswith("--force-change=")
+        old = arg.removeprefix("--force-change=").split("=", 1)[0]
         if old in RENAMED_FLAGS:
-            return (f"{old} is now {RENAMED_FLAGS[old]} (the same setting, named as the library's Augment field): "
-                    f"type {RENAMED_FLAGS[old]}{arg[len(old):]}")
+            new = RENAMED_FLAGS[old]
+            value = arg.removeprefix("--force-change=")[len(old):]
+            if not value and not forced and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value = " " + argv[i + 1]
+            typed = f"--force-change {new}" if forced else f"{new}{value}"
+            return f"{old} is now {new} (the same setting, named as the library's Augment field): type {typed}"
     return None
 
 
@@ -368,7 +374,7 @@ def recipe_parser() -> argparse.ArgumentParser:
     the recipe's values become the parser's defaults."""
     from train.recipes import RECIPES
 
-    p = argparse.ArgumentParser(prog="python -m train", add_help=False)
+    p = OneLineParser(prog="python -m train", add_help=False)
     p.add_argument("--recipe", choices=sorted(RECIPES), default=TrainConfig("", "").recipe)
     p.add_argument("--epochs", type=whole_or_none, default=None)  # a bad one: the full parser says so
     return p
@@ -419,10 +425,11 @@ MOOTS = {"image_size": ("ramp", "val_resize", "val_crop"), "val_crop": ("val_res
 
 def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dict, name: str) -> list[str]:
     """Typed flags beat the recipe, and so do the recipe's values a typed flag makes moot (MOOTS), unless
-    typed too: they take their defaults. A typed --image-size equal to the recipe's moots nothing.
+    typed too: they take their defaults. A typed value equal to the recipe's (--image-size 176 with
+    torchvision-v2) moots nothing.
     Returns the log lines that say what was replaced. Pure but for `args`."""
-    typed = [item for item in MOOTS if item in given
-             and not (item == "image_size" and args.image_size == values.get("image_size"))]
+    typed = [item for item in MOOTS if item in given and getattr(args, item) != values.get(item, getattr(
+        TrainConfig("", ""), item))]
     moot = [item for cause in typed for item in MOOTS[cause]]
     defaults = TrainConfig("", "")
     replaced = [item for item in dict.fromkeys(moot) if item in values and item not in given
@@ -457,26 +464,20 @@ class Origins:
         typed = (flag if value else "--no-" + flag[2:]) if isinstance(value, bool) else f"{flag} {show(value)}"
         return typed + (f" ({where})" if where else "")
 
-    def to_change(self, name: str, value: str) -> str:
-        """What to type to give `name` another value: on a resume a value of the checkpoint's needs
-        --force-change too."""
-        flag = flag_of(name)
-        typed = f"{flag} {value}" if value else flag
-        if self.origin.get(name) == "the checkpoint's":
-            return f"{typed} --force-change {flag}"
-        return typed
+    def forcing(self, name: str) -> str:
+        """What else to type to change `name`: on a resume, the checkpoint's value needs --force-change."""
+        return f" with --force-change {flag_of(name)}" if self.origin.get(name) == "the checkpoint's" else ""
 
 
 def schedule_problem(config: TrainConfig, said: Origins) -> str | None:
     if not 0 <= config.warmup_epochs <= config.epochs:
         return (f"{said.value(config, 'warmup_epochs')} is longer than the run, {said.value(config, 'epochs')}: it "
-                f"would never reach the peak rate. Give {said.to_change('warmup_epochs', f'{config.epochs}')} or "
-                "less (0: none)")
+                f"would never reach the peak rate. Give --warmup-epochs {config.epochs} or less (0: none)"
+                f"{said.forcing('warmup_epochs')}")
     if config.ramp is not None and config.ramp[3] > config.epochs:
         return (f"{said.value(config, 'ramp')} ends at epoch {config.ramp[3]}, after the run's "
                 f"{said.value(config, 'epochs')}: its end size would never be reached. Give a ramp that ends within "
-                f"the run ({said.to_change('ramp', 'START_PX END_PX START_EPOCH END_EPOCH')}), or "
-                f"{said.to_change('ramp', '').replace('--ramp', '--no-ramp', 1)}")
+                f"the run (--ramp START_PX END_PX START_EPOCH END_EPOCH), or --no-ramp{said.forcing('ramp')}")
     return None
 
 
@@ -505,9 +506,7 @@ def ignored_flag(config: TrainConfig, meant: frozenset[str] | set[str], said: Or
     it has anyway, the recipe's or the default, asks for nothing: `--recipe ffcv-rn50 --image-size 192`.)"""
     for name, needed in USED_ONLY_WITH.items():
         if name in meant and not needed.in_use(config):
-            has = said.value(config, needed.has)
-            turn_on = needed.turn_on if said.origin.get(needed.has) != "the checkpoint's" else \
-                f"{needed.turn_on} with --force-change {flag_of(needed.has)}"
+            has, turn_on = said.value(config, needed.has), needed.turn_on + said.forcing(needed.has)
             return (f"{flag_of(name)} {show(getattr(config, name))} is used only with {needed.needs}, and this run has "
                     f"{has}: leave {flag_of(name)} out, or add {turn_on}")
     return None

@@ -88,11 +88,24 @@ def carried_over(now: TrainConfig, saved: TrainConfig, given: frozenset[str]) ->
 
 # ---------------------------------------------------------------- a run's settings, new or resumed
 
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings a run starts with, and what its start says of them."""
+    config: TrainConfig
+    changes: list[Change]  # what --force-change changed on this resume
+    notes: tuple[str, ...]  # start-up lines: what replaced, fitted or kept a value
+    origin: dict[str, str]  # field -> where its value came from, as refusals say it
+    meant: frozenset[str]  # the fields this command line asked for: typed other than their default, or forced
+
+
 def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoint | None, train_samples: int,
-                 world_size: int) -> tuple[TrainConfig, list[Change], tuple[str, ...], dict[str, str]]:
-    """(the settings that will run, the changes --force-change made, the start-up lines that say what
-    replaced or kept a value, where each value came from). A resume continues with the checkpoint's
-    settings; a new run fits the values nobody typed to itself and to the data. Pure."""
+                 world_size: int) -> RunSettings:
+    """The settings that will run. A resume continues with the checkpoint's settings, but for what
+    --force-change changes (a value typed equal to the checkpoint's is the checkpoint's); a new run fits
+    the values nobody typed to itself and to the data. A cap of --max-steps is said either way: the
+    checkpoints of such a process hold shortened epochs. Pure."""
+    capped = (f"--max-steps {config.max_steps}: each epoch of this process stops after {config.max_steps} steps "
+              "(a smoke test), and so do the epochs its checkpoints record",) if config.max_steps else ()
     if checkpoint is None:
         if command.force_change:
             flags = " ".join(f"--force-change {flag_of(name)}" for name in sorted(command.force_change))
@@ -102,7 +115,8 @@ def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoi
         config, fitted = fit_untyped(config, command.given, command.origin, command.source_epochs)
         steps = steps_per_epoch(train_samples, world_size, config.batch_size)
         config, fitted_to_data = fit_to_data(config, command.given, command.origin, steps)
-        return config, [], (*command.notes, *fitted, *fitted_to_data), dict(command.origin)
+        return RunSettings(config, [], (*command.notes, *fitted, *fitted_to_data, *capped), dict(command.origin),
+                           command.meant())
     saved = TrainConfig.from_dict(checkpoint.config)
     resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, checkpoint.epoch)
     notes = []
@@ -112,8 +126,10 @@ def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoi
                      "--workers, logging and tracking are this command line's)")
     notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(getattr(saved, name))} already"
               for name in sorted(command.force_change - {change.field for change in changes})]
-    origin = {name: "typed" if name in command.given else "the checkpoint's" for name in TrainConfig.__dataclass_fields__}
-    return resumed, changes, tuple(notes), origin
+    changed = {change.field for change in changes}
+    origin = {name: "forced" if name in changed else "typed" if name in RUN_CONTROL and name in command.given
+              else "the checkpoint's" for name in TrainConfig.__dataclass_fields__}
+    return RunSettings(resumed, changes, (*notes, *capped), origin, frozenset(changed))
 
 
 def fit_to_data(config: TrainConfig, given: frozenset[str], origin: dict[str, str], steps: int
