@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import types
 
 import pytest
 
@@ -322,9 +321,9 @@ def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
     """A requeued job repeats the command line that forced a change: its checkpoints have the value already."""
     from train.settings import run_settings
 
-    checkpoint = types.SimpleNamespace(config=like_v2(lr=0.3).to_dict(), epoch=4)
+    checkpoint = (like_v2(lr=0.3), 4)  # its settings and epoch
     command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
-    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    settings = run_settings(command, command.config, *checkpoint, 1000, 1)
     assert settings.config.lr == 0.3 and settings.changes == [] and settings.meant == frozenset()
     assert settings.origin["epochs"] == settings.origin["lr"] == "the checkpoint's"
     assert "--force-change --lr: the run has --lr 0.3 already" in settings.notes
@@ -336,9 +335,9 @@ def test_a_forced_change_is_checked_as_meant_even_where_it_is_this_command_lines
     from train.settings import run_settings
 
     ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50", dataset_id="x")
-    checkpoint = types.SimpleNamespace(config=ffcv.to_dict(), epoch=2)
+    checkpoint = (ffcv, 2)  # its settings and epoch
     command = parsed("--image-size", 224, "--force-change", "--image-size", "--resume", "auto")
-    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    settings = run_settings(command, command.config, *checkpoint, 1000, 1)
     assert settings.meant == {"image_size"} and settings.origin["image_size"] == "forced"
     assert settings_problem(settings.config, settings.meant, settings.origin) == (
         "--image-size 224 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 160 192 "
@@ -350,9 +349,9 @@ def test_on_a_resume_a_value_typed_as_the_checkpoints_is_named_as_the_checkpoint
     from train.config import settings_problem
     from train.settings import run_settings
 
-    checkpoint = types.SimpleNamespace(config=config(epochs=90, warmup_epochs=5.0, dataset_id="x").to_dict(), epoch=2)
+    checkpoint = (config(epochs=90, warmup_epochs=5.0, dataset_id="x"), 2)  # its settings and epoch
     command = parsed("--epochs", 4, "--force-change", "--epochs", "--warmup-epochs", 5, "--resume", "auto")
-    settings = run_settings(command, command.config, checkpoint, 1000, 1)
+    settings = run_settings(command, command.config, *checkpoint, 1000, 1)
     assert settings_problem(settings.config, settings.meant, settings.origin) == (
         "--warmup-epochs 5 (the checkpoint's) is longer than the run, --epochs 4 (forced): it would never reach the "
         "peak rate. Give --warmup-epochs 4 or less (0: none) with --force-change --warmup-epochs")
@@ -364,7 +363,7 @@ def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_k
 
     command = parsed("--epochs", 1, "--resume", "auto")
     assert command.config.warmup_epochs == 5.0 and command.notes == ()  # a resume's values come from its checkpoint
-    settings = run_settings(command, command.config, None, 1000, 1)
+    settings = run_settings(command, command.config, None, 0, 1000, 1)
     assert settings.config.warmup_epochs == 0.0556 and settings.changes == []
     assert settings.origin["warmup_epochs"] == "the default"
     assert settings.notes == ("--warmup-epochs 5 (the default, for 90 epochs) shortened to 0.0556, the same share of this run "
@@ -378,7 +377,7 @@ def test_force_change_without_a_checkpoint_to_change_is_refused():
     command = parsed("--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
     with pytest.raises(ConfigError, match=r"--force-change --lr: there is no checkpoint to change \(--resume auto, "
                                           r"--run-dir r\): a new run takes every flag as typed"):
-        run_settings(command, command.config, None, 1000, 1)
+        run_settings(command, command.config, None, 0, 1000, 1)
 
 
 @pytest.mark.parametrize("argv,samples,world,fitted,said", [
@@ -394,7 +393,7 @@ def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted
     from train.settings import run_settings
 
     command = parsed(*argv)
-    settings = run_settings(command, command.config, None, samples, world)
+    settings = run_settings(command, command.config, None, 0, samples, world)
     assert {name: getattr(settings.config, name) for name in fitted} == fitted
     assert said is None or any(line.startswith(said) for line in settings.notes), settings.notes
 
@@ -405,10 +404,10 @@ def test_a_cap_of_max_steps_is_said_new_or_resumed():
     said = "--max-steps 2: each epoch of this process stops after 2 steps (a smoke test), and so do the epochs its " \
            "checkpoints record"
     command = parsed("--epochs", 10, "--max-steps", 2, "--resume", "auto")
-    assert said in run_settings(command, command.config, None, 1000, 1).notes
-    checkpoint = types.SimpleNamespace(config=config(epochs=10, dataset_id="x").to_dict(), epoch=3)
-    assert said in run_settings(command, command.config, checkpoint, 1000, 1).notes
-    assert not [line for line in run_settings(parsed("--epochs", 10), config(epochs=10), None, 1000, 1).notes
+    assert said in run_settings(command, command.config, None, 0, 1000, 1).notes
+    checkpoint = (config(epochs=10, dataset_id="x"), 3)  # its settings and epoch
+    assert said in run_settings(command, command.config, *checkpoint, 1000, 1).notes
+    assert not [line for line in run_settings(parsed("--epochs", 10), config(epochs=10), None, 0, 1000, 1).notes
                 if "--max-steps" in line]
 
 

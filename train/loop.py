@@ -496,8 +496,8 @@ def main(command: CommandLine, env: DistEnv) -> int:
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
     config = replace(config, dataset_id=manifest.dataset_id())
     found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
-    settings = run_settings(command, config, found.checkpoint if found is not None else None,
-                            manifest.splits["train"].samples, env.world_size)
+    saved, epoch = (TrainConfig.from_dict(found.checkpoint.config), found.checkpoint.epoch) if found else (None, 0)
+    settings = run_settings(command, config, saved, epoch, manifest.splits["train"].samples, env.world_size)
     config, changes, notes = settings.config, settings.changes, settings.notes
     problem = settings_problem(config, settings.meant, settings.origin)  # what will run, resumed or not
     if problem:

@@ -19,16 +19,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
 from train.config import CommandLine, TrainConfig, fit_untyped
 from train.errors import ConfigError, ResumeError
 from train.flags import flag_of, show
-
-if TYPE_CHECKING:
-    from train.checkpoint import Checkpoint
 
 SETTINGS_FILE = "config.json"
 SETTINGS_FORMAT = "imagenet-train-settings/1"
@@ -98,15 +94,16 @@ class RunSettings:
     meant: frozenset[str]  # the fields this command line asked for: typed other than their default, or forced
 
 
-def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoint | None, train_samples: int,
+def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig | None, epoch: int, train_samples: int,
                  world_size: int) -> RunSettings:
-    """The settings that will run. A resume continues with the checkpoint's settings, but for what
+    """The settings that will run; `saved`, `epoch`: the settings and the epoch of the checkpoint resumed
+    (None, 0 for a new run). A resume continues with the checkpoint's settings, but for what
     --force-change changes (a value typed equal to the checkpoint's is the checkpoint's); a new run fits
     the values nobody typed to itself and to the data. A cap of --max-steps is said either way: the
     checkpoints of such a process hold shortened epochs. Pure."""
     capped = (f"--max-steps {config.max_steps}: each epoch of this process stops after {config.max_steps} steps "
               "(a smoke test), and so do the epochs its checkpoints record",) if config.max_steps else ()
-    if checkpoint is None:
+    if saved is None:
         if command.force_change:
             flags = " ".join(f"--force-change {flag_of(name)}" for name in sorted(command.force_change))
             raise ConfigError(f"{flags}: there is no checkpoint to change (--resume {show(config.resume)}, --run-dir "
@@ -117,8 +114,7 @@ def run_settings(command: CommandLine, config: TrainConfig, checkpoint: Checkpoi
         config, fitted_to_data = fit_to_data(config, command.given, command.origin, steps)
         return RunSettings(config, [], (*command.notes, *fitted, *fitted_to_data, *capped), dict(command.origin),
                            command.meant())
-    saved = TrainConfig.from_dict(checkpoint.config)
-    resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, checkpoint.epoch)
+    resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, epoch)
     notes = []
     kept = carried_over(config, saved, command.given)
     if kept:
