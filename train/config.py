@@ -327,7 +327,7 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     command = CommandLine(
         config, frozenset(given), frozenset(forced), tuple(notes),
         origins(given, chosen, {name: v for name, v in values.items() if getattr(config, name) == v}),
-        values.get("epochs", defaults["epochs"]),
+        defaults["epochs"],
         frozenset(name for name in given if name in defaults and getattr(config, name) == defaults[name]))
     if config.resume is None:  # a resume's settings are known once the checkpoint's are read: loop.main checks them
         config, fitted = fit_untyped(config, command.given, command.origin, command.source_epochs)
@@ -428,10 +428,9 @@ def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dic
     typed too: they take their defaults. A typed value equal to the recipe's (--image-size 176 with
     torchvision-v2) moots nothing.
     Returns the log lines that say what was replaced. Pure but for `args`."""
-    typed = [item for item in MOOTS if item in given and getattr(args, item) != values.get(item, getattr(
-        TrainConfig("", ""), item))]
-    moot = [item for cause in typed for item in MOOTS[cause]]
     defaults = TrainConfig("", "")
+    typed = [item for item in MOOTS if item in given and getattr(args, item) != values.get(item, getattr(defaults, item))]
+    moot = [item for cause in typed for item in MOOTS[cause]]
     replaced = [item for item in dict.fromkeys(moot) if item in values and item not in given
                 and values[item] != getattr(defaults, item)]
     for item in replaced:

@@ -115,17 +115,17 @@ def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig |
         return RunSettings(config, [], (*command.notes, *fitted, *fitted_to_data, *capped), dict(command.origin),
                            command.meant())
     resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, epoch)
+    changed = frozenset(change.field for change in changes)
     notes = []
     kept = carried_over(config, saved, command.given)
     if kept:
         notes.append(f"resumed with the run's own {', '.join(kept)} (this command line leaves them out; --max-steps, "
                      "--workers, logging and tracking are this command line's)")
     notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(getattr(saved, name))} already"
-              for name in sorted(command.force_change - {change.field for change in changes})]
-    changed = {change.field for change in changes}
+              for name in sorted(command.force_change - changed)]
     origin = {name: "forced" if name in changed else "typed" if name in RUN_CONTROL and name in command.given
               else "the checkpoint's" for name in TrainConfig.__dataclass_fields__}
-    return RunSettings(resumed, changes, (*notes, *capped), origin, frozenset(changed))
+    return RunSettings(resumed, changes, (*notes, *capped), origin, changed)
 
 
 def fit_to_data(config: TrainConfig, given: frozenset[str], origin: dict[str, str], steps: int

@@ -29,7 +29,8 @@ How torchvision's uint8 tensor kernels round, and how each op matches them:
 - Geometric ops: torchvision's inverse affine matrix (its own function, on the host), its grid (the
   same bmm per sample, which each CPU's BLAS rounds its own way: `_grids`), the same grid_sample, its
   fill (None: zeros padding; a number: a sampled ones mask, `where(mask < 0.5)` for nearest,
-  `(v - fill) * mask + fill` for bilinear), then round half to even. Nearest samples an image of pixel numbers and gathers the pixels by them.
+  `(v - fill) * mask + fill` for bilinear), then round half to even. Nearest samples an image of pixel
+  numbers and gathers the pixels by them.
   Integer translations and identities (magnitude 0, a whole turn) move whole pixels in torchvision's
   result too (grid points within 1e-4 of pixel centres): they are copies here.
 """
