@@ -18,6 +18,11 @@ set -euo pipefail
 REPO=${REPO:-$SLURM_SUBMIT_DIR}
 [[ -f $REPO/prepare/__main__.py ]] || { echo "REPO=$REPO is not this repository: submit from its root or set REPO" >&2; exit 2; }
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+# With the wheels installed in the clone's .venv (README, "Install on a cluster") the clone's source tree
+# has no built modules: `python -P` then imports the installed packages, not the clone's folders from
+# the working directory. A clone built by install.sh (or submit.sh's snapshot) runs its own code.
+python_flags=()
+compgen -G "$REPO/train/_jpegcrop*.so" >/dev/null || python_flags=(-P)
 # Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet
 # (this script runs on the first node only, and its $SLURM_TMPDIR may not be the others').
 data_option=()
@@ -49,12 +54,12 @@ cd "$REPO"
 # requeued job only verifies (or re-stages just the nodes that lack the data). No --kill-on-bad-exit
 # here: when one node fails, prepare tells the others, which print its error and clean up first.
 srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
-    "$PYTHON" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-}
+    "$PYTHON" "${python_flags[@]}" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-}
 
 # Training runs in the background so that this shell can forward the preemption signal
 # (#SBATCH --signal=B:USR1@...) to the step; train checkpoints and requeues the job.
 [[ -n ${LOCAL_DISK:-} ]] && data_option=(--data "$LOCAL_DISK/imagenet")
-srun --kill-on-bad-exit=1 "$PYTHON" -m train "${data_option[@]}" --run-dir "$RUN_DIR" --resume auto --requeue \
+srun --kill-on-bad-exit=1 "$PYTHON" "${python_flags[@]}" -m train "${data_option[@]}" --run-dir "$RUN_DIR" --resume auto --requeue \
     $TRAIN_ARGS &
 step=$!
 trap 'echo "preemption signal: forwarding SIGUSR1 to the training step"; kill -USR1 $step' USR1

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from PIL import Image
 
 from shards.limits import MAX_PIXELS, oversized, too_many_pixels
+from shards.not_built import not_built
 
 try:
     from prepare import _restarts
 except ImportError as exn:  # pragma: no cover - only on an install that skipped the build
-    raise ImportError(
-        "the native transcoder prepare._restarts is not built (" + str(exn) + "): run `bash jobs/install.sh`, or "
-        "`pip install -e .` with the libjpeg-turbo headers installed (Debian: libjpeg62-turbo-dev)") from None
+    raise not_built("prepare._restarts", "the native transcoder", exn) from None
 
 # The most MCUs between restart markers, by default: measured in BENCHMARKS.md (seekable shards),
 # 1 MCU decodes crops 1.6% faster than 2 for 0.9% more bytes, 4 MCUs 1-4% slower for 0.6% fewer.

@@ -31,7 +31,7 @@ def raise_open_file_limit() -> None:
 
 
 def pil_build() -> tuple[str, bool]:
-    """('pillow-simd 12.1.1.post0, libjpeg-turbo 2.1.5', True) for the PIL that imports.
+    """('pillow-simd 12.1.1.post0 (libjpeg-turbo 3.1.2)', True) for the PIL that imports.
 
     torchvision depends on stock Pillow, so an install in the wrong order silently puts stock
     Pillow (no SIMD resize) over pillow-simd; the distribution that owns the PIL package tells.
@@ -49,7 +49,10 @@ def pil_build() -> tuple[str, bool]:
     # string compiled into the PIL that imports says whose files they are.
     simd = simd_version == PIL.__version__
     owner = "pillow-simd" if simd else "Pillow"
+    # the libjpeg PIL was built with (pillow-simd from jobs/install.sh or the wheels: the vendored one)
     jpeg = "libjpeg-turbo" if features.check_feature("libjpeg_turbo") else "libjpeg"
+    version = features.version("libjpeg_turbo" if jpeg == "libjpeg-turbo" else "jpg")
+    jpeg = f"{jpeg} {version}" if version else jpeg
     return f"{owner} {PIL.__version__} ({jpeg})", simd
 
 

@@ -43,13 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from shards.limits import MAX_PIXELS, oversized, too_many_pixels
+from shards.not_built import not_built
 
 try:
     from train import _jpegcrop
 except ImportError as exn:  # pragma: no cover - only on an install that skipped the build
-    raise ImportError(
-        "the native decoder train._jpegcrop is not built (" + str(exn) + "): run `bash jobs/install.sh`, or "
-        "`pip install -e .` with the libjpeg-turbo headers installed (Debian: libjpeg62-turbo-dev)") from None
+    raise not_built("train._jpegcrop", "the native decoder", exn) from None
 
 DECODED, REFUSED, CORRUPT = _jpegcrop.OK, _jpegcrop.REFUSED, _jpegcrop.CORRUPT
 NOT_JPEG, TOO_LARGE, OUT_OF_MEMORY = _jpegcrop.NOT_JPEG, _jpegcrop.TOO_LARGE, _jpegcrop.OUT_OF_MEMORY

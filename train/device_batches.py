@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 import numpy as np
 import torch
 
+from shards.not_built import not_built
 from train.device_decode import DeviceDecoder, crop_resize_flip
 from train.loader import Batch, EncodedBatch, take
 
@@ -142,8 +143,7 @@ def native_batches():
     try:
         from train import _batches
     except ImportError as exn:
-        raise ImportError(f"the native module train._batches is not built ({exn}): run `bash jobs/install.sh`, or "
-                          "`pip install -e .` in the repository") from None
+        raise not_built("train._batches", "the native module", exn) from None
     return _batches
 
 

@@ -21,14 +21,14 @@ import numpy as np
 from shards.format import parse_label
 from shards.manifest import DatasetNotReady, Manifest
 from shards.plan import ReadPlan
+from shards.not_built import not_built
 from shards.resources import raise_open_file_limit
 from train.decoder import Images
 
 try:
     from train import _tarindex
 except ImportError as exn:  # pragma: no cover - only on an install that skipped the build
-    raise ImportError(f"the shard index train._tarindex is not built ({exn}): run `bash jobs/install.sh`, or "
-                      "`pip install -e .`") from None
+    raise not_built("train._tarindex", "the shard index", exn) from None
 
 KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
 

