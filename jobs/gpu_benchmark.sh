@@ -32,10 +32,10 @@ step() {  # step NAME COMMAND...: run it within the budget left, note a failure,
     timeout "$(( BUDGET - SECONDS ))" "$@" || { echo "!! $name failed"; failed+=("$name"); }
 }
 
-# The native modules, built here when the checkout carried none for this machine (gcc and the
-# libjpeg-turbo headers are needed: jobs/install.sh installs them).
+# The native modules, built here when the checkout carried none for this machine (a compiler, NASM and
+# CMake are needed, as for jobs/install.sh: setup.py builds the vendored libjpeg-turbo first).
 $PYTHON -c "import train.decoder, train.shard_index" 2>/dev/null ||
-    $PYTHON -W ignore -c "from setuptools import setup; setup()" -q build_ext --inplace || exit
+    $PYTHON -W ignore setup.py -q build_ext --inplace || exit
 $PYTHON -c "from train.decoder import NAME; print(NAME)"
 $PYTHON -c "from train.device_decode import DeviceDecoder; print(DeviceDecoder().describe())" ||
     echo "!! --decode gpu needs nvImageCodec: pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'"

@@ -10,8 +10,8 @@
 #      and gpu with the cores pinned to 16 and to 4 (taskset; --workers one less), and full with
 #      torchvision-v2's policy and erasing on the device against without
 #
-#   bash jobs/gpu_carry.sh            # here, once: what the GPU machine lacks, into .whl/ and .native/
-#   bash jobs/gpu_check.sh            # there, from the repository root (carry .whl .native and the three
+#   bash jobs/gpu_carry.sh            # here, once: what the GPU machine lacks, into .whl/
+#   bash jobs/gpu_check.sh            # there, from the repository root (carry .whl and the four
 #                                     # native modules: jobs/gpu_carry.sh says which)
 #   DEVICE=cpu bash jobs/gpu_check.sh # the same steps on the CPU, at toy sizes: how it is tested here
 #
@@ -50,12 +50,11 @@ step() {  # step NAME SECONDS COMMAND...: run it within its limit (output in $LO
 keep() { grep -E "$1" "$LOG" >> "$RESULTS"; }  # the last step's lines that match
 LOG=$SCRATCH/step.log
 
-# What the machine's image lacks, carried (jobs/gpu_carry.sh): pure-Python wheels, nvImageCodec, libjpeg.
+# What the machine's image lacks, carried (jobs/gpu_carry.sh): pure-Python wheels, nvImageCodec.
 if [ -d .whl ]; then
     $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-[ -d .native ] && export LD_LIBRARY_PATH=$PWD/.native${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 $PYTHON -c "import train.decoder, train.shard_index, prepare.images" || {
     note "FAILED: the native modules do not import (carry the .so files built by jobs/gpu_carry.sh)"; exit 1; }

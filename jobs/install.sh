@@ -9,7 +9,8 @@
 #                                 benchmark's peers (NVIDIA DALI, simplejpeg), both trackers, and system
 #                                 tools: slurm-wlm + munge (the cluster tests), cjpeg (libjpeg-turbo-progs:
 #                                 the tests' arithmetic-coded and 4x2 JPEGs), strace (the shared-read
-#                                 test counts each node's reads), debootstrap (the bare-system install test)
+#                                 test counts each node's reads), debootstrap, qemu-user-static and
+#                                 binfmt-support (the bare-system install test, x86-64 and arm64)
 #
 # Building needs a C compiler, Python's headers, zlib's headers (pillow-simd) and, on x86-64, NASM
 # (libjpeg-turbo's SIMD). What is missing is installed when root on Debian or Ubuntu (the same package
@@ -48,7 +49,10 @@ has_munge() { command -v munged >/dev/null; }
 has_cjpeg() { command -v cjpeg >/dev/null; }
 has_strace() { command -v strace >/dev/null; }
 has_debootstrap() { command -v debootstrap >/dev/null; }
-(( dev )) && needs+=(slurm:slurm-wlm munge:munge cjpeg:libjpeg-turbo-progs strace:strace debootstrap:debootstrap)
+has_qemu() { command -v qemu-aarch64-static >/dev/null; }
+has_binfmt() { command -v update-binfmts >/dev/null; }
+(( dev )) && needs+=(slurm:slurm-wlm munge:munge cjpeg:libjpeg-turbo-progs strace:strace debootstrap:debootstrap
+                     qemu:qemu-user-static binfmt:binfmt-support)
 
 missing=()
 for need in "${needs[@]}"; do "has_${need%%:*}" || missing+=("${need#*:}"); done

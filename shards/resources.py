@@ -56,13 +56,23 @@ def pil_build() -> tuple[str, bool]:
     return f"{owner} {PIL.__version__} ({jpeg})", simd
 
 
-def log_pil_build(log) -> None:
-    text, simd = pil_build()
+def pil_build_note(text: str, simd: bool, machine: str) -> tuple[bool, str]:
+    """(is it a warning, the line) for the PIL that imports: stock Pillow is expected where pillow-simd
+    has no SIMD (it is x86 only), and a slow path to fix on x86-64."""
     if simd:
-        log.info("PIL: %s", text)
-    else:
-        log.warning("PIL: %s: stock Pillow, not pillow-simd; decode and resize run slower. "
-                    "Run jobs/install.sh (it installs pillow-simd last) to fix.", text)
+        return False, f"PIL: {text}"
+    if machine not in ("x86_64", "amd64"):
+        return False, f"PIL: {text}: stock Pillow, as expected on {machine} (pillow-simd's SIMD is x86 only)"
+    return True, (f"PIL: {text}: stock Pillow, not pillow-simd; PIL's decode and resize run slower. To fix: rerun "
+                  "jobs/install.sh (it installs pillow-simd last), or with the wheels `pip uninstall -y pillow && "
+                  "pip install --no-deps pillow-simd` from the wheels' folder (docs/install.md)")
+
+
+def log_pil_build(log) -> None:
+    import platform
+
+    warning, line = pil_build_note(*pil_build(), platform.machine().lower())
+    (log.warning if warning else log.info)("%s", line)
 
 
 def evict_from_page_cache(paths) -> None:

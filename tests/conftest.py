@@ -21,7 +21,7 @@ SHARD_MB = 0.12  # a few shards per split from the small sample
 
 # The files that take longest, started first: with a file a worker at a time (pyproject's addopts), the two
 # workers then finish together instead of one running test_train.py alone at the end.
-LONGEST_FIRST = ("test_train.py", "test_slurm.py", "test_shared_read.py", "test_native_fuzz.py", "test_launchers.py",
+LONGEST_FIRST = ("test_install.py", "test_train.py", "test_slurm.py", "test_shared_read.py", "test_native_fuzz.py", "test_launchers.py",
                  "test_gpu_check.py", "test_prepare.py")
 
 

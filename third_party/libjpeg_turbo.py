@@ -93,11 +93,11 @@ def build(prefix: Path, log=print) -> Path:
     stamp = prefix / "built-from"
     if stamp.exists() and stamp.read_text() == key and (prefix / "lib" / "libjpeg.a").exists():
         return prefix
+    if machine in {"x86_64", "amd64"} and not (shutil.which("nasm") or shutil.which("yasm")):
+        raise BuildError(NO_NASM)
     cmake = tool("cmake")
     if cmake is None:
         raise BuildError("building libjpeg-turbo needs CMake: `pip install cmake ninja` (or install the wheels)")
-    if machine in {"x86_64", "amd64"} and not (shutil.which("nasm") or shutil.which("yasm")):
-        raise BuildError(NO_NASM)
     work = prefix / "cmake"
     shutil.rmtree(prefix, ignore_errors=True)
     ninja = tool("ninja")
