@@ -4,9 +4,9 @@
 # installs the wheels with pip, as docs/install.md says, and runs the demo: the built-in sample
 # prepared, a ResNet-18 trained on it, the metrics. Then the pixels: the pinned-pixel test passes
 # there, and the demo's shards and their decoded crops equal the development build's (.venv, from
-# jobs/install.sh) byte for byte. Where the machine runs arm64 binaries (qemu-user-static and
-# binfmt_misc), the aarch64 wheel too: installed in an arm64 root file system and run on the pinned
-# JPEGs under emulation, for the same hashes.
+# jobs/install.sh) byte for byte. The same wheel on Debian 13's Python 3.13 (the stable ABI), and,
+# where the machine runs arm64 binaries (qemu-user-static and binfmt_misc), the aarch64 wheel in an
+# arm64 root file system under emulation: the pinned-pixel test, the same hashes.
 #
 #   bash jobs/build_wheels.sh && bash jobs/check_bare_install.sh
 #
@@ -30,22 +30,23 @@ arm_wheel=$(ls dist/imagenet_slurm-*-cp311-abi3-manylinux_2_28_aarch64.whl 2>/de
 [[ -n $project_wheel && -n $simd_wheel ]] || die "no x86-64 wheels in dist/: bash jobs/build_wheels.sh"
 
 # --- bare systems, and a user in them -----------------------------------------------------------------
-# bare_system ARCH: a minimal bookworm for ARCH (amd64, arm64) in $cache, made once; prints its path
+# bare_system ARCH [SUITE]: a minimal Debian (bookworm unless named) for ARCH (amd64, arm64) in $cache,
+# made once; prints its path
 bare_system() {
-  local arch=$1 rootfs=$cache/bare-bookworm-$1 absent
+  local arch=$1 suite=${2:-bookworm} rootfs=$cache/bare-${2:-bookworm}-$1 absent
   # (a mount left by a killed run would make rm -rf reach into what it shows: refuse instead)
   ! grep -q " $rootfs/" /proc/mounts || die "mounts are left under $rootfs (a killed run?): umount them first"
   if [[ ! -f $rootfs/.complete ]]; then
-    echo "check_bare_install.sh: debootstrap bookworm $arch (minbase + python3, python3-venv) into $rootfs" >&2
+    echo "check_bare_install.sh: debootstrap $suite $arch (minbase + python3, python3-venv) into $rootfs" >&2
     rm -rf "$rootfs" && mkdir -p "$rootfs"
-    debootstrap --arch="$arch" --variant=minbase --include=python3,python3-venv,ca-certificates bookworm \
+    debootstrap --arch="$arch" --variant=minbase --include=python3,python3-venv,ca-certificates "$suite" \
       "$rootfs" "$mirror" > "$rootfs.log" 2>&1 || die "debootstrap failed: $rootfs.log"
     touch "$rootfs/.complete"
   fi
-  for absent in usr/bin/cc usr/bin/gcc usr/bin/nasm usr/include/jpeglib.h usr/include/zlib.h \
-                usr/include/python3.11/Python.h; do
+  for absent in usr/bin/cc usr/bin/gcc usr/bin/nasm usr/include/jpeglib.h usr/include/zlib.h; do
     [[ ! -e $rootfs/$absent ]] || die "$rootfs is not bare: it has /$absent"
   done
+  ! compgen -G "$rootfs/usr/include/python3*/Python.h" > /dev/null || die "$rootfs is not bare: it has Python's headers"
   echo "$rootfs"
 }
 
@@ -148,6 +149,27 @@ echo "check_bare_install.sh: development build:      $(cat "$dev/digest.json")"
 cmp -s "$home/digest.json" "$dev/digest.json" || die "the shards or their decoded crops differ from the development build's"
 rm -rf "$dev"
 echo "check_bare_install.sh: x86-64 passed: non-root, no compiler, the demo trained, the pixels equal the development build's"
+
+# --- the same wheel on a newer Python: Debian 13's 3.13 (the stable ABI: one wheel for 3.11 and later) ----
+rootfs=$(bare_system amd64 trixie)
+enter "$rootfs"
+home=$rootfs/home/$user
+mkdir -p "$home/wheels"
+cp "$project_wheel" "$home/wheels/"
+copy_checks "$home"
+cat > "$home/steps.sh" <<'STEPS'
+set -euxo pipefail
+cd ~
+python3 -c 'import sys; assert sys.version_info >= (3, 12), sys.version'
+python3 -m venv venv
+# the decoder and the rewrite need no torch: the wheel without its dependencies, and what the test imports
+venv/bin/pip install -q --no-deps wheels/imagenet_slurm-*.whl
+venv/bin/pip install -q numpy pillow pytest
+cd check && ../venv/bin/python -m pytest -q -p no:cacheprovider tests/test_pinned_pixels.py
+STEPS
+echo "check_bare_install.sh: as $user in $rootfs: the same x86-64 wheel on $(chroot "$rootfs" python3 -V)"
+as_user "$rootfs" steps.sh trixie || die "the x86-64 wheel failed the pinned-pixel test on trixie's Python (above)"
+echo "check_bare_install.sh: $(chroot "$rootfs" python3 -V) passed: the same wheel, the pinned hashes"
 
 # --- aarch64, under emulation where the machine allows --------------------------------------------------
 [[ -n $arm_wheel ]] || { echo "check_bare_install.sh: aarch64 not run: no aarch64 wheel in dist/"; exit 0; }
