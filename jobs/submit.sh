@@ -18,12 +18,6 @@ fi
 commit=$(git rev-parse HEAD)
 code=${CODE_DIR:-$PWD/runs/code}/$commit
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
-compgen -G "train/_jpegcrop*.so" >/dev/null || {
-  echo "submit.sh: this clone's native modules are not built (the wheels are installed, or jobs/install.sh has not" \
-       "run): with the wheels the job runs the installed package, which edits to the clone cannot change, so" \
-       "sbatch the job script directly" >&2
-  exit 2
-}
 if [[ ! -d $code ]]; then
   rm -rf "$code.partial"
   mkdir -p "$code.partial"
@@ -33,7 +27,9 @@ if [[ ! -d $code ]]; then
   # build of the vendored libjpeg-turbo where the commit's is the same (its stamp tells)
   [[ -d build/libjpeg-turbo ]] && mkdir -p "$code.partial/build" && cp -r build/libjpeg-turbo "$code.partial/build/"
   (cd "$code.partial" && "$PYTHON" -W ignore setup.py -q build_ext --inplace) || {
-    echo "submit.sh: building the native decoder of commit $commit failed (above): run jobs/install.sh first" >&2
+    echo "submit.sh: building the native modules of commit $commit failed (above): it needs what jobs/install.sh" \
+         "needs (a compiler, NASM on x86-64, CMake). With the wheels installed instead, sbatch the job script" \
+         "directly: the installed package does not change while the job waits" >&2
     exit 1
   }
   mv "$code.partial" "$code"
