@@ -64,5 +64,6 @@ class BuildWithPinnedLibjpeg(build_ext):
         super().run()
 
 
-setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildWithPinnedLibjpeg},
-      options={"bdist_wheel": {"py_limited_api": "cp311"}})
+if __name__ == "__main__":  # (pip's build runs this file as __main__; the tests import EXTENSIONS)
+    setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildWithPinnedLibjpeg},
+          options={"bdist_wheel": {"py_limited_api": "cp311"}})

@@ -117,16 +117,21 @@ def test_install_sh_asks_for_python_3_11_and_says_how_to_get_one(tmp_path):
     assert "Python 3.10.12" in done.stderr and "3.11 or newer" in done.stderr and "uv python install 3.11" in done.stderr
 
 
-def test_submit_sh_sends_a_wheel_install_to_sbatch(tmp_path):
-    """A clone whose modules are not built (the wheels are installed): no snapshot to build, one line."""
+def test_submit_sh_without_a_compiler_says_to_sbatch_directly(tmp_path):
+    """submit.sh builds the commit's native modules for its snapshot; where nothing can compile (a cluster
+    user with the wheels), it says what is missing and that the wheels need no snapshot."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     shutil.copy(ROOT / "jobs" / "submit.sh", clone / "jobs" / "submit.sh")  # this tree's, committed there
     subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q", "-a",
                     "-m", "this tree's submit.sh", "--allow-empty"], cwd=clone, check=True)
-    done = run_script("bash", "jobs/submit.sh", "jobs/imagenet.sbatch", cwd=clone)
-    assert done.returncode == 2
-    assert "not built" in done.stderr and "sbatch the job script directly" in done.stderr
+    compilers = ("cc", "gcc", "x86_64-linux-gnu-gcc", "c99", "c89", "clang", "nasm", "yasm", "cmake")
+    env = {"PATH": path_without(tmp_path / "bin", *compilers), "HOME": str(tmp_path), "PYTHON": sys.executable,
+           "CODE_DIR": str(tmp_path / "code")}
+    done = run_script("bash", "jobs/submit.sh", "jobs/imagenet.sbatch", cwd=clone, env=env, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed" in done.stderr and "sbatch the job script directly" in done.stderr
+    assert not [p for p in (tmp_path / "code").iterdir() if not p.name.endswith(".partial")]  # no snapshot made
 
 
 # ----------------------------------------------------------------------- the vendored libjpeg-turbo's build
@@ -180,3 +185,23 @@ def test_the_stages_say_stock_pillow_is_expected_on_aarch64_and_how_to_fix_it_on
     assert not warning and "as expected on aarch64 (pillow-simd's SIMD is x86 only)" in line
     warning, line = pil_build_note("Pillow 12.0.0 (libjpeg-turbo 3.1.2)", False, "x86_64")
     assert warning and "jobs/install.sh" in line and "pip install --no-deps pillow-simd" in line
+
+
+def test_our_patches_apply_exactly_to_the_vendored_release_or_not_at_all(tmp_path):
+    [patch] = libjpeg_turbo.patches()
+    (tmp_path / "src").mkdir()
+    release = (libjpeg_turbo.SOURCE / "src" / "jdhuff.c").read_text()
+    (tmp_path / "src" / "jdhuff.c").write_text(release)
+    assert libjpeg_turbo.apply_patch(patch.read_text(), tmp_path) == ["src/jdhuff.c"]
+    patched = (tmp_path / "src" / "jdhuff.c").read_text()
+    assert patched != release and "imagenet-slurm" in patched
+    with pytest.raises(libjpeg_turbo.PatchError, match=r"src/jdhuff.c: line \d+ is not what the patch expects"):
+        libjpeg_turbo.apply_patch(patch.read_text(), tmp_path)  # made for another text: refused, nothing written
+    assert (tmp_path / "src" / "jdhuff.c").read_text() == patched
+    assert "applies to: libjpeg-turbo 3.1.2" in patch.read_text().lower()  # the version it was made for
+
+
+def test_the_reference_build_is_the_release_as_it_is(tmp_path):
+    tree = libjpeg_turbo.patched_source(tmp_path, patched=False)
+    assert (tree / "src" / "jdhuff.c").read_bytes() == (libjpeg_turbo.SOURCE / "src" / "jdhuff.c").read_bytes()
+    assert libjpeg_turbo.build_key("x86_64", patched=False) != libjpeg_turbo.build_key("x86_64")
