@@ -121,18 +121,18 @@ def test_the_decoder_fuzz_corpus(reference):
 
 @pytest.mark.parametrize("mcus", [2, 4, 8])
 def test_damage_in_the_entropy_coded_data_of_seekable_jpegs(reference, mcus):
-    """Bit flips, byte sets, cut files and markers dropped, swapped or renumbered, where the patch acts:
-    inside the restart segments of images with intervals of 2, 4 and 8 MCUs."""
+    """Bit flips, byte sets, cut files, markers dropped, swapped or renumbered, and stray bytes before a
+    marker, where the patch acts: inside the restart segments of images with intervals of 2, 4 and 8 MCUs."""
     rng = np.random.default_rng(mcus)
     good = [with_interval(photo(w, h, seed=mcus + w), mcus) for w, h in [(400, 300), (256, 512)]]
     blobs, names = [], []
     for n, data in enumerate(good):
         start = data.index(b"\xff\xda") + 2 + int.from_bytes(data[data.index(b"\xff\xda") + 2:][:2], "big")
         markers = [i for i in range(start, len(data) - 2) if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
-        for k in range(150):
+        for k in range(175):
             damaged = bytearray(data)
             at = int(rng.integers(start, len(data) - 2))
-            kind = k % 6
+            kind = k % 7
             if kind == 0:
                 damaged[at] ^= 1 << int(rng.integers(8))
             elif kind == 1:
@@ -145,9 +145,12 @@ def test_damage_in_the_entropy_coded_data_of_seekable_jpegs(reference, mcus):
             elif kind == 4:  # two markers swapped
                 a, b = sorted(int(m) for m in rng.choice(markers, 2, replace=False))
                 damaged[a + 1], damaged[b + 1] = damaged[b + 1], damaged[a + 1]
-            else:  # a marker renumbered
+            elif kind == 5:  # a marker renumbered
                 m = markers[int(rng.integers(len(markers)))]
                 damaged[m + 1] = 0xD0 + (damaged[m + 1] - 0xD0 + 1 + int(rng.integers(7))) % 8
+            else:  # bytes that belong to no MCU between a segment's data and its marker (libjpeg warns of them)
+                m = markers[int(rng.integers(len(markers)))]
+                damaged[m:m] = bytes(int(b) for b in rng.integers(0, 0xFF, int(rng.integers(1, 6))))
             blobs.append(bytes(damaged))
             names.append(f"image {n}, damage {kind} at {at}")
     assert_same(reference, blobs, names, seed=4, crops=2)
