@@ -175,6 +175,8 @@ echo "check_bare_install.sh: $(chroot "$rootfs" python3 -V) passed: the same whe
 [[ -n $arm_wheel ]] || { echo "check_bare_install.sh: aarch64 not run: no aarch64 wheel in dist/"; exit 0; }
 command -v qemu-aarch64-static >/dev/null || {
   echo "check_bare_install.sh: aarch64 not run: qemu-user-static is missing (apt install qemu-user-static)"; exit 0; }
+# (this leaves binfmt_misc mounted and qemu-user-static's aarch64 entry enabled on this machine, as
+# `apt install qemu-user-static` itself would on a system that runs its init scripts)
 [[ -e /proc/sys/fs/binfmt_misc/register ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
 update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
 [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || {
