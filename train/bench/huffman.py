@@ -1,10 +1,9 @@
-"""python -m train.bench.huffman --data SEEKABLE: the fast Huffman path in restart intervals (our patch of
+"""python -m train.bench.huffman --data SEEKABLE [SEEKABLE ...]: the fast Huffman path in restart intervals (our patch of
 libjpeg-turbo, third_party/libjpeg-turbo/patches) against the release as it is, on one core, side by side in
 one process.
 
-For the first --images training samples of SEEKABLE, rewritten losslessly (prepare's rewrite) with a restart
-marker every 2, 4 and 8 MCUs (the largest interval up to that which divides a row's MCUs, as prepare writes
-them): their bytes, and the crop decode's milliseconds per image (torchvision's RandomResizedCrop boxes, or
+For the first --images training samples of each SEEKABLE (one source prepared with --restart-mcus 2, 4, 8, say:
+the bench reads shards, it does not rewrite them, as train never imports prepare): their bytes, and the crop decode's milliseconds per image (torchvision's RandomResizedCrop boxes, or
 validation's centre crops; the seek, resize and flip included: the loader's path), of the decoder on the
 patched library and of the same decoder on the unpatched one (train/bench/reference_build.py, built on first
 use), and the Huffman decode alone of the rows each crop reads (the floor: stop_after="entropy"), in CPU time
@@ -22,24 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from prepare.images import with_restarts
 from shards.limits import MAX_PIXELS
+from shards.manifest import read_complete_manifest
 from train import _jpegcrop
 from train.bench.seek import first_samples
 from train.decoder import Images, image_sizes
 from train.transforms import centre_crops, default_resize, train_crops
-
-INTERVALS = (2, 4, 8)
-
-
-def with_interval(images: Images, most: int) -> Images:
-    """The images rewritten with a restart marker every `most` MCUs at most (kept where the rewrite refuses)."""
-    blobs = []
-    for i in range(len(images)):
-        rewritten = with_restarts(images.data(i), most, MAX_PIXELS)
-        blobs.append(rewritten[0] if rewritten else images.data(i))
-    return Images.from_blobs(blobs)
-
 
 def decode_seconds(module, images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray,
                    stop_after: str | None) -> float:
@@ -53,31 +40,28 @@ def decode_seconds(module, images: Images, boxes: np.ndarray, flips: np.ndarray,
 
 
 def measure(images: Images, hashes: np.ndarray, size: int, rounds: int, reference) -> dict:
+    """The crops and their Huffman floor, patched and release, in interleaved rounds: CPU ms per image."""
     dims, _ = image_sizes(images)
     boxes, flips = train_crops(hashes, dims[:, 0], dims[:, 1], seed=0, epoch=0)
     crops = {"train": (np.ascontiguousarray(boxes, np.float32), np.ascontiguousarray(flips, np.bool_)),
              "val": (np.ascontiguousarray(centre_crops(dims[:, 0], dims[:, 1], default_resize(size), size), np.float32),
                      np.zeros(len(images), np.bool_))}
     out = np.zeros((len(images), size, size, 3), np.uint8)
-    result = {}
-    for most in INTERVALS:
-        rewritten = with_interval(images, most)
-        row = {"bytes": int(rewritten.lengths.sum())}
-        for kind, (kind_boxes, kind_flips) in crops.items():
-            for stop, label in ((None, kind), ("entropy", kind + " huffman")):
-                times = {"patched": [], "release": []}
-                for module in (_jpegcrop, reference):  # warm-up
-                    decode_seconds(module, rewritten, kind_boxes, kind_flips, out, stop)
-                for _ in range(rounds):
-                    for name, module in (("patched", _jpegcrop), ("release", reference)):
-                        seconds = decode_seconds(module, rewritten, kind_boxes, kind_flips, out, stop)
-                        times[name].append(1000 * seconds / len(images))
-                ratios = [r / p for p, r in zip(times["patched"], times["release"])]
-                row[label] = {"patched_ms": statistics.median(times["patched"]),
-                              "release_ms": statistics.median(times["release"]),
-                              "speedup": statistics.median(ratios), "speedups": [round(r, 3) for r in ratios]}
-        result[most] = row
-    return result
+    row = {"bytes": int(images.lengths.sum())}
+    for kind, (kind_boxes, kind_flips) in crops.items():
+        for stop, label in ((None, kind), ("entropy", kind + " huffman")):
+            times = {"patched": [], "release": []}
+            for module in (_jpegcrop, reference):  # warm-up
+                decode_seconds(module, images, kind_boxes, kind_flips, out, stop)
+            for _ in range(rounds):
+                for name, module in (("patched", _jpegcrop), ("release", reference)):
+                    seconds = decode_seconds(module, images, kind_boxes, kind_flips, out, stop)
+                    times[name].append(1000 * seconds / len(images))
+            ratios = [r / p for p, r in zip(times["patched"], times["release"])]
+            row[label] = {"patched_ms": statistics.median(times["patched"]),
+                          "release_ms": statistics.median(times["release"]),
+                          "speedup": statistics.median(ratios), "speedups": [round(r, 3) for r in ratios]}
+    return row
 
 
 def report(result: dict, count: int, cpu: str) -> None:
@@ -85,7 +69,7 @@ def report(result: dict, count: int, cpu: str) -> None:
           "(patched / release = speed-up); 'huffman': the Huffman decode alone of the rows a crop reads")
     labels = ["train", "train huffman", "val", "val huffman"]
     print(f"{'interval':>10s}{'bytes':>9s}" + "".join(f"{label:>26s}" for label in labels))
-    first = result[INTERVALS[0]]["bytes"]
+    first = next(iter(result.values()))["bytes"]
     for most, row in result.items():
         cells = "".join(f"{row[l]['patched_ms']:9.3f} /{row[l]['release_ms']:6.3f} ={row[l]['speedup']:5.2f}x"
                         for l in labels)
@@ -94,7 +78,8 @@ def report(result: dict, count: int, cpu: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.huffman", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="a prepared dataset (its training samples are read)")
+    p.add_argument("--data", type=Path, nargs="+", required=True,
+                   help="prepared datasets, one source with one seed at several --restart-mcus (training samples read)")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=7)
@@ -103,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     from train.bench.report import cpu_model
 
     reference = reference_jpegcrop()
-    shard_set, ids = first_samples(args.data, args.images)
-    result = measure(shard_set.images(ids), shard_set.hashes[ids], args.image_size, args.rounds, reference)
-    shard_set.close()
+    result = {}
+    for data in args.data:
+        shard_set, ids = first_samples(data, args.images)
+        interval = read_complete_manifest(data).options["restart_mcus"]
+        result[interval] = measure(shard_set.images(ids), shard_set.hashes[ids], args.image_size, args.rounds, reference)
+        shard_set.close()
     report(result, len(ids), cpu_model())
     print(json.dumps({"cpu": cpu_model(), "images": len(ids), "rounds": args.rounds, "intervals": result}))
     return 0

@@ -5,6 +5,7 @@ clone (setup.py, third_party/), a compiler, CMake and Ninja (the test extra) and
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ import setup as project_setup  # noqa: E402  (setup.py: the native modules' defi
 FOLDER = ROOT / "build" / "reference"
 
 
+@functools.cache  # (it edits setup.EXTENSIONS' definition: once a process)
 def reference_jpegcrop():
     """train._jpegcrop's sources, compiled as setup.py compiles them, linked with the release as it is
     (built once into build/reference, then kept while its source and ours are the same)."""
