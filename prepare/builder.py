@@ -32,15 +32,15 @@ from prepare.destination import (
     checked_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
-from prepare.layouts import open_source
+from prepare.sources import Detected, detect
 from prepare.lock import exclusive_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_split
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
-from prepare.sources import Source, SourceError
+from prepare.sources.base import Source, SourceError
 from prepare.workers import WorkerPool
-from shards.layout import REAL_LABELS_FILE, SPLITS, WORK_DIR_NAME
+from shards.paths import REAL_LABELS_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, SplitInfo, manifest_path, read_manifest, split_order, write_file_atomic, write_manifest,
 )
@@ -54,8 +54,8 @@ def prepare(config: PrepareConfig) -> Manifest:
     Returns its manifest. (With the other nodes of an srun step: prepare.shared_read.prepare_in_group,
     which builds with this module's stages and a reader of its own.)"""
     log_pil_build(log)
-    source_root, dest = config.source.resolve(), config.dest.resolve()
-    identity = checked_identity(source_root, dest, config)
+    detected, dest = detect(config.source.resolve()), config.dest.resolve()
+    identity = checked_identity(detected, dest, config)
     make_dest(dest)
     with exclusive_lock(dest):
         found = verified_existing(dest, identity, config)
@@ -63,13 +63,13 @@ def prepare(config: PrepareConfig) -> Manifest:
             return found.complete
         if found.base is not None:
             return add_eval_sets(dest, config, identity, found.base)
-        return build_and_report(open_prepare_source(config), dest, config, identity, found.damaged)
+        return build_and_report(open_prepare_source(detected, config), dest, config, identity, found.damaged)
 
 
-def open_prepare_source(config: PrepareConfig) -> Source:
+def open_prepare_source(detected: Detected, config: PrepareConfig) -> Source:
     """The source's layout, with the evaluation sets the command line adds, checked against what the
     download declares it holds before anything is read (refused if short, unless --allow-partial)."""
-    source = with_eval_sets(open_source(config.source.resolve()), config.eval_sources, config.real_labels)
+    source = with_eval_sets(detected.open(), config.eval_sources, config.real_labels)
     check_complete(source, config.allow_partial)
     source.check_real_labels(config.allow_partial)
     return source

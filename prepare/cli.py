@@ -16,7 +16,7 @@ from prepare.node_group import node_group_env
 from prepare.shared_read import prepare_in_group
 from shards.errors import UserError
 from shards.help import HelpFormatter
-from shards.layout import default_dest
+from shards.paths import default_dest
 from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
 

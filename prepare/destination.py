@@ -17,8 +17,8 @@ from pathlib import Path
 
 from prepare.config import PrepareConfig, PrepareError
 from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
-from prepare.layouts import detect_layout, fingerprint
-from shards.layout import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
+from prepare.sources import Detected
+from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
 )
@@ -30,11 +30,10 @@ log = logging.getLogger("prepare")
 
 # ---------------------------------------------------------------- the destination
 
-def checked_identity(source_root: Path, dest: Path, config: PrepareConfig) -> dict:
+def checked_identity(source: Detected, dest: Path, config: PrepareConfig) -> dict:
     """What a complete dataset at `dest` must have been made from (after the first refusals)."""
-    check_dest_outside_source(source_root, dest)
-    source = fingerprint(source_root, detect_layout(source_root)) | eval_fingerprint(config.eval_sources,
-                                                                                     config.real_labels)
+    check_dest_outside_source(source.root, dest)
+    source = source.identity() | eval_fingerprint(config.eval_sources, config.real_labels)
     return {"source": source, "options": config.output_options()}
 
 

@@ -28,15 +28,15 @@ from typing import Iterator
 
 from prepare.completeness import Declared, Gap
 from prepare.labels import builtin_class_names
-from prepare.sources import (
+from prepare.sources.base import (
     FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, list_images,
 )
 from prepare.tars import gzipped_tar_images
 from shards.format import shard_keys
-from shards.layout import REAL_LABELS_FORMAT
+from shards.paths import REAL_LABELS_FORMAT
 from shards.manifest import ClassInfo, DamagedData, Manifest
 
-# variant name in ImageNetV2's archive and folder names -> the split it becomes (shards.layout.EVAL_SPLITS)
+# variant name in ImageNetV2's archive and folder names -> the split it becomes (shards.paths.EVAL_SPLITS)
 V2_VARIANTS = {"matched-frequency": "v2", "threshold0.7": "v2-threshold", "top-images": "v2-top-images"}
 # as downloaded (imagenetv2-matched-frequency.tar.gz) or extracted (imagenetv2-matched-frequency-format-val)
 V2_NAME = re.compile(r"^imagenetv2-(matched-frequency|threshold0\.7|top-images)(-format-val|\.tar\.gz)?$")

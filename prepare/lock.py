@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from shards.layout import LOCK_NAME
+from shards.paths import LOCK_NAME
 
 log = logging.getLogger("prepare")
 

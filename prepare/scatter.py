@@ -26,7 +26,7 @@ from prepare.completeness import counted_shortfall, excess, imagenet_1k_warning,
 from prepare.config import PrepareConfig, PrepareError
 from prepare.images import BadImage, Prepared, prepare_image
 from prepare.shuffle import bucket_of
-from prepare.sources import Item, Part, Source, SourceError
+from prepare.sources.base import Item, Part, Source, SourceError
 from prepare.spills import BucketSpills
 from prepare.workers import WorkerPool, failures_named, worker_pool
 from shards.format import sample_record

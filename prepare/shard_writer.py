@@ -20,7 +20,7 @@ from prepare.shuffle import bucket_of
 from prepare.spills import moved_path, moved_to, read_spill, spill_path, spill_tags, write_spill
 from prepare.workers import failures_named
 from shards.format import write_tar
-from shards.layout import shard_name
+from shards.paths import shard_name
 from shards.manifest import ShardInfo
 from shards.progress import Progress
 

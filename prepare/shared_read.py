@@ -35,18 +35,19 @@ from typing import Iterator
 from prepare.builder import add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, reading_order
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
+from prepare.sources import Detected, detect
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
 from prepare.shares import split_shares
 from prepare.shuffle import shard_count
-from prepare.sources import Part, Source
+from prepare.sources.base import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
 from prepare.spills import BucketSpills
 from prepare.workers import WorkerPool, worker_pool
 from shards.errors import UserError
-from shards.layout import STEP_FILE, WORK_DIR_NAME, node_marker
+from shards.paths import STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
 from shards.resources import MB, log_pil_build
 
@@ -62,10 +63,11 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     env = config.group
     if not env.first_task:
         return verify_after_first_task(config)
-    source_root, dest = config.source.resolve(), config.dest.resolve()
-    identity, setup_error = None, None
+    dest = config.dest.resolve()
+    detected, identity, setup_error = None, None, None
     try:
-        identity = checked_identity(source_root, dest, config)
+        detected = detect(config.source.resolve())
+        identity = checked_identity(detected, dest, config)
         make_dest(dest)
         with contextlib.suppress(OSError):  # a full disk may still hold a complete dataset to serve
             (dest / node_marker(env.node)).write_text(env.step)
@@ -77,7 +79,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     with worker_pool(config.workers) as pool:
         group = NodeGroup(env, config.group_timeout_s)
         try:
-            return prepare_with_group(group, source_root, dest, config, identity, setup_error, pool)
+            return prepare_with_group(group, detected, dest, config, identity, setup_error, pool)
         except BaseException as exn:
             mark_step(dest, env, "failed", one_line(exn))  # also where it failed before it held the lock
             raise
@@ -87,7 +89,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
             group.close()
 
 
-def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: PrepareConfig, identity: dict | None,
+def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, config: PrepareConfig, identity: dict | None,
                        setup_error: str | None, pool: WorkerPool | None) -> Manifest:
     here = group.gather({"node": group.env.node, "error": setup_error})
     group.names = [s["node"] for s in here]
@@ -101,7 +103,7 @@ def prepare_with_group(group: NodeGroup, source_root: Path, dest: Path, config: 
             # lock and a step still "running" for a task that died (verify_after_first_task)
             stack.push(step_marker(dest, group.env))
             mark_step(dest, group.env, "running")
-            node, facts = node_state(dest, config, identity)
+            node, facts = node_state(dest, config, identity, detected)
             said |= facts
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
@@ -159,12 +161,12 @@ class NodeState:
         return self.existing is None and self.base is None
 
 
-def node_state(dest: Path, config: PrepareConfig, identity: dict) -> tuple[NodeState | None, dict]:
+def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Detected) -> tuple[NodeState | None, dict]:
     """This node's state, and the small facts it tells the others (never the parts or the source:
     a tree's listing is 1.3 M rows)."""
     try:
         found = verified_existing(dest, identity, config)
-        source = open_prepare_source(config)
+        source = open_prepare_source(detected, config)
         parts = {split: source.parts(split) for split in source.splits}
         needs = found.complete is None and found.base is None
         budget = read_ahead_budget(dest, source, config, builds=needs)
@@ -261,7 +263,7 @@ def verify_after_first_task(config: PrepareConfig) -> Manifest:
     """A further task of a node: wait for the node's first task (which joins the group), then
     verify what it wrote, as a task that waited for the lock does."""
     env, dest = config.group, config.dest.resolve()
-    identity = checked_identity(config.source.resolve(), dest, config)
+    identity = checked_identity(detect(config.source.resolve()), dest, config)
     log.info("task %d of %s: the node's first task prepares %s with the other nodes; waiting for it",
              env.local_task, env.node, dest)
     deadline = time.monotonic() + config.group_timeout_s

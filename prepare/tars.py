@@ -27,7 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
-from prepare.sources import SourceError, image_stem
+from prepare.sources.base import SourceError, image_stem
 
 READ_SIZE = 1 << 16  # tarfile's reads of an archive streamed front to back (its default, 10 KiB, is slower)
 TAR_END = b"\0" * 1024  # every complete tar ends with two zero blocks

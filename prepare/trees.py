@@ -1,14 +1,9 @@
-"""ImageNet as image files: the extracted tree and Kaggle's layout, on disk or inside Kaggle's zip.
+"""ImageNet as image files, the machinery the tree layouts share (prepare/sources/imagefolder.py,
+kaggle.py, kaggle_zip.py): a layout sees its files through a `Tree`, a folder on disk (`Folder`) or a
+zip's members (prepare/zip_tree.py's `ZipTree`), and `TreeSource` lists, labels and declares them.
 
-- imagefolder: train/<wnid>/*.JPEG, and val/<wnid>/*.JPEG or a flat val/ with the devkit beside
-               (`ImageFolderTree`).
-- kaggle:      ILSVRC/Data/CLS-LOC/{train/<wnid>/, val/} with LOC_val_solution.csv and LOC_synset_mapping.txt;
-               val flat as downloaded or sorted into <wnid>/ folders (valprep.sh) (`KaggleTree`).
-- kaggle-zip:  the same inside imagenet-object-localization-challenge.zip, read in place (prepare/zip_tree.py).
-
-A layout sees its files through a `Tree`: a folder on disk (`Folder`) or a zip's members (`ZipTree`).
 Listing, labels and declarations are the same either way, so a zip prepares into the bytes of the
-tree it extracts to. Every layout declares what it can: the classes (the devkit, LOC_synset_mapping.txt),
+tree it extracts to. Every tree layout declares what it can: the classes (the devkit, LOC_synset_mapping.txt),
 the val images (the devkit's ground truth, LOC_val_solution.csv), the train images (the devkit's counts,
 Kaggle's ImageSets/CLS-LOC/train_cls.txt); what is missing is named before anything is read.
 """
@@ -19,17 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from prepare.completeness import Declared, Gap
-from prepare.labels import (
-    Devkit, LabelError, builtin_class_names, check_val_labels, class_table, devkit_train_count, leaf_synsets,
-    parse_kaggle_val_solution, parse_synset_mapping, parse_train_cls, read_devkit, val_wnids_from_devkit, WNID,
+from prepare.labels import LabelError, WNID, check_val_labels, class_table
+from prepare.sources.base import (
+    Part, Source, SourceError, decoded_text, estimate_bytes, file_chunks, list_images, readable_file,
 )
-from prepare.sources import (
-    DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Part, Source, SourceError, decoded_text, estimate_bytes,
-    file_chunks, list_images, readable_file,
-)
-from prepare.zip_tree import KAGGLE_ZIP, kaggle_zip, open_kaggle_zip
-
-KAGGLE_TRAIN_LIST = "ILSVRC/ImageSets/CLS-LOC/train_cls.txt"  # every train image, 'wnid/stem n'
 
 Row = tuple[str, str, Any]  # (key, wnid, where the image is: a path, or a zip member)
 
@@ -226,93 +214,3 @@ class TreeSource(Source):
 
     def estimated_count(self, split: str) -> int:
         return len(self.listing[split])
-
-
-IMAGENET_1K_TABLE = "ImageNet-1k's class table"
-MOSTLY = 0.9  # of ImageNet-1k's classes: a tree holding this many of them is taken for ImageNet-1k with some missing
-
-
-def mostly_imagenet_1k(folders: list[str]) -> bool:
-    """Whether a tree's train folders are ImageNet-1k's classes, nearly all of them: then a missing one
-    is a gap in the download, not a subset (ImageNet-100 and the like stay as they are). Pure."""
-    known = builtin_class_names()
-    wnids = {name for name in folders if WNID.match(name)}
-    return bool(wnids) and wnids <= known.keys() and len(wnids) >= MOSTLY * len(known)
-
-
-class ImageFolderTree(TreeSource):
-    """train/<wnid>/ and val/ on disk. The devkit beside, where it is, declares the classes, their train
-    counts and the val labels; else LOC_synset_mapping.txt the classes; else, where the train folders are
-    nearly all of ImageNet-1k's classes, the built-in table (so a missing class never shifts the labels)."""
-    layout = "imagefolder"
-    train_dir, val_dir = "train", "val"
-
-    def __init__(self, root: Path):
-        tree = Folder(root)
-        self.devkit: Devkit | None = read_devkit(root / DEVKIT) if tree.is_file(DEVKIT) else None
-        if self.devkit:
-            names, by = {s.wnid: s.words for s in leaf_synsets(self.devkit.synsets)}, "the devkit's meta.mat"
-        elif tree.is_file(KAGGLE_SYNSETS):
-            names, by = parse_synset_mapping(tree.read_text(KAGGLE_SYNSETS, "it names the classes")), KAGGLE_SYNSETS
-        elif mostly_imagenet_1k(tree.folders(self.train_dir) if tree.is_dir(self.train_dir) else []):
-            names, by = builtin_class_names(), IMAGENET_1K_TABLE
-        else:
-            names, by = {}, None
-        super().__init__(tree, names, by)
-
-    def read_val_labels(self) -> tuple[dict[str, str] | None, str | None]:
-        if self.devkit is None:
-            return None, None
-        return val_wnids_from_devkit(self.devkit), "the devkit's ground truth"
-
-    def flat_val_without_labels(self) -> SourceError:
-        return SourceError(f"{self.tree.where(self.val_dir)} holds images without <wnid>/ folders: put {DEVKIT} in "
-                           f"{self.root} so that their labels can be read, or sort them into val/<wnid>/")
-
-    def declare_train(self, missing_classes: tuple[str, ...], classes_by: str | None) -> Declared:
-        declared = super().declare_train(missing_classes, classes_by)
-        count = devkit_train_count(self.devkit) if self.devkit else None
-        if count is None:
-            return declared
-        return Declared("train", declared.gaps, count, "the devkit's meta.mat", declared.found)
-
-
-class KaggleTree(TreeSource):
-    """Kaggle's imagenet-object-localization-challenge, extracted (or, through prepare/zip_tree.py, in
-    its zip): LOC_synset_mapping.txt declares the classes, LOC_val_solution.csv the val images and their
-    labels, ILSVRC/ImageSets/CLS-LOC/train_cls.txt (where it is there) every train image."""
-    layout = "kaggle"
-    train_dir, val_dir = f"{KAGGLE_DATA}/train", f"{KAGGLE_DATA}/val"
-
-    def __init__(self, root: Path | Tree):
-        tree = Folder(Path(root)) if isinstance(root, (str, Path)) else root
-        names = parse_synset_mapping(tree.read_text(KAGGLE_SYNSETS, "the Kaggle layout names its classes there"))
-        if not tree.is_file(KAGGLE_VAL_CSV):
-            raise SourceError(f"{tree.where(KAGGLE_VAL_CSV)} not found: the Kaggle layout keeps its validation "
-                              "labels there")
-        super().__init__(tree, names, KAGGLE_SYNSETS)
-
-    def read_val_labels(self) -> tuple[dict[str, str], str]:
-        return parse_kaggle_val_solution(self.tree.read_text(KAGGLE_VAL_CSV, "the validation labels")), KAGGLE_VAL_CSV
-
-    def declare_train(self, missing_classes: tuple[str, ...], classes_by: str | None) -> Declared:
-        declared = super().declare_train(missing_classes, classes_by)
-        if not self.tree.is_file(KAGGLE_TRAIN_LIST):
-            return declared
-        listed = parse_train_cls(self.tree.read_text(KAGGLE_TRAIN_LIST, "it lists the train images"),
-                                 self.tree.where(KAGGLE_TRAIN_LIST))
-        rows = self.listing["train"]
-        check_folders_agree(rows, listed, KAGGLE_TRAIN_LIST, self.tree)
-        gap = Gap("images", len(listed), KAGGLE_TRAIN_LIST, missing_keys(listed, rows, set(missing_classes)))
-        return Declared("train", declared.gaps + (gap,), len(listed), KAGGLE_TRAIN_LIST, len(rows))
-
-
-class KaggleZip(KaggleTree):
-    """Kaggle's download as it comes, imagenet-object-localization-challenge.zip, read in place."""
-    layout = "kaggle-zip"
-
-    def __init__(self, root: Path):
-        path = kaggle_zip(root)
-        if path is None:
-            raise SourceError(f"{root} holds no {KAGGLE_ZIP}")
-        super().__init__(open_kaggle_zip(path, KAGGLE_SYNSETS))

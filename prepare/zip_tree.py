@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.sources import Item, Part, SourceError, decoded_text, estimate_bytes, image_key, sized_chunks
+from prepare.sources.base import Item, Part, SourceError, decoded_text, estimate_bytes, image_key, sized_chunks
 
 KAGGLE_ZIP = "imagenet-object-localization-challenge.zip"
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # signature, version, flags, method, time, date, crc, sizes, name/extra lengths

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from shards.errors import UserError
-from shards.layout import ALL_SPLITS, MANIFEST_NAME, SPLITS
+from shards.paths import ALL_SPLITS, MANIFEST_NAME, SPLITS
 
 FORMAT = "imagenet-wds/1"
 

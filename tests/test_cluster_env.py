@@ -89,7 +89,7 @@ def test_every_one_line_error_is_a_user_error_caught_in_one_place():
     from prepare.config import PrepareError
     from prepare.labels import LabelError
     from prepare.node_group import PeerFailed
-    from prepare.sources import SourceError
+    from prepare.sources.base import SourceError
     from prepare.workers import WorkerDied
     from shards.errors import UserError
     from shards.manifest import DamagedData, DatasetNotReady

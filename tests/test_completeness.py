@@ -25,10 +25,10 @@ from prepare.completeness import (
     Declared, Gap, counted_shortfall, excess, imagenet_1k_warning, nothing_there, numbering_gap, refusal, shortfall,
 )
 from prepare.labels import LabelError
-from prepare.layouts import open_source
+from prepare.sources import open_source
 from prepare.sample import KAGGLE_ZIP, WRITERS, tar_bytes
-from prepare.sources import DEVKIT, SourceError
-from shards.layout import WORK_DIR_NAME
+from prepare.sources.base import DEVKIT, SourceError
+from shards.paths import WORK_DIR_NAME
 from shards.manifest import read_manifest
 
 LAYOUTS = ("official", "imagefolder", "kaggle", "kaggle-zip", "hf-imagenet-1k", "timm-wds", "hf-parquet")
@@ -425,7 +425,7 @@ def test_a_train_image_in_another_classes_folder_than_kaggles_list_says_is_refus
                                                    (899, 1000, False), (100, 1000, False), (0, 1000, False)])
 def test_a_tree_of_nearly_all_imagenet_1ks_classes_is_declared_by_the_built_in_table(count, listed, declared):
     from prepare.labels import builtin_class_names
-    from prepare.trees import mostly_imagenet_1k
+    from prepare.sources.imagefolder import mostly_imagenet_1k
 
     wnids = list(builtin_class_names())[:count]
     assert mostly_imagenet_1k(wnids + ["other", "n99999999"][:1]) == declared  # a folder not a wnid: ignored
@@ -436,7 +436,7 @@ def test_a_class_folder_missing_from_a_bare_imagenet_1k_tree_is_named_not_shifte
                                                                                   monkeypatch):
     """Without a devkit or class list, a tree of (nearly) ImageNet-1k's classes is declared by the built-in
     table: here that table is made the sample's classes and one more, absent."""
-    from prepare import trees
+    from prepare.sources import imagefolder as trees
 
     source = copy_of(downloads, "imagefolder", tmp_path)
     (source / DEVKIT).unlink()
@@ -454,13 +454,13 @@ def test_a_class_folder_missing_from_a_bare_imagenet_1k_tree_is_named_not_shifte
     ([0, 2], 3, True, ("train_images_1.tar.gz",)),  # the script says
 ])
 def test_ilsvrcs_train_archives_without_the_script_are_its_five(numbers, script, imagenet_1k, missing, tmp_path):
-    from prepare.hub_sources import hf_train_gap
+    from prepare.sources.hf_tars import hf_train_gap
 
     assert hf_train_gap(numbers, script, tmp_path, imagenet_1k).missing == missing
 
 
 def test_timms_shards_without_info_json_are_its_1024_and_64(tmp_path):
-    from prepare.hub_sources import WdsSplit, wds_gap
+    from prepare.sources.timm_wds import WdsSplit, wds_gap
 
     present = WdsSplit(tuple(f"imagenet1k-train-{n:04d}.tar" for n in range(1023)), None, None)
     assert wds_gap(tmp_path, present, info=False, known=1024).missing == ("imagenet1k-train-1023.tar",)

@@ -18,7 +18,7 @@ from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.eval_sets import ImageNet1k, EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
 from prepare.labels import builtin_class_names
-from shards.layout import REAL_LABELS_FILE, metric_prefix
+from shards.paths import REAL_LABELS_FILE, metric_prefix
 from shards.manifest import ClassInfo, read_manifest
 from train.errors import ConfigError
 from train.metrics import epoch_line, read_metrics

@@ -19,7 +19,7 @@ from conftest import ROOT, config, copy_dataset, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.eval_sets import EvalAddition, EvalSetError, PreparedDataset, eval_addition
-from shards.layout import REAL_LABELS_FILE
+from shards.paths import REAL_LABELS_FILE
 from shards.manifest import read_complete_manifest, read_manifest
 import test_eval_sets
 from test_eval_sets import V2_NAME, gzip_tar_of

@@ -22,9 +22,9 @@ from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.completeness import shortfall
 from prepare.labels import LabelError, builtin_class_names, parse_class_list
-from prepare.layouts import detect_layout, fingerprint, open_source
+from prepare.sources import detect, open_source
 from prepare.sample import REAL_CLASSES, SampleSpec, make_sample, tar_bytes, write_hf_imagenet, write_timm_wds
-from prepare.sources import SourceError
+from prepare.sources.base import SourceError
 from shards.manifest import read_manifest
 
 HUB = ("hf-imagenet-1k", "timm-wds")
@@ -116,20 +116,20 @@ def test_with_as_many_shards_every_layout_writes_byte_identical_shards(hub_sourc
 
 def test_the_data_folder_itself_is_a_source_with_classes_py_from_its_parent(hub_sources, hub_prepared, tmp_path):
     data = hub_sources["hf-imagenet-1k"] / "data"
-    assert detect_layout(data) == "hf-imagenet-1k"
+    assert detect(data).name == "hf-imagenet-1k"
     assert open_source(data).classes[0].name == "tench, Tinca tinca"  # ../classes.py
-    assert [f["path"] for f in fingerprint(data, "hf-imagenet-1k")["files"]] == [
+    assert [f["path"] for f in detect(data).identity()["files"]] == [
         "train_images_0.tar.gz", "train_images_1.tar.gz", "val_images.tar.gz", "../classes.py", "../imagenet-1k.py"]
     prepare(config(data, tmp_path / "out"))
     assert tree_bytes(tmp_path / "out") == tree_bytes(hub_prepared["hf-imagenet-1k"])
 
 
 def test_fingerprints_name_the_archives_shards_and_class_lists(hub_sources):
-    hf = fingerprint(hub_sources["hf-imagenet-1k"], "hf-imagenet-1k")
+    hf = detect(hub_sources["hf-imagenet-1k"]).identity()
     assert [f["path"] for f in hf["files"]] == [
         "data/train_images_0.tar.gz", "data/train_images_1.tar.gz", "data/val_images.tar.gz", "classes.py",
         "imagenet-1k.py"]  # the test archive is not read
-    timm = fingerprint(hub_sources["timm-wds"], "timm-wds")
+    timm = detect(hub_sources["timm-wds"]).identity()
     assert [f["path"] for f in timm["files"]] == [
         "imagenet1k-train-0000.tar", "imagenet1k-train-0001.tar", "imagenet1k-train-0002.tar",
         "imagenet1k-validation-00.tar", "imagenet1k-validation-01.tar", "_info.json"]
@@ -176,7 +176,7 @@ def test_the_loader_reads_a_dataset_prepared_from_the_hub(hub_prepared, images):
 
 def test_no_layout_lists_every_layout_with_what_each_needs(tmp_path):
     with pytest.raises(SourceError) as refused:
-        detect_layout(tmp_path)
+        detect(tmp_path).name
     message = str(refused.value)
     for needed in ("ILSVRC2012_img_train.tar", "train/<wnid>/*.JPEG", "LOC_val_solution.csv",
                    "imagenet-object-localization-challenge.zip", "data/train_images_0.tar.gz",
@@ -535,7 +535,7 @@ def test_a_parts_images_are_prepared_at_once_in_its_threads_and_come_back_in_ord
     import time
 
     from prepare import scatter
-    from prepare.layouts import open_source
+    from prepare.sources import open_source
 
     source = open_source(hub_sources["hf-imagenet-1k"])
     part = source.parts("val")[0]

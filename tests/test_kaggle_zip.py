@@ -17,9 +17,9 @@ import pytest
 
 from conftest import SHARD_MB, config, run_module, tree_bytes
 from prepare.builder import prepare
-from prepare.layouts import detect_layout, fingerprint, open_source
+from prepare.sources import detect, open_source
 from prepare.sample import KAGGLE_ZIP, kaggle_files, write_kaggle_zip
-from prepare.sources import SourceError
+from prepare.sources.base import SourceError
 from prepare.zip_tree import MAX_MEMBER, ZipMember, read_member
 from shards.errors import UserError
 
@@ -60,8 +60,8 @@ def test_with_as_many_shards_the_zip_writes_the_official_archives_shards(kaggle_
 
 
 def test_the_zip_is_found_as_a_file_in_a_folder_or_one_folder_down_inside(kaggle_zip, zip_prepared, images, tmp_path):
-    assert detect_layout(kaggle_zip) == detect_layout(kaggle_zip / KAGGLE_ZIP) == "kaggle-zip"
-    assert [f["path"] for f in fingerprint(kaggle_zip, "kaggle-zip")["files"]] == [KAGGLE_ZIP]
+    assert detect(kaggle_zip).name == detect(kaggle_zip / KAGGLE_ZIP).name == "kaggle-zip"
+    assert [f["path"] for f in detect(kaggle_zip).identity()["files"]] == [KAGGLE_ZIP]
     nested = tmp_path / "nested.zip"
     with zipfile.ZipFile(nested, "w") as archive:  # a zip of the extracted download's folder
         for name, data in kaggle_files(images):

@@ -20,13 +20,13 @@ import webdataset as wds
 from conftest import SHARD_MB, config, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.completeness import excess, shortfall
-from prepare.hub_parquet import (
+from prepare.sources.hf_parquet import (
     ParquetImageNet, readme_counts, row_group_runs, split_files,
 )
 from prepare.labels import builtin_class_names
-from prepare.layouts import detect_layout, fingerprint, open_source
+from prepare.sources import detect, open_source
 from prepare.sample import SampleSpec, make_sample, parquet_bytes, write_hf_parquet
-from prepare.sources import SourceError
+from prepare.sources.base import SourceError
 from shards.manifest import read_manifest
 
 TRAIN = ("train-00000-of-00002.parquet", "train-00001-of-00002.parquet")
@@ -109,7 +109,7 @@ def test_the_test_split_is_never_read(parquet, tmp_path):
     opened = open_source(source)
     assert {p.path for split in ("train", "val") for p in opened.parts(split)} == {
         str(source / "data" / name) for name in (*TRAIN, VAL)}
-    assert [f["path"] for f in fingerprint(source, "hf-parquet")["files"]] == [
+    assert [f["path"] for f in detect(source).identity()["files"]] == [
         *(f"data/{name}" for name in (*TRAIN, VAL)), "README.md"]
 
 
@@ -138,13 +138,13 @@ def test_the_repository_its_data_folder_and_the_hub_cache_are_found(parquet, tmp
     repo = hub_cache(parquet, tmp_path)
     root = {"repository": parquet, "data": parquet / "data", "hub cache": repo,
             "snapshot": next((repo / "snapshots").iterdir())}[where]
-    assert detect_layout(root) == "hf-parquet"
+    assert detect(root).name == "hf-parquet"
     opened = open_source(root)
     assert keys_of(opened) == keys_of(open_source(parquet))
     assert opened.declared("val").images == 30  # README.md found beside data/ or above it
     top = {"repository": "", "data": "../", "snapshot": "", "hub cache": f"snapshots/{SHA}/"}[where]
     data = "" if where == "data" else f"{top}data/"
-    assert [f["path"] for f in fingerprint(root, "hf-parquet")["files"]] == [
+    assert [f["path"] for f in detect(root).identity()["files"]] == [
         *(f"{data}{name}" for name in (*TRAIN, VAL)), f"{top}README.md"]
 
 
@@ -153,7 +153,7 @@ def test_a_hub_cache_without_refs_main_says_which_snapshot_to_give(parquet, tmp_
     (repo / "refs" / "main").unlink()
     with pytest.raises(SourceError, match="hub cache folder without refs/main: point --source at the snapshot to "
                                           "read, .*snapshots/<sha> \\(there: 0123456789abcdef"):
-        detect_layout(repo)
+        detect(repo).name
 
 
 def test_prepare_from_the_hub_cache_writes_the_repositorys_shards(parquet, parquet_prepared, tmp_path):
@@ -168,7 +168,7 @@ def test_the_datasets_arrow_cache_is_refused_with_where_to_point_instead(tmp_pat
     (cache / "imagenet-1k-train-00000-of-00002.arrow").write_bytes(b"")
     for root in (tmp_path / "ILSVRC___imagenet-1k", cache):
         with pytest.raises(SourceError) as refused:
-            detect_layout(root)
+            detect(root).name
         message = str(refused.value)
         assert "Arrow cache" in message and "hub/datasets--ILSVRC--imagenet-1k/snapshots/<sha>" in message
         assert "hf download ILSVRC/imagenet-1k --repo-type dataset" in message and "\n" not in message
@@ -176,7 +176,7 @@ def test_the_datasets_arrow_cache_is_refused_with_where_to_point_instead(tmp_pat
 
 def test_no_layout_names_the_parquet_files(tmp_path):
     with pytest.raises(SourceError, match=r"data/train-NNNNN-of-NNNNN\.parquet and data/validation-NNNNN-of-NNNNN"):
-        detect_layout(tmp_path)
+        detect(tmp_path).name
 
 
 # ---------------------------------------------------------------- what the download declares
@@ -192,7 +192,7 @@ def test_a_missing_file_is_a_gap_named_before_reading_and_its_rows_are_not_read(
                                    f"({TRAIN[1]}); 90 of the 180 images README.md's dataset_info declares are there")
     assert shortfall(opened.declared("val")) is None
     assert {part.path for part in opened.parts("train")} == {str(source / "data" / TRAIN[0])}
-    assert [f["path"] for f in fingerprint(source, "hf-parquet")["files"]] == [
+    assert [f["path"] for f in detect(source).identity()["files"]] == [
         f"data/{TRAIN[0]}", f"data/{VAL}", "README.md"]
 
 
@@ -396,7 +396,7 @@ def test_row_groups_are_cut_into_runs_of_about_a_thousand_rows(rows, per_part, r
 
 
 def test_the_row_group_parts_cover_every_row_once_in_order(images, tmp_path, monkeypatch):
-    import prepare.hub_parquet as hub_parquet
+    import prepare.sources.hf_parquet as hub_parquet
 
     write_hf_parquet(tmp_path / "src", images, row_group_rows=7)
     monkeypatch.setattr(hub_parquet, "ROWS_PER_PART", 20)

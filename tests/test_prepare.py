@@ -27,7 +27,7 @@ from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.labels import LabelError
 from prepare.sample import PNG_KEY, SampleSpec, make_sample, tar_bytes
-from prepare.sources import SourceError
+from prepare.sources.base import SourceError
 from shards.manifest import DatasetNotReady, read_complete_manifest, read_manifest
 
 
@@ -328,7 +328,7 @@ def test_parallel_class_tars_report_bad_images_like_one_process(sources, tmp_pat
 
 @pytest.mark.parametrize("layout", ["imagefolder", "kaggle"])
 def test_trees_read_in_many_chunks_give_the_same_bytes_with_any_worker_count(sources, tmp_path, monkeypatch, layout):
-    from prepare import sources as source_module
+    from prepare.sources import base as source_module
 
     monkeypatch.setattr(source_module, "FILES_PER_CHUNK", 16)  # many parts from the small sample
     prepare(config(sources[layout], tmp_path / "one", workers=1))
@@ -363,7 +363,7 @@ def test_a_class_tar_with_a_header_zeroed_in_its_middle_stops_the_run_in_one_lin
 
 
 def test_val_ranges_cover_the_val_archive_in_order_with_their_labels(sources, images):
-    from prepare.official import OfficialArchives
+    from prepare.sources.official import OfficialArchives
 
     archives = OfficialArchives(sources["official"])
     ranges = archives.val_ranges(per_range=7)
@@ -988,7 +988,7 @@ def test_a_header_zeroed_in_the_middle_of_a_tar_is_refused_not_read_as_its_end()
 def test_an_image_name_longer_than_a_shard_key_can_be_is_refused_by_name():
     """A key of more than MAX_KEY_LENGTH characters would need a pax header in the shard, which the
     reader's native index does not read: refused at the source, not found damaged at training."""
-    from prepare.sources import image_key
+    from prepare.sources.base import image_key
     from shards.format import MAX_KEY_LENGTH
 
     assert image_key("a" * MAX_KEY_LENGTH + ".JPEG", "x") == "a" * MAX_KEY_LENGTH

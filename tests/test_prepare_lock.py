@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, run_module, tree_bytes
 from prepare.lock import exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, start_time
 from prepare.sample import SampleSpec, make_sample
-from shards.layout import LOCK_NAME
+from shards.paths import LOCK_NAME
 
 
 def processes_naming(text: str) -> list[int]:

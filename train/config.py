@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from shards.help import HelpFormatter
-from shards.layout import default_dest
+from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.errors import ConfigError
 from train.flags import flag_of, show

@@ -33,7 +33,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 import torch
 import torch.distributed as dist
 
-from shards.layout import EVAL_SPLITS
+from shards.paths import EVAL_SPLITS
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.plan import even_split, steps_per_epoch
 from shards.resources import available_cpus

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
 
-from shards.layout import metric_prefix
+from shards.paths import metric_prefix
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress

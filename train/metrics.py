@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from shards.layout import EVAL_SPLITS, metric_prefix
+from shards.paths import EVAL_SPLITS, metric_prefix
 
 METRICS_NAME = "metrics.jsonl"
 

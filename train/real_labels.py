@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shards.layout import REAL_LABELS_FORMAT
+from shards.paths import REAL_LABELS_FORMAT
 from shards.manifest import DatasetNotReady, Manifest, read_complete_manifest
 from train.shard_index import key_hash
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from prepare.builder import prepare
 from prepare.config import PrepareConfig
-from prepare.official import TRAIN_TAR, VAL_TAR
-from prepare.sources import DEVKIT
+from prepare.sources.official import TRAIN_TAR, VAL_TAR
+from prepare.sources.base import DEVKIT
 from shards.resources import available_cpus, evict_from_page_cache
 
 ARCHIVES = (TRAIN_TAR, VAL_TAR, DEVKIT)

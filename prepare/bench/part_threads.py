@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from prepare import scatter
-from prepare.layouts import open_source
+from prepare.sources import open_source
 from prepare.sample import SampleSpec, make_sample
 from shards.resources import available_cpus
 

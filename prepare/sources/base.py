@@ -5,10 +5,9 @@
   it holds (`declared`, prepare/completeness.py); the `Part` protocol; files listed in chunks
   (`FileChunk`); the file names several layouts look for (the devkit, Kaggle's).
 
-Each layout has its module: the official archives in prepare/official.py, the extracted and Kaggle
-trees (on disk or in Kaggle's zip) in prepare/trees.py and prepare/zip_tree.py, the Hugging Face hub's
-layouts in prepare/hub_sources.py and prepare/hub_parquet.py; tars are read by prepare/tars.py; which
-layout a folder holds, and opening it, in prepare/layouts.py.
+Each layout is a module of this package, listed in its registry (prepare/sources/__init__.py), which
+recognises a download's layout once and opens it. Tars are read by prepare/tars.py, files through
+prepare/trees.py and prepare/zip_tree.py.
 
 Names inside archives only ever become sample keys inside shards, never paths on disk.
 """
@@ -25,7 +24,7 @@ from typing import Iterator, Protocol
 from prepare.completeness import Declared
 from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
-from shards.layout import SPLITS
+from shards.paths import SPLITS
 from shards.manifest import ClassInfo
 
 DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
@@ -33,6 +32,7 @@ KAGGLE_DATA = "ILSVRC/Data/CLS-LOC"
 KAGGLE_VAL_CSV = "LOC_val_solution.csv"
 KAGGLE_SYNSETS = "LOC_synset_mapping.txt"
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
+AVERAGE_IMAGE_BYTES = 110_000  # ImageNet's: a count from bytes where the source states none
 KEY = re.compile(r"^[A-Za-z0-9_-]+$")  # dot-free, slash-free: safe as a WebDataset key
 
 

@@ -5,7 +5,7 @@
     ILSVRC2012_img_val.tar         flat: ranges of 500 consecutive members (`MemberRange`)
     ILSVRC2012_devkit_t12.tar.gz   the classes (meta.mat), the val labels, the declared counts
 
-The tars are read by prepare/tars.py; what every layout shares is in prepare/sources.py.
+The tars are read by prepare/tars.py; what every layout shares is in prepare/sources/base.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from prepare.labels import (
     Devkit, LabelError, check_val_labels, class_table, devkit_train_count, leaf_synsets, read_devkit,
     val_wnids_from_devkit, WNID,
 )
-from prepare.sources import DEVKIT, Item, Source, SourceError, image_key, readable_file
+from prepare.sources.base import DEVKIT, Item, Source, SourceError, image_key, readable_file
 from prepare.tars import TAR_END, archive_members, check_tar_complete, iterate_tar, read_range
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -159,3 +159,22 @@ class OfficialArchives(Source):
             ranges.append(MemberRange(str(self.val_tar), start, end - start, labels))
         return ranges
 
+
+
+# ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+NAME = "official"
+EXPECTED = f"official archives: {TRAIN_TAR}, {VAL_TAR}, {DEVKIT}"
+
+
+def recognise(root: Path) -> bool:
+    return root.is_dir() and ((root / TRAIN_TAR).exists() or (root / VAL_TAR).exists())
+
+
+def identifying_files(root: Path, found: bool) -> list[Path]:
+    """The three archives (a missing one is named here, before anything else)."""
+    return [readable_file(root / name, why) for name, why in OFFICIAL_FILES.items()]
+
+
+def open_source(root: Path, found: bool) -> OfficialArchives:
+    return OfficialArchives(root)

@@ -1,4 +1,4 @@
-"""The Hugging Face hub's ImageNet as Parquet, read in parts as prepare/official.py's layouts are.
+"""The Hugging Face hub's ImageNet as Parquet, read in parts as the official archives are.
 
 - hf-parquet: ILSVRC/imagenet-1k's `main` branch since its conversion to Parquet (2025):
               data/train-NNNNN-of-00294.parquet, data/validation-NNNNN-of-00014.parquet and
@@ -25,7 +25,7 @@ how many images; the files' footers count what is there before anything is read.
 
 Read with pyarrow alone: the three columns only, one row group at a time, in record batches of
 BATCH_ROWS rows (a part's memory is a row group's column chunks and one batch, never a whole file).
-Which layout a folder holds is decided in prepare/layouts.py.
+Which layout a folder holds is decided once, by the registry (prepare/sources/__init__.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prepare.completeness import Declared, Gap
-from prepare.hub_sources import hf_key_and_wnid
+from prepare.sources.hf_tars import hf_key_and_wnid
 from prepare.labels import builtin_class_names, class_table
-from prepare.sources import IMAGE_SUFFIXES, Item, Source, SourceError, readable_file
+from prepare.sources.base import IMAGE_SUFFIXES, Item, Source, SourceError, readable_file
 
 if TYPE_CHECKING:  # imported where used: every prepare imports this module, few read Parquet (0.2 s)
     import pyarrow as pa
@@ -453,9 +453,9 @@ class ParquetImageNet(Source):
     the built-in 1000-class table, keys from image.path."""
     layout = "hf-parquet"
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, folders: ParquetFolders | None = None):
         self.root = root
-        folders = parquet_folders(root)
+        folders = folders or parquet_folders(root)
         if folders is None:
             raise SourceError(f"{root} holds no {HF_DATA}/train-NNNNN-of-NNNNN.parquet or "
                               f"{HF_DATA}/validation-NNNNN-of-NNNNN.parquet")
@@ -510,12 +510,9 @@ class ParquetImageNet(Source):
         return sum(footer.rows for footer in self.footers[split])
 
 
-def parquet_files(root: Path) -> list[Path]:
+def parquet_files(folders: ParquetFolders) -> list[Path]:
     """The files that identify a Parquet download, without reading them: the train and validation
     files present and README.md (the test files are never read)."""
-    folders = parquet_folders(root)
-    if folders is None:
-        raise SourceError(f"{root} holds no {HF_DATA}/train-NNNNN-of-NNNNN.parquet")
     names = names_in(folders.data)
     files = [folders.data / name for hub in HUB_SPLITS.values() for name in names if split_of(name) == hub]
     return files + ([folders.readme] if folders.readme else [])
@@ -536,3 +533,28 @@ def arrow_cache_hint(root: Path) -> str | None:
                         f"~/.cache/huggingface/hub/{HUB_REPOSITORY}/snapshots/<sha> (or that {HUB_REPOSITORY} "
                         f"folder), or download them with `{DOWNLOAD}` and pass DIR")
     return None
+
+
+# ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+NAME = "hf-parquet"
+EXPECTED = (f"Hugging Face's ILSVRC/imagenet-1k as Parquet: {HF_DATA}/train-NNNNN-of-NNNNN.parquet and "
+            f"{HF_DATA}/validation-NNNNN-of-NNNNN.parquet (this folder, its {HF_DATA}/ or a hub-cache snapshot): "
+            f"`{DOWNLOAD}`")
+
+
+def recognise(root: Path) -> ParquetFolders | None:
+    return parquet_folders(root) if root.is_dir() else None
+
+
+def identifying_files(root: Path, found: ParquetFolders) -> list[Path]:
+    return parquet_files(found)
+
+
+def open_source(root: Path, found: ParquetFolders) -> ParquetImageNet:
+    return ParquetImageNet(root, found)
+
+
+def hint(root: Path) -> str | None:
+    """What to do where nothing was recognised at `root`: the `datasets` Arrow cache is refused by name."""
+    return arrow_cache_hint(root)

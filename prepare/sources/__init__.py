@@ -1,0 +1,97 @@
+"""The source layouts: what a download looks like, one module each, and the registry that tells them apart.
+
+A layout's module answers four questions, nothing else decides them:
+
+    NAME                             its name, as the manifest records it ("official", "timm-wds", ...)
+    EXPECTED                         one line for people: the files that make it (the refusal lists them all)
+    recognise(root) -> found | None  cheaply, from names alone, whether `root` holds it; what it found
+                                     (a folder, the zip, True) is handed to the two below, never looked up again
+    identifying_files(root, found)   the files whose size and mtime identify the download (a rerun compares them)
+    open_source(root, found)         the `Source` (prepare/sources/base.py): classes, parts, what it declares
+
+`detect(root)` asks the layouts in `LAYOUTS`' order, once; the `Detected` it returns identifies the
+source and opens it. Adding a layout is a module and a line in `LAYOUTS`.
+
+(The word "layout" names a download here; where a prepared dataset's files lie is shards/paths.py.)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from prepare.sources import (
+    hf_parquet, hf_tars, imagefolder, kaggle, kaggle_zip, official, timm_wds,
+)
+from prepare.sources.base import Source, SourceError
+
+# In the order they are asked: the first that recognises a folder is its layout. The official archives
+# and Kaggle's trees are named by files no other layout has; a Parquet download's top holds data/,
+# never train/, so it is asked before the extracted tree, which any folder with a train/ would match.
+LAYOUTS: dict[str, ModuleType] = {module.NAME: module for module in (
+    official,
+    kaggle,
+    kaggle_zip,
+    hf_tars,
+    timm_wds,
+    hf_parquet,
+    imagefolder,
+)}
+
+
+@dataclass(frozen=True)
+class Detected:
+    """A download whose layout is known: `identity()` says what it is, `open()` reads it."""
+    root: Path
+    layout: ModuleType
+    found: object  # what the layout's `recognise` found, handed back to it
+
+    @property
+    def name(self) -> str:
+        return self.layout.NAME
+
+    def identity(self) -> dict:
+        """What identifies the source cheaply: its path, layout, and the size and mtime of the files that
+        make it (none for trees: listing 1.3 M files would make an idempotent rerun take minutes on
+        shared storage). Recorded in the manifest; a rerun compares it."""
+        files = []
+        for path in self.layout.identifying_files(self.root, self.found):
+            st = path.stat()
+            name = path.name if self.root.is_file() else os.path.relpath(path, self.root)
+            files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        return {"path": str(self.root), "layout": self.name, "files": files}
+
+    def open(self) -> Source:
+        return self.layout.open_source(self.root, self.found)
+
+
+def detect(root: Path) -> Detected:
+    """Which layout `root` holds; a SourceError listing them all where none does."""
+    root = Path(root)
+    if not root.exists():
+        raise SourceError(f"--source {root} does not exist")
+    for layout in LAYOUTS.values():
+        found = layout.recognise(root)
+        if found:
+            return Detected(root, layout, found)
+    raise SourceError(not_recognised(root))
+
+
+def not_recognised(root: Path) -> str:
+    """The refusal: a layout's own hint where one knows what `root` is (the `datasets` Arrow cache),
+    else every layout's files."""
+    for layout in LAYOUTS.values():
+        hint = getattr(layout, "hint", None)
+        said = hint(root) if hint else None
+        if said:
+            return said
+    what = "is not a directory" if root.is_file() else "holds no ImageNet layout"
+    return f"--source {root} {what}. Expected one of:\n" + "\n".join(f"  {layout.EXPECTED}"
+                                                                      for layout in LAYOUTS.values())
+
+
+def open_source(root: Path) -> Source:
+    """The source at `root`, its layout detected (for the tools and tests that want the `Source` only)."""
+    return detect(root).open()
