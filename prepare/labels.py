@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import functools
 import importlib.resources
 import io
 import re
@@ -145,12 +146,30 @@ def parse_class_list(text: str, origin: str) -> dict[str, str]:
     return names
 
 
-def builtin_class_names() -> dict[str, str]:
-    """The 1000 ILSVRC 2012 classes shipped with prepare, sorted by wnid: prepare/imagenet_classes.txt,
-    made from timm's timm/data/_info/imagenet_synsets.txt and imagenet_synset_to_lemma.txt
-    (github.com/huggingface/pytorch-image-models, Apache-2.0; the file's first lines name the commit)."""
-    return parse_class_list(importlib.resources.files("prepare").joinpath(BUILTIN_CLASSES).read_text(),
-                            f"prepare/{BUILTIN_CLASSES}")
+BUILTIN_TABLES = {  # the class tables prepare ships, by name: (file, how many classes)
+    "imagenet-1k": (BUILTIN_CLASSES, 1000),
+    "imagenet-12k": ("imagenet12k_classes.txt", 11821),  # timm's 12k subset of fall11
+    "imagenet-22k": ("imagenet22k_classes.txt", 21841),  # fall11's classes
+}
+
+
+def builtin_class_names(table: str = "imagenet-1k") -> dict[str, str]:
+    """A class table shipped with prepare, sorted by wnid: the 1000 ILSVRC 2012 classes
+    (prepare/imagenet_classes.txt), timm's ImageNet-12k and ImageNet-22k (imagenet12k_classes.txt,
+    imagenet22k_classes.txt), made from timm's timm/data/_info/ synset lists and imagenet_synset_to_lemma.txt
+    (github.com/huggingface/pytorch-image-models, Apache-2.0, prepare/LICENSE-timm; each file's first lines
+    say which release). A copy of the table read once."""
+    return dict(read_builtin_table(table))
+
+
+@functools.cache
+def read_builtin_table(table: str) -> dict[str, str]:
+    name, count = BUILTIN_TABLES[table]
+    names = parse_class_list(importlib.resources.files("prepare").joinpath(name).read_text(), f"prepare/{name}")
+    if len(names) != count or list(names) != sorted(names):
+        raise LabelError(f"prepare/{name} holds {len(names)} classes, not {count} sorted ones: the package is damaged, "
+                         "reinstall it")
+    return names
 
 
 def parse_hf_classes(text: str, origin: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.completeness import shortfall
 from prepare.labels import LabelError, builtin_class_names, parse_class_list
-from prepare.sources import detect, open_source
+from prepare.sources import LAYOUTS, detect, open_source
 from prepare.sample import REAL_CLASSES, SampleSpec, make_sample, tar_bytes, write_hf_imagenet, write_timm_wds
 from prepare.sources.base import SourceError
 from shards.manifest import read_manifest
@@ -181,9 +181,9 @@ def test_no_layout_lists_every_layout_with_what_each_needs(tmp_path):
     for needed in ("ILSVRC2012_img_train.tar", "train/<wnid>/*.JPEG", "LOC_val_solution.csv",
                    "imagenet-object-localization-challenge.zip", "data/train_images_0.tar.gz",
                    "data/val_images.tar.gz", "classes.py", "data/train-NNNNN-of-NNNNN.parquet", "imagenet1k-train-*.tar",
-                   "imagenet1k-validation-*.tar", "_info.json"):
+                   "imagenet1k-validation-*.tar", "_info.json", "imagenet12k-train-*.tar", "imagenet22k-validation-*.tar"):
         assert needed in message
-    assert message.count("\n  ") == 7
+    assert message.count("\n  ") == len(LAYOUTS)  # a line each
 
 
 def test_the_built_in_table_is_imagenet_1k_sorted_and_agrees_with_the_sample():

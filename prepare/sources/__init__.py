@@ -10,7 +10,9 @@ A layout's module answers four questions, nothing else decides them:
     open_source(root, found)         the `Source` (prepare/sources/base.py): classes, parts, what it declares
 
 `detect(root)` asks the layouts in `LAYOUTS`' order, once; the `Detected` it returns identifies the
-source and opens it. Adding a layout is a module and a line in `LAYOUTS`.
+source and opens it. Adding a layout is a module and a line in `LAYOUTS`. Downloads that differ only in
+their names and tables are values of one module, each answering the same questions (timm's
+WebDataset sets, prepare/sources/timm_wds.py's `TimmSet`s).
 
 (The word "layout" names a download here; where a prepared dataset's files lie is shards/paths.py.)
 """
@@ -20,22 +22,36 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from typing import Protocol
 
 from prepare.sources import (
     hf_parquet, hf_tars, imagefolder, kaggle, kaggle_zip, official, timm_wds,
 )
 from prepare.sources.base import Source, SourceError
 
+class Layout(Protocol):
+    """A layout's module (or a value that answers as one)."""
+    NAME: str
+    EXPECTED: str
+
+    def recognise(self, root: Path) -> object: ...
+
+    def identifying_files(self, root: Path, found) -> list[Path]: ...
+
+    def open_source(self, root: Path, found) -> Source: ...
+
+
 # In the order they are asked: the first that recognises a folder is its layout. The official archives
 # and Kaggle's trees are named by files no other layout has; a Parquet download's top holds data/,
 # never train/, so it is asked before the extracted tree, which any folder with a train/ would match.
-LAYOUTS: dict[str, ModuleType] = {module.NAME: module for module in (
+LAYOUTS: dict[str, Layout] = {layout.NAME: layout for layout in (
     official,
     kaggle,
     kaggle_zip,
     hf_tars,
-    timm_wds,
+    timm_wds.IMAGENET_12K,
+    timm_wds.IMAGENET_22K,
+    timm_wds.IMAGENET_1K,  # after the others: it takes an _info.json whose shards it does not know
     hf_parquet,
     imagefolder,
 )}
@@ -45,7 +61,7 @@ LAYOUTS: dict[str, ModuleType] = {module.NAME: module for module in (
 class Detected:
     """A download whose layout is known: `identity()` says what it is, `open()` reads it."""
     root: Path
-    layout: ModuleType
+    layout: Layout
     found: object  # what the layout's `recognise` found, handed back to it
 
     @property

@@ -1,10 +1,19 @@
-"""timm/imagenet-1k-wds from the Hugging Face hub: WebDataset shards, read a shard a part.
+"""timm's WebDataset downloads from the Hugging Face hub, read a shard a part.
 
-    imagenet1k-train-NNNN.tar, imagenet1k-validation-NN.tar   samples KEY.jpg, KEY.cls, KEY.json (`WdsShard`)
-    _info.json                                               the shards and their counts
+    timm/imagenet-1k-wds    imagenet1k-train-NNNN.tar (1,024), imagenet1k-validation-NN.tar (64)
+    timm/imagenet-12k-wds   imagenet12k-train-NNNN.tar (1,024), imagenet12k-validation-NNNN.tar (512): 11,821 classes
+    timm/imagenet-22k-wds   imagenet22k-train-NNNN.tar (4,096), imagenet22k-validation-NNNN.tar (512): 21,841
+                            classes; its val is the 12k one (40 images of each 12k class)
 
-The classes come from a class list beside the shards, or the built-in ImageNet-1k table
-(prepare/class_lists.py). Nothing here imports webdataset: prepare/tars.py reads the tars.
+Each sample is KEY.jpg, KEY.cls (the class's index among the sorted wnids), KEY.json; `_info.json`
+beside the shards lists them and counts their samples. The downloads differ only in their names and
+class tables, so each is a `TimmSet` of this module and a line of the registry (prepare/sources/__init__.py).
+ImageNet-1k's classes come from a class list beside the shards or the built-in table
+(prepare/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
+imagenet22k_classes.txt). The WebP variant (timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG
+shards, and its images would have to be decoded and re-encoded (`webp_refusal`).
+
+Nothing here imports webdataset: prepare/tars.py reads the tars.
 """
 
 from __future__ import annotations
@@ -17,27 +26,84 @@ from typing import Iterator
 
 from prepare.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
+from prepare.labels import builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, check_safe_name, checked_key, \
     image_stem, readable_file
 from prepare.tars import iterate_whole_tar
 from shards.format import BAD_LABEL, parse_label
+from shards.manifest import ClassInfo
 from shards.paths import SPLITS
 
-NAME = "timm-wds"
 TIMM_INFO = "_info.json"
 TIMM_SPLITS = {"train": "train", "val": "validation"}  # this project's split -> timm's
-TIMM_SHARDS = {"train": "imagenet1k-train-*.tar", "val": "imagenet1k-validation-*.tar"}
-TIMM_SHARD_COUNTS = {"train": 1024, "val": 64}  # timm/imagenet-1k-wds's shards, where its _info.json is not there
-EXPECTED = (f"Hugging Face's timm/imagenet-1k-wds: {TIMM_SHARDS['train']} and {TIMM_SHARDS['val']}, {TIMM_INFO} "
-            "beside them")
+
+
+@dataclass(frozen=True)
+class TimmSet:
+    """One of timm's WebDataset downloads: its names, its class table, its shards."""
+    NAME: str  # the layout's name (the registry's and the manifest's)
+    repo: str  # where it is downloaded from
+    prefix: str  # of its shards' names: {prefix}-train-0000.tar
+    table: str | None  # the built-in class table (labels.BUILTIN_TABLES); None: a class list beside, or ImageNet-1k's
+    shard_counts: dict[str, int]  # split -> its shards, where _info.json is not there to list them
+
+    @property
+    def EXPECTED(self) -> str:
+        return (f"Hugging Face's {self.repo}: {self.shard_pattern('train')} and {self.shard_pattern('val')}, "
+                f"{TIMM_INFO} beside them")
+
+    def shard_pattern(self, split: str) -> str:
+        return f"{self.prefix}-{TIMM_SPLITS[split]}-*.tar"
+
+    def shard_number(self) -> re.Pattern:
+        """The shards' names, numbered from 0."""
+        return re.compile(rf"^({re.escape(self.prefix)}-(?:train|validation)-)(\d+)\.tar$")
+
+    # ---- the registry's questions (prepare/sources/__init__.py)
+
+    def recognise(self, root: Path) -> bool:
+        """Its shards are there, or _info.json lists them (ImageNet-1k, asked last, takes any _info.json)."""
+        if not root.is_dir():
+            return False
+        if any(any(root.glob(self.shard_pattern(split))) for split in TIMM_SPLITS):
+            return True
+        info = root / TIMM_INFO
+        return info.is_file() and (self is IMAGENET_1K or listed_prefix(info) == self.prefix)
+
+    def identifying_files(self, root: Path, found: bool) -> list[Path]:
+        return wds_files(root, self)
+
+    def open_source(self, root: Path, found: bool) -> "WdsShards":
+        return WdsShards(root, self)
+
+
+IMAGENET_1K = TimmSet("timm-wds", "timm/imagenet-1k-wds", "imagenet1k", None, {"train": 1024, "val": 64})
+IMAGENET_12K = TimmSet("timm-12k-wds", "timm/imagenet-12k-wds", "imagenet12k", "imagenet-12k",
+                       {"train": 1024, "val": 512})
+IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "imagenet-22k",
+                       {"train": 4096, "val": 512})
+TIMM_SETS = (IMAGENET_12K, IMAGENET_22K, IMAGENET_1K)  # ImageNet-1k last: it takes an _info.json of any name
+
+
+def listed_prefix(info: Path) -> str | None:
+    """The shards' name prefix of the first file an _info.json lists (imagenet12k-train-0000.tar ->
+    imagenet12k); None where it lists none or is not JSON (the layout that opens it says why)."""
+    try:
+        splits = json.loads(info.read_text()).get("splits", {})
+        first = next(name for entry in splits.values() for name in entry.get("filenames", []))
+    except (OSError, ValueError, AttributeError, StopIteration, TypeError):
+        return None
+    return first.rpartition("/")[2].split("-", 1)[0] if isinstance(first, str) else None
+
 
 @dataclass(frozen=True)
 class WdsShard:
-    """One WebDataset shard of timm/imagenet-1k-wds: samples KEY.jpg, KEY.cls (the class index), KEY.json."""
+    """One WebDataset shard of timm's: samples KEY.jpg, KEY.cls (the class index), KEY.json."""
     path: str
     size: int
     count: int | None  # samples it holds, where _info.json says
     classes: tuple[str, ...]  # the class table's wnids by index: what a .cls number means
+    repo: str = IMAGENET_1K.repo  # the download it belongs to, for messages
 
     def wnids(self) -> set[str]:
         return set(self.classes)
@@ -54,15 +120,17 @@ class WdsShard:
 
     def item(self, prefix: str, sample: dict[str, bytes]) -> Item:
         origin = f"{self.path}:{prefix}"
+        if "jpg" not in sample and "webp" in sample:
+            raise SourceError(webp_refusal(origin))
         for ext, what in (("jpg", "image"), ("cls", "class number")):
             if ext not in sample:
                 raise SourceError(f"{origin}: the sample has no .{ext} (its {what}): the shard is damaged or not "
-                                  "timm/imagenet-1k-wds's: download it again")
+                                  f"{self.repo}'s: download it again")
         label = parse_label(sample["cls"])
         if label == BAD_LABEL or label >= len(self.classes):
             raise SourceError(f"{origin}: .cls {sample['cls'][:20]!r} is not a class index of the class table "
-                              f"(0..{len(self.classes) - 1}): the shards and the class list beside them (or the "
-                              "built-in ImageNet-1k table) do not belong together")
+                              f"(0..{len(self.classes) - 1}): the shards and the class table ({self.repo}'s, or the "
+                              "class list beside them) do not belong together")
         wnid = self.classes[label]
         key = wds_key(prefix, sample.get("json"), origin)
         named = re.match(r"(n\d{8})_", key)
@@ -70,6 +138,17 @@ class WdsShard:
             raise SourceError(f"{origin}: .cls {label} is {wnid} in the class table, but the image's name {key} "
                               f"says {named.group(1)}: the class list beside the shards does not belong to them")
         return Item(key, wnid, origin, sample["jpg"])
+
+
+W21_JPEG = "timm/imagenet-w21-wds"
+
+
+def webp_refusal(origin: str) -> str:
+    """The WebP variants hold .webp images: prepare's shards are JPEG (the loader's crop decode and the pinned
+    pixels are libjpeg-turbo's), so each image would be decoded and re-encoded, a second lossy step."""
+    return (f"{origin}: the sample's image is WebP (timm/imagenet-w21-webp-wds or another WebP variant): prepare "
+            f"writes JPEG shards and does not re-encode WebP. Download the JPEG variant, {W21_JPEG}, or the "
+            "official winter21_whole.tar.gz")
 
 
 def wds_samples(members: Iterator[tuple[str, bytes]], origin: str) -> Iterator[tuple[str, dict[str, bytes]]]:
@@ -112,7 +191,7 @@ def wds_key(prefix: str, meta: bytes | None, origin: str) -> str:
 
 @dataclass(frozen=True)
 class WdsSplit:
-    """A split of timm/imagenet-1k-wds: its shards and, where _info.json says, their counts."""
+    """A split of one of timm's downloads: its shards and, where _info.json says, their counts."""
     filenames: tuple[str, ...]  # relative to the folder
     shard_lengths: tuple[int, ...] | None
     num_samples: int | None
@@ -128,7 +207,7 @@ def parse_wds_info(text: str, origin: str) -> dict[str, WdsSplit]:
         raise SourceError(f"{origin} is not JSON ({exn}): download it again") from None
     splits = info.get("splits") if isinstance(info, dict) else None
     if not isinstance(splits, dict):
-        raise SourceError(f"{origin} has no \"splits\" object: is it timm/imagenet-1k-wds's {TIMM_INFO}?")
+        raise SourceError(f"{origin} has no \"splits\" object: is it the {TIMM_INFO} of one of timm's downloads?")
     return {name: wds_split_info(entry, f"{origin}: splits.{name}")
             for name, entry in splits.items() if name in TIMM_SPLITS.values()}
 
@@ -155,76 +234,86 @@ def wds_split_info(entry, where: str) -> WdsSplit:
                     count if count is not None else sum(lengths) if lengths else None)
 
 
-def wds_splits(root: Path) -> dict[str, WdsSplit]:
+def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
     """Each split's shards: as _info.json lists them where it is there (present or not), else the shard
     files present (then without counts)."""
     info = root / TIMM_INFO
     if info.is_file():
-        listed = parse_wds_info(readable_file(info, "it lists the shards").read_text(), str(info))
+        text = readable_file(info, "it lists the shards").read_text()
+        listed = parse_wds_info(text, str(info))
+        if "webp" in str(json.loads(text).get("name", "")).lower():
+            raise SourceError(webp_refusal(str(info)))
         missing = [name for name in TIMM_SPLITS.values() if name not in listed]
         if missing:
-            raise SourceError(f"{info} lists no {missing[0]!r} split: is it timm/imagenet-1k-wds's {TIMM_INFO}?")
+            raise SourceError(f"{info} lists no {missing[0]!r} split: is it {spec.repo}'s {TIMM_INFO}? (timm's "
+                              f"downloads without a validation split, such as {W21_JPEG}, are not read yet)")
         return {split: listed[name] for split, name in TIMM_SPLITS.items()}
-    found = {split: tuple(sorted(p.name for p in root.glob(pattern))) for split, pattern in TIMM_SHARDS.items()}
+    found = {split: tuple(sorted(p.name for p in root.glob(spec.shard_pattern(split)))) for split in TIMM_SPLITS}
     for split, names in found.items():
         if not names:
-            raise SourceError(f"{root} holds no {TIMM_SHARDS[split]}: download timm/imagenet-1k-wds's "
+            raise SourceError(f"{root} holds no {spec.shard_pattern(split)}: download {spec.repo}'s "
                               f"{TIMM_SPLITS[split]} shards (and its {TIMM_INFO}, which counts them)")
     return {split: WdsSplit(names, None, None) for split, names in found.items()}
 
 
-WDS_NUMBER = re.compile(r"^(imagenet1k-(?:train|validation)-)(\d+)\.tar$")  # the shards' names, numbered from 0
-
-
-def wds_gap(root: Path, split: WdsSplit, info: bool, known: int | None = None) -> Gap:
-    """The shards _info.json lists that are not there; without it, of the `known` shards of
-    timm/imagenet-1k-wds's own layout (where the classes are ImageNet-1k's), or else of the numbering
-    of those that are there (imagenet1k-train-0000.tar ...)."""
+def wds_gap(root: Path, split: WdsSplit, info: bool, known: int | None = None, spec: TimmSet = IMAGENET_1K) -> Gap:
+    """The shards _info.json lists that are not there; without it, of the `known` shards of the
+    download's own layout (for timm/imagenet-1k-wds, where the classes are ImageNet-1k's), or else of
+    the numbering of those that are there (imagenet1k-train-0000.tar ...)."""
     if info:
         return Gap("shards", len(split.filenames), TIMM_INFO,
                    tuple(name for name in split.filenames if not (root / name).exists()))
-    numbered = [m for name in split.filenames if (m := WDS_NUMBER.match(name))]
+    numbered = [m for name in split.filenames if (m := spec.shard_number().match(name))]
     if not numbered:
         return Gap("shards", len(split.filenames), "the files present")
     prefix, width = numbered[0].group(1), len(numbered[0].group(2))
     numbers = {int(m.group(2)) for m in numbered}
     if known is None:
         return numbering_gap(sorted(numbers), lambda n: f"{prefix}{n:0{width}d}.tar", "shards")
-    return Gap("shards", known, "timm/imagenet-1k-wds's layout",
+    return Gap("shards", known, f"{spec.repo}'s layout",
                tuple(f"{prefix}{n:0{width}d}.tar" for n in range(known) if n not in numbers))
 
 
-def wds_files(root: Path) -> list[Path]:
-    """timm/imagenet-1k-wds's files that identify it: the shards present, _info.json and the class list."""
-    splits = wds_splits(root)
+def wds_files(root: Path, spec: TimmSet = IMAGENET_1K) -> list[Path]:
+    """The files that identify the download: the shards present, _info.json and the class list."""
+    splits = wds_splits(root, spec)
     shards = [root / name for split in SPLITS for name in splits[split].filenames if (root / name).is_file()]
     small = [path for path in (root / TIMM_INFO, class_list_file([root])) if path is not None and path.is_file()]
     return shards + small
 
 
-def wds_shards_present(root: Path, listed: WdsSplit, missing: set[str], wnids: tuple[str, ...]) -> list[WdsShard]:
+def wds_shards_present(root: Path, listed: WdsSplit, missing: set[str], wnids: tuple[str, ...],
+                       repo: str) -> list[WdsShard]:
     lengths = listed.shard_lengths or (None,) * len(listed.filenames)
     present = [(root / name, count) for name, count in zip(listed.filenames, lengths) if name not in missing]
-    return [WdsShard(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids) for path, count in present]
+    return [WdsShard(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids, repo)
+            for path, count in present]
+
+
+def timm_classes(root: Path, spec: TimmSet) -> list[ClassInfo]:
+    """12k's and 22k's built-in tables (timm's, the index its .cls is); for ImageNet-1k, a class list beside
+    the shards or the built-in 1000."""
+    if spec.table is not None:
+        names = builtin_class_names(spec.table)
+        return class_table(list(names), names)
+    return read_class_list(class_list_file([root])).classes
 
 
 class WdsShards(Source):
-    """timm/imagenet-1k-wds from the Hugging Face hub: WebDataset shards, one part each; .cls is the class
-    index in the sorted-wnid order (this project's), checked against the names where they carry a wnid."""
-    layout = "timm-wds"
+    """One of timm's WebDataset downloads: its shards, one part each; .cls is the class index in the
+    sorted-wnid order (this project's), checked against the names where they carry a wnid."""
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.splits_info = wds_splits(root)
-        self.class_list = read_class_list(class_list_file([root]))
-        self.classes = self.class_list.classes
+    def __init__(self, root: Path, spec: TimmSet = IMAGENET_1K):
+        self.root, self.spec, self.layout = root, spec, spec.NAME
+        self.splits_info = wds_splits(root, spec)
+        self.classes = timm_classes(root, spec)
         wnids = tuple(c.wnid for c in self.classes)
         info = (root / TIMM_INFO).is_file()
         self._parts, self._declared = {}, {}
-        imagenet_1k = len(self.classes) == IMAGENET_1K_CLASSES
+        stated = spec is not IMAGENET_1K or len(self.classes) == IMAGENET_1K_CLASSES
         for split, listed in self.splits_info.items():
-            gap = wds_gap(root, listed, info, TIMM_SHARD_COUNTS[split] if imagenet_1k else None)
-            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids)
+            gap = wds_gap(root, listed, info, spec.shard_counts[split] if stated else None, spec)
+            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids, spec.repo)
             found = sum(part.count for part in self._parts[split]) if listed.shard_lengths else None
             self._declared[split] = Declared(split, (gap,), listed.num_samples, TIMM_INFO if info else None, found)
 
@@ -241,18 +330,3 @@ class WdsShards(Source):
 
     def estimated_count(self, split: str) -> int:
         return self.declared(split).images or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
-
-
-# ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
-
-def recognise(root: Path) -> bool:
-    return root.is_dir() and ((root / TIMM_INFO).is_file()
-                              or any(any(root.glob(pattern)) for pattern in TIMM_SHARDS.values()))
-
-
-def identifying_files(root: Path, found: bool) -> list[Path]:
-    return wds_files(root)
-
-
-def open_source(root: Path, found: bool) -> WdsShards:
-    return WdsShards(root)
