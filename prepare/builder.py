@@ -181,6 +181,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     elapsed = time.monotonic() - start
     stats = run_stats(results, splits, elapsed, config.workers) | reader.stats()
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
+                    class_subsets=source.class_subsets(),
                     splits={split: splits[split] for split in source.splits},
                     converted=merged(results, "converted"), skipped=merged(results, "skipped"),
                     damaged=merged(results, "damaged"), stats=stats,

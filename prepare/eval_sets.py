@@ -224,6 +224,9 @@ class WithEvalSets(Source):
     def val_keys(self) -> set[str] | None:
         return self.base.val_keys()
 
+    def class_subsets(self) -> dict[str, list[int]]:
+        return self.base.class_subsets()
+
     def parts(self, split: str):
         return self.v2[split].parts() if split in self.v2 else self.base.parts(split)
 

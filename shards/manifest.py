@@ -71,6 +71,9 @@ class Manifest:
     partial: dict[str, str] = field(default_factory=dict)
     # split -> a count that differs from ImageNet-1k's where the download declares none (prepare's warning)
     warnings: dict[str, str] = field(default_factory=dict)
+    # a named subset of the classes evaluated on its own -> its classes' indices in `classes`, in the
+    # subset's own label order: ImageNet-22k's {"12k": [...]} (timm/imagenet-22k-wds's val is the 12k one)
+    class_subsets: dict[str, list[int]] = field(default_factory=dict)
     format: str = FORMAT
 
     def to_json(self) -> str:
@@ -97,6 +100,7 @@ class Manifest:
             real_labels=raw.get("real_labels", {}),
             partial=raw.get("partial", {}),
             warnings=raw.get("warnings", {}),
+            class_subsets=raw.get("class_subsets", {}),
         )
 
     @property

@@ -394,10 +394,13 @@ def evaluate_all(run: Run) -> dict:
 @torch.no_grad()
 def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoader, real: RealLabels | None) -> dict:
     """Top-1/top-5 over every sample of `split` exactly once across ranks (asserted); with `real`,
-    ReaL top-1 over the images whose label set is not empty."""
+    ReaL top-1 over the images whose label set is not empty; on val, top-1/top-5 among each class
+    subset's classes alone (the manifest's `class_subsets`: ImageNet-22k's val is 12k's, reported as
+    val_12k_top1)."""
     model.eval()
-    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted
-    sums = torch.zeros(7, dtype=torch.float64, device=run.device)
+    subsets = class_subsets(run.manifest, run.device) if split == "val" else {}
+    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted; then each subset's top-1, top-5, images
+    sums = torch.zeros(7 + 3 * len(subsets), dtype=torch.float64, device=run.device)
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
     for batch in loader.batches():
@@ -413,11 +416,13 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
                                  (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
         sums[3] += len(y)
         if real is not None:
-            sums[5:] += torch.stack(real.score(top[:, 0], batch.key_hashes)).double()
+            sums[5:7] += torch.stack(real.score(top[:, 0], batch.key_hashes)).double()
+        for i, subset in enumerate(subsets.values()):
+            sums[7 + 3 * i:10 + 3 * i] += subset.score(logits, y)
     sums[4] = left_out
     if run.env.world_size > 1:
         dist.all_reduce(sums)
-    loss, top1, top5, count, bad, real_right, real_counted = sums.tolist()
+    loss, top1, top5, count, bad, real_right, real_counted = sums[:7].tolist()
     check_bad_samples(int(bad), run.config.max_bad_samples, split, last_bad)
     expected = run.manifest.splits[split].samples
     if int(count + bad) != expected:
@@ -428,7 +433,34 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
                f"{p}_images": int(sums[3]), f"{p}_bad_samples": int(bad)}
     if real is not None:
         metrics |= {"real_top1": 100 * real_right / max(real_counted, 1), "real_images": int(real_counted)}
+    for i, name in enumerate(subsets):
+        right1, right5, counted = sums[7 + 3 * i:10 + 3 * i].tolist()
+        metrics |= {f"{p}_{name}_top1": 100 * right1 / max(counted, 1), f"{p}_{name}_top5": 100 * right5 / max(counted, 1),
+                    f"{p}_{name}_images": int(counted)}
     return metrics
+
+
+class ClassSubset:
+    """A subset of the classes scored on its own: predictions among its classes' logits alone, over the
+    images whose label is one of them (the way a 22k model is scored on ImageNet-12k's val)."""
+
+    def __init__(self, indices: list[int], num_classes: int, device: torch.device):
+        self.indices = torch.tensor(indices, dtype=torch.long, device=device)
+        self.place = torch.full((num_classes,), -1, dtype=torch.long, device=device)  # label -> its place, or -1
+        self.place[self.indices] = torch.arange(len(indices), device=device)
+        self.k = min(5, len(indices))
+
+    def score(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(top-1 right, top-5 right, images counted) of a batch, on the device: no sync."""
+        place = self.place[labels]
+        counted = place >= 0
+        top = logits[:, self.indices].topk(self.k, dim=1).indices
+        right = top == place[:, None]
+        return torch.stack([(right[:, 0] & counted).sum(), (right.any(dim=1) & counted).sum(), counted.sum()]).double()
+
+
+def class_subsets(manifest: Manifest, device: torch.device) -> dict[str, ClassSubset]:
+    return {name: ClassSubset(indices, manifest.num_classes, device) for name, indices in manifest.class_subsets.items()}
 
 
 # ---------------------------------------------------------------- checkpoints

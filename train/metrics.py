@@ -36,7 +36,8 @@ def epoch_line(record: dict) -> str:
 
 
 # the evaluation sets' top-1 in a record, where the dataset has them, and their names for people
-EVALUATION_SETS = [("real_top1", "ReaL")] + [(f"{metric_prefix(split)}_top1", split) for split in EVAL_SPLITS]
+EVALUATION_SETS = ([("real_top1", "ReaL"), ("val_12k_top1", "val among 12k's classes")]
+                   + [(f"{metric_prefix(split)}_top1", split) for split in EVAL_SPLITS])
 
 
 def evaluation_sets(record: dict) -> str:

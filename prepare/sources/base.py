@@ -131,6 +131,11 @@ class Source:
     def class_index(self) -> dict[str, int]:
         return {c.wnid: c.index for c in self.classes}
 
+    def class_subsets(self) -> dict[str, list[int]]:
+        """Named subsets of the classes that training also evaluates on their own (the manifest's
+        `class_subsets`): name -> the subset's classes' indices in `classes`, in its label order."""
+        return {}
+
     def val_keys(self) -> set[str] | None:
         """The val images' keys where the layout lists them before reading (its labels name them)."""
         return None

@@ -46,6 +46,7 @@ class TimmSet:
     prefix: str  # of its shards' names: {prefix}-train-0000.tar
     table: str | None  # the built-in class table (labels.BUILTIN_TABLES); None: a class list beside, or ImageNet-1k's
     shard_counts: dict[str, int]  # split -> its shards, where _info.json is not there to list them
+    subsets: tuple[str, ...] = ()  # built-in tables of class subsets evaluated on their own (its val's)
 
     @property
     def EXPECTED(self) -> str:
@@ -81,7 +82,7 @@ IMAGENET_1K = TimmSet("timm-wds", "timm/imagenet-1k-wds", "imagenet1k", None, {"
 IMAGENET_12K = TimmSet("timm-12k-wds", "timm/imagenet-12k-wds", "imagenet12k", "imagenet-12k",
                        {"train": 1024, "val": 512})
 IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "imagenet-22k",
-                       {"train": 4096, "val": 512})
+                       {"train": 4096, "val": 512}, subsets=("imagenet-12k",))
 TIMM_SETS = (IMAGENET_12K, IMAGENET_22K, IMAGENET_1K)  # ImageNet-1k last: it takes an _info.json of any name
 
 
@@ -136,7 +137,8 @@ class WdsShard:
         named = re.match(r"(n\d{8})_", key)
         if named and named.group(1) != wnid:
             raise SourceError(f"{origin}: .cls {label} is {wnid} in the class table, but the image's name {key} "
-                              f"says {named.group(1)}: the class list beside the shards does not belong to them")
+                              f"says {named.group(1)}: the class table ({self.repo}'s, or the class list beside the shards) does "
+                              "not belong to them")
         return Item(key, wnid, origin, sample["jpg"])
 
 
@@ -330,3 +332,18 @@ class WdsShards(Source):
 
     def estimated_count(self, split: str) -> int:
         return self.declared(split).images or max(1, self.split_bytes(split) // AVERAGE_IMAGE_BYTES)
+
+    def class_subsets(self) -> dict[str, list[int]]:
+        """22k: its val is 12k's, evaluated also among the 12k classes alone ("12k")."""
+        return {table.removeprefix("imagenet-"): subset_indices(self.classes, builtin_class_names(table))
+                for table in self.spec.subsets}
+
+
+def subset_indices(classes: list[ClassInfo], subset: dict[str, str]) -> list[int]:
+    """The indices in `classes` of the subset's wnids, in the subset's (sorted) order. Pure."""
+    index = {c.wnid: c.index for c in classes}
+    missing = [wnid for wnid in subset if wnid not in index]
+    if missing:
+        raise SourceError(f"class {missing[0]} of the subset is not in the class table ({len(missing)} such): the "
+                          "tables prepare ships do not belong together; reinstall it")
+    return [index[wnid] for wnid in subset]

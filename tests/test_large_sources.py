@@ -1,0 +1,183 @@
+"""Beyond ImageNet-1k: timm's ImageNet-12k and -22k WebDataset downloads, as small fakes with the real
+class tables and the real names and structure (shards named as the hub's, _info.json with timm's
+alternative 12k splits, samples KEY.jpg/.cls/.json as rwightman/imagenet-12k's writer makes them),
+prepared and trained the same way as ImageNet-1k."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import config, run_module
+from prepare.builder import prepare
+from prepare.completeness import shortfall
+from prepare.labels import builtin_class_names
+from prepare.sources import detect
+from prepare.sources.base import SourceError
+from shards.manifest import read_manifest
+from tests.jpegs import jpeg
+from train.metrics import read_metrics
+
+TABLE_22K = list(builtin_class_names("imagenet-22k"))
+TABLE_12K = list(builtin_class_names("imagenet-12k"))
+IN_12K = [wnid for wnid in TABLE_22K if wnid in set(TABLE_12K)]
+# train: four classes of 12k (so of 22k) and two of 22k only; val: 12k's classes only, as the hub's
+TRAIN_CLASSES = IN_12K[:2] + IN_12K[-2:] + [w for w in TABLE_22K if w not in set(TABLE_12K)][:2]
+VAL_CLASSES = TRAIN_CLASSES[:4]
+
+
+def sample(wnid: str, n: int, table: list[str], seed: int) -> dict[str, bytes]:
+    """A sample as the writer makes it: .cls the index in the sorted table; .json with the 12k label
+    (-1 where the class is not in 12k) and the wnid."""
+    key = f"{wnid}_{n}"
+    meta = {"label": table.index(wnid), "class_name": wnid, "width": 40, "height": 32,
+            "label_12k": TABLE_12K.index(wnid) if wnid in TABLE_12K else -1}
+    return {"__key__": key, "jpg": jpeg(40, 32, seed=seed % 7), "cls": str(table.index(wnid)).encode(),
+            "json": json.dumps(meta).encode()}
+
+
+def write_tar(path: Path, samples: list[dict[str, bytes]]) -> int:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for s in samples:
+            for ext in ("jpg", "cls", "json"):
+                if ext in s:
+                    info = tarfile.TarInfo(f"{s['__key__']}.{ext}")
+                    info.size = len(s[ext])
+                    tar.addfile(info, io.BytesIO(s[ext]))
+            if "webp" in s:
+                info = tarfile.TarInfo(f"{s['__key__']}.webp")
+                info.size = len(s["webp"])
+                tar.addfile(info, io.BytesIO(s["webp"]))
+    return len(samples)
+
+
+def write_timm(root: Path, prefix: str, table: list[str], per_class: int = 4, train_shards: int = 2,
+               classes: list[str] = TRAIN_CLASSES) -> Path:
+    """A timm WebDataset download: {prefix}-train-NNNN.tar, {prefix}-validation-NNNN.tar and _info.json
+    (with the 12k alternative splits for 22k, as timm's writer lists them)."""
+    root.mkdir(parents=True)
+    train = [sample(w, n, table, i) for i, (w, n) in enumerate((w, n) for n in range(per_class) for w in classes)]
+    val = [sample(w, 100 + n, table, i) for i, (w, n) in enumerate((w, n) for n in range(2) for w in VAL_CLASSES)]
+    splits = {}
+    for name, samples, count in (("train", train, train_shards), ("validation", val, 1)):
+        files = [f"{prefix}-{name}-{i:04d}.tar" for i in range(count)]
+        lengths = [write_tar(root / f, samples[i::count]) for i, f in enumerate(files)]
+        splits[name] = {"name": name, "filenames": files, "shard_lengths": lengths, "num_samples": sum(lengths),
+                        "alt_label": None}
+        if prefix == "imagenet22k":
+            twelve = [sum(1 for s in samples[i::count] if json.loads(s["json"])["label_12k"] >= 0) for i in range(count)]
+            splits[f"{name}_12k"] = {"name": f"{name}_12k", "filenames": files, "shard_lengths": twelve,
+                                     "num_samples": sum(twelve), "alt_label": "label_12k"}
+    (root / "_info.json").write_text(json.dumps({"name": prefix, "splits": splits}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def timm_22k(tmp_path_factory) -> Path:
+    return write_timm(tmp_path_factory.mktemp("hub") / "imagenet-22k-wds", "imagenet22k", TABLE_22K)
+
+
+@pytest.fixture(scope="module")
+def prepared_22k(tmp_path_factory, timm_22k) -> Path:
+    dest = tmp_path_factory.mktemp("prepared") / "imagenet22k"
+    prepare(config(timm_22k, dest, shard_size_mb=0.02))
+    return dest
+
+
+def test_the_shipped_tables_are_timms_sorted_and_12k_lies_in_22k():
+    assert len(TABLE_22K) == 21841 and len(TABLE_12K) == 11821
+    assert TABLE_22K == sorted(TABLE_22K) and TABLE_12K == sorted(TABLE_12K)
+    assert set(TABLE_12K) <= set(TABLE_22K)
+    assert builtin_class_names("imagenet-22k")["n00004475"] == "organism, being"  # timm's lemma, the first wnid
+
+
+def test_22k_is_recognised_with_its_table_and_its_12k_subset(timm_22k):
+    detected = detect(timm_22k)
+    assert detected.name == "timm-22k-wds"
+    source = detected.open()
+    assert [c.wnid for c in source.classes] == TABLE_22K
+    subset = source.class_subsets()["12k"]
+    assert [TABLE_22K[i] for i in subset] == TABLE_12K  # in 12k's own order
+    assert source.declared("train").images == 24 and source.declared("val").images == 8
+    assert [f["path"] for f in detected.identity()["files"]] == [
+        "imagenet22k-train-0000.tar", "imagenet22k-train-0001.tar", "imagenet22k-validation-0000.tar", "_info.json"]
+
+
+def test_22k_prepares_with_exact_labels_and_records_the_12k_subset(prepared_22k):
+    manifest = read_manifest(prepared_22k)
+    assert manifest.num_classes == 21841 and manifest.source["layout"] == "timm-22k-wds"
+    assert manifest.class_subsets["12k"][:2] == [TABLE_22K.index(w) for w in TABLE_12K[:2]]
+    seen = {}
+    for split in ("train", "val"):
+        for shard in manifest.splits[split].shards:
+            with tarfile.open(prepared_22k / shard.name) as tar:
+                for member in tar:
+                    if member.name.endswith(".cls"):
+                        key = member.name.removesuffix(".cls")
+                        seen[key] = int(tar.extractfile(member).read())
+    assert len(seen) == 32
+    assert all(TABLE_22K[label] == key.split("_")[0] for key, label in seen.items())
+
+
+def test_12k_is_its_own_layout_with_11821_classes(tmp_path):
+    root = write_timm(tmp_path / "imagenet-12k-wds", "imagenet12k", TABLE_12K, classes=VAL_CLASSES)
+    detected = detect(root)
+    assert detected.name == "timm-12k-wds"
+    source = detected.open()
+    assert len(source.classes) == 11821 and source.class_subsets() == {}
+
+
+def test_12k_with_a_22k_only_class_is_refused_naming_the_tables(tmp_path):
+    """12k's table has no index for a 22k-only class: a .cls beyond it (a 22k download renamed) is refused."""
+    root = write_timm(tmp_path / "imagenet-12k-wds", "imagenet12k", TABLE_22K)  # 22k's indices under 12k's names
+    with pytest.raises(SourceError, match="the class table \\(timm/imagenet-12k-wds's, or the class list beside"):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_missing_22k_shard_is_named_and_allow_partial_prepares_the_rest(tmp_path, timm_22k):
+    root = tmp_path / "hub"
+    root.mkdir()
+    for path in timm_22k.iterdir():
+        (root / path.name).symlink_to(path)
+    (root / "imagenet22k-train-0001.tar").unlink()
+    assert shortfall(detect(root).open().declared("train")) == (
+        "the train split lacks 1 of the 2 shards _info.json lists (imagenet22k-train-0001.tar); 12 of the 24 images "
+        "_info.json declares are there")
+    with pytest.raises(SourceError, match="imagenet22k-train-0001.tar"):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
+    manifest = prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert manifest.splits["train"].samples == 12 and "imagenet22k-train-0001.tar" in manifest.partial["train"]
+
+
+def test_a_webp_sample_is_refused_naming_the_jpeg_download(tmp_path):
+    root = write_timm(tmp_path / "w21-webp", "imagenet22k", TABLE_22K, train_shards=1)
+    webp = sample(TRAIN_CLASSES[0], 9, TABLE_22K, 0)
+    webp["webp"] = webp.pop("jpg")
+    write_tar(root / "imagenet22k-validation-0000.tar", [webp])
+    info = json.loads((root / "_info.json").read_text())
+    info["splits"]["validation"]["shard_lengths"] = [1]
+    info["splits"]["validation"]["num_samples"] = 1
+    (root / "_info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="is WebP .* Download the JPEG variant, timm/imagenet-w21-wds"):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
+    info["name"] = "imagenet_w21_webp"  # its _info.json names it: refused before reading
+    (root / "_info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="WebP"):
+        detect(root).open()
+
+
+def test_training_on_22k_classes_reports_the_12k_val_under_its_own_name(prepared_22k, tmp_path):
+    result = run_module("train", "--data", prepared_22k, "--run-dir", tmp_path / "run", "--arch", "resnet18",
+                        "--image-size", "32", "--batch-size", "4", "--epochs", "1", "--workers", "1",
+                        "--warmup-epochs", "1", "--shuffle-buffer", "16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = read_metrics(tmp_path / "run")
+    assert record["val_images"] == record["val_12k_images"] == 8  # every val image is of a 12k class
+    assert 0 <= record["val_12k_top1"] <= record["val_12k_top5"] <= 100
+    assert record["val_12k_top1"] >= record["val_top1"]  # among fewer classes: never worse
+    assert "val among 12k's classes" in result.stderr + result.stdout
