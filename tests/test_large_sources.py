@@ -181,3 +181,96 @@ def test_training_on_22k_classes_reports_the_12k_val_under_its_own_name(prepared
     assert 0 <= record["val_12k_top1"] <= record["val_12k_top5"] <= 100
     assert record["val_12k_top1"] >= record["val_top1"]  # among fewer classes: never worse
     assert "val among 12k's classes" in result.stderr + result.stdout
+
+
+# ---------------------------------------------------------------- image-net.org's full releases
+
+FULL_CLASSES = TABLE_22K[:3] + TABLE_22K[-2:]  # ImageNet-22k's first and last synsets
+PER_CLASS = {wnid: 4 + i for i, wnid in enumerate(FULL_CLASSES)}  # 4..8 images
+
+
+def class_tar(wnid: str, count: int) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for n in reversed(range(count)):  # not in name order: the held-out rule sorts
+            data = jpeg(40, 32, seed=n % 7)
+            info = tarfile.TarInfo(f"{wnid}_{n + 1}.JPEG")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def write_full(path: Path, prefix: str = "", mode: str = "w") -> Path:
+    """fall11_whole.tar (mode "w") or winter21_whole.tar.gz ("w:gz", members under `prefix`): a tar of <wnid>.tar."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as tar:
+        for wnid, count in PER_CLASS.items():
+            data = class_tar(wnid, count)
+            info = tarfile.TarInfo(f"{prefix}{wnid}.tar")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def small_held_out(monkeypatch):
+    """The rule at the fakes' scale: 2 images a class from classes of more than 5 (forked workers inherit it)."""
+    from prepare.sources import imagenet_full
+
+    monkeypatch.setattr(imagenet_full, "HELD_OUT_FROM", 5)
+    monkeypatch.setattr(imagenet_full, "HELD_OUT_PER_CLASS", 2)
+
+
+def test_the_held_out_rule_takes_the_first_50_by_name_of_classes_over_500():
+    from prepare.sources.imagenet_full import held_out
+
+    names = [f"n00004475_{n}.JPEG" for n in range(1, 502)]
+    assert held_out(names[:500]) == set()  # 500: all train
+    val = held_out(list(reversed(names)))
+    assert len(val) == 50 and "n00004475_1.JPEG" in val and "n00004475_10.JPEG" in val  # byte order: _1, _10, _100
+    assert "n00004475_2.JPEG" not in val and "n00004475_142.JPEG" in val
+
+
+@pytest.mark.parametrize("name,prefix,mode", [("fall11_whole.tar", "", "w"),
+                                              ("winter21_whole.tar.gz", "winter21_whole/", "w:gz")])
+def test_a_full_release_prepares_with_22k_labels_and_a_held_out_val(tmp_path, small_held_out, name, prefix, mode):
+    archive = write_full(tmp_path / "src" / name, prefix, mode)
+    assert detect(archive.parent).name == detect(archive).name == "imagenet-full"
+    # fall11 lacks 21,836 of ImageNet-22k's class tars here (the next test): prepared as it is
+    manifest = prepare(config(archive.parent, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert manifest.num_classes == 21841
+    keys = {split: {} for split in ("train", "val")}
+    for split in keys:
+        for shard in manifest.splits[split].shards:
+            with tarfile.open(tmp_path / "out" / shard.name) as tar:
+                for member in tar:
+                    if member.name.endswith(".cls"):
+                        keys[split][member.name.removesuffix(".cls")] = int(tar.extractfile(member).read())
+    big = [wnid for wnid, count in PER_CLASS.items() if count > 5]  # 6, 7, 8 images: 2 each held out
+    assert sorted(keys["val"]) == sorted(f"{wnid}_{n}" for wnid in big for n in (1, 2))
+    assert len(keys["train"]) == sum(PER_CLASS.values()) - 2 * len(big)
+    assert not keys["train"].keys() & keys["val"].keys()
+    assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+
+
+def test_fall11_missing_a_class_tar_is_named_and_allow_partial_prepares_the_rest(tmp_path, small_held_out):
+    archive = write_full(tmp_path / "src" / "fall11_whole.tar")
+    line = shortfall(detect(archive).open().declared("train"))
+    assert line.startswith("the train split lacks 21,836 of the 21,841 class archives ImageNet-22k's table (fall11's) "
+                           f"lists ({TABLE_22K[3]}.tar")
+    with pytest.raises(SourceError, match="class archives"):
+        prepare(config(archive, tmp_path / "out", shard_size_mb=0.02))
+    manifest = prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert manifest.splits["train"].samples + manifest.splits["val"].samples == sum(PER_CLASS.values())
+    assert "21,836 of the 21,841" in manifest.partial["train"]
+
+
+def test_a_class_tar_of_another_dataset_is_refused(tmp_path):
+    archive = tmp_path / "fall11_whole.tar"
+    with tarfile.open(archive, "w") as tar:
+        data = class_tar("n99999999", 2)
+        info = tarfile.TarInfo("n99999999.tar")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SourceError, match="synset n99999999 is not among ImageNet-22k's 21,841"):
+        detect(archive).open()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from prepare.sources import (
-    hf_parquet, hf_tars, imagefolder, kaggle, kaggle_zip, official, timm_wds,
+    hf_parquet, hf_tars, imagefolder, imagenet_full, kaggle, kaggle_zip, official, timm_wds,
 )
 from prepare.sources.base import Source, SourceError
 
@@ -53,6 +53,7 @@ LAYOUTS: dict[str, Layout] = {layout.NAME: layout for layout in (
     timm_wds.IMAGENET_22K,
     timm_wds.IMAGENET_1K,  # after the others: it takes an _info.json whose shards it does not know
     hf_parquet,
+    imagenet_full,
     imagefolder,
 )}
 

@@ -1,0 +1,216 @@
+"""The full ImageNet releases of image-net.org: every synset's images as one tar, <wnid>.tar, all in one archive.
+
+    fall11_whole.tar        a plain tar of 21,841 <wnid>.tar (1.31 TB): a part a class tar, located from the
+                            archive's headers and read at its offset, as the official train archive's
+    winter21_whole.tar.gz   one gzip stream of a tar of 19,167 <wnid>.tar (about 1.1 TB): it cannot be read at
+                            an offset without inflating what comes before, so a split is one part, the stream
+                            read whole, inflated in parallel by rapidgzip where it is installed
+
+Labels are the index among ImageNet-22k's 21,841 sorted wnids (fall11's; timm's imagenet22k_synsets.txt, the
+table prepare ships): winter21's 19,167 synsets are among them, so a class has the same index in either
+release and in timm/imagenet-22k-wds, and no pass over a 1.1 TB stream is needed to list its classes first.
+
+Neither release has a val split: prepare holds one out by a fixed rule (`held_out`), ImageNet-21K-P's
+(Ridnik et al. 2021): of each class with more than HELD_OUT_FROM images, the first HELD_OUT_PER_CLASS by name
+(byte order, where 21K-P's `ls | head -n 50` depends on the locale). The rest is train. The manifest records
+the rule (`options`' source layout and this module's constants are what decide it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from prepare.completeness import Declared, Gap
+from prepare.labels import WNID, builtin_class_names, class_table
+from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
+from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar, read_range
+
+NAME = "imagenet-full"
+FALL11 = "fall11_whole.tar"
+WINTER21 = "winter21_whole.tar.gz"
+RELEASES = {FALL11: 21_841, WINTER21: 19_167}  # archive -> the synsets it holds
+HELD_OUT_PER_CLASS = 50  # val images a class gives (ImageNet-21K-P's)
+HELD_OUT_FROM = 500  # ... where it has more than this many (21K-P keeps only such classes)
+TABLE = "imagenet-22k"
+EXPECTED = (f"image-net.org's full release: {FALL11} or {WINTER21} (a tar of <wnid>.tar), this folder or the file; "
+            f"val is held out ({HELD_OUT_PER_CLASS} a class)")
+
+
+def held_out(names: list[str]) -> set[str]:
+    """The member names of one class that go to val: the first HELD_OUT_PER_CLASS in byte order where the
+    class has more than HELD_OUT_FROM images, else none. Pure."""
+    if len(names) <= HELD_OUT_FROM:
+        return set()
+    return set(sorted(names)[:HELD_OUT_PER_CLASS])
+
+
+def class_images(data: bytes, origin: str) -> list[tuple[str, bytes]]:
+    """(member name, bytes) of a class tar's images."""
+    return [(member, image) for member, image in iterate_tar(data, origin)
+            if image_key(member, f"{origin}:{member}") is not None]
+
+
+def split_items(images: list[tuple[str, bytes]], wnid: str, split: str, origin: str) -> Iterator[Item]:
+    """The images of one class that belong to `split`, by the held-out rule."""
+    val = held_out([member for member, _ in images])
+    for member, image in images:
+        if (member in val) == (split == "val"):
+            yield Item(image_key(member, f"{origin}:{member}"), wnid, f"{origin}:{member}", image)
+
+
+def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
+    """The wnid of an outer member named [folder/]<wnid>.tar; None for what is not a class tar."""
+    wnid = member.rsplit("/", 1)[-1].removesuffix(".tar")
+    if not member.endswith(".tar") or not WNID.match(wnid):
+        return None
+    if wnid not in known:
+        raise SourceError(f"{origin}:{member}: synset {wnid} is not among ImageNet-22k's 21,841 (fall11's): is the "
+                          "archive image-net.org's full release?")
+    return wnid
+
+
+# ---------------------------------------------------------------- fall11: a part a class tar
+
+@dataclass(frozen=True)
+class FullClassTar:
+    """One class's tar inside fall11_whole.tar, at its offset: a worker reads it alone. val reads the
+    inner tar's headers and its held-out images only; train reads it whole."""
+    archive: str
+    wnid: str
+    name: str
+    offset: int
+    size: int
+    split: str
+
+    def wnids(self) -> set[str]:
+        return {self.wnid}
+
+    def items(self) -> Iterator[Item]:
+        origin = f"{self.archive}:{self.name}"
+        if self.split == "val":
+            yield from self.held_out_items(origin)
+            return
+        data = read_range(self.archive, self.offset, self.size, origin)
+        check_tar_complete(data, origin)
+        yield from split_items(class_images(data, origin), self.wnid, "train", origin)
+
+    def held_out_items(self, origin: str) -> Iterator[Item]:
+        """The inner tar's headers (one 512-byte read a member), then its held-out images' bytes."""
+        with open(self.archive, "rb") as f:
+            f.seek(self.offset)
+            try:
+                with tarfile.open(fileobj=f, mode="r:") as inner:
+                    members = [m for m in inner if m.isreg() and image_key(m.name, f"{origin}:{m.name}") is not None]
+            except (tarfile.TarError, EOFError) as exn:
+                raise SourceError(f"{origin}: {exn}: the archive is damaged, download it again") from None
+            val = held_out([m.name for m in members])
+            for member in sorted((m for m in members if m.name in val), key=lambda m: m.name):
+                where = f"{origin}:{member.name}"
+                data = read_range(self.archive, member.offset_data, member.size, where)
+                yield Item(image_key(member.name, where), self.wnid, where, data)
+
+
+# ---------------------------------------------------------------- winter21: the stream whole
+
+@dataclass(frozen=True)
+class FullStream:
+    """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `split`."""
+    archive: str
+    size: int
+    known: frozenset[str]
+    split: str
+
+    def wnids(self) -> set[str]:
+        return set(self.known)
+
+    def items(self) -> Iterator[Item]:
+        with inflated(self.archive) as stream:
+            for member, data in iterate_whole_tar(stream, self.archive):
+                wnid = class_of(member, self.known, self.archive)
+                if wnid is not None:
+                    origin = f"{self.archive}:{member}"
+                    yield from split_items(class_images(data, origin), wnid, self.split, origin)
+
+
+def inflated(path: str):
+    """The archive's decompressed bytes as a file object: rapidgzip's parallel inflate where it is
+    installed (`pip install rapidgzip`: several cores for one stream), else zlib's, one core."""
+    try:
+        import rapidgzip
+    except ImportError:
+        return gzip.open(path, "rb")
+    return rapidgzip.open(path, parallelization=len(os.sched_getaffinity(0)))
+
+
+# ---------------------------------------------------------------- the source
+
+class FullRelease(Source):
+    """fall11_whole.tar or winter21_whole.tar.gz: ImageNet-22k's class table, val held out."""
+    layout = NAME
+
+    def __init__(self, root: Path, archive: Path):
+        self.root, self.archive = root, readable_file(archive, "the full release's archive")
+        names = builtin_class_names(TABLE)
+        self.classes = class_table(list(names), names)
+        self.synsets = RELEASES[archive.name]
+        self.streamed = archive.name == WINTER21
+        self.class_tars = [] if self.streamed else self.locate_class_tars()
+
+    def locate_class_tars(self) -> list[tuple[str, str, int, int]]:
+        """(wnid, member name, offset, size) of fall11's class tars, from its headers."""
+        known = frozenset(self.class_index())
+        found = []
+        for member in archive_members(self.archive):
+            wnid = class_of(member.name, known, str(self.archive)) if member.isreg() else None
+            if wnid is not None:
+                found.append((wnid, member.name, member.offset_data, member.size))
+        return found
+
+    def parts(self, split: str) -> list:
+        if self.streamed:
+            return [FullStream(str(self.archive), self.archive.stat().st_size, frozenset(self.class_index()), split)]
+        return [FullClassTar(str(self.archive), wnid, name, offset, size, split)
+                for wnid, name, offset, size in self.class_tars]
+
+    def split_bytes(self, split: str) -> int:
+        """train: the archive; val: about HELD_OUT_PER_CLASS images a class."""
+        whole = self.archive.stat().st_size
+        return whole if split == "train" else min(whole, self.estimated_count("val") * AVERAGE_IMAGE_BYTES)
+
+    def declared(self, split: str) -> Declared:
+        """fall11: ImageNet-22k's table lists its class tars (a missing one is named); winter21 declares
+        nothing before its stream is read (its synsets are not listed anywhere but in it)."""
+        if split == "train" and not self.streamed:
+            present = {wnid for wnid, *_ in self.class_tars}
+            missing = tuple(f"{c.wnid}.tar" for c in self.classes if c.wnid not in present)
+            return Declared(split, (Gap("class archives", len(self.classes), "ImageNet-22k's table (fall11's)", missing),))
+        return Declared(split)
+
+    def estimated_count(self, split: str) -> int:
+        images = max(1, self.archive.stat().st_size // AVERAGE_IMAGE_BYTES)
+        return images if split == "train" else min(images, HELD_OUT_PER_CLASS * self.synsets)
+
+
+# ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+def recognise(root: Path) -> Path | None:
+    """The release's archive: --source itself, or the one its folder holds."""
+    if root.is_file():
+        return root if root.name in RELEASES else None
+    there = [root / name for name in RELEASES if (root / name).is_file()]
+    if len(there) > 1:
+        raise SourceError(f"{root} holds both {FALL11} and {WINTER21}: point --source at the one to prepare")
+    return there[0] if there else None
+
+
+def identifying_files(root: Path, found: Path) -> list[Path]:
+    return [found]
+
+
+def open_source(root: Path, found: Path) -> FullRelease:
+    return FullRelease(root, found)
