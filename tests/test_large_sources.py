@@ -95,6 +95,14 @@ def test_the_shipped_tables_are_timms_sorted_and_12k_lies_in_22k():
     assert builtin_class_names("imagenet-22k")["n00004475"] == "organism, being"  # timm's lemma, the first wnid
 
 
+def test_the_shipped_tables_are_the_installed_timms():
+    """prepare ships timm's lists (it does not depend on timm); the test extra installs timm to check them."""
+    from importlib.resources import files
+
+    for table, name in (("imagenet-12k", "imagenet12k_synsets.txt"), ("imagenet-22k", "imagenet22k_synsets.txt")):
+        assert list(builtin_class_names(table)) == files("timm.data._info").joinpath(name).read_text().split()
+
+
 def test_22k_is_recognised_with_its_table_and_its_12k_subset(timm_22k):
     detected = detect(timm_22k)
     assert detected.name == "timm-22k-wds"
@@ -234,6 +242,7 @@ def test_the_held_out_rule_takes_the_first_50_by_name_of_classes_over_500():
 @pytest.mark.parametrize("name,prefix,mode", [("fall11_whole.tar", "", "w"),
                                               ("winter21_whole.tar.gz", "winter21_whole/", "w:gz")])
 def test_a_full_release_prepares_with_22k_labels_and_a_held_out_val(tmp_path, small_held_out, name, prefix, mode):
+    """winter21's stream through rapidgzip (a dependency), with its members in a folder as some copies hold them."""
     archive = write_full(tmp_path / "src" / name, prefix, mode)
     assert detect(archive.parent).name == detect(archive).name == "imagenet-full"
     # fall11 lacks 21,836 of ImageNet-22k's class tars here (the next test): prepared as it is
