@@ -37,6 +37,7 @@ from prepare.lock import exclusive_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_split
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
+from prepare.sizing import RESIZE_CHOICES, fitting_resize, sampled_images, sampled_ratios
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
 from prepare.sources.base import Source, SourceError
 from prepare.workers import WorkerPool
@@ -144,15 +145,49 @@ class RunState:
     needed: int = 0  # bytes, the largest estimate so far
 
 
-def check_free_space(dest: Path, needed: int, what: str, state: RunState) -> None:
-    """Refuse to start a phase that cannot fit: `needed` bytes more on --dest (and a margin)."""
+def check_free_space(dest: Path, needed: int, what: str, state: RunState, advice=None) -> None:
+    """Refuse to start a phase that cannot fit: `needed` bytes more on --dest (and a margin);
+    `advice(free)` says what would fit (the dataset's check names a --resize)."""
     needed += MARGIN
     state.needed = max(state.needed, needed)
     free = free_bytes(dest)
     if free < needed:
         raise PrepareError(f"{dest} has {free / 1e9:.2f} GB free; {what} needs about {needed / 1e9:.2f} GB more "
-                           "(the images once as spill files, then as shards with tar headers). Free space, choose "
-                           "another --dest, or shrink the images with --resize.")
+                           "(the images once as spill files, then as shards with tar headers). "
+                           + (advice(free) if advice else "Free space, choose another --dest, or shrink the images "
+                                                          "with --resize."))
+
+
+def resize_ratio(source: Source, config: PrepareConfig) -> float:
+    """The shards' image bytes over the source's: 1 without --resize, else a sample's at --resize."""
+    if config.resize is None or not source.splits:
+        return 1.0
+    return sampled_ratios(sampled_images(source, sampled_split(source)), (config.resize,), config)[config.resize]
+
+
+def sampled_split(source: Source) -> str:
+    """The split a size sample comes from: train, the bulk of the bytes, where the build has it."""
+    return "train" if "train" in source.splits else source.splits[-1]
+
+
+def resize_that_fits(source: Source, config: PrepareConfig, ahead: int, free: int) -> str:
+    """The refusal's advice: the largest --resize (smaller than the one given) whose shards fit in
+    `free`, estimated from a sample of the images prepared at each size."""
+    choices = tuple(size for size in RESIZE_CHOICES if config.resize is None or size < config.resize)
+    images = sampled_images(source, sampled_split(source)) if source.splits and choices else []
+    if not images:
+        return "Free space, or choose another --dest."
+    ratios = sampled_ratios(images, choices, config)
+
+    def need_at(size: int) -> int:
+        return sum(dataset_estimate(source, config, ratios[size]).values()) + ahead + MARGIN
+
+    size = fitting_resize(need_at, free, choices)
+    if size is None:
+        return (f"Even --resize {choices[-1]} needs about {need_at(choices[-1]) / 1e9:.2f} GB (estimated from "
+                f"{len(images)} of its images): free space, or choose another --dest.")
+    return (f"--resize {size} fits: about {need_at(size) / 1e9:.2f} GB (estimated from {len(images)} of its images "
+            f"prepared at that size); or free space, or choose another --dest.")
 
 
 # ---------------------------------------------------------------- the build
@@ -163,11 +198,12 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     dealt into shards, written."""
     start = time.monotonic()
     raise_open_file_limit()
-    estimate = dataset_estimate(source, config)
+    estimate = dataset_estimate(source, config, resize_ratio(source, config))
     ahead = reader.disk_ahead()
     what = "the dataset (estimated from the source)" + (
         f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
-    check_free_space(dest, sum(estimate.values()) + ahead, what, state)
+    check_free_space(dest, sum(estimate.values()) + ahead, what, state,
+                     lambda free: resize_that_fits(source, config, ahead, free))
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
     with reader.workers() as pool:
@@ -248,10 +284,11 @@ def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:
             "images": len(by_key), "labelled": sum(1 for labels in by_key.values() if labels)}
 
 
-def dataset_estimate(source: Source, config: PrepareConfig) -> dict[str, int]:
-    """The disk each split's build needs at its peak (spills and shards), estimated from the source."""
-    return {split: space_needed(source.split_bytes(split), source.estimated_count(split), config.shard_size_mb * MB,
-                                config.workers) for split in source.splits}
+def dataset_estimate(source: Source, config: PrepareConfig, ratio: float = 1.0) -> dict[str, int]:
+    """The disk each split's build needs at its peak (spills and shards), estimated from the source's
+    bytes, times `ratio` (what --resize makes of them: `resize_ratio`)."""
+    return {split: space_needed(round(source.split_bytes(split) * ratio), source.estimated_count(split),
+                                config.shard_size_mb * MB, config.workers) for split in source.splits}
 
 
 def log_summary(dest: Path, manifest: Manifest) -> None:

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.builder import add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, reading_order
+from prepare.builder import (
+    add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, reading_order, resize_ratio,
+)
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.sources import Detected, detect
@@ -181,7 +183,7 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
 def read_ahead_budget(dest: Path, source: Source, config: PrepareConfig, builds: bool) -> int:
     """The disk this node may fill with part streams read ahead: what is free, less the dataset
     it builds (and the build's margin) where it builds one."""
-    needed = sum(dataset_estimate(source, config).values()) + MARGIN if builds else 0
+    needed = sum(dataset_estimate(source, config, resize_ratio(source, config)).values()) + MARGIN if builds else 0
     return free_bytes(dest) - needed
 
 

@@ -994,3 +994,27 @@ def test_an_image_name_longer_than_a_shard_key_can_be_is_refused_by_name():
     assert image_key("a" * MAX_KEY_LENGTH + ".JPEG", "x") == "a" * MAX_KEY_LENGTH
     with pytest.raises(SourceError, match=f"longer than {MAX_KEY_LENGTH} characters"):
         image_key("n01440764/" + "a" * (MAX_KEY_LENGTH + 1) + ".JPEG", "train.tar:n01440764.tar")
+
+
+def test_a_dataset_too_big_for_the_disk_is_refused_naming_the_resize_that_fits(tmp_path):
+    """On a real small file system: the full-size shards do not fit, and the refusal names the largest
+    --resize whose shards do (from a sample prepared at each size); with it, prepare fits and runs."""
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=6, train_per_class=60, val_per_class=5, max_width=500))
+    mount = tmp_path / "local"
+    reason = small_tmpfs(mount, 36)  # MB: the full-size need is about 45 (16 of them prepare's margin)
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the full-disk test, but: {reason}")
+        pytest.skip(reason)
+    try:
+        with pytest.raises(PrepareError, match=r"the dataset \(estimated from the source\) needs about .* GB more .*"
+                                               r"--resize (\d+) fits: about .* GB \(estimated from 48 of its images") as no:
+            prepare(config(source, mount / "imagenet", workers=1))
+        assert not any((mount / "imagenet" / "train").iterdir())
+        size = int(re.search(r"--resize (\d+) fits", str(no.value)).group(1))
+        assert size < 500
+        manifest = prepare(config(source, mount / "imagenet", workers=1, resize=size))
+        assert manifest.splits["train"].samples == 360
+    finally:
+        subprocess.run(["umount", mount], check=True)
