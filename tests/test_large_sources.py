@@ -208,11 +208,11 @@ def class_tar(wnid: str, count: int) -> bytes:
     return out.getvalue()
 
 
-def write_full(path: Path, prefix: str = "", mode: str = "w") -> Path:
+def write_full(path: Path, prefix: str = "", mode: str = "w", counts: dict[str, int] = PER_CLASS) -> Path:
     """fall11_whole.tar (mode "w") or winter21_whole.tar.gz ("w:gz", members under `prefix`): a tar of <wnid>.tar."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as tar:
-        for wnid, count in PER_CLASS.items():
+        for wnid, count in counts.items():
             data = class_tar(wnid, count)
             info = tarfile.TarInfo(f"{prefix}{wnid}.tar")
             info.size = len(data)
@@ -283,3 +283,32 @@ def test_a_class_tar_of_another_dataset_is_refused(tmp_path):
         tar.addfile(info, io.BytesIO(data))
     with pytest.raises(SourceError, match="synset n99999999 is not among ImageNet-22k's 21,841"):
         detect(archive).open()
+
+
+# ---------------------------------------------------------------- on two nodes: the shared read
+
+@pytest.mark.parametrize("layout", ["timm-22k-wds", "fall11", "winter21"])
+def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path, timm_22k, layout):
+    """Real `python -m prepare` processes joined over gloo (tests/test_shared_read.py's): the held-out rule
+    at its real threshold (a class of 503 images gives 50 to val), as the nodes' processes see it."""
+    from test_shared_read import finish, manifest_without_run_stats, start_nodes
+
+    counts = {FULL_CLASSES[0]: 503, **{wnid: 5 for wnid in FULL_CLASSES[1:]}}
+    source = {"timm-22k-wds": lambda: timm_22k,
+              "fall11": lambda: write_full(tmp_path / "src" / "fall11_whole.tar", counts=counts),
+              "winter21": lambda: write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz",
+                                             counts=counts)}[layout]()
+    one = tmp_path / "one"
+    assert run_module("prepare", "--source", source, "--dest", one, "--shard-size", 0.05, "--workers", 1,
+                      "--allow-partial").returncode == 0
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    results = finish(start_nodes(source, dests, "--allow-partial", "--shard-size", 0.05, workers=2))
+    assert [code for code, _ in results] == [0, 0], results
+    whole = read_manifest(one).stats["read_from_source_bytes"]
+    reads = [read_manifest(dest).stats["read_from_source_bytes"] for dest in dests]
+    assert sum(reads) == whole and min(reads) > 0  # each part read once, by one node
+    for dest in dests:
+        assert manifest_without_run_stats(dest) == manifest_without_run_stats(one)
+        assert {p.name: p.read_bytes() for p in dest.rglob("*.tar")} == {p.name: p.read_bytes() for p in one.rglob("*.tar")}
+    if layout != "timm-22k-wds":
+        assert read_manifest(one).splits["val"].samples == 50
