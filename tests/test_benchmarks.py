@@ -181,3 +181,20 @@ def test_the_job_start_model_reads_the_source_once_and_is_never_slower_on_a_fast
             assert together["total"] == alone["total"]
         slow = dict(PARAMS, net=1.0)  # gloo at one TCP stream's rate: the exchange binds
         assert shared(nodes, dataset, slow)["total"] >= together["total"]
+
+
+def test_the_inflate_benchmark_reads_one_stream_with_zlib_and_rapidgzip(tmp_path):
+    result = run_module("prepare.bench.inflate", tmp_path, "--mb", 2, "--rounds", 1)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rounds = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["reader"].split()[0] for r in rounds[:2]] == ["zlib", "rapidgzip"]
+    assert rounds[0]["bytes"] == rounds[1]["bytes"] > 2 << 20  # the same stream, read whole by each
+    assert rounds[2]["ratio"] > 0
+
+
+def test_the_full_scale_benchmark_prepares_22k_classes_and_measures_memory(tmp_path):
+    result = run_module("prepare.bench.full_scale", tmp_path, "--images", 1500, "--workers", 1, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (figures,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert figures["classes"] == 21841 and figures["val"] == 50 * 2  # two classes over the held-out threshold
+    assert figures["train"] + figures["val"] >= 1500 - 21841 and figures["peak_rss_mb"] > 50

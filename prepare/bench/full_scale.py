@@ -47,8 +47,10 @@ def tiny_jpegs(count: int) -> list[bytes]:
 
 
 def class_counts(wnids: list[str], images: int) -> dict[str, int]:
-    """HELD_OUT_CLASSES classes (spread over the table) just over the held-out threshold, the rest even."""
-    big = set(wnids[::len(wnids) // HELD_OUT_CLASSES][:HELD_OUT_CLASSES])
+    """HELD_OUT_CLASSES classes (spread over the table; fewer for a small --images) just over the held-out
+    threshold, the rest even."""
+    large = max(1, min(HELD_OUT_CLASSES, images // (HELD_OUT_FROM + 20)))
+    big = set(wnids[::len(wnids) // large][:large])
     rest = max(0, images - len(big) * (HELD_OUT_FROM + 20)) // (len(wnids) - len(big))
     return {wnid: HELD_OUT_FROM + 20 if wnid in big else rest for wnid in wnids}
 
