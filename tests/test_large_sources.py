@@ -312,3 +312,25 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
         assert {p.name: p.read_bytes() for p in dest.rglob("*.tar")} == {p.name: p.read_bytes() for p in one.rglob("*.tar")}
     if layout != "timm-22k-wds":
         assert read_manifest(one).splits["val"].samples == 50
+
+
+def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22k):
+    from train import ImageNetLoader
+
+    with ImageNetLoader(prepared_22k, "val", batch_size=4, image_size=32, device="cpu", workers=1) as data:
+        assert data.num_classes == 21841 and data.classes[0].wnid == "n00004475"
+        subset = data.class_subsets["12k"]
+        assert [data.classes[label].wnid for label in subset] == TABLE_12K
+        labels = [int(label) for batch in data.batches() for label in batch.labels]
+        assert len(labels) == 8 and set(labels) <= set(subset)  # 22k's val is 12k's
+
+
+def test_timms_w21_download_without_a_val_split_is_refused_naming_what_to_use(tmp_path):
+    root = tmp_path / "imagenet-w21-wds"
+    root.mkdir()
+    files = ["imagenet_w21-train-0000.tar"]
+    write_tar(root / files[0], [sample(TRAIN_CLASSES[0], 1, TABLE_22K, 0)])
+    (root / "_info.json").write_text(json.dumps({"name": "imagenet_w21", "splits": {"train": {
+        "name": "train", "filenames": files, "shard_lengths": [1], "num_samples": 1}}}))
+    with pytest.raises(SourceError, match="lists no 'validation' split.*such as timm/imagenet-w21-wds, are not read yet"):
+        prepare(config(root, tmp_path / "out"))

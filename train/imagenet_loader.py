@@ -80,9 +80,10 @@ class _Shared:
     pinned buffers, the splits' shard sets), the device decoder of --decode gpu, the passes open
     (the last close() ends them), and how many loaders still use them."""
 
-    def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...]):
+    def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...],
+                 class_subsets: dict[str, tuple[int, ...]]):
         self.loader, self.device_decoder = loader, device_decoder
-        self.dataset_id, self.classes = dataset_id, classes
+        self.dataset_id, self.classes, self.class_subsets = dataset_id, classes, class_subsets
         self.users = 1
         self.passes: weakref.WeakSet = weakref.WeakSet()  # the generators of the passes not yet finished
         self.lock = threading.Lock()
@@ -181,7 +182,8 @@ class ImageNetLoader:
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
                         image_size=largest, threads=decode_threads(threads, env), decode=decode,
                         pin_memory=self.device.type == "cuda")
-        self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest))
+        self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest),
+                               {name: tuple(indices) for name, indices in manifest.class_subsets.items()})
         self._mixer = mixer_for(self.augment, manifest.num_classes)
         self._begin(split)
 
@@ -222,6 +224,13 @@ class ImageNetLoader:
         """The dataset's classes in label order, from its manifest: `classes[label].wnid` and
         `.name` (each a named tuple, so `for wnid, name in loader.classes` works too)."""
         return self._shared.classes
+
+    @property
+    def class_subsets(self) -> dict[str, tuple[int, ...]]:
+        """Named subsets of the classes to score on their own, from the manifest: for ImageNet-22k
+        (timm/imagenet-22k-wds, whose val is ImageNet-12k's), {"12k": the labels of the 12k classes, in 12k's
+        order}: `logits[:, subset].argmax(1)` is a prediction among them. Empty for most datasets."""
+        return dict(self._shared.class_subsets)
 
     @property
     def threads(self) -> int:
