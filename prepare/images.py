@@ -41,6 +41,10 @@ MCU_SIZE = 16  # pixels: the re-encode writes 4:2:0
 _TRAILING = b"\0\r\n \xff"
 
 
+class TooSmall(ValueError):
+    """An image under its layout's smallest side (`Item.min_side`): left out, counted and named, never an error."""
+
+
 class BadImage(ValueError):
     """An image that cannot be decoded: skipped with --skip-bad, fatal otherwise."""
 
@@ -131,19 +135,22 @@ def pil_errors_are_bad_images():
 
 
 def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90, max_pixels: int = MAX_PIXELS,
-                  restart_mcus: int = RESTART_MCUS) -> Prepared:
+                  restart_mcus: int = RESTART_MCUS, min_side: int = 0) -> Prepared:
     """Check one image and return what to store (see `Prepared`), seekable with restart markers
     every at most `restart_mcus` MCUs (0: none, original bytes kept where they can be); BadImage if
     it does not decode, or if it has more than `max_pixels` pixels (the contract's limit: checked
     from the header, before anything is decoded). A good RGB JPEG whose entropy-coded data libjpeg
     finds damaged while rewriting it is kept as it is, with `damage` saying what libjpeg found (the
     caller decides whether to store it), unless PIL cannot decode it either (BadImage); with
-    restart_mcus=0 its data is not decoded, so not checked."""
+    restart_mcus=0 its data is not decoded, so not checked. TooSmall, from the header, where its shorter
+    side is under `min_side`."""
     with pil_errors_are_bad_images():
         image = Image.open(io.BytesIO(data))
     width, height = image.size
     if too_many_pixels(width, height, max_pixels):
         raise BadImage(f"has {oversized(width, height, max_pixels)}")
+    if min(width, height) < min_side:
+        raise TooSmall(f"is {width} x {height} px, under the {min_side} px its layout takes")
     kind = f"{image.mode} {image.format}"
     target = shrunk_size(width, height, max_side)
     if image.format == "JPEG" and image.mode == "RGB" and target == (width, height):

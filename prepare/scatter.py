@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator, Protocol
 
 from prepare.completeness import counted_shortfall, excess, imagenet_1k_warning, refusal, shortfall
 from prepare.config import PrepareConfig, PrepareError
-from prepare.images import BadImage, Prepared, prepare_image
+from prepare.images import BadImage, Prepared, TooSmall, prepare_image
 from prepare.shuffle import bucket_of
 from prepare.sources.base import Item, Part, Source, SourceError
 from prepare.spills import BucketSpills
@@ -49,6 +49,7 @@ class Scattered:
     note: str | None = None  # how it was normalised, if it was
     seekable: bool = False  # stored with restart markers
     damage: str | None = None  # what libjpeg found wrong in its entropy-coded data (kept, or with --skip-bad an error)
+    left_out: bool = False  # under its layout's smallest side: `error` says so; skipped always, never a failure
 
 
 # ---------------------------------------------------------------- where a split's images come from
@@ -149,8 +150,9 @@ def scatter_items(job: PartJob, spills: BucketSpills | PartStream) -> list[Scatt
     out = []
     for item, prepared in prepared_in_order(job):
         with failures_named(item.origin):
-            if isinstance(prepared, BadImage):
-                out.append(Scattered(item.key, item.origin, len(item.data), str(prepared)))
+            if isinstance(prepared, (BadImage, TooSmall)):
+                out.append(Scattered(item.key, item.origin, len(item.data), str(prepared),
+                                     left_out=isinstance(prepared, TooSmall)))
                 continue
             if prepared.damage is not None and job.skip_bad:
                 out.append(Scattered(item.key, item.origin, len(item.data), damaged_image(prepared.damage),
@@ -166,11 +168,12 @@ def scatter_items(job: PartJob, spills: BucketSpills | PartStream) -> list[Scatt
 def prepared_in_order(job: PartJob) -> Iterator[tuple[Item, Prepared | BadImage]]:
     """Each item of the part with what prepare_image made of it (or the BadImage it raised), in the
     part's order, `job.threads` images at once (a few more read ahead)."""
-    def prepare(item: Item) -> Prepared | BadImage:
+    def prepare(item: Item) -> Prepared | BadImage | TooSmall:
         with failures_named(item.origin):  # an unexpected failure: one line naming the image, thread or not
             try:
-                return prepare_image(item.data, job.resize, job.quality, restart_mcus=job.restart_mcus)
-            except BadImage as exn:
+                return prepare_image(item.data, job.resize, job.quality, restart_mcus=job.restart_mcus,
+                                     min_side=item.min_side)
+            except (BadImage, TooSmall) as exn:
                 return exn
 
     if job.threads == 1:
@@ -230,6 +233,7 @@ class SplitResult:
     damaged: dict[str, str] = field(default_factory=dict)  # stored as they are: key -> what libjpeg found
     source_bytes: int = 0
     seekable: int = 0  # images stored with restart markers
+    left_out: int = 0  # images under their layout's smallest side, in `skipped`
     partial: str | None = None  # what the split lacks against its declaration (with --allow-partial)
     warning: str | None = None  # its count, where nothing declares one, against ImageNet-1k's
 
@@ -270,6 +274,10 @@ def account_split(source: Source, split: str, images: Iterator[Scattered], num_b
             if image.key in seen:
                 raise SourceError(f"{image.origin}: a second image with the key {image.key}")
             seen.add(image.key)
+            if image.left_out:  # under its layout's smallest side: counted and named, whatever --skip-bad says
+                result.skipped[image.key] = image.error
+                result.left_out += 1
+                continue
             if image.error is not None:
                 if not config.skip_bad:
                     raise bad_image_stops_the_run(image)
@@ -288,6 +296,9 @@ def account_split(source: Source, split: str, images: Iterator[Scattered], num_b
             result.seekable += image.seekable
             result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
         bar.finish()
+    if result.left_out:
+        log.info("%s: left out %d images under their layout's smallest side (named under \"skipped\" in the "
+                 "manifest)", split, result.left_out)
     if not seen:
         raise SourceError(f"the {split} split of {source.root} holds no images")
     result.partial, result.warning = counted(source, split, len(seen), config.allow_partial)

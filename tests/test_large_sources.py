@@ -334,3 +334,35 @@ def test_timms_w21_download_without_a_val_split_is_refused_naming_what_to_use(tm
         "name": "train", "filenames": files, "shard_lengths": [1], "num_samples": 1}}}))
     with pytest.raises(SourceError, match="lists no 'validation' split.*such as timm/imagenet-w21-wds, are not read yet"):
         prepare(config(root, tmp_path / "out"))
+
+
+def test_images_under_32_px_in_a_full_release_are_left_out_counted_and_named(tmp_path, caplog, small_held_out):
+    """Without --skip-bad: a tiny image is no failure, only left out (timm's w21 dropped about 2,000)."""
+    wnid = FULL_CLASSES[0]
+    images = [(f"{wnid}_{n}.JPEG", jpeg(32, 32, seed=n) if n == 1 else jpeg(40, 32, seed=n)) for n in range(1, 8)]
+    images.append((f"{wnid}_9.JPEG", jpeg(31, 40, seed=9)))
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in images:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    archive = tmp_path / "fall11_whole.tar"
+    with tarfile.open(archive, "w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo(f"{wnid}.tar")
+        info.size = inner.tell()
+        inner.seek(0)
+        tar.addfile(info, inner)
+    with caplog.at_level("INFO", logger="prepare"):
+        manifest = prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert manifest.skipped == {f"{wnid}_9": "is 31 x 40 px, under the 32 px its layout takes"}
+    assert manifest.splits["val"].samples == 2 and manifest.splits["train"].samples == 5  # 32 x 32 is kept
+    assert "train: left out 1 images under their layout's smallest side" in caplog.text
+
+
+def test_the_smallest_side_is_checked_from_the_header_only_where_a_layout_asks():
+    from prepare.images import TooSmall, prepare_image
+
+    assert prepare_image(jpeg(20, 20)).width == 20  # ImageNet-1k's layouts ask nothing
+    with pytest.raises(TooSmall, match="is 20 x 64 px, under the 32 px"):
+        prepare_image(jpeg(20, 64), min_side=32)

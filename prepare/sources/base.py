@@ -47,6 +47,7 @@ class Item:
     wnid: str
     origin: str  # where it came from, for error messages
     data: bytes
+    min_side: int = 0  # pixels: the layout leaves out an image whose shorter side is under this (counted, named)
 
 
 def image_key(name: str, origin: str) -> str | None:

@@ -13,7 +13,8 @@ release and in timm/imagenet-22k-wds, and no pass over a 1.1 TB stream is needed
 Neither release has a val split: prepare holds one out by a fixed rule (`held_out`), ImageNet-21K-P's
 (Ridnik et al. 2021): of each class with more than HELD_OUT_FROM images, the first HELD_OUT_PER_CLASS by name
 (byte order, where 21K-P's `ls | head -n 50` depends on the locale). The rest is train. The manifest records
-the rule (`options`' source layout and this module's constants are what decide it).
+the rule (`options`' source layout and this module's constants are what decide it). Images whose shorter side is
+under MIN_SIDE px are left out, counted in the log and named under the manifest's `skipped`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ WINTER21 = "winter21_whole.tar.gz"
 RELEASES = {FALL11: 21_841, WINTER21: 19_167}  # archive -> the synsets it holds
 HELD_OUT_PER_CLASS = 50  # val images a class gives (ImageNet-21K-P's)
 HELD_OUT_FROM = 500  # ... where it has more than this many (21K-P keeps only such classes)
+MIN_SIDE = 32  # pixels: smaller images are left out, counted and named (timm's w21 dropped about 2,000 such)
 TABLE = "imagenet-22k"
 EXPECTED = (f"image-net.org's full release: {FALL11} or {WINTER21} (a tar of <wnid>.tar), this folder or the file; "
             f"val is held out ({HELD_OUT_PER_CLASS} a class)")
@@ -60,7 +62,7 @@ def split_items(images: list[tuple[str, bytes]], wnid: str, split: str, origin: 
     val = held_out([member for member, _ in images])
     for member, image in images:
         if (member in val) == (split == "val"):
-            yield Item(image_key(member, f"{origin}:{member}"), wnid, f"{origin}:{member}", image)
+            yield Item(image_key(member, f"{origin}:{member}"), wnid, f"{origin}:{member}", image, MIN_SIDE)
 
 
 def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
@@ -112,7 +114,7 @@ class FullClassTar:
             for member in sorted((m for m in members if m.name in val), key=lambda m: m.name):
                 where = f"{origin}:{member.name}"
                 data = read_range(self.archive, member.offset_data, member.size, where)
-                yield Item(image_key(member.name, where), self.wnid, where, data)
+                yield Item(image_key(member.name, where), self.wnid, where, data, MIN_SIDE)
 
 
 # ---------------------------------------------------------------- winter21: the stream whole
