@@ -22,6 +22,7 @@ import hashlib
 import logging
 import shutil
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,10 +160,18 @@ def check_free_space(dest: Path, needed: int, what: str, state: RunState, advice
 
 
 def resize_ratio(source: Source, config: PrepareConfig) -> float:
-    """The shards' image bytes over the source's: 1 without --resize, else a sample's at --resize."""
+    """The shards' image bytes over the source's: 1 without --resize, else a sample's at --resize (read
+    once a process: the shared read asks before the build does)."""
     if config.resize is None or not source.splits:
         return 1.0
-    return sampled_ratios(sampled_images(source, sampled_split(source)), (config.resize,), config)[config.resize]
+    key = (config.resize, config.quality, config.restart_mcus)
+    known = RATIOS.setdefault(source, {})
+    if key not in known:
+        known[key] = sampled_ratios(sampled_images(source, sampled_split(source)), (config.resize,), config)[config.resize]
+    return known[key]
+
+
+RATIOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # source -> (resize, quality, restart_mcus) -> ratio
 
 
 def sampled_split(source: Source) -> str:

@@ -418,7 +418,7 @@ def stream_part(stream: StreamJob) -> tuple[str, int]:
     with PartStream(Path(stream.path)) as out:
         outcomes = scatter_items(stream.job, out)
         out.finish(stream.index, outcomes)
-    bad = [image for image in outcomes if image.error is not None]
+    bad = [image for image in outcomes if image.error is not None and not image.left_out]
     if bad and not stream.skip_bad:  # stop now, not after the exchange (the receivers would stop there too)
         raise bad_image_stops_the_run(bad[0])
     return stream.path, stream.job.part.size

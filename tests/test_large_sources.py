@@ -171,7 +171,7 @@ def test_a_webp_sample_is_refused_naming_the_jpeg_download(tmp_path):
     info["splits"]["validation"]["shard_lengths"] = [1]
     info["splits"]["validation"]["num_samples"] = 1
     (root / "_info.json").write_text(json.dumps(info))
-    with pytest.raises(SourceError, match="is WebP .* Download the JPEG variant, timm/imagenet-w21-wds"):
+    with pytest.raises(SourceError, match="is WebP .* Prepare image-net.org's winter21_whole.tar.gz"):
         prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
     info["name"] = "imagenet_w21_webp"  # its _info.json names it: refused before reading
     (root / "_info.json").write_text(json.dumps(info))
@@ -197,23 +197,26 @@ FULL_CLASSES = TABLE_22K[:3] + TABLE_22K[-2:]  # ImageNet-22k's first and last s
 PER_CLASS = {wnid: 4 + i for i, wnid in enumerate(FULL_CLASSES)}  # 4..8 images
 
 
-def class_tar(wnid: str, count: int) -> bytes:
+def class_tar(wnid: str, count: int, tiny: bool = False) -> bytes:
+    """`count` images (and with `tiny`, one more of 20 x 20 px, which the full releases leave out)."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for n in reversed(range(count)):  # not in name order: the held-out rule sorts
-            data = jpeg(40, 32, seed=n % 7)
+        for n in reversed(range(count + tiny)):  # not in name order: the held-out rule sorts
+            data = jpeg(20, 20) if n == count else jpeg(40, 32, seed=n % 7)
             info = tarfile.TarInfo(f"{wnid}_{n + 1}.JPEG")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
 
 
-def write_full(path: Path, prefix: str = "", mode: str = "w", counts: dict[str, int] = PER_CLASS) -> Path:
-    """fall11_whole.tar (mode "w") or winter21_whole.tar.gz ("w:gz", members under `prefix`): a tar of <wnid>.tar."""
+def write_full(path: Path, prefix: str = "", mode: str = "w", counts: dict[str, int] = PER_CLASS,
+               tiny: frozenset[str] = frozenset()) -> Path:
+    """fall11_whole.tar (mode "w") or winter21_whole.tar.gz ("w:gz", members under `prefix`): a tar of <wnid>.tar
+    (the classes in `tiny` with one image too small to keep)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as tar:
         for wnid, count in counts.items():
-            data = class_tar(wnid, count)
+            data = class_tar(wnid, count, wnid in tiny)
             info = tarfile.TarInfo(f"{prefix}{wnid}.tar")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -294,10 +297,11 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     from test_shared_read import finish, manifest_without_run_stats, start_nodes
 
     counts = {FULL_CLASSES[0]: 503, **{wnid: 5 for wnid in FULL_CLASSES[1:]}}
+    tiny = frozenset(FULL_CLASSES[1:2])  # a 20 x 20 image: left out on every node, never a failure
     source = {"timm-22k-wds": lambda: timm_22k,
-              "fall11": lambda: write_full(tmp_path / "src" / "fall11_whole.tar", counts=counts),
+              "fall11": lambda: write_full(tmp_path / "src" / "fall11_whole.tar", counts=counts, tiny=tiny),
               "winter21": lambda: write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz",
-                                             counts=counts)}[layout]()
+                                             counts=counts, tiny=tiny)}[layout]()
     one = tmp_path / "one"
     assert run_module("prepare", "--source", source, "--dest", one, "--shard-size", 0.05, "--workers", 1,
                       "--allow-partial").returncode == 0
@@ -312,6 +316,7 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
         assert {p.name: p.read_bytes() for p in dest.rglob("*.tar")} == {p.name: p.read_bytes() for p in one.rglob("*.tar")}
     if layout != "timm-22k-wds":
         assert read_manifest(one).splits["val"].samples == 50
+        assert list(read_manifest(one).skipped) == [f"{FULL_CLASSES[1]}_6"]
 
 
 def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22k):
@@ -332,7 +337,8 @@ def test_timms_w21_download_without_a_val_split_is_refused_naming_what_to_use(tm
     write_tar(root / files[0], [sample(TRAIN_CLASSES[0], 1, TABLE_22K, 0)])
     (root / "_info.json").write_text(json.dumps({"name": "imagenet_w21", "splits": {"train": {
         "name": "train", "filenames": files, "shard_lengths": [1], "num_samples": 1}}}))
-    with pytest.raises(SourceError, match="lists no 'validation' split.*such as timm/imagenet-w21-wds, are not read yet"):
+    with pytest.raises(SourceError, match="is timm/imagenet-w21-wds's, which prepare does not read yet: .* Prepare "
+                                          "image-net.org's winter21_whole.tar.gz"):
         prepare(config(root, tmp_path / "out"))
 
 

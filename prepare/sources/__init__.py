@@ -1,6 +1,6 @@
 """The source layouts: what a download looks like, one module each, and the registry that tells them apart.
 
-A layout's module answers four questions, nothing else decides them:
+A layout's module answers these, and nothing else decides them:
 
     NAME                             its name, as the manifest records it ("official", "timm-wds", ...)
     EXPECTED                         one line for people: the files that make it (the refusal lists them all)
@@ -10,7 +10,7 @@ A layout's module answers four questions, nothing else decides them:
     open_source(root, found)         the `Source` (prepare/sources/base.py): classes, parts, what it declares
 
 `detect(root)` asks the layouts in `LAYOUTS`' order, once; the `Detected` it returns identifies the
-source and opens it. Adding a layout is a module and a line in `LAYOUTS`. Downloads that differ only in
+source and opens it. Adding a layout is a module and a line in `layouts()` (`LAYOUTS`). Downloads that differ only in
 their names and tables are values of one module, each answering the same questions (timm's
 WebDataset sets, prepare/sources/timm_wds.py's `TimmSet`s).
 
@@ -19,15 +19,14 @@ WebDataset sets, prepare/sources/timm_wds.py's `TimmSet`s).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from prepare.sources import (
-    hf_parquet, hf_tars, imagefolder, imagenet_full, kaggle, kaggle_zip, official, timm_wds,
-)
 from prepare.sources.base import Source, SourceError
+
 
 class Layout(Protocol):
     """A layout's module (or a value that answers as one)."""
@@ -41,21 +40,34 @@ class Layout(Protocol):
     def open_source(self, root: Path, found) -> Source: ...
 
 
-# In the order they are asked: the first that recognises a folder is its layout. The official archives
-# and Kaggle's trees are named by files no other layout has; a Parquet download's top holds data/,
-# never train/, so it is asked before the extracted tree, which any folder with a train/ would match.
-LAYOUTS: dict[str, Layout] = {layout.NAME: layout for layout in (
-    official,
-    kaggle,
-    kaggle_zip,
-    hf_tars,
-    timm_wds.IMAGENET_12K,
-    timm_wds.IMAGENET_22K,
-    timm_wds.IMAGENET_1K,  # after the others: it takes an _info.json whose shards it does not know
-    hf_parquet,
-    imagenet_full,
-    imagefolder,
-)}
+@functools.cache
+def layouts() -> dict[str, Layout]:
+    """The registry. In the order they are asked: the first that recognises a folder is its layout. The
+    official archives and Kaggle's trees are named by files no other layout has; a Parquet download's top
+    holds data/, never train/, so it is asked before the extracted tree, which any folder with a train/
+    would match. (Imported here, not at the top: the layouts import this package's base.py, and a module
+    that imports base.py alone must not import every layout.)"""
+    from prepare.sources import hf_parquet, hf_tars, imagefolder, imagenet_full, kaggle, kaggle_zip, official, timm_wds
+
+    return {layout.NAME: layout for layout in (
+        official,
+        kaggle,
+        kaggle_zip,
+        hf_tars,
+        timm_wds.IMAGENET_12K,
+        timm_wds.IMAGENET_22K,
+        timm_wds.IMAGENET_1K,  # after the others: it takes an _info.json whose shards it does not know
+        hf_parquet,
+        imagenet_full,
+        imagefolder,
+    )}
+
+
+def __getattr__(name: str):
+    """`LAYOUTS`, the registry, as a module attribute (PEP 562)."""
+    if name == "LAYOUTS":
+        return layouts()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,8 @@ class Detected:
             st = path.stat()
             name = path.name if self.root.is_file() else os.path.relpath(path, self.root)
             files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        return {"path": str(self.root), "layout": self.name, "files": files}
+        rules = getattr(self.layout, "RULES", None)  # what the layout decides that the download does not say
+        return {"path": str(self.root), "layout": self.name, "files": files} | ({"rules": rules} if rules else {})
 
     def open(self) -> Source:
         return self.layout.open_source(self.root, self.found)
@@ -89,7 +102,7 @@ def detect(root: Path) -> Detected:
     root = Path(root)
     if not root.exists():
         raise SourceError(f"--source {root} does not exist")
-    for layout in LAYOUTS.values():
+    for layout in layouts().values():
         found = layout.recognise(root)
         if found:
             return Detected(root, layout, found)
@@ -99,14 +112,14 @@ def detect(root: Path) -> Detected:
 def not_recognised(root: Path) -> str:
     """The refusal: a layout's own hint where one knows what `root` is (the `datasets` Arrow cache),
     else every layout's files."""
-    for layout in LAYOUTS.values():
+    for layout in layouts().values():
         hint = getattr(layout, "hint", None)
         said = hint(root) if hint else None
         if said:
             return said
     what = "is not a directory" if root.is_file() else "holds no ImageNet layout"
     return f"--source {root} {what}. Expected one of:\n" + "\n".join(f"  {layout.EXPECTED}"
-                                                                      for layout in LAYOUTS.values())
+                                                                      for layout in layouts().values())
 
 
 def open_source(root: Path) -> Source:

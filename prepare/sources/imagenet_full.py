@@ -20,7 +20,6 @@ under MIN_SIDE px are left out, counted in the log and named under the manifest'
 from __future__ import annotations
 
 import gzip
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from prepare.completeness import Declared, Gap
 from prepare.labels import WNID, builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
 from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar, read_range
+from shards.resources import available_cpus
 
 NAME = "imagenet-full"
 FALL11 = "fall11_whole.tar"
@@ -39,6 +39,9 @@ HELD_OUT_PER_CLASS = 50  # val images a class gives (ImageNet-21K-P's)
 HELD_OUT_FROM = 500  # ... where it has more than this many (21K-P keeps only such classes)
 MIN_SIDE = 32  # pixels: smaller images are left out, counted and named (timm's w21 dropped about 2,000 such)
 TABLE = "imagenet-22k"
+# what this layout decides that the download does not say: in the source's identity, so that a change makes a
+# dataset prepared by the old rule another dataset (prepare/sources/__init__.py's Detected.identity)
+RULES = {"held_out_per_class": HELD_OUT_PER_CLASS, "held_out_from": HELD_OUT_FROM, "min_side": MIN_SIDE}
 EXPECTED = (f"image-net.org's full release: {FALL11} or {WINTER21} (a tar of <wnid>.tar), this folder or the file; "
             f"val is held out ({HELD_OUT_PER_CLASS} a class)")
 
@@ -146,7 +149,7 @@ def inflated(path: str):
         import rapidgzip
     except ImportError:
         return gzip.open(path, "rb")
-    return rapidgzip.open(path, parallelization=len(os.sched_getaffinity(0)))
+    return rapidgzip.open(path, parallelization=available_cpus())
 
 
 # ---------------------------------------------------------------- the source
@@ -175,14 +178,18 @@ class FullRelease(Source):
 
     def parts(self, split: str) -> list:
         if self.streamed:
-            return [FullStream(str(self.archive), self.archive.stat().st_size, frozenset(self.class_index()), split)]
+            return [FullStream(str(self.archive), self.split_bytes(split), frozenset(self.class_index()), split)]
         return [FullClassTar(str(self.archive), wnid, name, offset, size, split)
                 for wnid, name, offset, size in self.class_tars]
 
     def split_bytes(self, split: str) -> int:
-        """train: the archive; val: about HELD_OUT_PER_CLASS images a class."""
+        """val: HELD_OUT_PER_CLASS images a class at most (smaller classes give none), and never more than
+        the rule's share of the archive; train: the rest. (Each of winter21's parts reads the whole stream,
+        but this is what it yields: what the shared read balances and buffers.)"""
         whole = self.archive.stat().st_size
-        return whole if split == "train" else min(whole, self.estimated_count("val") * AVERAGE_IMAGE_BYTES)
+        val = min(HELD_OUT_PER_CLASS * self.synsets * AVERAGE_IMAGE_BYTES,
+                  whole * HELD_OUT_PER_CLASS // (HELD_OUT_FROM + 1))
+        return val if split == "val" else whole - val
 
     def declared(self, split: str) -> Declared:
         """fall11: ImageNet-22k's table lists its class tars (a missing one is named); winter21 declares

@@ -63,13 +63,14 @@ class TimmSet:
     # ---- the registry's questions (prepare/sources/__init__.py)
 
     def recognise(self, root: Path) -> bool:
-        """Its shards are there, or _info.json lists them (ImageNet-1k, asked last, takes any _info.json)."""
+        """_info.json lists its shards (ImageNet-1k, asked last, takes any _info.json); without one, its
+        shards are there. (_info.json first: which shards a download holds is its word, not a file pattern's.)"""
         if not root.is_dir():
             return False
-        if any(any(root.glob(self.shard_pattern(split))) for split in TIMM_SPLITS):
-            return True
         info = root / TIMM_INFO
-        return info.is_file() and (self is IMAGENET_1K or listed_prefix(info) == self.prefix)
+        if info.is_file():
+            return self is IMAGENET_1K or listed_prefix(info) == self.prefix
+        return any(any(root.glob(self.shard_pattern(split))) for split in TIMM_SPLITS)
 
     def identifying_files(self, root: Path, found: bool) -> list[Path]:
         return wds_files(root, self)
@@ -83,7 +84,6 @@ IMAGENET_12K = TimmSet("timm-12k-wds", "timm/imagenet-12k-wds", "imagenet12k", "
                        {"train": 1024, "val": 512})
 IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "imagenet-22k",
                        {"train": 4096, "val": 512}, subsets=("imagenet-12k",))
-TIMM_SETS = (IMAGENET_12K, IMAGENET_22K, IMAGENET_1K)  # ImageNet-1k last: it takes an _info.json of any name
 
 
 def listed_prefix(info: Path) -> str | None:
@@ -142,15 +142,14 @@ class WdsShard:
         return Item(key, wnid, origin, sample["jpg"])
 
 
-W21_JPEG = "timm/imagenet-w21-wds"
+W21 = "image-net.org's winter21_whole.tar.gz (ImageNet-21k: layout imagenet-full)"
 
 
 def webp_refusal(origin: str) -> str:
     """The WebP variants hold .webp images: prepare's shards are JPEG (the loader's crop decode and the pinned
     pixels are libjpeg-turbo's), so each image would be decoded and re-encoded, a second lossy step."""
     return (f"{origin}: the sample's image is WebP (timm/imagenet-w21-webp-wds or another WebP variant): prepare "
-            f"writes JPEG shards and does not re-encode WebP. Download the JPEG variant, {W21_JPEG}, or the "
-            "official winter21_whole.tar.gz")
+            f"writes JPEG shards and does not re-encode WebP. Prepare {W21} instead")
 
 
 def wds_samples(members: Iterator[tuple[str, bytes]], origin: str) -> Iterator[tuple[str, dict[str, bytes]]]:
@@ -246,9 +245,12 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
         if "webp" in str(json.loads(text).get("name", "")).lower():
             raise SourceError(webp_refusal(str(info)))
         missing = [name for name in TIMM_SPLITS.values() if name not in listed]
+        if missing and listed_prefix(info) == "imagenet_w21":
+            raise SourceError(f"{info} is timm/imagenet-w21-wds's, which prepare does not read yet: it has no "
+                              f"validation split and no class list beside it. Prepare {W21} instead")
         if missing:
-            raise SourceError(f"{info} lists no {missing[0]!r} split: is it {spec.repo}'s {TIMM_INFO}? (timm's "
-                              f"downloads without a validation split, such as {W21_JPEG}, are not read yet)")
+            raise SourceError(f"{info} lists no {missing[0]!r} split: is it the {TIMM_INFO} of timm/imagenet-1k-wds, "
+                              "-12k-wds or -22k-wds?")
         return {split: listed[name] for split, name in TIMM_SPLITS.items()}
     found = {split: tuple(sorted(p.name for p in root.glob(spec.shard_pattern(split)))) for split in TIMM_SPLITS}
     for split, names in found.items():
