@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", type=Path, required=True,
                    help="folder with the official archives (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, "
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, Kaggle's layout, or a "
-                        "download from the Hugging Face hub (ILSVRC/imagenet-1k, timm/imagenet-1k-wds)")
+                        "download from the Hugging Face hub (ILSVRC/imagenet-1k, timm/imagenet-1k-wds, -12k-wds, "
+                        "-22k-wds), or image-net.org's full release (fall11_whole.tar, winter21_whole.tar.gz)")
     p.add_argument("--dest", type=Path, default=default_dest(),
                    help="where the shards go (node-local disk) (default: $SLURM_TMPDIR/imagenet)")
     p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="PATH",

@@ -55,7 +55,7 @@ def timed_read(open_stream) -> tuple[float, float, int]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m prepare.bench.inflate", description=__doc__.split("\n\n")[0])
     p.add_argument("scratch", type=Path)
-    p.add_argument("--mb", type=int, default=1024, help="compressed size of the stream")
+    p.add_argument("--mb", type=int, default=1024, help="size of the tar the stream holds (its JPEGs barely compress)")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
     args.scratch.mkdir(parents=True, exist_ok=True)
