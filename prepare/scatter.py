@@ -300,7 +300,7 @@ def account_split(source: Source, split: str, images: Iterator[Scattered], num_b
         log.info("%s: left out %d images under their layout's smallest side (named under \"skipped\" in the "
                  "manifest)", split, result.left_out)
     if not seen:
-        raise SourceError(f"the {split} split of {source.root} holds no images")
+        raise SourceError(f"the {split} split of {source.root} holds no images{source.why_empty(split)}")
     result.partial, result.warning = counted(source, split, len(seen), config.allow_partial)
     return result
 

@@ -372,3 +372,11 @@ def test_the_smallest_side_is_checked_from_the_header_only_where_a_layout_asks()
     assert prepare_image(jpeg(20, 20)).width == 20  # ImageNet-1k's layouts ask nothing
     with pytest.raises(TooSmall, match="is 20 x 64 px, under the 32 px"):
         prepare_image(jpeg(20, 64), min_side=32)
+
+
+def test_a_full_release_with_no_class_large_enough_for_val_says_so(tmp_path):
+    archive = write_full(tmp_path / "fall11_whole.tar")  # 4 to 8 images a class: none over 500
+    with pytest.raises(SourceError, match="holds no images: val is held out from classes of more than 500 images "
+                                          "\\(50 each\\), and none has that many"):
+        prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -132,6 +132,10 @@ class Source:
     def class_index(self) -> dict[str, int]:
         return {c.wnid: c.index for c in self.classes}
 
+    def why_empty(self, split: str) -> str:
+        """What the layout adds to "the split holds no images" (after a colon), where it knows more."""
+        return ""
+
     def class_subsets(self) -> dict[str, list[int]]:
         """Named subsets of the classes that training also evaluates on their own (the manifest's
         `class_subsets`): name -> the subset's classes' indices in `classes`, in its label order."""

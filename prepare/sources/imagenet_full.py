@@ -200,6 +200,12 @@ class FullRelease(Source):
             return Declared(split, (Gap("class archives", len(self.classes), "ImageNet-22k's table (fall11's)", missing),))
         return Declared(split)
 
+    def why_empty(self, split: str) -> str:
+        if split != "val":
+            return ""
+        return (f": val is held out from classes of more than {HELD_OUT_FROM} images ({HELD_OUT_PER_CLASS} each), and "
+                "none has that many. Is the archive image-net.org's whole release?")
+
     def estimated_count(self, split: str) -> int:
         images = max(1, self.archive.stat().st_size // AVERAGE_IMAGE_BYTES)
         return images if split == "train" else min(images, HELD_OUT_PER_CLASS * self.synsets)
