@@ -121,11 +121,9 @@ def hf_train_gap(numbers: list[int], stated: int | None, data: Path, imagenet_1k
     return Gap("train archives", stated, by, tuple(name(n) for n in range(stated) if n not in numbers))
 
 
-def hf_files(root: Path) -> list[Path]:
-    """ILSVRC/imagenet-1k's files that identify it: the archives, the class list, the loading script."""
-    data = hf_data_folder(root)
-    if data is None:
-        raise SourceError(f"{root} holds no {HF_DATA}/train_images_N.tar.gz or {HF_VAL}")
+def hf_files(root: Path, data: Path) -> list[Path]:
+    """ILSVRC/imagenet-1k's files that identify it (`data`: the archives' folder, `hf_data_folder`): the
+    archives, the class list, the loading script."""
     folders = hf_repository_folders(root, data)
     small = [folder / HF_SCRIPT for folder in folders if (folder / HF_SCRIPT).is_file()]
     extra = [path for path in (class_list_file(folders), hf_devkit(folders)) if path is not None]
@@ -145,11 +143,9 @@ class HubArchives(Source):
     """ILSVRC/imagenet-1k from the Hugging Face hub: gzipped tars of <stem>_<wnid>.JPEG, one part each."""
     layout = "hf-imagenet-1k"
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, data: Path):
+        """`data`: the archives' folder, as `recognise` found it (`hf_data_folder`)."""
         self.root = root
-        data = hf_data_folder(root)
-        if data is None:
-            raise SourceError(f"{root} holds no {HF_DATA}/train_images_N.tar.gz or {HF_VAL}")
         folders = hf_repository_folders(root, data)
         train = hf_train_archives(data)
         if not train:
@@ -198,8 +194,8 @@ def recognise(root: Path) -> Path | None:
 
 
 def identifying_files(root: Path, found: Path) -> list[Path]:
-    return hf_files(root)
+    return hf_files(root, found)
 
 
 def open_source(root: Path, found: Path) -> HubArchives:
-    return HubArchives(root)
+    return HubArchives(root, found)
