@@ -7,7 +7,7 @@ tars (the official archives, the hub's gzipped archives and timm's shards, Image
 - `iterate_whole_tar`: a tar read once front to back (a file or a gzip stream), then proven whole:
   its end-of-archive blocks there, nothing after them that a header would be (`HeaderScan`, over
   the last reads `TailWindow` keeps); `gzipped_tar_images`, the images of a gzipped tar.
-- `read_range`, `archive_members`, `check_tar_complete`: the official archives' byte ranges, their
+- `read_range`/`read_at`, `archive_members`, `check_tar_complete`: the official archives' byte ranges, their
   members located from the headers alone.
 
 Every failure is a SourceError naming the archive: truncated, corrupt, or members that would be lost.
@@ -154,6 +154,13 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
     stream reader ends silently at a header it cannot parse and at a cut on a block boundary; here
     either is an error, and the rest of the stream is read, so that gzip checks its CRC and length.
     Every failure is one SourceError naming `origin` (the archive or shard)."""
+    for member, data in iterate_whole_tar_members(fileobj, origin):
+        yield member.name, data
+
+
+def iterate_whole_tar_members(fileobj, origin: str) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
+    """`iterate_whole_tar` with each member's header (its data's offset in the stream: where a seek
+    index finds it again, prepare/gzip_index.py)."""
     window = TailWindow(fileobj)
     try:
         stream = tarfile.open(fileobj=window, mode="r|", bufsize=READ_SIZE)
@@ -163,7 +170,7 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
                 continue
             if "/" not in name and name.startswith("__") and name.endswith("__"):
                 continue
-            yield name, stream.extractfile(tarinfo).read()
+            yield tarinfo, stream.extractfile(tarinfo).read()
             stream.members = []
         end = window.bytes_at(stream.offset, _BLOCK)
         after = HeaderScan()
@@ -236,8 +243,14 @@ def plain_tar_members(data: bytes) -> list[tuple[str, int, int]] | None:
 
 def read_range(archive: str, offset: int, size: int, origin: str) -> bytes:
     with open(archive, "rb") as f:
-        f.seek(offset)
-        data = f.read(size)
+        return read_at(f, offset, size, origin, archive)
+
+
+def read_at(f, offset: int, size: int, origin: str, archive: str) -> bytes:
+    """`size` bytes at `offset` of the open archive `f` (a file, or a gzip stream inflated through a
+    seek index), or a SourceError naming `origin` where it ends before."""
+    f.seek(offset)
+    data = f.read(size)
     if len(data) != size:
         raise SourceError(f"{origin} is truncated: copy or download {archive} again")
     return data

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -288,23 +289,131 @@ def test_a_class_tar_of_another_dataset_is_refused(tmp_path):
         detect(archive).open()
 
 
+# ---------------------------------------------------------------- winter21's seek index
+
+def shard_bytes(dest: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in dest.rglob("*.tar")}
+
+
+def manifest_without_stats(dest: Path) -> dict:
+    return {k: v for k, v in json.loads((dest / "manifest.json").read_text()).items() if k != "stats"}
+
+
+def test_winter21_keeps_a_seek_index_and_later_runs_read_each_class_tar_at_its_offset(tmp_path, small_held_out):
+    """The first run reads the stream whole and keeps the index beside it; the next reads a part a class
+    tar through it, and writes the same bytes."""
+    from prepare.sources.imagenet_full import FullClassTar, FullStream
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz")
+    assert [type(p) for p in detect(archive).open().parts("train")] == [FullStream]
+    prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
+    index = archive.with_name("winter21_whole.tar.gz.prepare-index")
+    assert index.is_file()
+    parts = detect(archive).open().parts("train")
+    assert [type(p) for p in parts] == [FullClassTar] * len(PER_CLASS)
+    assert [p.wnid for p in parts] == list(PER_CLASS) and all(p.index == str(index) for p in parts)
+    second = prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
+    assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
+    assert manifest_without_stats(tmp_path / "second") == manifest_without_stats(tmp_path / "first")
+    # the first read the stream, one part a split; the second a part a class tar in each split
+    assert second.stats["read_from_source_bytes"] == 2 * sum(p.size for p in parts)
+
+
+@pytest.mark.parametrize("change", ["archive touched", "index damaged", "index cut"])
+def test_a_stale_or_damaged_seek_index_is_ignored_said_and_replaced(tmp_path, small_held_out, caplog, change):
+    import os
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz")
+    prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
+    index = archive.with_name("winter21_whole.tar.gz.prepare-index")
+    data = index.read_bytes()
+    if change == "archive touched":
+        os.utime(archive, ns=(archive.stat().st_atime_ns, archive.stat().st_mtime_ns + 1))
+    elif change == "index damaged":
+        index.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # a bit of rapidgzip's part
+    else:
+        index.write_bytes(data[: len(data) // 2])
+    why = {"archive touched": "made for another state of the archive", "index damaged": "damaged (its checksum",
+           "index cut": "damaged"}[change]
+    with caplog.at_level("WARNING", logger="prepare"):
+        source = detect(archive).open()
+    assert source.streamed and why in caplog.text and "ignored" in caplog.text
+    prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
+    assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
+    assert not detect(archive).open().streamed  # a new index, for the archive as it is now
+
+
+def test_parse_index_takes_only_an_index_of_this_archive_whole():
+    from prepare.gzip_index import FORMAT, Member, parse_index
+    import hashlib
+
+    binary = b"rapidgzip's checkpoints"
+    stamp = {"bytes": 10, "mtime_ns": 5}
+    header = {"format": FORMAT, "archive": stamp, "members": [["n00004475.tar", 512, 1024]],
+              "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
+    data = json.dumps(header).encode() + b"\n" + binary
+    assert parse_index(data, stamp) == ((Member("n00004475.tar", 512, 1024),), binary)
+    assert parse_index(data, {"bytes": 10, "mtime_ns": 6}).startswith("made for another state")
+    assert parse_index(data[:-1], stamp) == "damaged (its checksum differs)"
+    assert parse_index(data[:20], stamp).startswith("damaged") or parse_index(data[:20], stamp).startswith("not an")
+    assert parse_index(b"", stamp) == "damaged (its header cannot be read)"
+    assert parse_index(json.dumps({**header, "format": 0}).encode() + b"\n" + binary, stamp).startswith("not an index")
+    assert parse_index(json.dumps({**header, "members": [["x"]]}).encode() + b"\n" + binary, stamp).startswith("damaged")
+
+
+def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_path, small_held_out, monkeypatch):
+    """A real read-only mount (root only, as the disk tests): the index goes to $XDG_CACHE_HOME."""
+    import shutil
+    import subprocess
+
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "ro"
+    reason = small_tmpfs(mount, 8)
+    if reason:
+        pytest.skip(reason)
+    try:
+        archive = write_full(mount / "winter21_whole.tar.gz", mode="w:gz")
+        assert subprocess.run(["mount", "-o", "remount,ro", str(mount)]).returncode == 0
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
+        kept = list((tmp_path / "cache" / "imagenet-prepare").glob("winter21_whole.tar.gz-*.prepare-index"))
+        assert len(kept) == 1 and not archive.with_name("winter21_whole.tar.gz.prepare-index").exists()
+        parts = detect(archive).open().parts("val")
+        assert {p.index for p in parts} == {str(kept[0])}
+        prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
+        assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
+    finally:
+        subprocess.run(["umount", str(mount)])
+        shutil.rmtree(mount, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- on two nodes: the shared read
 
-@pytest.mark.parametrize("layout", ["timm-22k-wds", "fall11", "winter21"])
+@pytest.mark.parametrize("layout", ["timm-22k-wds", "fall11", "winter21", "winter21 indexed"])
 def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path, timm_22k, layout):
     """Real `python -m prepare` processes joined over gloo (tests/test_shared_read.py's): the held-out rule
-    at its real threshold (a class of 503 images gives 50 to val), as the nodes' processes see it."""
+    at its real threshold (a class of 503 images gives 50 to val), as the nodes' processes see it.
+    winter21 without its seek index: one node a split reads the stream (and keeps the index); with it:
+    a part a class tar, as fall11."""
     from test_shared_read import finish, manifest_without_run_stats, start_nodes
 
     counts = {FULL_CLASSES[0]: 503, **{wnid: 5 for wnid in FULL_CLASSES[1:]}}
     tiny = frozenset(FULL_CLASSES[1:2])  # a 20 x 20 image: left out on every node, never a failure
+    winter21 = lambda: write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz", counts=counts, tiny=tiny)
     source = {"timm-22k-wds": lambda: timm_22k,
               "fall11": lambda: write_full(tmp_path / "src" / "fall11_whole.tar", counts=counts, tiny=tiny),
-              "winter21": lambda: write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz",
-                                             counts=counts, tiny=tiny)}[layout]()
+              "winter21": winter21, "winter21 indexed": winter21}[layout]()
+    index = tmp_path / "src" / "winter21_whole.tar.gz.prepare-index"
     one = tmp_path / "one"
     assert run_module("prepare", "--source", source, "--dest", one, "--shard-size", 0.05, "--workers", 1,
                       "--allow-partial").returncode == 0
+    if layout == "winter21 indexed":  # the first run kept the index: prepare again, reading through it
+        shutil.rmtree(one)
+        assert run_module("prepare", "--source", source, "--dest", one, "--shard-size", 0.05, "--workers", 1,
+                          "--allow-partial").returncode == 0
+    elif layout == "winter21":
+        index.unlink()
     dests = [tmp_path / "n0", tmp_path / "n1"]
     results = finish(start_nodes(source, dests, "--allow-partial", "--shard-size", 0.05, workers=2))
     assert [code for code, _ in results] == [0, 0], results
@@ -317,6 +426,8 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     if layout != "timm-22k-wds":
         assert read_manifest(one).splits["val"].samples == 50
         assert list(read_manifest(one).skipped) == [f"{FULL_CLASSES[1]}_6"]
+    if layout.startswith("winter21"):
+        assert index.is_file()  # kept by the node that read the stream, or used
 
 
 def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22k):

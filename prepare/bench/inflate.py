@@ -1,12 +1,19 @@
 """A one-stream gzip inflated on one node: zlib (Python's gzip, one core), against rapidgzip on every core,
-which is how prepare reads winter21_whole.tar.gz (prepare/sources/imagenet_full.py).
+which is how prepare reads winter21_whole.tar.gz the first time (prepare/sources/imagenet_full.py); then
+the other way, a node's share read through the seek index that first read keeps (prepare/gzip_index.py).
 
-    python -m prepare.bench.inflate SCRATCH [--mb 1024] [--rounds 3]
+    python -m prepare.bench.inflate SCRATCH [--mb 1024] [--rounds 3] [--nodes 2 4 8]
 
 The stream is a tar of photo-like JPEGs (the sample generator's, each stored under many names) gzipped as
 one stream at level 6, gzip's default, as a release tarball is: its JPEG data barely compresses, as
 ImageNet's does not. Each round reads the whole stream once with each reader, alternated, in 4 MiB reads;
 throughput is decompressed MB/s by wall time. One JSON line a round and the medians.
+
+With the index: the inflated stream cut into parts of 64 MiB (winter21's class tars average 57 MB), the
+parts of one node of N (every N-th, as the shared read deals them) read by this machine's cores, a process
+each with a one-thread reader, as prepare's workers read class tars. A node's MB/s is its share's bytes by
+its wall time; the job's, the whole stream by that time (the nodes read at once, each its share). The
+fan-out's job rate is one node's rapidgzip rate, however many nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import gzip
 import io
 import json
+import multiprocessing
 import os
 import statistics
 import tarfile
@@ -23,9 +31,11 @@ from pathlib import Path
 
 import rapidgzip
 
+from prepare.gzip_index import INDEX_FORMAT
 from prepare.sample import SampleSpec, sample_images
 
 READ = 4 << 20
+PART = 64 << 20
 
 
 def write_stream(path: Path, megabytes: int) -> int:
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("scratch", type=Path)
     p.add_argument("--mb", type=int, default=1024, help="size of the tar the stream holds (its JPEGs barely compress)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--nodes", type=int, nargs="*", default=[2, 4, 8], help="shares read through the seek index")
     args = p.parse_args(argv)
     args.scratch.mkdir(parents=True, exist_ok=True)
     path = args.scratch / "stream.tar.gz"
@@ -76,6 +87,51 @@ def main(argv: list[str] | None = None) -> None:
     medians = {name: round(statistics.median(r), 1) for name, r in rates.items()}
     names = list(medians)
     print(json.dumps({"median_mb_per_s": medians, "ratio": round(medians[names[1]] / medians[names[0]], 2)}))
+    index = args.scratch / "stream.tar.gz.index"
+    wall = time.monotonic()
+    with rapidgzip.open(str(path), parallelization=cores) as f:
+        while f.read(READ):
+            pass
+        size = f.tell()
+        f.export_index(str(index), INDEX_FORMAT)
+    print(json.dumps({"index_bytes": index.stat().st_size, "index_bytes_per_gb": round(index.stat().st_size / (size / 1e9)),
+                      "read_and_export_s": round(time.monotonic() - wall, 2)}))
+    for nodes in args.nodes:
+        node_rates = []
+        for round_ in range(args.rounds):
+            wall, read = share_read(str(path), str(index), size, nodes, cores)
+            node_rates.append(read / 1e6 / wall)
+            print(json.dumps({"round": round_, "nodes": nodes, "node_mb_per_s": round(read / 1e6 / wall, 1),
+                              "wall_s": round(wall, 2), "bytes": read}))
+        node = statistics.median(node_rates)
+        job = node * nodes  # the whole stream in the time one node reads its share
+        print(json.dumps({"nodes": nodes, "median_node_mb_per_s": round(node, 1), "job_mb_per_s": round(job, 1),
+                          "job_against_fan_out": round(job / medians[names[1]], 2),
+                          "job_against_zlib": round(job / medians[names[0]], 2)}))
+
+
+def share_read(path: str, index: str, size: int, nodes: int, cores: int) -> tuple[float, int]:
+    """(wall s, bytes) of reading node 0's share of the parts through the index, `cores` processes."""
+    parts = [(offset, min(PART, size - offset)) for offset in range(0, size, PART)][::nodes]
+    wall = time.monotonic()
+    with multiprocessing.get_context("fork").Pool(cores, initializer=open_indexed, initargs=(path, index)) as pool:
+        read = sum(pool.map(read_part, parts, chunksize=1))
+    return time.monotonic() - wall, read
+
+
+_reader = None
+
+
+def open_indexed(path: str, index: str) -> None:
+    global _reader
+    _reader = rapidgzip.open(path, parallelization=1)
+    _reader.import_index(index)
+
+
+def read_part(part: tuple[int, int]) -> int:
+    offset, size = part
+    _reader.seek(offset)
+    return sum(len(_reader.read(min(READ, offset + size - _reader.tell()))) for _ in range(-(-size // READ)))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
     fall11_whole.tar        a plain tar of 21,841 <wnid>.tar (1.31 TB): a part a class tar, located from the
                             archive's headers and read at its offset, as the official train archive's
     winter21_whole.tar.gz   one gzip stream of a tar of 19,167 <wnid>.tar (about 1.1 TB): it cannot be read at
-                            an offset without inflating what comes before, so a split is one part, the stream
-                            read whole, inflated in parallel by rapidgzip where it is installed
+                            an offset without inflating what comes before. The first job reads the stream
+                            whole (a split one part, inflated in parallel by rapidgzip) and keeps a seek
+                            index (prepare/gzip_index.py); every later job reads a part a class tar, as
+                            fall11's, each inflated from the index's nearest checkpoint
 
 Labels are the index among ImageNet-22k's 21,841 sorted wnids (fall11's; timm's imagenet22k_synsets.txt, the
 table prepare ships): winter21's 19,167 synsets are among them, so a class has the same index in either
@@ -19,16 +21,19 @@ under MIN_SIDE px are left out, counted in the log and named under the manifest'
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import rapidgzip
+
 from prepare.completeness import Declared, Gap
+from prepare.gzip_index import Member, archive_stamp, indexed_reader, keep_index, load_index
 from prepare.labels import WNID, builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
-from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar, read_range
+from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
 
 NAME = "imagenet-full"
@@ -79,18 +84,20 @@ def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
     return wnid
 
 
-# ---------------------------------------------------------------- fall11: a part a class tar
+# ---------------------------------------------------------------- a part a class tar: fall11, winter21 indexed
 
 @dataclass(frozen=True)
 class FullClassTar:
-    """One class's tar inside fall11_whole.tar, at its offset: a worker reads it alone. val reads the
-    inner tar's headers and its held-out images only; train reads it whole."""
+    """One class's tar inside fall11_whole.tar (or winter21_whole.tar.gz's inflated stream, through its
+    seek `index`), at its offset: a worker reads it alone. val reads the inner tar's headers and its
+    held-out images only; train reads it whole."""
     archive: str
     wnid: str
     name: str
     offset: int
     size: int
     split: str
+    index: str | None = None  # winter21's seek index (its path: a part job carries no more)
 
     def wnids(self) -> set[str]:
         return {self.wnid}
@@ -100,13 +107,14 @@ class FullClassTar:
         if self.split == "val":
             yield from self.held_out_items(origin)
             return
-        data = read_range(self.archive, self.offset, self.size, origin)
+        with self.opened() as f:
+            data = read_at(f, self.offset, self.size, origin, self.archive)
         check_tar_complete(data, origin)
         yield from split_items(class_images(data, origin), self.wnid, "train", origin)
 
     def held_out_items(self, origin: str) -> Iterator[Item]:
         """The inner tar's headers (one 512-byte read a member), then its held-out images' bytes."""
-        with open(self.archive, "rb") as f:
+        with self.opened() as f:
             f.seek(self.offset)
             try:
                 with tarfile.open(fileobj=f, mode="r:") as inner:
@@ -116,15 +124,23 @@ class FullClassTar:
             val = held_out([m.name for m in members])
             for member in sorted((m for m in members if m.name in val), key=lambda m: m.name):
                 where = f"{origin}:{member.name}"
-                data = read_range(self.archive, member.offset_data, member.size, where)
+                data = read_at(f, member.offset_data, member.size, where, self.archive)
                 yield Item(image_key(member.name, where), self.wnid, where, data, MIN_SIDE)
 
+    def opened(self):
+        """The archive as a file: fall11's itself; winter21's inflated stream, this process's reader
+        through the index (kept open for the next class tar)."""
+        if self.index is None:
+            return open(self.archive, "rb")
+        return contextlib.nullcontext(indexed_reader(self.archive, self.index))
 
-# ---------------------------------------------------------------- winter21: the stream whole
+
+# ---------------------------------------------------------------- winter21 without an index: the stream whole
 
 @dataclass(frozen=True)
 class FullStream:
-    """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `split`."""
+    """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `split`. Once
+    the stream is proven whole, its seek index is kept for later jobs (prepare/gzip_index.py)."""
     archive: str
     size: int
     known: frozenset[str]
@@ -134,22 +150,16 @@ class FullStream:
         return set(self.known)
 
     def items(self) -> Iterator[Item]:
-        with inflated(self.archive) as stream:
-            for member, data in iterate_whole_tar(stream, self.archive):
-                wnid = class_of(member, self.known, self.archive)
+        stamp = archive_stamp(Path(self.archive))  # before the read: a copy changing under it is not indexed
+        class_tars = []
+        with rapidgzip.open(self.archive, parallelization=available_cpus()) as stream:
+            for member, data in iterate_whole_tar_members(stream, self.archive):
+                wnid = class_of(member.name, self.known, self.archive)
                 if wnid is not None:
-                    origin = f"{self.archive}:{member}"
+                    class_tars.append(Member(member.name, member.offset_data, member.size))
+                    origin = f"{self.archive}:{member.name}"
                     yield from split_items(class_images(data, origin), wnid, self.split, origin)
-
-
-def inflated(path: str):
-    """The archive's decompressed bytes as a file object: rapidgzip's parallel inflate where it is
-    installed (`pip install rapidgzip`: several cores for one stream), else zlib's, one core."""
-    try:
-        import rapidgzip
-    except ImportError:
-        return gzip.open(path, "rb")
-    return rapidgzip.open(path, parallelization=available_cpus())
+            keep_index(Path(self.archive), stream, class_tars, stamp)
 
 
 # ---------------------------------------------------------------- the source
@@ -163,29 +173,36 @@ class FullRelease(Source):
         names = builtin_class_names(TABLE)
         self.classes = class_table(list(names), names)
         self.synsets = RELEASES[archive.name]
-        self.streamed = archive.name == WINTER21
+        self.index = load_index(archive) if archive.name == WINTER21 else None
+        self.streamed = archive.name == WINTER21 and self.index is None
         self.class_tars = [] if self.streamed else self.locate_class_tars()
 
     def locate_class_tars(self) -> list[tuple[str, str, int, int]]:
-        """(wnid, member name, offset, size) of fall11's class tars, from its headers."""
+        """(wnid, member name, offset, size) of the class tars: fall11's from its headers, winter21's
+        from its seek index."""
         known = frozenset(self.class_index())
+        if self.index is not None:
+            members = self.index.members
+        else:
+            members = [Member(m.name, m.offset_data, m.size) for m in archive_members(self.archive) if m.isreg()]
         found = []
-        for member in archive_members(self.archive):
-            wnid = class_of(member.name, known, str(self.archive)) if member.isreg() else None
+        for member in members:
+            wnid = class_of(member.name, known, str(self.archive))
             if wnid is not None:
-                found.append((wnid, member.name, member.offset_data, member.size))
+                found.append((wnid, member.name, member.offset, member.size))
         return found
 
     def parts(self, split: str) -> list:
         if self.streamed:
             return [FullStream(str(self.archive), self.split_bytes(split), frozenset(self.class_index()), split)]
-        return [FullClassTar(str(self.archive), wnid, name, offset, size, split)
+        index = None if self.index is None else str(self.index.path)
+        return [FullClassTar(str(self.archive), wnid, name, offset, size, split, index)
                 for wnid, name, offset, size in self.class_tars]
 
     def split_bytes(self, split: str) -> int:
         """val: HELD_OUT_PER_CLASS images a class at most (smaller classes give none), and never more than
-        the rule's share of the archive; train: the rest. (Each of winter21's parts reads the whole stream,
-        but this is what it yields: what the shared read balances and buffers.)"""
+        the rule's share of the archive; train: the rest. (Without its index, winter21's one part a split
+        reads the whole stream, but this is what it yields: what the shared read balances and buffers.)"""
         whole = self.archive.stat().st_size
         val = min(HELD_OUT_PER_CLASS * self.synsets * AVERAGE_IMAGE_BYTES,
                   whole * HELD_OUT_PER_CLASS // (HELD_OUT_FROM + 1))
@@ -193,8 +210,8 @@ class FullRelease(Source):
 
     def declared(self, split: str) -> Declared:
         """fall11: ImageNet-22k's table lists its class tars (a missing one is named); winter21 declares
-        nothing before its stream is read (its synsets are not listed anywhere but in it)."""
-        if split == "train" and not self.streamed:
+        nothing before its stream is read (its synsets are not listed anywhere but in it, or its index)."""
+        if split == "train" and self.archive.name == FALL11:
             present = {wnid for wnid, *_ in self.class_tars}
             missing = tuple(f"{c.wnid}.tar" for c in self.classes if c.wnid not in present)
             return Declared(split, (Gap("class archives", len(self.classes), "ImageNet-22k's table (fall11's)", missing),))

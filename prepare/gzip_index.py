@@ -1,0 +1,173 @@
+"""A seek index for a tar held in one gzip stream (winter21_whole.tar.gz): where each member's data
+lies in the inflated stream, and rapidgzip's checkpoints to start inflating near it.
+
+A one-stream gzip cannot be read at an offset without inflating everything before it. The first job
+that reads the whole stream (prepare/sources/imagenet_full.py's `FullStream`) keeps what it learnt
+on the way: rapidgzip's index (its gztool format: a checkpoint every 4 MiB, each with the 32 KiB
+window inflating from it needs, zeroed where nothing refers to it, then compressed: about 28 KB a GB
+of JPEG tar) and the members' offsets. Every later job reads a member, like fall11's class tars, at
+its offset: each node inflates only its share, and no node inflates the stream twice.
+
+The index is one file, written whole or not at all (a temporary name, then a rename):
+
+    {"format": 1, "archive": {"bytes": ..., "mtime_ns": ...}, "members": [[name, offset, size], ...],
+     "index_bytes": ..., "index_sha256": ...}\\n
+    <rapidgzip's index>
+
+It lies beside the archive (`<archive>.prepare-index`) where that folder is writable, else in the
+user's cache ($XDG_CACHE_HOME or ~/.cache, imagenet-prepare/). One that no longer matches the
+archive's size and time, or is damaged, is ignored (and replaced by the next whole read).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import rapidgzip
+
+from prepare.sources.base import SourceError
+
+log = logging.getLogger("prepare")
+
+FORMAT = 1
+SUFFIX = ".prepare-index"
+INDEX_FORMAT = rapidgzip.IndexFormat.GZTOOL  # compressed windows: indexed_gzip's format is 250 times larger
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    offset: int  # of its data, in the inflated stream
+    size: int
+
+
+@dataclass(frozen=True)
+class StreamIndex:
+    """A loaded index: the file it is in and the members it lists."""
+    path: Path
+    members: tuple[Member, ...]
+
+
+def index_locations(archive: Path) -> list[Path]:
+    """Where the archive's index may lie, in the order looked at and written to: beside it, then in
+    the user's cache (named by the archive's full path, so that two copies keep two indexes)."""
+    archive = archive.resolve()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagenet-prepare"
+    digest = hashlib.sha256(str(archive).encode()).hexdigest()[:16]
+    return [archive.with_name(archive.name + SUFFIX), cache / f"{archive.name}-{digest}{SUFFIX}"]
+
+
+def archive_stamp(archive: Path) -> dict:
+    """What says the index still describes the archive: a copy or a new download changes one of them."""
+    st = archive.stat()
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def parse_index(data: bytes, archive_stamp_now: dict) -> tuple[tuple[Member, ...], bytes] | str:
+    """(members, rapidgzip's index) from an index file's bytes, or why they cannot be used. Pure."""
+    head, newline, binary = data.partition(b"\n")
+    try:
+        header = json.loads(head)
+        if not newline or header.get("format") != FORMAT:
+            return "not an index of this version"
+        if header.get("archive") != archive_stamp_now:
+            return "made for another state of the archive (its size or time differ)"
+        if len(binary) != header["index_bytes"] or hashlib.sha256(binary).hexdigest() != header["index_sha256"]:
+            return "damaged (its checksum differs)"
+        members = tuple(Member(str(name), int(offset), int(size)) for name, offset, size in header["members"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "damaged (its header cannot be read)"
+    return members, binary
+
+
+def load_index(archive: Path) -> StreamIndex | None:
+    """The archive's index where a usable one lies; else None (the stream is then read whole)."""
+    for path in index_locations(archive):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exn:
+            log.warning("%s: cannot read this seek index (%s): ignored", path, exn.strerror or exn)
+            continue
+        parsed = parse_index(data, archive_stamp(archive))
+        if isinstance(parsed, str):
+            log.warning("%s: this seek index of %s is %s: ignored; the stream is read whole, and a new one kept",
+                        path, archive.name, parsed)
+            continue
+        return StreamIndex(path, parsed[0])
+    return None
+
+
+def index_document(reader, members: list[Member], stamp: dict) -> bytes:
+    """The index file's bytes, from a rapidgzip reader that has inflated the whole stream."""
+    exported = io.BytesIO()
+    reader.export_index(exported, INDEX_FORMAT)
+    binary = exported.getvalue()
+    header = {"format": FORMAT, "archive": stamp, "members": [[m.name, m.offset, m.size] for m in members],
+              "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
+    return json.dumps(header, separators=(",", ":")).encode() + b"\n" + binary
+
+
+def keep_index(archive: Path, reader, members: list[Member], stamp: dict) -> Path | None:
+    """Write the index where it may lie (beside the archive, else the cache), unless a usable one
+    is there already; the path, or None where no place is writable (said in the log)."""
+    if load_index(archive) is not None:
+        return None
+    document = index_document(reader, members, stamp)
+    for path in index_locations(archive):
+        temporary = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_bytes(document)
+            os.replace(temporary, path)
+        except OSError:  # read-only, not ours, or full: the next place
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            continue
+        log.info("%s: kept its seek index in %s (%.1f MB): later jobs read each class tar at its offset, every "
+                 "node inflating only its share", archive.name, path, len(document) / 1e6)
+        return path
+    log.warning("%s: no place to keep its seek index (neither %s is writable): every job reads the stream whole",
+                archive.name, " nor ".join(str(p.parent) for p in index_locations(archive)))
+    return None
+
+
+# ---------------------------------------------------------------- reading through an index
+
+_readers: dict[tuple[int, str], object] = {}
+
+
+def indexed_reader(archive: str, index: str):
+    """This process's reader of `archive` seeking through `index`, opened once (a worker reads many
+    members: the index is imported once, not a member). One thread: the workers are the parallelism.
+    Keyed by the process too, as a reader's threads do not survive a fork."""
+    key = (os.getpid(), index)
+    if key not in _readers:
+        parsed = parse_index(Path(index).read_bytes(), archive_stamp(Path(archive)))
+        if isinstance(parsed, str):
+            raise SourceError(f"{index}: the seek index of {archive} is {parsed} (it changed while prepare ran): "
+                              "rerun prepare")
+        reader = rapidgzip.open(archive, parallelization=1)
+        reader.import_index(io.BytesIO(parsed[1]))
+        if not any(pid == os.getpid() for pid, _ in _readers):
+            atexit.register(close_readers, os.getpid())
+        _readers[key] = reader
+    return _readers[key]
+
+
+def close_readers(pid: int) -> None:
+    """At the exit of the process that opened them: a reader left to the interpreter's teardown
+    ends it with std::terminate (its threads still joinable)."""
+    if os.getpid() == pid:
+        for key in [key for key in _readers if key[0] == pid]:
+            _readers.pop(key).close()
