@@ -33,6 +33,7 @@ from prepare.destination import (
     checked_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
+from prepare.gzip_index import readers_closed
 from prepare.sources import Detected, detect
 from prepare.lock import exclusive_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_split
@@ -59,7 +60,7 @@ def prepare(config: PrepareConfig) -> Manifest:
     detected, dest = detect(config.source.resolve()), config.dest.resolve()
     identity = checked_identity(detected, dest, config)
     make_dest(dest)
-    with exclusive_lock(dest):
+    with exclusive_lock(dest), readers_closed():
         found = verified_existing(dest, identity, config)
         if found.complete is not None:
             return found.complete

@@ -166,8 +166,18 @@ def indexed_reader(archive: str, index: str):
 
 
 def close_readers(pid: int) -> None:
-    """At the exit of the process that opened them: a reader left to the interpreter's teardown
-    ends it with std::terminate (its threads still joinable)."""
+    """Close the readers process `pid` opened, if this is it: at its exit (a reader left to the
+    interpreter's teardown ends it with std::terminate, its threads still joinable), and at the end of
+    a prepare that read in this process (`readers_closed`: the archive is then no longer held open)."""
     if os.getpid() == pid:
         for key in [key for key in _readers if key[0] == pid]:
             _readers.pop(key).close()
+
+
+@contextlib.contextmanager
+def readers_closed():
+    """A prepare in this process: whatever it read through an index here is closed when it ends."""
+    try:
+        yield
+    finally:
+        close_readers(os.getpid())

@@ -39,6 +39,7 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.sources import Detected, detect
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
+from prepare.gzip_index import readers_closed
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
@@ -78,7 +79,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     # The workers are forked before the group starts its threads (the store's, gloo's, the heartbeat):
     # a worker forked beside them once waited forever for a lock one of them held at the fork
     # (CPython's thread-state lock, in PyOS_AfterFork_Child).
-    with worker_pool(config.workers) as pool:
+    with worker_pool(config.workers) as pool, readers_closed():
         group = NodeGroup(env, config.group_timeout_s)
         try:
             return prepare_with_group(group, detected, dest, config, identity, setup_error, pool)

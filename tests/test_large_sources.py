@@ -172,7 +172,7 @@ def test_a_webp_sample_is_refused_naming_the_jpeg_download(tmp_path):
     info["splits"]["validation"]["shard_lengths"] = [1]
     info["splits"]["validation"]["num_samples"] = 1
     (root / "_info.json").write_text(json.dumps(info))
-    with pytest.raises(SourceError, match="is WebP .* Prepare image-net.org's winter21_whole.tar.gz"):
+    with pytest.raises(SourceError, match="is WebP .* Prepare its JPEG variant, timm/imagenet-w21-wds, or image-net.org's winter21_whole.tar.gz"):
         prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
     info["name"] = "imagenet_w21_webp"  # its _info.json names it: refused before reading
     (root / "_info.json").write_text(json.dumps(info))
@@ -390,7 +390,7 @@ def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_p
 
 # ---------------------------------------------------------------- on two nodes: the shared read
 
-@pytest.mark.parametrize("layout", ["timm-22k-wds", "fall11", "winter21", "winter21 indexed"])
+@pytest.mark.parametrize("layout", ["timm-22k-wds", "timm-w21-wds", "fall11", "winter21", "winter21 indexed"])
 def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path, timm_22k, layout):
     """Real `python -m prepare` processes joined over gloo (tests/test_shared_read.py's): the held-out rule
     at its real threshold (a class of 503 images gives 50 to val), as the nodes' processes see it.
@@ -401,7 +401,7 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     counts = {FULL_CLASSES[0]: 503, **{wnid: 5 for wnid in FULL_CLASSES[1:]}}
     tiny = frozenset(FULL_CLASSES[1:2])  # a 20 x 20 image: left out on every node, never a failure
     winter21 = lambda: write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz", counts=counts, tiny=tiny)
-    source = {"timm-22k-wds": lambda: timm_22k,
+    source = {"timm-22k-wds": lambda: timm_22k, "timm-w21-wds": lambda: write_w21(tmp_path / "imagenet-w21-wds"),
               "fall11": lambda: write_full(tmp_path / "src" / "fall11_whole.tar", counts=counts, tiny=tiny),
               "winter21": winter21, "winter21 indexed": winter21}[layout]()
     index = tmp_path / "src" / "winter21_whole.tar.gz.prepare-index"
@@ -423,7 +423,7 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     for dest in dests:
         assert manifest_without_run_stats(dest) == manifest_without_run_stats(one)
         assert {p.name: p.read_bytes() for p in dest.rglob("*.tar")} == {p.name: p.read_bytes() for p in one.rglob("*.tar")}
-    if layout != "timm-22k-wds":
+    if not layout.startswith("timm"):
         assert read_manifest(one).splits["val"].samples == 50
         assert list(read_manifest(one).skipped) == [f"{FULL_CLASSES[1]}_6"]
     if layout.startswith("winter21"):
@@ -441,16 +441,76 @@ def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22
         assert len(labels) == 8 and set(labels) <= set(subset)  # 22k's val is 12k's
 
 
-def test_timms_w21_download_without_a_val_split_is_refused_naming_what_to_use(tmp_path):
-    root = tmp_path / "imagenet-w21-wds"
-    root.mkdir()
-    files = ["imagenet_w21-train-0000.tar"]
-    write_tar(root / files[0], [sample(TRAIN_CLASSES[0], 1, TABLE_22K, 0)])
-    (root / "_info.json").write_text(json.dumps({"name": "imagenet_w21", "splits": {"train": {
-        "name": "train", "filenames": files, "shard_lengths": [1], "num_samples": 1}}}))
-    with pytest.raises(SourceError, match="is timm/imagenet-w21-wds's, which prepare does not read yet: .* Prepare "
-                                          "image-net.org's winter21_whole.tar.gz"):
-        prepare(config(root, tmp_path / "out"))
+W21_CLASSES = TABLE_22K[:3]  # where winter21's index is 22k's (none of the 2,674 it lacks comes before them)
+W21_PRESENT = [0, 1, 2038, 2039, 2047]  # of its 2,048 shards: val is the last 10 (2038..2047)
+
+
+def w21_sample(wnid: str, n: int, cls: int | None = None) -> dict[str, bytes]:
+    """As rwightman's writer makes them: KEY the image's stem, .cls the index among winter21's sorted wnids."""
+    meta = {"label": TABLE_22K.index(wnid), "class_name": wnid, "width": 40, "height": 32}
+    return {"__key__": f"{wnid}_{n}", "jpg": jpeg(40, 32, seed=n % 7),
+            "cls": str(TABLE_22K.index(wnid) if cls is None else cls).encode(), "json": json.dumps(meta).encode()}
+
+
+def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None) -> Path:
+    """timm/imagenet-w21-wds: _info.json lists 2,048 train shards (and no other split); W21_PRESENT are here,
+    two samples each (`bad` in the first)."""
+    root.mkdir(parents=True)
+    files = [f"imagenet_w21-train-{n:04d}.tar" for n in range(2048)]
+    for n in W21_PRESENT:
+        samples = [w21_sample(W21_CLASSES[(n + i) % 3], 10 * n + i) for i in range(2)]
+        write_tar(root / files[n], ([bad] if bad and n == 0 else []) + samples)
+    if info:
+        lengths = [2 + (n == 0 and bad is not None) for n in range(2048)]
+        (root / "_info.json").write_text(json.dumps({"name": "imagenet_w21", "splits": {"train": {
+            "name": "train", "filenames": files, "shard_lengths": lengths, "num_samples": sum(lengths)}}}))
+    return root
+
+
+@pytest.mark.parametrize("info", [True, False])
+def test_timms_w21_prepares_with_22k_labels_by_name_and_its_last_10_shards_held_out(tmp_path, info):
+    root = write_w21(tmp_path / "imagenet-w21-wds", info)
+    detected = detect(root)
+    assert detected.name == "timm-w21-wds"
+    source = detected.open()
+    assert [p.path.rsplit("-", 1)[1] for p in source.parts("val")] == ["2038.tar", "2039.tar", "2047.tar"]
+    assert shortfall(source.declared("val")).startswith("the val split lacks 7 of the 10 shards")
+    with pytest.raises(SourceError, match="imagenet_w21-train-0002.tar"):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
+    manifest = prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert manifest.num_classes == 21841 and manifest.source["layout"] == "timm-w21-wds"
+    keys = {split: {} for split in ("train", "val")}
+    for split in keys:
+        for shard in manifest.splits[split].shards:
+            with tarfile.open(tmp_path / "out" / shard.name) as tar:
+                for member in tar:
+                    if member.name.endswith(".cls"):
+                        keys[split][member.name.removesuffix(".cls")] = int(tar.extractfile(member).read())
+    assert sorted(int(key.split("_")[1]) // 10 for key in keys["val"]) == [2038, 2038, 2039, 2039, 2047, 2047]
+    assert sorted(int(key.split("_")[1]) // 10 for key in keys["train"]) == [0, 0, 1, 1]
+    assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+
+
+@pytest.mark.parametrize("bad,why", [
+    (w21_sample(TABLE_22K[0], 99, cls=TABLE_22K.index(TABLE_22K[0]) + 2), "cannot number winter21's sorted synsets"),
+    ({**w21_sample(TABLE_22K[5000], 99), "cls": b"1"}, "cannot number winter21's sorted synsets"),
+    ({**w21_sample(TABLE_22K[0], 99), "__key__": "image_99"}, "does not begin with one of ImageNet-22k's wnids"),
+])
+def test_a_w21_sample_whose_cls_or_name_does_not_fit_is_refused(tmp_path, bad, why):
+    root = write_w21(tmp_path / "imagenet-w21-wds", bad=bad)
+    with pytest.raises(SourceError, match=why):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_w21s_cls_lies_between_its_22k_index_less_2674_and_one_more():
+    from prepare.sources.timm_wds import check_w21_cls
+
+    for label, index in ((0, 0), (1, 0), (100, 2774), (2774, 2774), (2775, 2774), (19166, 21840)):
+        check_w21_cls(label, index, "x")
+    for label, index in ((2, 0), (99, 2774), (2776, 2774), (-1, 5)):
+        with pytest.raises(SourceError, match="cannot number"):
+            check_w21_cls(label, index, "x")
 
 
 def test_images_under_32_px_in_a_full_release_are_left_out_counted_and_named(tmp_path, caplog, small_held_out):

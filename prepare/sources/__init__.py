@@ -56,6 +56,7 @@ def layouts() -> dict[str, Layout]:
         hf_tars,
         timm_wds.IMAGENET_12K,
         timm_wds.IMAGENET_22K,
+        timm_wds.IMAGENET_W21,
         timm_wds.IMAGENET_1K,  # after the others: it takes an _info.json whose shards it does not know
         hf_parquet,
         imagenet_full,

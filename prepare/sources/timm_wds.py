@@ -4,20 +4,26 @@
     timm/imagenet-12k-wds   imagenet12k-train-NNNN.tar (1,024), imagenet12k-validation-NNNN.tar (512): 11,821 classes
     timm/imagenet-22k-wds   imagenet22k-train-NNNN.tar (4,096), imagenet22k-validation-NNNN.tar (512): 21,841
                             classes; its val is the 12k one (40 images of each 12k class)
+    timm/imagenet-w21-wds   imagenet_w21-train-NNNN.tar (2,048): winter21's 19,167 classes, 13,151,276 images,
+                            train only; val is held out: its last HELD_OUT_SHARDS shards (`held_out_shards`)
 
 Each sample is KEY.jpg, KEY.cls (the class's index among the sorted wnids), KEY.json; `_info.json`
 beside the shards lists them and counts their samples. The downloads differ only in their names and
 class tables, so each is a `TimmSet` of this module and a line of the registry (prepare/sources/__init__.py).
 ImageNet-1k's classes come from a class list beside the shards or the built-in table
 (prepare/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
-imagenet22k_classes.txt). The WebP variant (timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG
-shards, and its images would have to be decoded and re-encoded (`webp_refusal`).
+imagenet22k_classes.txt). w21's .cls numbers a 19,167-class table that nothing ships: its labels are
+22k's, by the wnid each image's name carries (the index winter21_whole.tar.gz's classes get too, layout
+imagenet-full), and .cls is checked to be consistent with it (`check_w21_cls`). The WebP variant
+(timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG shards, and its images would have to be
+decoded and re-encoded (`webp_refusal`).
 
 Nothing here imports webdataset: prepare/tars.py reads the tars.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -47,9 +53,14 @@ class TimmSet:
     table: str | None  # the built-in class table (labels.BUILTIN_TABLES); None: a class list beside, or ImageNet-1k's
     shard_counts: dict[str, int]  # split -> its shards, where _info.json is not there to list them
     subsets: tuple[str, ...] = ()  # built-in tables of class subsets evaluated on their own (its val's)
+    held_out_shards: int = 0  # without a val split: its last train shards are val (their number)
+    labels_by_name: bool = False  # the class is the wnid of each image's name, not .cls (W21Shard)
 
     @property
     def EXPECTED(self) -> str:
+        if self.held_out_shards:
+            return (f"Hugging Face's {self.repo}: {self.shard_pattern('train')}, {TIMM_INFO} beside them; val is "
+                    f"held out (its last {self.held_out_shards} shards)")
         return (f"Hugging Face's {self.repo}: {self.shard_pattern('train')} and {self.shard_pattern('val')}, "
                 f"{TIMM_INFO} beside them")
 
@@ -84,6 +95,13 @@ IMAGENET_12K = TimmSet("timm-12k-wds", "timm/imagenet-12k-wds", "imagenet12k", "
                        {"train": 1024, "val": 512})
 IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "imagenet-22k",
                        {"train": 4096, "val": 512}, subsets=("imagenet-12k",))
+# Its shards are shuffled ("validation & test splits can be made by dividing at the shard level", its card):
+# the last 10 of 2,048 (about 64,000 images, 0.5 %: birder's val for it holds 64,215) are val.
+HELD_OUT_SHARDS = 10
+IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-22k", {"train": 2048},
+                       held_out_shards=HELD_OUT_SHARDS, labels_by_name=True)
+W21_SYNSETS = 19_167  # what its .cls numbers: winter21's synsets, sorted
+W21_LESS = 21_841 - W21_SYNSETS  # 22k's synsets winter21 lacks: 2,674
 
 
 def listed_prefix(info: Path) -> str | None:
@@ -127,29 +145,63 @@ class WdsShard:
             if ext not in sample:
                 raise SourceError(f"{origin}: the sample has no .{ext} (its {what}): the shard is damaged or not "
                                   f"{self.repo}'s: download it again")
-        label = parse_label(sample["cls"])
+        key = wds_key(prefix, sample.get("json"), origin)
+        return Item(key, self.class_of(sample["cls"], key, origin), origin, sample["jpg"])
+
+    def class_of(self, cls: bytes, key: str, origin: str) -> str:
+        """The wnid .cls numbers in the class table, checked against the one the image's name carries."""
+        label = parse_label(cls)
         if label == BAD_LABEL or label >= len(self.classes):
-            raise SourceError(f"{origin}: .cls {sample['cls'][:20]!r} is not a class index of the class table "
+            raise SourceError(f"{origin}: .cls {cls[:20]!r} is not a class index of the class table "
                               f"(0..{len(self.classes) - 1}): the shards and the class table ({self.repo}'s, or the "
                               "class list beside them) do not belong together")
         wnid = self.classes[label]
-        key = wds_key(prefix, sample.get("json"), origin)
         named = re.match(r"(n\d{8})_", key)
         if named and named.group(1) != wnid:
             raise SourceError(f"{origin}: .cls {label} is {wnid} in the class table, but the image's name {key} "
                               f"says {named.group(1)}: the class table ({self.repo}'s, or the class list beside the shards) does "
                               "not belong to them")
-        return Item(key, wnid, origin, sample["jpg"])
+        return wnid
 
 
-W21 = "image-net.org's winter21_whole.tar.gz (ImageNet-21k: layout imagenet-full)"
+@dataclass(frozen=True)
+class W21Shard(WdsShard):
+    """A shard of timm/imagenet-w21-wds: the class is the wnid of the image's name (22k's table), its
+    .cls (an index in a table nothing ships) checked to be consistent with it."""
+
+    def class_of(self, cls: bytes, key: str, origin: str) -> str:
+        named = re.match(r"(n\d{8})_", key)
+        if named is None or named.group(1) not in self.table_index:
+            raise SourceError(f"{origin}: the image's name {key} does not begin with one of ImageNet-22k's wnids, "
+                              f"which is where prepare takes {self.repo}'s classes from: is the shard {self.repo}'s?")
+        wnid = named.group(1)
+        check_w21_cls(parse_label(cls), self.table_index[wnid], f"{origin}: .cls {cls[:20]!r} of {wnid}")
+        return wnid
+
+    @functools.cached_property
+    def table_index(self) -> dict[str, int]:  # once a shard, in the worker that reads it
+        return {wnid: i for i, wnid in enumerate(self.classes)}
+
+
+def check_w21_cls(label: int, index_22k: int, what: str) -> None:
+    """w21's .cls is its class's index among winter21's 19,167 sorted wnids, which are 22k's sorted wnids
+    less 2,674: so it lies between the class's index in 22k's table less 2,674 and that index (or one more,
+    were it numbered from 1). Pure."""
+    lowest = max(0, index_22k - W21_LESS)
+    if label == BAD_LABEL or not lowest <= label <= index_22k + 1:
+        raise SourceError(f"{what} cannot number winter21's sorted synsets (it would lie in "
+                          f"{lowest}..{index_22k + 1}): the shard's labels are not "
+                          f"the ones prepare knows {IMAGENET_W21.repo}'s to be; report it, with the shard's _info.json")
+
+
+JPEG_W21 = "its JPEG variant, timm/imagenet-w21-wds, or image-net.org's winter21_whole.tar.gz (layout imagenet-full)"
 
 
 def webp_refusal(origin: str) -> str:
     """The WebP variants hold .webp images: prepare's shards are JPEG (the loader's crop decode and the pinned
     pixels are libjpeg-turbo's), so each image would be decoded and re-encoded, a second lossy step."""
     return (f"{origin}: the sample's image is WebP (timm/imagenet-w21-webp-wds or another WebP variant): prepare "
-            f"writes JPEG shards and does not re-encode WebP. Prepare {W21} instead")
+            f"writes JPEG shards and does not re-encode WebP. Prepare {JPEG_W21} instead")
 
 
 def wds_samples(members: Iterator[tuple[str, bytes]], origin: str) -> Iterator[tuple[str, dict[str, bytes]]]:
@@ -244,14 +296,16 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
         listed = parse_wds_info(text, str(info))
         if "webp" in str(json.loads(text).get("name", "")).lower():
             raise SourceError(webp_refusal(str(info)))
+        if spec.held_out_shards and "train" in listed:
+            return held_out_splits(listed["train"], spec.held_out_shards, str(info))
         missing = [name for name in TIMM_SPLITS.values() if name not in listed]
-        if missing and listed_prefix(info) == "imagenet_w21":
-            raise SourceError(f"{info} is timm/imagenet-w21-wds's, which prepare does not read yet: it has no "
-                              f"validation split and no class list beside it. Prepare {W21} instead")
         if missing:
             raise SourceError(f"{info} lists no {missing[0]!r} split: is it the {TIMM_INFO} of timm/imagenet-1k-wds, "
                               "-12k-wds or -22k-wds?")
         return {split: listed[name] for split, name in TIMM_SPLITS.items()}
+    if spec.held_out_shards:  # its numbering in full: which shards are val does not hang on those present
+        numbered = tuple(f"{spec.prefix}-train-{n:04d}.tar" for n in range(spec.shard_counts["train"]))
+        return held_out_splits(WdsSplit(numbered, None, None), spec.held_out_shards, f"{spec.repo}'s layout")
     found = {split: tuple(sorted(p.name for p in root.glob(spec.shard_pattern(split)))) for split in TIMM_SPLITS}
     for split, names in found.items():
         if not names:
@@ -260,12 +314,28 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
     return {split: WdsSplit(names, None, None) for split, names in found.items()}
 
 
+def held_out_splits(train: WdsSplit, shards: int, origin: str) -> dict[str, WdsSplit]:
+    """A download without a val split: its last `shards` train shards are val, the rest train. Pure."""
+    if len(train.filenames) <= shards:
+        raise SourceError(f"{origin} lists {len(train.filenames)} train shards: too few to hold {shards} out as val "
+                          f"(the whole download lists 2,048): download {TIMM_INFO} again")
+    cut = len(train.filenames) - shards
+
+    def part(names: tuple[str, ...], lengths: tuple[int, ...] | None) -> WdsSplit:
+        return WdsSplit(names, lengths, sum(lengths) if lengths else None)
+
+    lengths = train.shard_lengths
+    return {"train": part(train.filenames[:cut], lengths[:cut] if lengths else None),
+            "val": part(train.filenames[cut:], lengths[cut:] if lengths else None)}
+
+
 def wds_gap(root: Path, split: WdsSplit, info: bool, known: int | None = None, spec: TimmSet = IMAGENET_1K) -> Gap:
     """The shards _info.json lists that are not there; without it, of the `known` shards of the
-    download's own layout (for timm/imagenet-1k-wds, where the classes are ImageNet-1k's), or else of
-    the numbering of those that are there (imagenet1k-train-0000.tar ...)."""
-    if info:
-        return Gap("shards", len(split.filenames), TIMM_INFO,
+    download's own layout (for timm/imagenet-1k-wds, where the classes are ImageNet-1k's; for a download
+    whose val is held out, its numbering in full), or else of the numbering of those that are there
+    (imagenet1k-train-0000.tar ...)."""
+    if info or spec.held_out_shards:
+        return Gap("shards", len(split.filenames), TIMM_INFO if info else f"{spec.repo}'s layout",
                    tuple(name for name in split.filenames if not (root / name).exists()))
     numbered = [m for name in split.filenames if (m := spec.shard_number().match(name))]
     if not numbered:
@@ -287,10 +357,11 @@ def wds_files(root: Path, spec: TimmSet = IMAGENET_1K) -> list[Path]:
 
 
 def wds_shards_present(root: Path, listed: WdsSplit, missing: set[str], wnids: tuple[str, ...],
-                       repo: str) -> list[WdsShard]:
+                       spec: TimmSet) -> list[WdsShard]:
     lengths = listed.shard_lengths or (None,) * len(listed.filenames)
     present = [(root / name, count) for name, count in zip(listed.filenames, lengths) if name not in missing]
-    return [WdsShard(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids, repo)
+    kind = W21Shard if spec.labels_by_name else WdsShard
+    return [kind(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids, spec.repo)
             for path, count in present]
 
 
@@ -316,8 +387,8 @@ class WdsShards(Source):
         self._parts, self._declared = {}, {}
         stated = spec is not IMAGENET_1K or len(self.classes) == IMAGENET_1K_CLASSES
         for split, listed in self.splits_info.items():
-            gap = wds_gap(root, listed, info, spec.shard_counts[split] if stated else None, spec)
-            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids, spec.repo)
+            gap = wds_gap(root, listed, info, spec.shard_counts.get(split) if stated else None, spec)
+            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids, spec)
             found = sum(part.count for part in self._parts[split]) if listed.shard_lengths else None
             self._declared[split] = Declared(split, (gap,), listed.num_samples, TIMM_INFO if info else None, found)
 
