@@ -101,7 +101,7 @@ def load_index(archive: Path) -> StreamIndex | None:
             continue
         parsed = parse_index(data, archive_stamp(archive))
         if isinstance(parsed, str):
-            log.warning("%s: this seek index of %s is %s: ignored; the stream is read whole, and a new one kept",
+            log.warning("%s: this seek index of %s is %s: ignored (the next whole read of the stream replaces it)",
                         path, archive.name, parsed)
             continue
         return StreamIndex(path, parsed[0])
@@ -120,7 +120,17 @@ def index_document(reader, members: list[Member], stamp: dict) -> bytes:
 
 def keep_index(archive: Path, reader, members: list[Member], stamp: dict) -> Path | None:
     """Write the index where it may lie (beside the archive, else the cache), unless a usable one
-    is there already; the path, or None where no place is writable (said in the log)."""
+    is there already; the path, or None where none was written (said in the log). Never fails: the
+    index only saves later jobs time, and this runs after the whole stream was read."""
+    try:
+        return write_index(archive, reader, members, stamp)
+    except Exception as exn:  # rapidgzip's export, an unexpected file system: not worth the read it follows
+        log.warning("%s: its seek index could not be kept (%s: %s): every job reads the stream whole",
+                    archive.name, type(exn).__name__, exn)
+        return None
+
+
+def write_index(archive: Path, reader, members: list[Member], stamp: dict) -> Path | None:
     if load_index(archive) is not None:
         return None
     document = index_document(reader, members, stamp)
@@ -142,42 +152,90 @@ def keep_index(archive: Path, reader, members: list[Member], stamp: dict) -> Pat
     return None
 
 
-# ---------------------------------------------------------------- reading through an index
+# ---------------------------------------------------------------- reading the stream
 
-_readers: dict[tuple[int, str], object] = {}
+class Inflated:
+    """rapidgzip's reader of a gzip stream, whose errors on damaged data (ValueError: a CRC or a
+    distance; RuntimeError: a size) become a SourceError that says what to do."""
+
+    def __init__(self, archive: str, threads: int, index: str | None = None, index_bytes: bytes | None = None):
+        self.archive, self.index = archive, index
+        self.reader = rapidgzip.open(archive, parallelization=threads)
+        if index_bytes is not None:
+            self.checked(self.reader.import_index, io.BytesIO(index_bytes))
+
+    def read(self, size: int = -1) -> bytes:
+        return self.checked(self.reader.read, size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.checked(self.reader.seek, offset, whence)
+
+    def tell(self) -> int:
+        return self.reader.tell()
+
+    def export_index(self, out, index_format) -> None:
+        self.reader.export_index(out, index_format)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> "Inflated":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def checked(self, call, *args):
+        try:
+            return call(*args)
+        except (ValueError, RuntimeError) as exn:
+            why = str(exn) if len(str(exn)) < 160 else str(exn)[:157] + "..."  # rapidgzip's are long
+            if self.index is None:
+                raise SourceError(f"cannot inflate {self.archive} ({why}): it is truncated or corrupt: copy or "
+                                  "download it again") from None
+            raise SourceError(f"cannot inflate {self.archive} through its seek index {self.index} ({why}): delete "
+                              "the index and rerun (the stream is then read whole, and checked); if that fails "
+                              "too, copy or download the archive again") from None
 
 
-def indexed_reader(archive: str, index: str):
+_readers: dict[tuple[int, str], Inflated] = {}
+
+
+def indexed_reader(archive: str, index: str) -> Inflated:
     """This process's reader of `archive` seeking through `index`, opened once (a worker reads many
-    members: the index is imported once, not a member). One thread: the workers are the parallelism.
-    Keyed by the process too, as a reader's threads do not survive a fork."""
+    members: the index is imported once, not a member). A process reads one part at a time, so one
+    reader serves them in turn. One thread: the workers are the parallelism. Keyed by the process
+    too, as a reader's threads do not survive a fork."""
     key = (os.getpid(), index)
     if key not in _readers:
-        parsed = parse_index(Path(index).read_bytes(), archive_stamp(Path(archive)))
+        try:
+            data = Path(index).read_bytes()
+        except OSError as exn:
+            raise SourceError(f"{index}: the seek index of {archive} went while prepare ran ({exn.strerror or exn}): "
+                              "rerun prepare") from None
+        parsed = parse_index(data, archive_stamp(Path(archive)))
         if isinstance(parsed, str):
             raise SourceError(f"{index}: the seek index of {archive} is {parsed} (it changed while prepare ran): "
                               "rerun prepare")
-        reader = rapidgzip.open(archive, parallelization=1)
-        reader.import_index(io.BytesIO(parsed[1]))
-        if not any(pid == os.getpid() for pid, _ in _readers):
-            atexit.register(close_readers, os.getpid())
-        _readers[key] = reader
+        _readers[key] = Inflated(archive, 1, index, parsed[1])
     return _readers[key]
 
 
-def close_readers(pid: int) -> None:
-    """Close the readers process `pid` opened, if this is it: at its exit (a reader left to the
-    interpreter's teardown ends it with std::terminate, its threads still joinable), and at the end of
-    a prepare that read in this process (`readers_closed`: the archive is then no longer held open)."""
-    if os.getpid() == pid:
-        for key in [key for key in _readers if key[0] == pid]:
-            _readers.pop(key).close()
+def close_readers() -> None:
+    """Close the readers this process opened: at its exit (a reader left to the interpreter's teardown
+    ends it with std::terminate, its threads still joinable), and at the end of a prepare or of a
+    sample read here, before a fork (`readers_closed`: nor is the archive then held open)."""
+    for key in [key for key in _readers if key[0] == os.getpid()]:
+        _readers.pop(key).close()
+
+
+atexit.register(close_readers)
 
 
 @contextlib.contextmanager
 def readers_closed():
-    """A prepare in this process: whatever it read through an index here is closed when it ends."""
+    """Whatever this process reads through an index inside is closed when it ends."""
     try:
         yield
     finally:
-        close_readers(os.getpid())
+        close_readers()

@@ -111,7 +111,7 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
         raise_first_error(group, [s["error"] for s in statuses])
-        refuse_disagreement(group.names, [s["plan"] for s in statuses])
+        refuse_disagreement(group.names, [s["plan"] for s in statuses], [s.get("seek_index") for s in statuses])
         needs = [s["needs"] for s in statuses]
         if not any(needs):
             return finish_here(node, dest, config, identity, pool)
@@ -175,7 +175,8 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
         budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
         room = read_ahead_bytes(part_sizes(parts), ahead) <= budget
-        facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts)}
+        facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
+                 "seek_index": source.seek_index()}
         return NodeState(found.complete, found.damaged, found.base, source, parts, ahead), facts
     except USER_ERRORS as exn:
         return None, {"error": one_line(exn)}
@@ -229,7 +230,18 @@ def refuse_shared_dest(dest: Path, names: list[str], sharing: list[list[str]]) -
                            "--no-shared-read to have one node write it and the others wait for it")
 
 
-def refuse_disagreement(names: list[str], plans: list[str]) -> None:
+def refuse_disagreement(names: list[str], plans: list[str], seek_indexes: list[str | None]) -> None:
+    """Every node must plan the same read: the same source, options, parts and labels (`plan_digest`),
+    and the same seek index or none (a node's own cache may hold one the others lack)."""
+    index = next((index for index in seek_indexes if index is not None), None)
+    if index is not None and any(other != index for other in seek_indexes):
+        with_it = [name for name, other in zip(names, seek_indexes) if other == index]
+        without = [name for name, other in zip(names, seek_indexes) if other != index]
+        raise PrepareError(f"nodes {', '.join(with_it)} read the source through its seek index {index}, nodes "
+                           f"{', '.join(without)} do not see that index (kept in a node's own cache, or written as this "
+                           "job started): delete it (the next job reads the stream whole and keeps one beside the "
+                           "archive where that folder is writable), or copy it to the same path on every node; then "
+                           "rerun")
     differing = [name for name, plan in zip(names, plans) if plan != plans[0]]
     if differing:
         raise PrepareError(f"nodes {', '.join(differing)} see another source or other options than {names[0]} (the "

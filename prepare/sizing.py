@@ -13,6 +13,7 @@ import itertools
 from typing import Callable
 
 from prepare.config import PrepareConfig
+from prepare.gzip_index import readers_closed
 from prepare.images import BadImage, prepare_image
 from prepare.sources.base import Source
 
@@ -22,16 +23,18 @@ IMAGES_PER_PART = 8
 
 
 def sampled_images(source: Source, split: str = "train") -> list[bytes]:
-    """The first IMAGES_PER_PART images of SAMPLED_PARTS parts spread evenly over the split."""
+    """The first IMAGES_PER_PART images of SAMPLED_PARTS parts spread evenly over the split. Read here,
+    in the main process: what it read through a seek index is closed before the workers fork."""
     parts = source.parts(split)
     step = max(1, len(parts) // SAMPLED_PARTS)
     images = []
-    for part in parts[::step][:SAMPLED_PARTS]:
-        items = part.items()
-        try:
-            images += [item.data for item in itertools.islice(items, IMAGES_PER_PART)]
-        finally:
-            items.close()  # a streamed part (a gzip) stops reading here
+    with readers_closed():
+        for part in parts[::step][:SAMPLED_PARTS]:
+            items = part.items()
+            try:
+                images += [item.data for item in itertools.islice(items, IMAGES_PER_PART)]
+            finally:
+                items.close()  # a streamed part (a gzip) stops reading here
     return images
 
 

@@ -343,6 +343,35 @@ def test_a_stale_or_damaged_seek_index_is_ignored_said_and_replaced(tmp_path, sm
     assert not detect(archive).open().streamed  # a new index, for the archive as it is now
 
 
+@pytest.mark.parametrize("through", ["the whole stream", "the index"])
+def test_a_damaged_winter21_is_refused_in_one_line_saying_what_to_do(tmp_path, small_held_out, through):
+    """Bytes flipped in the middle of the gzip stream: read whole (rapidgzip: a CRC, a distance or a size),
+    or through an index kept before the damage (its time put back, so the index is taken)."""
+    import os
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz")
+    if through == "the index":
+        prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
+    data, stat = bytearray(archive.read_bytes()), archive.stat()
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0x5A for b in data[middle:middle + 64])
+    archive.write_bytes(bytes(data))
+    os.utime(archive, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert detect(archive).open().streamed == (through == "the whole stream")
+    with pytest.raises(SourceError, match="download it again|download the archive again"):
+        prepare(config(archive, tmp_path / "out", shard_size_mb=0.02))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_nodes_that_see_different_seek_indexes_are_refused_naming_the_index():
+    from prepare.shared_read import refuse_disagreement
+
+    refuse_disagreement(["a", "b"], ["p", "p"], ["/src/x.prepare-index"] * 2)
+    with pytest.raises(Exception, match="nodes a read the source through its seek index /src/x.prepare-index, nodes b do "
+                                        "not see that index .*: delete it"):
+        refuse_disagreement(["a", "b"], ["p", "q"], ["/src/x.prepare-index", None])
+
+
 def test_parse_index_takes_only_an_index_of_this_archive_whole():
     from prepare.gzip_index import FORMAT, Member, parse_index
     import hashlib
@@ -491,10 +520,19 @@ def test_timms_w21_prepares_with_22k_labels_by_name_and_its_last_10_shards_held_
     assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
 
 
+def no_wnid(sample: dict[str, bytes], class_name: bool) -> dict[str, bytes]:
+    """The sample under a key without its wnid, its .json with or without the class_name."""
+    meta = json.loads(sample["json"])
+    if not class_name:
+        del meta["class_name"]
+    return {**sample, "__key__": "image_99", "json": json.dumps(meta).encode()}
+
+
 @pytest.mark.parametrize("bad,why", [
-    (w21_sample(TABLE_22K[0], 99, cls=TABLE_22K.index(TABLE_22K[0]) + 2), "cannot number winter21's sorted synsets"),
-    ({**w21_sample(TABLE_22K[5000], 99), "cls": b"1"}, "cannot number winter21's sorted synsets"),
-    ({**w21_sample(TABLE_22K[0], 99), "__key__": "image_99"}, "does not begin with one of ImageNet-22k's wnids"),
+    (w21_sample(W21_CLASSES[0], 99, cls=TABLE_22K.index(W21_CLASSES[0]) + 1), f"the images of {W21_CLASSES[0]} carry "
+                                                                              ".cls 0, 1: its .cls numbers and its images' names disagree"),
+    (w21_sample(TABLE_22K[5000], 99, cls=0), f".cls 1 of {W21_CLASSES[1]} is not below .cls 0 of {TABLE_22K[5000]}"),
+    (no_wnid(w21_sample(TABLE_22K[0], 99), class_name=False), "neither the image's name image_99 nor its .json's class_name"),
 ])
 def test_a_w21_sample_whose_cls_or_name_does_not_fit_is_refused(tmp_path, bad, why):
     root = write_w21(tmp_path / "imagenet-w21-wds", bad=bad)
@@ -503,14 +541,33 @@ def test_a_w21_sample_whose_cls_or_name_does_not_fit_is_refused(tmp_path, bad, w
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_w21s_cls_lies_between_its_22k_index_less_2674_and_one_more():
-    from prepare.sources.timm_wds import check_w21_cls
+def test_a_w21_sample_without_a_wnid_in_its_name_takes_its_jsons_class_name(tmp_path):
+    root = write_w21(tmp_path / "imagenet-w21-wds", bad=no_wnid(w21_sample(W21_CLASSES[2], 99), class_name=True))
+    prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    with tarfile.open(next((tmp_path / "out" / "train").glob("*.tar"))) as tar:
+        labels = {m.name: int(tar.extractfile(m).read()) for m in tar if m.name.endswith(".cls")}
+    assert labels["image_99.cls"] == TABLE_22K.index(W21_CLASSES[2])
 
-    for label, index in ((0, 0), (1, 0), (100, 2774), (2774, 2774), (2775, 2774), (19166, 21840)):
-        check_w21_cls(label, index, "x")
-    for label, index in ((2, 0), (99, 2774), (2776, 2774), (-1, 5)):
-        with pytest.raises(SourceError, match="cannot number"):
-            check_w21_cls(label, index, "x")
+
+def test_cls_order_takes_any_index_among_sorted_wnids_and_refuses_what_disagrees_with_the_names():
+    from prepare.sources.timm_wds import check_cls_order
+
+    a, b, c = TABLE_22K[0], TABLE_22K[7], TABLE_22K[3000]
+    for numbers in ({a: {0}, b: {5}, c: {2999}}, {a: {1}, b: {2}, c: {3}}, {}):  # 0- or 1-based, gaps: all fine
+        check_cls_order(numbers, "x", "w21")
+    for numbers, why in (({a: {0, 1}}, "carry .cls 0, 1"), ({a: {3}, b: {3}}, "is not below"),
+                         ({a: {5}, c: {2}}, "is not below"), ({a: {-1}}, "carry")):
+        with pytest.raises(SourceError, match=why):
+            check_cls_order(numbers, "x", "w21")
+
+
+def test_w21_without_info_refuses_a_shard_beyond_its_numbering_and_records_its_rules(tmp_path):
+    root = write_w21(tmp_path / "imagenet-w21-wds", info=False)
+    assert detect(root).identity()["rules"] == {"held_out_shards": 10,
+                                                "labels": "the wnid of each image's name, in ImageNet-22k's table"}
+    write_tar(root / "imagenet_w21-train-2048.tar", [w21_sample(W21_CLASSES[0], 1)])
+    with pytest.raises(SourceError, match="holds imagenet_w21-train-2048.tar, which is not among .* 2,048 train shards"):
+        detect(root).open()
 
 
 def test_images_under_32_px_in_a_full_release_are_left_out_counted_and_named(tmp_path, caplog, small_held_out):

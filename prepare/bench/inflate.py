@@ -129,9 +129,13 @@ def open_indexed(path: str, index: str) -> None:
 
 
 def read_part(part: tuple[int, int]) -> int:
+    """The part's bytes read in 4 MiB reads; how many there were."""
     offset, size = part
     _reader.seek(offset)
-    return sum(len(_reader.read(min(READ, offset + size - _reader.tell()))) for _ in range(-(-size // READ)))
+    left = size
+    while left and (chunk := _reader.read(min(READ, left))):
+        left -= len(chunk)
+    return size - left
 
 
 if __name__ == "__main__":

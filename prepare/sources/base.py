@@ -136,6 +136,11 @@ class Source:
         """What the layout adds to "the split holds no images" (after a colon), where it knows more."""
         return ""
 
+    def seek_index(self) -> str | None:
+        """The seek index its parts are read through, where it has one (winter21's: prepare/gzip_index.py):
+        every node of a shared read must read through the same, or none."""
+        return None
+
     def class_subsets(self) -> dict[str, list[int]]:
         """Named subsets of the classes that training also evaluates on their own (the manifest's
         `class_subsets`): name -> the subset's classes' indices in `classes`, in its label order."""

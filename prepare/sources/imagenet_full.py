@@ -22,19 +22,20 @@ under MIN_SIDE px are left out, counted in the log and named under the manifest'
 from __future__ import annotations
 
 import contextlib
+import logging
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import rapidgzip
-
 from prepare.completeness import Declared, Gap
-from prepare.gzip_index import Member, archive_stamp, indexed_reader, keep_index, load_index
+from prepare.gzip_index import Inflated, Member, archive_stamp, indexed_reader, keep_index, load_index
 from prepare.labels import WNID, builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
 from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
+
+log = logging.getLogger("prepare")
 
 NAME = "imagenet-full"
 FALL11 = "fall11_whole.tar"
@@ -90,7 +91,8 @@ def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
 class FullClassTar:
     """One class's tar inside fall11_whole.tar (or winter21_whole.tar.gz's inflated stream, through its
     seek `index`), at its offset: a worker reads it alone. val reads the inner tar's headers and its
-    held-out images only; train reads it whole."""
+    held-out images only (in winter21, reaching each header inflates what comes before it: the class
+    tar whole); train reads it whole."""
     archive: str
     wnid: str
     name: str
@@ -152,7 +154,7 @@ class FullStream:
     def items(self) -> Iterator[Item]:
         stamp = archive_stamp(Path(self.archive))  # before the read: a copy changing under it is not indexed
         class_tars = []
-        with rapidgzip.open(self.archive, parallelization=available_cpus()) as stream:
+        with Inflated(self.archive, available_cpus()) as stream:
             for member, data in iterate_whole_tar_members(stream, self.archive):
                 wnid = class_of(member.name, self.known, self.archive)
                 if wnid is not None:
@@ -174,8 +176,18 @@ class FullRelease(Source):
         self.classes = class_table(list(names), names)
         self.synsets = RELEASES[archive.name]
         self.index = load_index(archive) if archive.name == WINTER21 else None
-        self.streamed = archive.name == WINTER21 and self.index is None
         self.class_tars = [] if self.streamed else self.locate_class_tars()
+        if self.streamed:
+            log.info("%s has no seek index yet: each split reads the stream whole, and the first to end keeps one "
+                     "for later jobs (docs/prepare.md, winter21's one gzip stream)", archive.name)
+
+    @property
+    def streamed(self) -> bool:
+        """winter21 without its index: a split is one part, the stream read whole."""
+        return self.archive.name == WINTER21 and self.index is None
+
+    def seek_index(self) -> str | None:
+        return None if self.index is None else str(self.index.path)
 
     def locate_class_tars(self) -> list[tuple[str, str, int, int]]:
         """(wnid, member name, offset, size) of the class tars: fall11's from its headers, winter21's

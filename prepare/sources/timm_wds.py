@@ -14,7 +14,7 @@ ImageNet-1k's classes come from a class list beside the shards or the built-in t
 (prepare/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
 imagenet22k_classes.txt). w21's .cls numbers a 19,167-class table that nothing ships: its labels are
 22k's, by the wnid each image's name carries (the index winter21_whole.tar.gz's classes get too, layout
-imagenet-full), and .cls is checked to be consistent with it (`check_w21_cls`). The WebP variant
+imagenet-full), and .cls is checked to agree with the names (`check_cls_order`). The WebP variant
 (timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG shards, and its images would have to be
 decoded and re-encoded (`webp_refusal`).
 
@@ -55,6 +55,15 @@ class TimmSet:
     subsets: tuple[str, ...] = ()  # built-in tables of class subsets evaluated on their own (its val's)
     held_out_shards: int = 0  # without a val split: its last train shards are val (their number)
     labels_by_name: bool = False  # the class is the wnid of each image's name, not .cls (W21Shard)
+
+    @property
+    def RULES(self) -> dict | None:
+        """What prepare decides that the download does not say, in the source's identity (a change makes
+        a dataset prepared by the old rule another dataset): w21's val and labels."""
+        if not (self.held_out_shards or self.labels_by_name):
+            return None
+        return {"held_out_shards": self.held_out_shards,
+                "labels": "the wnid of each image's name, in ImageNet-22k's table" if self.labels_by_name else ".cls"}
 
     @property
     def EXPECTED(self) -> str:
@@ -100,8 +109,6 @@ IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "
 HELD_OUT_SHARDS = 10
 IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-22k", {"train": 2048},
                        held_out_shards=HELD_OUT_SHARDS, labels_by_name=True)
-W21_SYNSETS = 19_167  # what its .cls numbers: winter21's synsets, sorted
-W21_LESS = 21_841 - W21_SYNSETS  # 22k's synsets winter21 lacks: 2,674
 
 
 def listed_prefix(info: Path) -> str | None:
@@ -128,11 +135,15 @@ class WdsShard:
         return set(self.classes)
 
     def items(self) -> Iterator[Item]:
+        return (self.item(prefix, sample) for prefix, sample in self.samples())
+
+    def samples(self) -> Iterator[tuple[str, dict[str, bytes]]]:
+        """The shard's samples, then proof that it holds as many as _info.json says."""
         count = 0
         with open(self.path, "rb") as f:
             for prefix, sample in wds_samples(iterate_whole_tar(f, self.path), self.path):
                 count += 1
-                yield self.item(prefix, sample)
+                yield prefix, sample
         if self.count is not None and count != self.count:
             raise SourceError(f"{self.path} holds {count} samples, {TIMM_INFO} says {self.count}: the shard is "
                               "incomplete or not the one listed there: download it again")
@@ -146,10 +157,11 @@ class WdsShard:
                 raise SourceError(f"{origin}: the sample has no .{ext} (its {what}): the shard is damaged or not "
                                   f"{self.repo}'s: download it again")
         key = wds_key(prefix, sample.get("json"), origin)
-        return Item(key, self.class_of(sample["cls"], key, origin), origin, sample["jpg"])
+        return Item(key, self.class_of(sample, key, origin), origin, sample["jpg"])
 
-    def class_of(self, cls: bytes, key: str, origin: str) -> str:
+    def class_of(self, sample: dict[str, bytes], key: str, origin: str) -> str:
         """The wnid .cls numbers in the class table, checked against the one the image's name carries."""
+        cls = sample["cls"]
         label = parse_label(cls)
         if label == BAD_LABEL or label >= len(self.classes):
             raise SourceError(f"{origin}: .cls {cls[:20]!r} is not a class index of the class table "
@@ -166,32 +178,55 @@ class WdsShard:
 
 @dataclass(frozen=True)
 class W21Shard(WdsShard):
-    """A shard of timm/imagenet-w21-wds: the class is the wnid of the image's name (22k's table), its
-    .cls (an index in a table nothing ships) checked to be consistent with it."""
+    """A shard of timm/imagenet-w21-wds: the class is the wnid of the image's name (or of its .json's
+    class_name), in 22k's table. Its .cls, an index in a table nothing ships, decides nothing; it is
+    checked only to agree with the names (`check_cls_order`)."""
 
-    def class_of(self, cls: bytes, key: str, origin: str) -> str:
+    def items(self) -> Iterator[Item]:
+        numbers: dict[str, set[int]] = {}
+        for prefix, sample in self.samples():
+            item = self.item(prefix, sample)
+            numbers.setdefault(item.wnid, set()).add(parse_label(sample["cls"]))
+            yield item
+        check_cls_order(numbers, self.path, self.repo)
+
+    def class_of(self, sample: dict[str, bytes], key: str, origin: str) -> str:
         named = re.match(r"(n\d{8})_", key)
-        if named is None or named.group(1) not in self.table_index:
-            raise SourceError(f"{origin}: the image's name {key} does not begin with one of ImageNet-22k's wnids, "
-                              f"which is where prepare takes {self.repo}'s classes from: is the shard {self.repo}'s?")
-        wnid = named.group(1)
-        check_w21_cls(parse_label(cls), self.table_index[wnid], f"{origin}: .cls {cls[:20]!r} of {wnid}")
+        wnid = named.group(1) if named else json_class_name(sample.get("json"))
+        if wnid not in self.known:
+            raise SourceError(f"{origin}: neither the image's name {key} nor its .json's class_name gives one of "
+                              f"ImageNet-22k's wnids, which is where prepare takes {self.repo}'s classes from: is the "
+                              f"shard {self.repo}'s? Download it again")
         return wnid
 
     @functools.cached_property
-    def table_index(self) -> dict[str, int]:  # once a shard, in the worker that reads it
-        return {wnid: i for i, wnid in enumerate(self.classes)}
+    def known(self) -> frozenset[str]:  # once a shard, in the worker that reads it
+        return frozenset(self.classes)
 
 
-def check_w21_cls(label: int, index_22k: int, what: str) -> None:
-    """w21's .cls is its class's index among winter21's 19,167 sorted wnids, which are 22k's sorted wnids
-    less 2,674: so it lies between the class's index in 22k's table less 2,674 and that index (or one more,
-    were it numbered from 1). Pure."""
-    lowest = max(0, index_22k - W21_LESS)
-    if label == BAD_LABEL or not lowest <= label <= index_22k + 1:
-        raise SourceError(f"{what} cannot number winter21's sorted synsets (it would lie in "
-                          f"{lowest}..{index_22k + 1}): the shard's labels are not "
-                          f"the ones prepare knows {IMAGENET_W21.repo}'s to be; report it, with the shard's _info.json")
+def json_class_name(meta: bytes | None) -> str | None:
+    try:
+        name = json.loads(meta).get("class_name") if meta is not None else None
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def check_cls_order(numbers: dict[str, set[int]], origin: str, repo: str) -> None:
+    """A shard's .cls numbers against its images' wnids: one number a wnid, growing with the wnid, as an
+    index among sorted wnids does, whatever its table and whether it counts from 0 or 1. Pure."""
+    for wnid, seen in numbers.items():
+        if len(seen) > 1 or BAD_LABEL in seen:
+            raise SourceError(f"{origin}: the images of {wnid} carry .cls {', '.join(map(str, sorted(seen)[:3]))}: "
+                              f"its .cls numbers and its images' names disagree: the shard is damaged or not {repo}'s, "
+                              "download it again")
+    ordered = sorted(numbers)
+    for lower, higher in zip(ordered, ordered[1:]):
+        (a,), (b,) = numbers[lower], numbers[higher]
+        if a >= b:
+            raise SourceError(f"{origin}: .cls {a} of {lower} is not below .cls {b} of {higher}, as an index among "
+                              f"sorted wnids would be: its .cls numbers and its images' names disagree: the shard is "
+                              f"damaged or not {repo}'s, download it again")
 
 
 JPEG_W21 = "its JPEG variant, timm/imagenet-w21-wds, or image-net.org's winter21_whole.tar.gz (layout imagenet-full)"
@@ -305,6 +340,11 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
         return {split: listed[name] for split, name in TIMM_SPLITS.items()}
     if spec.held_out_shards:  # its numbering in full: which shards are val does not hang on those present
         numbered = tuple(f"{spec.prefix}-train-{n:04d}.tar" for n in range(spec.shard_counts["train"]))
+        beyond = sorted({p.name for p in root.glob(spec.shard_pattern("train"))} - set(numbered))
+        if beyond:
+            raise SourceError(f"{root} holds {beyond[0]}, which is not among {spec.repo}'s {len(numbered):,} train "
+                              f"shards ({numbered[0]} to {numbered[-1]}): put its {TIMM_INFO} beside the shards, "
+                              "which lists them")
         return held_out_splits(WdsSplit(numbered, None, None), spec.held_out_shards, f"{spec.repo}'s layout")
     found = {split: tuple(sorted(p.name for p in root.glob(spec.shard_pattern(split)))) for split in TIMM_SPLITS}
     for split, names in found.items():
@@ -315,18 +355,19 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
 
 
 def held_out_splits(train: WdsSplit, shards: int, origin: str) -> dict[str, WdsSplit]:
-    """A download without a val split: its last `shards` train shards are val, the rest train. Pure."""
+    """A download without a val split: its last `shards` train shards by name (by number: the names are
+    zero-padded) are val, the rest train. Pure."""
     if len(train.filenames) <= shards:
         raise SourceError(f"{origin} lists {len(train.filenames)} train shards: too few to hold {shards} out as val "
                           f"(the whole download lists 2,048): download {TIMM_INFO} again")
-    cut = len(train.filenames) - shards
+    rows = sorted(zip(train.filenames, train.shard_lengths or (None,) * len(train.filenames)))
+    cut = len(rows) - shards
 
-    def part(names: tuple[str, ...], lengths: tuple[int, ...] | None) -> WdsSplit:
-        return WdsSplit(names, lengths, sum(lengths) if lengths else None)
+    def part(rows: list[tuple[str, int | None]]) -> WdsSplit:
+        lengths = tuple(length for _, length in rows) if train.shard_lengths else None
+        return WdsSplit(tuple(name for name, _ in rows), lengths, sum(lengths) if lengths else None)
 
-    lengths = train.shard_lengths
-    return {"train": part(train.filenames[:cut], lengths[:cut] if lengths else None),
-            "val": part(train.filenames[cut:], lengths[cut:] if lengths else None)}
+    return {"train": part(rows[:cut]), "val": part(rows[cut:])}
 
 
 def wds_gap(root: Path, split: WdsSplit, info: bool, known: int | None = None, spec: TimmSet = IMAGENET_1K) -> Gap:
