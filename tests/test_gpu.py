@@ -93,3 +93,92 @@ def test_training_on_cuda_evaluates_exactly_and_resumes(prepared, tmp_path, deco
     assert [r["epoch"] for r in records] == [0, 1]
     assert all(r["val_images"] == manifest.splits["val"].samples for r in records)
     assert all(r["train_images"] == r["steps"] * 16 for r in records)
+
+
+# ---------------------------------------------------------------- no early writes (issue 41)
+#
+# nvJPEG's hardware engine has been seen writing its outputs before earlier work on the stream it was given had run:
+# torchcodec fixed it with a host synchronisation before nvjpegDecodeBatched (meta-pytorch/torchcodec#1634: a
+# device-side cudaStreamWaitEvent was out of order 100 times in 100 on an H100), torchvision's decode_jpeg had the
+# same fault (pytorch/vision#9606). nvImageCodec's hardware backend decodes on its own stream after such an event
+# wait (extensions/nvjpeg/hw_decoder.cpp), into memory from CUDA's stream-ordered pool. In each test a kernel that
+# reads the decode's destination is queued behind a long sleep; what it read must be what was there before.
+
+SLEEP_CYCLES = 2_000_000_000  # torch.cuda._sleep: about a second of the GPU's clock, far longer than the decode
+EARLIER = 7  # what the destinations hold before the decode
+
+
+def photos(count: int, seed: int) -> list[bytes]:
+    """Baseline 4:2:0 JPEGs of 256 x 192, which the hardware decoder takes."""
+    from tests.jpegs import jpeg
+
+    return [jpeg(256, 192, seed=seed + n) for n in range(count)]
+
+
+def raw_decoder(kind: str):
+    """nvImageCodec itself, one backend: the hardware engine or the CUDA decoder."""
+    from train.device_decode import OPTIONS, nvimgcodec
+
+    m = nvimgcodec()
+    backend = {"hardware": m.BackendKind.HW_GPU_ONLY, "cuda": m.BackendKind.GPU_ONLY}[kind]
+    decoder = m.Decoder(device_id=torch.cuda.current_device(), backends=[m.Backend(backend)], options=OPTIONS)
+    params = m.DecodeParams(apply_exif_orientation=False, color_spec=m.ColorSpec.SRGB,
+                            sample_format=m.SampleFormat.I_RGB)
+    return m, decoder, params
+
+
+def on_stream(which: str) -> torch.cuda.Stream:
+    """The default stream (the legacy one: other blocking streams wait for it) or a stream of one's own, as a
+    training loop that overlaps its data with its step has: the second is where an event wait alone is relied on."""
+    return torch.cuda.default_stream() if which == "default" else torch.cuda.Stream()
+
+
+@pytest.mark.parametrize("stream_kind", ["default", "own"])
+@pytest.mark.parametrize("kind", ["hardware", "cuda"])
+def test_a_decode_into_buffers_waits_for_the_earlier_reads_of_them_on_its_stream(kind, stream_kind):
+    import numpy as np
+
+    m, decoder, params = raw_decoder(kind)
+    blobs = photos(16, seed=0)
+    stream = on_stream(stream_kind)
+    with torch.cuda.stream(stream):
+        buffers = [torch.full((192, 256, 3), EARLIER, dtype=torch.uint8, device=CUDA) for _ in blobs]
+        torch.cuda._sleep(SLEEP_CYCLES)
+        seen = torch.stack(buffers)  # queued behind the sleep: reads the buffers a second from now
+        # the buffers' stream given as the decode's: else nvImageCodec synchronises the host with theirs first
+        images = decoder.decode([m.CodeStream(np.frombuffer(b, np.uint8)) for b in blobs],
+                                images=[m.as_image(b, cuda_stream=stream.cuda_stream) for b in buffers],
+                                params=params, cuda_stream=stream.cuda_stream)
+    torch.cuda.synchronize()
+    if kind == "hardware" and not any(image is not None for image in images):
+        pytest.skip("this GPU's nvImageCodec has no hardware JPEG decoder for these images")
+    assert all(image is not None for image in images)
+    written = torch.stack(buffers)
+    assert (written != EARLIER).float().mean() > 0.5  # the decode did write them
+    early = int((seen != EARLIER).any(dim=(1, 2, 3)).sum())
+    assert early == 0, f"{kind} decoder on the {stream_kind} stream wrote {early} of {len(blobs)} buffers early"
+
+
+@pytest.mark.parametrize("stream_kind", ["default", "own"])
+def test_device_decoder_never_overwrites_what_earlier_work_still_reads(stream_kind):
+    """--decode gpu's own path (every backend nvImageCodec picks, region decodes): a batch's outputs are read by a
+    queued kernel, then let go (back to the stream-ordered pool), then the next batch is decoded on the same
+    stream, where it may get that memory. What the kernel read must be the first batch's pixels."""
+    import numpy as np
+
+    decoder = DeviceDecoder()
+    first, second = photos(16, seed=0), photos(16, seed=100)
+    windows = np.array([[1, 1, 255, 191]] * 16)
+    stream = on_stream(stream_kind)
+    with torch.cuda.stream(stream):
+        expected = torch.stack([t.clone() for t in decoder.decode(first, windows, CUDA)])
+        stream.synchronize()
+        outputs = decoder.decode(first, windows, CUDA)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        seen = torch.stack(outputs)  # a second from now
+        del outputs  # their memory goes back to the pool, in the stream's order
+        later = decoder.decode(second, windows, CUDA)
+    torch.cuda.synchronize()
+    assert decoder.fallbacks == 0 and len(later) == 16
+    differing = int((seen != expected).any(dim=(1, 2, 3)).sum())
+    assert differing == 0, f"{differing} of 16 outputs were overwritten before the kernel reading them ran"
