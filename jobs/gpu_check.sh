@@ -2,7 +2,8 @@
 # The GPU check (issue 24), for one call of at most 8 minutes on a lent GPU machine (16 vCPUs): most
 # important first, each step under its own time limit; a failing step is noted and the next one runs.
 # Every figure goes into $OUT/gpu_check.txt, printed at the end:
-#   1. the CUDA tests (tests/test_gpu.py, the device half of tests/test_augment_ops.py)
+#   1. the CUDA tests (tests/test_gpu.py, the device half of tests/test_augment_ops.py), with issue 41's
+#      early-write tests (a decode must not write what earlier work on its stream still reads)
 #   2. ImageNetLoader on the device with --decode cpu and gpu, plain and seekable shards, torchvision-v2's
 #      augmentation (jobs/gpu_check.py): the checks of what a caller gets, images/s
 #   3. python -m train for a few steps: --decode cpu, --decode gpu, --recipe torchvision-v2
