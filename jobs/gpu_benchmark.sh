@@ -57,6 +57,7 @@ step "model, feed and full, --decode cpu" "${bench[@]}" --modes model,feed,full 
 step "feed and full, --decode gpu" "${bench[@]}" --modes feed,full --decode gpu --workers "$WORKERS" --steps "$STEPS"
 step "CUDA training tests" $PYTHON -m pytest -q -o addopts= -p no:cacheprovider tests/test_gpu.py -k "training"
 step "data" "${bench[@]}" --modes data --workers "1,$(( (WORKERS + 1) / 2 )),$WORKERS" --images 4000
+rm -rf "$SCRATCH/train"  # a new run each time: python -m train refuses to overwrite a run's checkpoint
 step "train resnet50, 2 epochs" $PYTHON -m train --data "$DATA" --run-dir "$SCRATCH/train" --arch resnet50 \
     --epochs 2 --batch-size 256 --workers "$WORKERS" --warmup-epochs 0 --log-every 10
 cp "$SCRATCH/train/metrics.jsonl" "$OUT/train-metrics.jsonl" 2>/dev/null

@@ -61,3 +61,13 @@ def test_restore_loads_the_weights_and_this_ranks_sums():
     sums = saved.restore(fresh, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False), rank=1,
                          device=torch.device("cpu"))
     assert sums == {"samples": 40} and torch.equal(fresh.weight, model.weight)
+
+
+def test_a_new_run_is_refused_where_its_run_dir_holds_a_checkpoint(tmp_path):
+    from train.checkpoint import find_checkpoint
+
+    assert find_checkpoint(str(tmp_path), None) is None and find_checkpoint(str(tmp_path), "auto") is None
+    (tmp_path / "last.pt").write_bytes(b"a run's checkpoint")
+    with pytest.raises(ResumeError, match="holds a run's checkpoint \\(last.pt\\), which a new run would overwrite"):
+        find_checkpoint(str(tmp_path), None)
+    assert find_checkpoint(str(tmp_path), "auto") == tmp_path / "last.pt"

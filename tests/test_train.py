@@ -170,6 +170,16 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
     assert again.returncode == 0 and "already finished 1 epochs" in again.stderr
 
 
+def test_a_new_run_into_a_run_dir_holding_a_checkpoint_is_refused_and_the_checkpoint_kept(prepared, tmp_path):
+    run = tmp_path / "run"
+    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
+    kept = (run / "last.pt").read_bytes()
+    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1))
+    assert again.returncode == 2 and "holds a run's checkpoint (last.pt), which a new run would overwrite" in again.stderr
+    assert "add --resume auto to continue that run" in again.stderr
+    assert (run / "last.pt").read_bytes() == kept and len(read_metrics(run)) == 1
+
+
 def test_real_torchrun_launches_it_too(prepared, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     result = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "train",

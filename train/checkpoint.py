@@ -47,11 +47,12 @@ class Checkpoint:
         missing = [f.name for f in fields(cls) if f.name not in state and f.default is MISSING]
         if missing:
             raise ResumeError(f"{path} is not a checkpoint of this trainer (no {', '.join(missing)}): "
-                              "use another --run-dir, or start without --resume")
+                              "start a new run in another --run-dir (or delete this file)")
         if state.get("format") != CHECKPOINT_FORMAT:
             raise ResumeError(f"{path} was written by an earlier version of python -m train (format "
                               f"{state.get('format', 'unnamed')}; this version reads {CHECKPOINT_FORMAT}): checkpoints "
-                              "from before it are refused: start the run again (another --run-dir, or no --resume)")
+                              "from before it are refused: start the run again in another --run-dir (or delete this "
+                              "file)")
         return cls(**{f.name: state[f.name] for f in fields(cls)})
 
     @property
@@ -116,8 +117,13 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 
 
 def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
-    """The checkpoint to resume from: --resume auto takes the run directory's, if there is one."""
+    """The checkpoint to resume from: --resume auto takes the run directory's, if there is one. A new
+    run (no --resume) into a run directory that holds one is refused: its first save would replace it."""
     if resume is None:
+        if checkpoint_path(run_dir).exists():
+            raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({checkpoint_path(run_dir).name}), which a new "
+                              "run would overwrite: add --resume auto to continue that run, or give another --run-dir "
+                              "(or delete that one) to start a new one")
         return None
     if resume == "auto":
         path = checkpoint_path(run_dir)
