@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import config, run_module
+from conftest import config, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.completeness import shortfall
 from prepare.labels import builtin_class_names
 from prepare.sources import detect
 from prepare.sources.base import SourceError
 from shards.manifest import read_manifest
+from test_shared_read import manifest_without_run_stats
 from tests.jpegs import jpeg
 from train.metrics import read_metrics
 
@@ -77,6 +78,19 @@ def write_timm(root: Path, prefix: str, table: list[str], per_class: int = 4, tr
     return root
 
 
+def shard_labels(dest: Path) -> dict[str, dict[str, int]]:
+    """split -> key -> label: the .cls of every sample of a prepared dataset's train and val shards."""
+    manifest, labels = read_manifest(dest), {}
+    for split in ("train", "val"):
+        labels[split] = {}
+        for shard in manifest.splits[split].shards:
+            with tarfile.open(dest / shard.name) as tar:
+                for member in tar:
+                    if member.name.endswith(".cls"):
+                        labels[split][member.name.removesuffix(".cls")] = int(tar.extractfile(member).read())
+    return labels
+
+
 @pytest.fixture(scope="module")
 def timm_22k(tmp_path_factory) -> Path:
     return write_timm(tmp_path_factory.mktemp("hub") / "imagenet-22k-wds", "imagenet22k", TABLE_22K)
@@ -120,14 +134,7 @@ def test_22k_prepares_with_exact_labels_and_records_the_12k_subset(prepared_22k)
     manifest = read_manifest(prepared_22k)
     assert manifest.num_classes == 21841 and manifest.source["layout"] == "timm-22k-wds"
     assert manifest.class_subsets["12k"][:2] == [TABLE_22K.index(w) for w in TABLE_12K[:2]]
-    seen = {}
-    for split in ("train", "val"):
-        for shard in manifest.splits[split].shards:
-            with tarfile.open(prepared_22k / shard.name) as tar:
-                for member in tar:
-                    if member.name.endswith(".cls"):
-                        key = member.name.removesuffix(".cls")
-                        seen[key] = int(tar.extractfile(member).read())
+    seen = {key: label for labels in shard_labels(prepared_22k).values() for key, label in labels.items()}
     assert len(seen) == 32
     assert all(TABLE_22K[label] == key.split("_")[0] for key, label in seen.items())
 
@@ -252,13 +259,7 @@ def test_a_full_release_prepares_with_22k_labels_and_a_held_out_val(tmp_path, sm
     # fall11 lacks 21,836 of ImageNet-22k's class tars here (the next test): prepared as it is
     manifest = prepare(config(archive.parent, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
     assert manifest.num_classes == 21841
-    keys = {split: {} for split in ("train", "val")}
-    for split in keys:
-        for shard in manifest.splits[split].shards:
-            with tarfile.open(tmp_path / "out" / shard.name) as tar:
-                for member in tar:
-                    if member.name.endswith(".cls"):
-                        keys[split][member.name.removesuffix(".cls")] = int(tar.extractfile(member).read())
+    keys = shard_labels(tmp_path / "out")
     big = [wnid for wnid, count in PER_CLASS.items() if count > 5]  # 6, 7, 8 images: 2 each held out
     assert sorted(keys["val"]) == sorted(f"{wnid}_{n}" for wnid in big for n in (1, 2))
     assert len(keys["train"]) == sum(PER_CLASS.values()) - 2 * len(big)
@@ -291,14 +292,6 @@ def test_a_class_tar_of_another_dataset_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- winter21's seek index
 
-def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in dest.rglob("*.tar")}
-
-
-def manifest_without_stats(dest: Path) -> dict:
-    return {k: v for k, v in json.loads((dest / "manifest.json").read_text()).items() if k != "stats"}
-
-
 def test_winter21_keeps_a_seek_index_and_later_runs_read_each_class_tar_at_its_offset(tmp_path, small_held_out):
     """The first run reads the stream whole and keeps the index beside it; the next reads a part a class
     tar through it, and writes the same bytes."""
@@ -313,8 +306,8 @@ def test_winter21_keeps_a_seek_index_and_later_runs_read_each_class_tar_at_its_o
     assert [type(p) for p in parts] == [FullClassTar] * len(PER_CLASS)
     assert [p.wnid for p in parts] == list(PER_CLASS) and all(p.index == str(index) for p in parts)
     second = prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
-    assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
-    assert manifest_without_stats(tmp_path / "second") == manifest_without_stats(tmp_path / "first")
+    assert tree_bytes(tmp_path / "second") == tree_bytes(tmp_path / "first")
+    assert manifest_without_run_stats(tmp_path / "second") == manifest_without_run_stats(tmp_path / "first")
     # the first read the stream, one part a split; the second a part a class tar in each split
     assert second.stats["read_from_source_bytes"] == 2 * sum(p.size for p in parts)
 
@@ -339,7 +332,7 @@ def test_a_stale_or_damaged_seek_index_is_ignored_said_and_replaced(tmp_path, sm
         source = detect(archive).open()
     assert source.streamed and why in caplog.text and "ignored" in caplog.text
     prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
-    assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
+    assert tree_bytes(tmp_path / "second") == tree_bytes(tmp_path / "first")
     assert not detect(archive).open().streamed  # a new index, for the archive as it is now
 
 
@@ -411,7 +404,7 @@ def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_p
         parts = detect(archive).open().parts("val")
         assert {p.index for p in parts} == {str(kept[0])}
         prepare(config(archive, tmp_path / "second", shard_size_mb=0.02))
-        assert shard_bytes(tmp_path / "second") == shard_bytes(tmp_path / "first")
+        assert tree_bytes(tmp_path / "second") == tree_bytes(tmp_path / "first")
     finally:
         subprocess.run(["umount", str(mount)])
         shutil.rmtree(mount, ignore_errors=True)
@@ -425,7 +418,7 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     at its real threshold (a class of 503 images gives 50 to val), as the nodes' processes see it.
     winter21 without its seek index: one node a split reads the stream (and keeps the index); with it:
     a part a class tar, as fall11."""
-    from test_shared_read import finish, manifest_without_run_stats, start_nodes
+    from test_shared_read import finish, start_nodes
 
     counts = {FULL_CLASSES[0]: 503, **{wnid: 5 for wnid in FULL_CLASSES[1:]}}
     tiny = frozenset(FULL_CLASSES[1:2])  # a 20 x 20 image: left out on every node, never a failure
@@ -451,7 +444,7 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
     assert sum(reads) == whole and min(reads) > 0  # each part read once, by one node
     for dest in dests:
         assert manifest_without_run_stats(dest) == manifest_without_run_stats(one)
-        assert {p.name: p.read_bytes() for p in dest.rglob("*.tar")} == {p.name: p.read_bytes() for p in one.rglob("*.tar")}
+        assert tree_bytes(dest) == tree_bytes(one)
     if not layout.startswith("timm"):
         assert read_manifest(one).splits["val"].samples == 50
         assert list(read_manifest(one).skipped) == [f"{FULL_CLASSES[1]}_6"]
@@ -508,13 +501,7 @@ def test_timms_w21_prepares_with_22k_labels_by_name_and_its_last_10_shards_held_
         prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
     manifest = prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
     assert manifest.num_classes == 21841 and manifest.source["layout"] == "timm-w21-wds"
-    keys = {split: {} for split in ("train", "val")}
-    for split in keys:
-        for shard in manifest.splits[split].shards:
-            with tarfile.open(tmp_path / "out" / shard.name) as tar:
-                for member in tar:
-                    if member.name.endswith(".cls"):
-                        keys[split][member.name.removesuffix(".cls")] = int(tar.extractfile(member).read())
+    keys = shard_labels(tmp_path / "out")
     assert sorted(int(key.split("_")[1]) // 10 for key in keys["val"]) == [2038, 2038, 2039, 2039, 2047, 2047]
     assert sorted(int(key.split("_")[1]) // 10 for key in keys["train"]) == [0, 0, 1, 1]
     assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())

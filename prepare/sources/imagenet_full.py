@@ -207,8 +207,7 @@ class FullRelease(Source):
     def parts(self, split: str) -> list:
         if self.streamed:
             return [FullStream(str(self.archive), self.split_bytes(split), frozenset(self.class_index()), split)]
-        index = None if self.index is None else str(self.index.path)
-        return [FullClassTar(str(self.archive), wnid, name, offset, size, split, index)
+        return [FullClassTar(str(self.archive), wnid, name, offset, size, split, self.seek_index())
                 for wnid, name, offset, size in self.class_tars]
 
     def split_bytes(self, split: str) -> int:
