@@ -5,12 +5,16 @@ A one-stream gzip cannot be read at an offset without inflating everything befor
 that reads the whole stream (prepare/sources/imagenet_full.py's `FullStream`) keeps what it learnt
 on the way: rapidgzip's index (its gztool format: a checkpoint every 4 MiB, each with the 32 KiB
 window inflating from it needs, zeroed where nothing refers to it, then compressed: about 28 KB a GB
-of JPEG tar) and the members' offsets. Every later job reads a member, like fall11's class tars, at
-its offset: each node inflates only its share, and no node inflates the stream twice.
+of JPEG tar) and the members' offsets and CRC-32s. Every later job reads a member, like fall11's class
+tars, at its offset: each node inflates only its share, and no node inflates the stream twice.
+
+A read at an offset never reaches the gzip trailer, whose CRC covers the whole stream: each member's
+own CRC-32, taken in the whole read that checked the trailer, is what proves the bytes a later job
+inflates are those (a damaged block can inflate without an error, to other bytes).
 
 The index is one file, written whole or not at all (a temporary name, then a rename):
 
-    {"format": 1, "archive": {"bytes": ..., "mtime_ns": ...}, "members": [[name, offset, size], ...],
+    {"format": 1, "archive": {"bytes": ..., "mtime_ns": ...}, "members": [[name, offset, size, crc32], ...],
      "index_bytes": ..., "index_sha256": ...}\\n
     <rapidgzip's index>
 
@@ -48,6 +52,7 @@ class Member:
     name: str
     offset: int  # of its data, in the inflated stream
     size: int
+    crc32: int | None = None  # of its data (zlib's): winter21's, taken in its whole read; fall11's tar has none
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,8 @@ def parse_index(data: bytes, archive_stamp_now: dict) -> tuple[tuple[Member, ...
             return "made for another state of the archive (its size or time differ)"
         if len(binary) != header["index_bytes"] or hashlib.sha256(binary).hexdigest() != header["index_sha256"]:
             return "damaged (its checksum differs)"
-        members = tuple(Member(str(name), int(offset), int(size)) for name, offset, size in header["members"])
+        members = tuple(Member(str(name), int(offset), int(size), int(crc32))
+                        for name, offset, size, crc32 in header["members"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return "damaged (its header cannot be read)"
     return members, binary
@@ -113,7 +119,7 @@ def index_document(reader, members: list[Member], stamp: dict) -> bytes:
     exported = io.BytesIO()
     reader.export_index(exported, INDEX_FORMAT)
     binary = exported.getvalue()
-    header = {"format": FORMAT, "archive": stamp, "members": [[m.name, m.offset, m.size] for m in members],
+    header = {"format": FORMAT, "archive": stamp, "members": [[m.name, m.offset, m.size, m.crc32] for m in members],
               "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + binary
 

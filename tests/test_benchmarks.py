@@ -189,7 +189,9 @@ def test_the_inflate_benchmark_reads_one_stream_with_zlib_and_rapidgzip(tmp_path
     rounds = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["reader"].split()[0] for r in rounds[:2]] == ["zlib", "rapidgzip"]
     assert rounds[0]["bytes"] == rounds[1]["bytes"] > 2 << 20  # the same stream, read whole by each
-    assert rounds[2]["ratio"] > 0
+    assert rounds[2]["ratio"] > 0 and rounds[3]["crc32_mb_per_s"] > 0
+    shares = [r for r in rounds if "median_node_mb_per_s" in r]
+    assert [r["nodes"] for r in shares] == [2, 4, 8] and all(r["job_against_zlib"] > 0 for r in shares)
 
 
 def test_the_full_scale_benchmark_prepares_22k_classes_and_measures_memory(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import shutil
 import tarfile
 from pathlib import Path
@@ -218,14 +219,17 @@ def class_tar(wnid: str, count: int, tiny: bool = False) -> bytes:
 
 
 def write_full(path: Path, prefix: str = "", mode: str = "w", counts: dict[str, int] = PER_CLASS,
-               tiny: frozenset[str] = frozenset()) -> Path:
+               tiny: frozenset[str] = frozenset(), filler_mb: int = 0, **gzip_options) -> Path:
     """fall11_whole.tar (mode "w") or winter21_whole.tar.gz ("w:gz", members under `prefix`): a tar of <wnid>.tar
-    (the classes in `tiny` with one image too small to keep)."""
+    (the classes in `tiny` with one image too small to keep), between two members of `filler_mb` random bytes
+    that are not class tars (prepare passes over them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as tar:
-        for wnid, count in counts.items():
-            data = class_tar(wnid, count, wnid in tiny)
-            info = tarfile.TarInfo(f"{prefix}{wnid}.tar")
+    filler = random.Random(0).randbytes(filler_mb << 20)
+    members = [("before.bin", filler)] * bool(filler) + [(f"{wnid}.tar", class_tar(wnid, count, wnid in tiny))
+                                                         for wnid, count in counts.items()]
+    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT, **gzip_options) as tar:
+        for name, data in members + [("after.bin", filler)] * bool(filler):
+            info = tarfile.TarInfo(prefix + name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
@@ -356,6 +360,47 @@ def test_a_damaged_winter21_is_refused_in_one_line_saying_what_to_do(tmp_path, s
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_bytes_that_inflate_to_others_through_the_index_are_refused_by_their_class_tars_crc(tmp_path, small_held_out,
+                                                                                           split):
+    """A gzip of stored blocks (level 0) holds the tar's bytes as they are: a byte changed there inflates
+    without an error, to another byte, and a read at an offset in the middle of a stream (here, 12 MiB on
+    either side: rapidgzip's checkpoints are 4 MiB apart) never reaches the trailer's CRC. The class tar's
+    CRC-32, kept in the index by the whole read, is what catches it, in either split's part."""
+    import dataclasses
+    import gzip
+    import os
+
+    from prepare.gzip_index import readers_closed
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz", filler_mb=12, compresslevel=0)
+    prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
+    source = detect(archive).open()
+    part = next(p for p in source.parts(split) if PER_CLASS[p.wnid] > 5)  # a class that gives val images
+    with readers_closed():
+        before = {item.key: item.data for item in part.items()}
+    inflated, raw, stat = gzip.decompress(archive.read_bytes()), bytearray(archive.read_bytes()), archive.stat()
+    with tarfile.open(fileobj=io.BytesIO(inflated[part.offset:part.offset + part.size])) as inner:
+        image = (min if split == "val" else max)(inner.getmembers(), key=lambda m: m.name)  # one of the split's
+    middle = part.offset + image.offset_data + image.size // 2
+    name = image.name.encode() + b"\0"  # its header's, unique in the stream; the same bytes follow in other images
+    assert raw.count(name) == 1
+    where = raw.find(inflated[middle:middle + 16], raw.find(name))
+    raw[where + 8] ^= 0x01
+    archive.write_bytes(bytes(raw))
+    os.utime(archive, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the index still takes the archive
+    assert not detect(archive).open().streamed
+    with readers_closed(), pytest.raises(SourceError, match=f"{part.name}: inflated through the seek index .* CRC-32 "
+                                                           "differs.*download"):
+        list(part.items())
+    with readers_closed():  # what a read without the check would take: no error, another image
+        unchecked = {item.key: item.data for item in dataclasses.replace(part, crc32=None).items()}
+    assert unchecked.keys() == before.keys() and unchecked != before
+    with pytest.raises(SourceError, match="CRC-32 differs"):
+        prepare(config(archive, tmp_path / "out", shard_size_mb=0.02))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_nodes_that_see_different_seek_indexes_are_refused_naming_the_index():
     from prepare.shared_read import refuse_disagreement
 
@@ -371,16 +416,17 @@ def test_parse_index_takes_only_an_index_of_this_archive_whole():
 
     binary = b"rapidgzip's checkpoints"
     stamp = {"bytes": 10, "mtime_ns": 5}
-    header = {"format": FORMAT, "archive": stamp, "members": [["n00004475.tar", 512, 1024]],
+    header = {"format": FORMAT, "archive": stamp, "members": [["n00004475.tar", 512, 1024, 4242]],
               "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
     data = json.dumps(header).encode() + b"\n" + binary
-    assert parse_index(data, stamp) == ((Member("n00004475.tar", 512, 1024),), binary)
+    assert parse_index(data, stamp) == ((Member("n00004475.tar", 512, 1024, 4242),), binary)
     assert parse_index(data, {"bytes": 10, "mtime_ns": 6}).startswith("made for another state")
     assert parse_index(data[:-1], stamp) == "damaged (its checksum differs)"
     assert parse_index(data[:20], stamp).startswith("damaged") or parse_index(data[:20], stamp).startswith("not an")
     assert parse_index(b"", stamp) == "damaged (its header cannot be read)"
     assert parse_index(json.dumps({**header, "format": 0}).encode() + b"\n" + binary, stamp).startswith("not an index")
-    assert parse_index(json.dumps({**header, "members": [["x"]]}).encode() + b"\n" + binary, stamp).startswith("damaged")
+    for member in (["x"], ["n00004475.tar", 512, 1024]):  # the second without its CRC-32
+        assert parse_index(json.dumps({**header, "members": [member]}).encode() + b"\n" + binary, stamp).startswith("damaged")
 
 
 def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_path, small_held_out, monkeypatch):

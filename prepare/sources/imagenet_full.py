@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -90,9 +91,10 @@ def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
 @dataclass(frozen=True)
 class FullClassTar:
     """One class's tar inside fall11_whole.tar (or winter21_whole.tar.gz's inflated stream, through its
-    seek `index`), at its offset: a worker reads it alone. val reads the inner tar's headers and its
-    held-out images only (in winter21, reaching each header inflates what comes before it: the class
-    tar whole); train reads it whole."""
+    seek `index`), at its offset: a worker reads it alone. train reads it whole; fall11's val reads the
+    inner tar's headers and its held-out images only. winter21's val reads it whole too: reaching each
+    header inflates what comes before it anyway, and only the whole class tar can be checked against
+    the CRC-32 its index holds."""
     archive: str
     wnid: str
     name: str
@@ -100,23 +102,32 @@ class FullClassTar:
     size: int
     split: str
     index: str | None = None  # winter21's seek index (its path: a part job carries no more)
+    crc32: int | None = None  # winter21's, from its index
 
     def wnids(self) -> set[str]:
         return {self.wnid}
 
     def items(self) -> Iterator[Item]:
         origin = f"{self.archive}:{self.name}"
-        if self.split == "val":
+        if self.split == "val" and self.index is None:
             yield from self.held_out_items(origin)
             return
+        yield from split_items(class_images(self.whole(origin), origin), self.wnid, self.split, origin)
+
+    def whole(self, origin: str) -> bytes:
+        """The class tar's bytes, proven whole: its CRC-32 where the index holds one, its tar's end."""
         with self.opened() as f:
             data = read_at(f, self.offset, self.size, origin, self.archive)
+        if self.crc32 is not None and zlib.crc32(data) != self.crc32:
+            raise SourceError(f"{origin}: inflated through the seek index {self.index}, its bytes are not those the "
+                              "whole read that kept the index checked (their CRC-32 differs): the archive was damaged "
+                              "since. Copy or download it again (and delete the index)")
         check_tar_complete(data, origin)
-        yield from split_items(class_images(data, origin), self.wnid, "train", origin)
+        return data
 
     def held_out_items(self, origin: str) -> Iterator[Item]:
-        """The inner tar's headers (one 512-byte read a member), then its held-out images' bytes."""
-        with self.opened() as f:
+        """fall11's: the inner tar's headers (one 512-byte read a member), then its held-out images' bytes."""
+        with open(self.archive, "rb") as f:
             f.seek(self.offset)
             try:
                 with tarfile.open(fileobj=f, mode="r:") as inner:
@@ -158,7 +169,7 @@ class FullStream:
             for member, data in iterate_whole_tar_members(stream, self.archive):
                 wnid = class_of(member.name, self.known, self.archive)
                 if wnid is not None:
-                    class_tars.append(Member(member.name, member.offset_data, member.size))
+                    class_tars.append(Member(member.name, member.offset_data, member.size, zlib.crc32(data)))
                     origin = f"{self.archive}:{member.name}"
                     yield from split_items(class_images(data, origin), wnid, self.split, origin)
             keep_index(Path(self.archive), stream, class_tars, stamp)
@@ -189,9 +200,9 @@ class FullRelease(Source):
     def seek_index(self) -> str | None:
         return None if self.index is None else str(self.index.path)
 
-    def locate_class_tars(self) -> list[tuple[str, str, int, int]]:
-        """(wnid, member name, offset, size) of the class tars: fall11's from its headers, winter21's
-        from its seek index."""
+    def locate_class_tars(self) -> list[tuple[str, Member]]:
+        """(wnid, member) of the class tars: fall11's from its headers, winter21's from its seek index
+        (with their CRC-32s)."""
         known = frozenset(self.class_index())
         if self.index is not None:
             members = self.index.members
@@ -201,14 +212,14 @@ class FullRelease(Source):
         for member in members:
             wnid = class_of(member.name, known, str(self.archive))
             if wnid is not None:
-                found.append((wnid, member.name, member.offset, member.size))
+                found.append((wnid, member))
         return found
 
     def parts(self, split: str) -> list:
         if self.streamed:
             return [FullStream(str(self.archive), self.split_bytes(split), frozenset(self.class_index()), split)]
-        return [FullClassTar(str(self.archive), wnid, name, offset, size, split, self.seek_index())
-                for wnid, name, offset, size in self.class_tars]
+        return [FullClassTar(str(self.archive), wnid, m.name, m.offset, m.size, split, self.seek_index(), m.crc32)
+                for wnid, m in self.class_tars]
 
     def split_bytes(self, split: str) -> int:
         """val: HELD_OUT_PER_CLASS images a class at most (smaller classes give none), and never more than
