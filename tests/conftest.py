@@ -25,6 +25,27 @@ LONGEST_FIRST = ("test_install.py", "test_train.py", "test_slurm.py", "test_shar
                  "test_gpu_check.py", "test_prepare.py")
 
 
+# What a whole run holds at once in the temporary folder, rounded up (measured 2026-11-28: 0.5 GB of tmp_path,
+# passed tests' deleted as they end (pyproject.toml), and about 1 GB of SLURM state, prepared datasets and logs).
+NEEDS_FREE_GB = 3
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to start on a nearly full disk, in one line: a run that fills it fails in a hundred places, each
+    with an OSError that hides why."""
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: its controller checked
+        return
+    import shutil
+    import tempfile
+
+    folder = tempfile.gettempdir()
+    free = shutil.disk_usage(folder).free / 1e9
+    if free < NEEDS_FREE_GB:
+        pytest.exit(f"the test suite needs about {NEEDS_FREE_GB} GB free in {folder} and there are {free:.1f}: "
+                    "free some (old pytest-of-* folders are safe to delete), or set TMPDIR to a larger disk",
+                    returncode=3)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order kept
