@@ -288,7 +288,7 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
     state = wait_job(slurm, job)
     text = log.read_text()
     assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) >= 1, (state, text)
-    assert "forwarding SIGUSR1" in text and "requeued SLURM job" in text
+    assert "forwarding SIGUSR1" in text and "requeueing SLURM job" in text
     assert f"metrics:     {tmp_path / 'run'}/metrics.jsonl" in text
     records = read_metrics(tmp_path / "run")
     assert [r["epoch"] for r in records] == [0, 1]

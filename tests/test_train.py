@@ -385,3 +385,16 @@ def test_the_torchvision_v2_recipe_trains_resumes_bit_identically_after_a_preemp
         assert saved.keys() == expected.keys()
         assert all(torch.equal(saved[name], tensor) for name, tensor in expected.items())
     assert "val top-1" in second.text() and "(EMA " in second.text()
+
+
+def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
+    """SLURM may kill the step, and scontrol in it, as the requeue it asked for cancels the step: that is
+    the requeue working (tests/test_slurm.py's preemption job met it), not an error to log."""
+    from train.loop import requeue_failure
+
+    assert requeue_failure("237", 0, "") is None
+    assert requeue_failure("237", -15, "") is None  # killed by SIGTERM
+    failure = requeue_failure("237", 1, "scontrol: error: Requeue of job 237 not allowed\n")
+    assert failure == ("scontrol requeue 237 failed (exit 1: scontrol: error: Requeue of job 237 not allowed): the job "
+                       "ends here; submit it again with --resume auto to continue from the checkpoint")
+    assert "(exit 1: no message)" in requeue_failure("237", 1, "")

@@ -494,11 +494,22 @@ def requeue_job(job_id: str | None) -> None:
     if not job_id:
         log.warning("--requeue outside SLURM: nothing to requeue; resume with --resume auto")
         return
+    # A requeue that works cancels this very job step: SLURM may kill this process, and scontrol with it, before
+    # either returns. So it is said before, and scontrol's end judged by `requeue_failure`.
+    log.info("requeueing SLURM job %s; it resumes from the checkpoint when it starts again", job_id)
     result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
-    if result.returncode:
-        log.error("scontrol requeue %s failed: %s", job_id, result.stderr.strip())
-    else:
-        log.info("requeued SLURM job %s; it resumes from the checkpoint when it starts again", job_id)
+    failure = requeue_failure(job_id, result.returncode, result.stderr)
+    if failure:
+        log.error("%s", failure)
+
+
+def requeue_failure(job_id: str, returncode: int, stderr: str) -> str | None:
+    """What to say when `scontrol requeue` failed; None when it worked, or was killed by a signal (the
+    requeue cancelling the step it ran in: it worked). Pure."""
+    if returncode <= 0:
+        return None
+    return (f"scontrol requeue {job_id} failed (exit {returncode}: {stderr.strip() or 'no message'}): the job ends "
+            "here; submit it again with --resume auto to continue from the checkpoint")
 
 
 # ---------------------------------------------------------------- the run
