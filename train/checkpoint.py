@@ -120,8 +120,8 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     """The checkpoint to resume from: --resume auto takes the run directory's, if there is one. A new
     run (no --resume) into a run directory that holds one is refused: its first save would replace it."""
     if resume is None:
-        if checkpoint_path(run_dir).exists():
-            raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({checkpoint_path(run_dir).name}), which a new "
+        if (existing := checkpoint_path(run_dir)).exists():
+            raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({existing.name}), which a new "
                               "run would overwrite: add --resume auto to continue that run, or give another --run-dir "
                               "(or delete that one) to start a new one")
         return None
