@@ -4,19 +4,25 @@
 #
 #   imagenet_slurm-<version>-cp311-abi3-manylinux_2_28_x86_64.whl    this project, for CPython 3.11 and
 #   imagenet_slurm-<version>-cp311-abi3-manylinux_2_28_aarch64.whl   later (the stable ABI), glibc 2.28+
-#   pillow_simd-<version>-cp311-cp311-manylinux_2_28_x86_64.whl      (RHEL 8, Ubuntu 20.04, GH200 nodes)
+#   pillow_simd-<version>-cpXY-cpXY-manylinux_2_28_x86_64.whl        (RHEL 8, Ubuntu 20.04, GH200 nodes);
+#                                                                    pillow-simd for each of CPython 3.11,
+#                                                                    3.12, 3.13 and 3.14 (SIMD_PYTHONS)
 #
 # Every native module links the vendored libjpeg-turbo statically (pillow-simd: zlib too), so each wheel
 # needs nothing outside it but glibc's own libraries: `auditwheel show` says so for each, at the end.
 # zig cc (PyPI's ziglang) compiles for glibc 2.28 on any host and cross-compiles aarch64, without a
-# container. pillow-simd's SIMD is x86 only; its wheel is for CPython 3.11 (it does not use the stable
-# ABI): elsewhere the install keeps stock Pillow, and the stages say so in their log.
+# container. pillow-simd's SIMD is x86 only, and it does not use the stable ABI: one wheel a Python,
+# each built by that Python. The one this script runs with builds its own; each other one is a
+# distribution's python3 in a minimal root file system with its headers (jobs/bare_systems.sh: Ubuntu
+# 24.04's 3.12, Debian 13's 3.13, Debian 14's 3.14), the same zig cc compiling from outside.
 #
-# Needs: Python 3.11 (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), and PyPI. About 2
-# minutes on 2 cores.
+# Needs: Python 3.11 or newer (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), PyPI, and for
+# the other Pythons root and debootstrap (or SIMD_PYTHONS="3.11" for the one this script runs with).
+# About 6 minutes on 2 cores, plus a minute a root file system the first time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source jobs/pillow_simd.sh
+source jobs/bare_systems.sh
 ZLIB_NG_VERSION=1.1.0   # PyPI's zlib-ng source release, which carries zlib-ng's C source
 python=${PYTHON:-python3}
 root=$PWD
@@ -24,6 +30,15 @@ work=$root/build/wheels
 dist=$root/dist
 
 command -v nasm >/dev/null || { echo "build_wheels.sh: NASM is missing (Debian: apt install nasm)" >&2; exit 1; }
+host_python=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+read -ra simd_pythons <<< "${SIMD_PYTHONS:-3.11 3.12 3.13 3.14}"
+for version in "${simd_pythons[@]}"; do
+  [[ $version == "$host_python" ]] && continue
+  suite_of_python "$version" > /dev/null
+  [[ $(id -u) == 0 ]] && command -v debootstrap > /dev/null || die "pillow-simd for CPython $version is built by" \
+    "that Python in a root file system, which needs root and debootstrap; as $(id -un): SIMD_PYTHONS=$host_python" \
+    "(the Python this script runs with; PYTHON=... picks it)"
+done
 
 rm -rf "$work" "$dist"/imagenet_slurm-*.whl "$dist"/pillow_simd-*.whl && mkdir -p "$work" "$dist"
 echo "build_wheels.sh: build tools (ziglang, cmake, ninja, auditwheel) in $work/tools"
@@ -68,7 +83,7 @@ for arch in x86_64 aarch64; do
   project_wheel "$arch"
 done
 
-echo "build_wheels.sh: pillow-simd $PILLOW_SIMD_VERSION for x86_64 (about 1 minute)"
+echo "build_wheels.sh: pillow-simd $PILLOW_SIMD_VERSION for x86_64, CPython ${simd_pythons[*]} (about 1 minute each)"
 # zlib, which Pillow requires, linked in too: zlib-ng in zlib-compatible mode (as Pillow's own wheels),
 # from its pinned source release on PyPI, built position-independent (the distributions' libz.a is not)
 "$tools/python" -m pip --disable-pip-version-check -q download --no-deps --no-binary zlib-ng \
@@ -80,10 +95,37 @@ tar -xzf "$work/zlib-src/zlib_ng-$ZLIB_NG_VERSION.tar.gz" -C "$work/zlib-src"
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$work/zlib" > "$work/zlib-build.log" 2>&1
 "$tools/cmake" --build "$work/zlib-build" --target install >> "$work/zlib-build.log" 2>&1 || {
   cat "$work/zlib-build.log" >&2; exit 1; }
-# PKG_CONFIG: none, or pillow-simd adds the system's include folders for the libraries it finds there
-ZLIB_ROOT=$work/zlib PKG_CONFIG=/nonexistent/pkg-config CC=$work/x86_64-cc LDSHARED="$work/x86_64-cc -shared" PILLOW_SIMD_FLAGS=-mavx2 \
-  pillow_simd_wheel "$tools/python" "$work/src-x86_64/build/libjpeg-turbo/x86_64" "$work/raw" \
-  -C platform-guessing=disable
+
+# simd_wheel PYTHON [CFLAGS]: pillow-simd built by PYTHON into $work/raw. PKG_CONFIG: none, or pillow-simd adds
+# the system's include folders for the libraries it finds there. AR: zig's, not the one PYTHON was built with.
+# CFLAGS: the same for every Python, in place of the ones each was built with (setuptools takes CFLAGS from
+# the environment instead of the interpreter's own); -O2 also keeps zig cc out of its Debug mode, which
+# compiles in UBSan's checks and traps on pillow-simd's unaligned SIMD loads.
+simd_wheel() {
+  CFLAGS="-DNDEBUG -O2 -fno-strict-overflow -Wall ${2:-}" \
+  ZLIB_ROOT=$work/zlib PKG_CONFIG=/nonexistent/pkg-config CC=$work/x86_64-cc LDSHARED="$work/x86_64-cc -shared" AR=$work/zig-ar \
+    PILLOW_SIMD_FLAGS=-mavx2 pillow_simd_wheel "$1" "$work/src-x86_64/build/libjpeg-turbo/x86_64" "$work/raw" \
+    -C platform-guessing=disable
+}
+# simd_wheel_in_root VERSION: the same, by CPython VERSION in a root file system that has it and its headers;
+# this tree is mounted at its own path, so zig, the libraries and the output folder are where they are here.
+# -idirafter: Debian's and Ubuntu's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>, which zig's
+# own search path lacks: /usr/include is searched after zig's glibc 2.28 headers, which keep precedence.
+simd_wheel_in_root() {
+  local version=$1 rootfs
+  rootfs=$(root_system build "$(suite_of_python "$version")" amd64)
+  enter "$rootfs"
+  mkdir -p "$rootfs$root" && mount_at "$rootfs$root" --bind "$root"
+  chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LANG=C.UTF-8 ZIG_GLOBAL_CACHE_DIR="$work/zig-cache" \
+    /bin/bash -euo pipefail -c "$(declare -p PILLOW_SIMD_VERSION PILLOW_SIMD_WITHOUT work; declare -f pillow_simd_wheel simd_wheel)
+      rm -rf /tmp/simd-venv && python$version -m venv /tmp/simd-venv && simd_wheel /tmp/simd-venv/bin/python '-idirafter /usr/include'" ||
+    die "pillow-simd for CPython $version failed in $rootfs (above)"
+  unmount_all
+}
+for version in "${simd_pythons[@]}"; do
+  echo "build_wheels.sh: pillow-simd for CPython $version"
+  if [[ $version == "$host_python" ]]; then simd_wheel "$tools/python"; else simd_wheel_in_root "$version"; fi
+done
 
 # auditwheel checks each wheel against the manylinux_2_28 policy and retags it (every library is linked
 # in: nothing to copy). auditwheel repairs only for the
@@ -107,5 +149,9 @@ for wheel in "$work"/raw/*.whl; do
   esac
 done
 for wheel in "$dist"/*manylinux_2_28*.whl; do
+  # (a module compiled without optimisation by zig cc carries UBSan's runtime, and stops the process at the
+  # first unaligned load: refused here rather than found in a user's prepare)
+  "$tools/python" -c 'import sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1])
+sys.exit(any(b"ubsan_rt" in wheel.read(n) for n in wheel.namelist() if ".so" in n))' "$wheel" || die "$(basename "$wheel") was compiled with UBSan (zig cc's Debug mode: no -O)"
   echo "build_wheels.sh: $(basename "$wheel"): $(auditwheel show "$wheel" | tr '\n' ' ' | sed 's/  */ /g')"
 done

@@ -79,11 +79,12 @@ extras=""
 "${pip[@]}" install -e ".$extras" || { echo "install.sh: pip install failed (above)" >&2; exit 1; }
 
 # pillow-simd is the PIL that imports, and on the libjpeg-turbo the native modules link (an older
-# install.sh built it on the system's)
+# install.sh built it on the system's). The swap is the wheels' own (shards/pillow_simd.py): stock Pillow
+# leaves only once the new wheel is in hand.
 simd_installed() {
   .venv/bin/python -c "import sys; from PIL import features; from shards.resources import pil_build
 from train._jpegcrop import LIBJPEG_TURBO_VERSION as pinned
-sys.exit(0 if pil_build()[1] and features.version('libjpeg_turbo') == pinned else 1)"
+sys.exit(0 if pil_build()[1] and features.version('libjpeg_turbo') == pinned else 1)" 2>/dev/null
 }
 if [[ $machine != x86_64 ]]; then
   echo "install.sh: pillow-simd's SIMD is x86 only: on $machine PIL is stock Pillow (its own libjpeg-turbo)"
@@ -92,10 +93,11 @@ elif ! simd_installed; then
        "(compiles from source, about 2 minutes the first time)"
   jpeg=$(.venv/bin/python third_party/libjpeg_turbo.py "build/libjpeg-turbo/$machine")  # built by the step above
   grep -qw avx2 /proc/cpuinfo || PILLOW_SIMD_FLAGS=""  # this CPU would not run an AVX2 build
-  rm -rf build/wheels/pillow-simd
-  pillow_simd_wheel .venv/bin/python "$jpeg" build/wheels/pillow-simd
-  "${pip[@]}" uninstall -y pillow pillow-simd >/dev/null 2>&1 || true
-  "${pip[@]}" install --no-deps build/wheels/pillow-simd/pillow_simd-*.whl
+  rm -rf build/pillow-simd
+  pillow_simd_wheel .venv/bin/python "$jpeg" build/pillow-simd
+  # (a pillow-simd on another libjpeg, from an older install.sh, leaves first)
+  "${pip[@]}" uninstall -y pillow-simd >/dev/null 2>&1 || true
+  .venv/bin/python -m shards.pillow_simd --require build/pillow-simd
   simd_installed || { echo "install.sh: pillow-simd did not end up as the PIL that imports" >&2; exit 1; }
 fi
 .venv/bin/python -c "from train import decoder, shard_index, _batches" || {

@@ -64,8 +64,8 @@ def pil_build_note(text: str, simd: bool, machine: str) -> tuple[bool, str]:
     if machine not in ("x86_64", "amd64"):
         return False, f"PIL: {text}: stock Pillow, as expected on {machine} (pillow-simd's SIMD is x86 only)"
     return True, (f"PIL: {text}: stock Pillow, not pillow-simd; PIL's decode and resize run slower. To fix: rerun "
-                  "jobs/install.sh (it installs pillow-simd last), or with the wheels `pip uninstall -y pillow && "
-                  "pip install --no-deps pillow-simd` from the wheels' folder (docs/install.md)")
+                  "jobs/install.sh (it installs pillow-simd last), or with the wheels `python -m shards.pillow_simd "
+                  "/path/to/wheels` (docs/install.md)")
 
 
 def log_pil_build(log) -> None:

@@ -2,6 +2,7 @@
 these check behaviour, not speed; BENCHMARKS.md has the measured figures)."""
 
 import json
+import sys
 
 import pytest
 
@@ -200,3 +201,15 @@ def test_the_full_scale_benchmark_prepares_22k_classes_and_measures_memory(tmp_p
     (figures,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert figures["classes"] == 21841 and figures["val"] == 50 * 2  # two classes over the held-out threshold
     assert figures["train"] + figures["val"] >= 1500 - 21841 and figures["peak_rss_mb"] > 50
+
+
+def test_the_pil_builds_benchmark_times_the_same_work_in_each_interpreter(capsys):
+    from prepare.bench.pil_builds import main
+
+    assert main([sys.executable, "--images", "12", "--rounds", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    table, result = lines[:-1], json.loads(lines[-1])
+    assert [line.split()[0] for line in table] == ["reencode", "crop"]
+    assert all("libjpeg-turbo" in line and " 1.00x " in line and line.endswith(f"({sys.executable})") for line in table)
+    for work in ("reencode", "crop"):
+        assert result[work][sys.executable]["images_per_s"] > 0

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -61,36 +62,81 @@ def copy_of_jobs(folder: Path) -> Path:
     return clone
 
 
-# ----------------------------------------------------------------------- the wheels, on a bare system
+# ----------------------------------------------------------------------- the wheels, on bare systems
+# Release checks (pytest -m release): the wheels built once, then the README's install lines run as written in a
+# bare system for each Python the wheels claim, each system its own test so that two workers share them out.
 
-@pytest.mark.slow
-@pytest.mark.skipif(not IS_ROOT or shutil.which("debootstrap") is None or shutil.which("nasm") is None,
-                    reason="needs root, debootstrap and NASM (bash jobs/install.sh --dev, as root)")
-def test_the_wheels_build_and_run_the_demo_on_a_bare_system_as_a_user_who_is_not_root():
-    built = run_script("bash", "jobs/build_wheels.sh", timeout=1500)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    shown = re.findall(r"build_wheels.sh: (\S+\.whl): (.*)", built.stdout)
+BARE_SYSTEMS = {"bookworm": "3.11", "noble": "3.12", "trixie": "3.13", "forky": "3.14"}
+needs_root_and_debootstrap = pytest.mark.skipif(
+    not IS_ROOT or shutil.which("debootstrap") is None or shutil.which("nasm") is None,
+    reason="needs root, debootstrap and NASM (bash jobs/install.sh --dev, as root)")
+
+
+@pytest.fixture(scope="session")
+def built_wheels(tmp_path_factory) -> str:
+    """jobs/build_wheels.sh's output, built once a run whichever worker asks first (the others wait on the lock)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker of this run
+    with FileLock(str(shared / "wheels.lock")):
+        done = shared / "wheels.log"
+        if not done.exists():
+            built = run_script("bash", "jobs/build_wheels.sh", timeout=1500)
+            assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+            done.write_text(built.stdout)
+        return done.read_text()
+
+
+@pytest.mark.release
+@needs_root_and_debootstrap
+def test_the_wheels_are_manylinux_2_28_one_pillow_simd_a_python_and_none_carries_ubsan(built_wheels):
+    shown = re.findall(r"build_wheels.sh: (\S+\.whl): (.*)", built_wheels)
     names = sorted(name for name, _ in shown)
     assert [re.sub(r"-\d[^-]*-", "-V-", name, count=1) for name in names] == [
         "imagenet_slurm-V-cp311-abi3-manylinux_2_28_aarch64.whl",
         "imagenet_slurm-V-cp311-abi3-manylinux_2_28_x86_64.whl",
-        "pillow_simd-V-cp311-cp311-manylinux_2_28_x86_64.whl"], names
+        *(f"pillow_simd-V-cp3{minor}-cp3{minor}-manylinux_2_28_x86_64.whl" for minor in (11, 12, 13, 14))], names
     for name, report in shown:  # nothing outside the wheel but glibc, no glibc symbol newer than 2.28
         assert "requires no external shared libraries" in report or "external shared libraries" not in report, report
         libraries = set(re.findall(r"(lib[\w+-]+\.so\.\d+) with versions", report))
         assert libraries <= {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0"}, (name, libraries)
         versions = [tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_([\d.]+)", report)]
         assert versions and max(versions) <= (2, 28), (name, versions)
+    for wheel in (ROOT / "dist").glob("*manylinux_2_28*.whl"):  # build_wheels.sh refuses these; checked again here
+        with zipfile.ZipFile(wheel) as archive:
+            assert not [n for n in archive.namelist() if ".so" in n and b"ubsan_rt" in archive.read(n)], wheel.name
 
-    checked = run_script("bash", "jobs/check_bare_install.sh", timeout=2400)
+
+@pytest.mark.release
+@needs_root_and_debootstrap
+@pytest.mark.parametrize("suite", BARE_SYSTEMS)
+def test_the_readme_install_lines_as_written_run_the_demo_on_a_bare_system_as_a_user_who_is_not_root(
+        built_wheels, suite):
+    checked = run_script("bash", "jobs/check_bare_install.sh", suite, timeout=1500)
     log = checked.stdout + checked.stderr
     assert checked.returncode == 0, log[-6000:]
-    assert "x86-64 passed" in log
-    assert "amd64| 7 passed" in log  # the pinned-pixel test, pillow-simd's two included
+    python = BARE_SYSTEMS[suite]
+    assert f"Python {python}." in log  # that suite's own python3
+    assert f"| + .venv/bin/python -m shards.pillow_simd /home/researcher/wheels" in log  # the README's line, run
+    assert re.search(rf"{suite}\| pillow_simd: Pillow \S+ \(libjpeg-turbo [\d.]+\) -> pillow_simd-[^ ]*-cp{python.replace('.', '')}-", log)
+    assert f"{suite}| PIL: pillow-simd 12." in log
+    assert f"{suite}| 7 passed" in log  # the pinned-pixel test, pillow-simd's two included
     assert re.search(r"val top-1 \d+\.\d+%", log)
-    assert re.search(r"Python 3\.1[2-9]\.\d+ passed", log)  # the same abi3 wheel on Debian 13's Python
-    if shutil.which("qemu-aarch64-static"):
-        assert "aarch64 passed" in log or "cannot register qemu-aarch64" in log, log[-3000:]
+    assert f"check_bare_install.sh: {suite} (Python {python}) passed" in log
+
+
+@pytest.mark.release
+@needs_root_and_debootstrap
+def test_the_aarch64_wheel_gives_the_pinned_pixels_under_emulation(built_wheels):
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("qemu-user-static is missing (bash jobs/install.sh --dev)")
+    checked = run_script("bash", "jobs/check_bare_install.sh", "arm64", timeout=1500)
+    log = checked.stdout + checked.stderr
+    assert checked.returncode == 0, log[-6000:]
+    if "cannot register qemu-aarch64" in log:
+        pytest.skip("this machine cannot register qemu-aarch64 with binfmt_misc")
+    assert "arm64| pillow_simd: pillow-simd's SIMD is x86 only: on aarch64 PIL stays Pillow" in log
+    assert "arm64| 5 passed, 2 skipped" in log and "aarch64 passed" in log
 
 
 # ----------------------------------------------------------------------- from source: jobs/install.sh
@@ -184,7 +230,7 @@ def test_the_stages_say_stock_pillow_is_expected_on_aarch64_and_how_to_fix_it_on
     warning, line = pil_build_note("Pillow 12.0.0 (libjpeg-turbo 3.1.2)", False, "aarch64")
     assert not warning and "as expected on aarch64 (pillow-simd's SIMD is x86 only)" in line
     warning, line = pil_build_note("Pillow 12.0.0 (libjpeg-turbo 3.1.2)", False, "x86_64")
-    assert warning and "jobs/install.sh" in line and "pip install --no-deps pillow-simd" in line
+    assert warning and "jobs/install.sh" in line and "python -m shards.pillow_simd /path/to/wheels" in line
 
 
 def test_our_patches_apply_exactly_to_the_vendored_release_or_not_at_all(tmp_path):
@@ -205,3 +251,136 @@ def test_the_reference_build_is_the_release_as_it_is(tmp_path):
     tree = libjpeg_turbo.patched_source(tmp_path, patched=False)
     assert (tree / "src" / "jdhuff.c").read_bytes() == (libjpeg_turbo.SOURCE / "src" / "jdhuff.c").read_bytes()
     assert libjpeg_turbo.build_key("x86_64", patched=False) != libjpeg_turbo.build_key("x86_64")
+
+
+# ----------------------------------------------------------------------- the README's PIL line: shards.pillow_simd
+
+def test_the_swap_plan_removes_nothing_until_a_fitting_wheel_is_in_hand(tmp_path):
+    from shards.pillow_simd import NONE, SIMD, STOCK, exit_status, plan
+
+    stock = ("Pillow 13.0.0 (libjpeg-turbo 3.2.0)", False)
+    (tmp_path / "pillow_simd-12.1.1.post0-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
+    wheel = tmp_path / "fits.whl"
+
+    kept = plan("x86_64", stock, None, tmp_path, "CPython 3.15.0")
+    assert (kept.wheel, kept.ends) == (None, STOCK)
+    for said in ("no pillow-simd wheel for CPython 3.15.0 on x86_64", str(tmp_path),
+                 "it holds pillow_simd-12.1.1.post0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "PIL stays Pillow 13.0.0 (libjpeg-turbo 3.2.0)", "slower", "jobs/build_wheels.sh"):
+        assert said in kept.reason, (said, kept.reason)
+    assert plan("aarch64", stock, None, tmp_path, "CPython 3.12.3") == plan("aarch64", stock, wheel, tmp_path, "")
+    arm = plan("aarch64", stock, wheel, tmp_path, "CPython 3.12.3")
+    assert arm.wheel is None and arm.ends == STOCK and "x86 only" in arm.reason
+    assert plan("x86_64", ("pillow-simd 12.1.1.post0 (libjpeg-turbo 3.1.2)", True), wheel, tmp_path, "").ends == SIMD
+    assert plan("x86_64", stock, wheel, tmp_path, "").wheel == wheel
+    assert plan("x86_64", None, wheel, tmp_path, "").wheel == wheel  # a venv left with no PIL is mended
+    assert plan("x86_64", None, None, tmp_path, "").ends == NONE
+
+    assert [exit_status(ends, False) for ends in (SIMD, STOCK, NONE)] == [0, 0, 1]
+    assert [exit_status(ends, True) for ends in (SIMD, STOCK, NONE)] == [0, 1, 1]
+
+
+def simd_wheel_built_here() -> Path:
+    """A pillow-simd wheel for this Python on the vendored libjpeg-turbo: jobs/install.sh's, or build_wheels.sh's."""
+    python = "cp%d%d" % sys.version_info[:2]
+    built = sorted((ROOT / "build" / "pillow-simd").glob(f"pillow_simd-*-{python}-*.whl")) or sorted(
+        (ROOT / "dist").glob(f"pillow_simd-*-{python}-{python}-manylinux_2_28_x86_64.whl"))
+    if not built or platform.machine() != "x86_64":
+        pytest.skip("no pillow-simd wheel built here (bash jobs/install.sh, on x86-64)")
+    return built[-1]
+
+
+@pytest.fixture(scope="module")
+def stock_venv(tmp_path_factory):
+    """make(): a new venv with stock Pillow, that imports this tree's shards (what the swap runs)."""
+    def make(with_pillow: bool = True) -> Path:
+        venv = tmp_path_factory.mktemp("venv")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        if with_pillow:
+            subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "pillow"],
+                           check=True, capture_output=True)
+        site = next(venv.glob("lib/python3.*/site-packages"))
+        (site / "this_tree.pth").write_text(str(ROOT))
+        return venv
+    return make
+
+
+def swap_in(venv: Path, wheels: Path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([venv / "bin/python", "-m", "shards.pillow_simd", str(wheels), *options],
+                          cwd=venv, capture_output=True, text=True, timeout=300)
+
+
+def pil_in(venv: Path) -> str:
+    shown = subprocess.run([venv / "bin/python", "-c", "from shards.resources import pil_build; print(pil_build())"],
+                           capture_output=True, text=True, cwd=venv)
+    return shown.stdout.strip() or shown.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_the_swap_keeps_pillow_where_no_wheel_fits_and_mends_a_venv_left_without_pil(stock_venv, tmp_path):
+    """The day-one bug: `pip uninstall pillow && pip install pillow-simd` on a Python with no pillow-simd wheel
+    left a venv with no PIL. A wheel for another Python (real wheel bytes, another Python's tag) or a damaged
+    one must leave Pillow working; a venv the old lines broke gets pillow-simd."""
+    wheel = simd_wheel_built_here()
+    other = tmp_path / "other"
+    other.mkdir()
+    other_name = re.sub(r"-cp3\d+-cp3\d+-", "-cp399-cp399-", wheel.name)
+    shutil.copy(wheel, other / other_name)
+    venv = stock_venv()
+    before = pil_in(venv)
+    assert "Pillow" in before and "True" not in before
+
+    kept = swap_in(venv, other)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "no pillow-simd wheel for CPython 3." in kept.stdout and other_name in kept.stdout
+    assert pil_in(venv) == before
+    assert swap_in(venv, other, "--require").returncode == 1  # jobs/install.sh's: stock Pillow is a failure there
+    assert pil_in(venv) == before
+
+    cut = tmp_path / "cut"  # a download cut short: pip refuses it before anything is removed
+    cut.mkdir()
+    (cut / wheel.name).write_bytes(wheel.read_bytes()[: wheel.stat().st_size // 2])
+    kept = swap_in(venv, cut)
+    assert kept.returncode == 0 and "no pillow-simd wheel" in kept.stdout and "is invalid" in kept.stdout, kept.stdout
+    assert pil_in(venv) == before
+
+    damaged = tmp_path / "damaged"  # a wheel that installs but whose PIL does not import: Pillow is put back
+    damaged.mkdir()
+    with zipfile.ZipFile(wheel) as good, zipfile.ZipFile(damaged / wheel.name, "w") as bad:
+        for item in good.infolist():
+            data = good.read(item)
+            bad.writestr(item, data[:4096] if item.filename.startswith("PIL/_imaging.") else data)
+    restored = swap_in(venv, damaged)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "pillow-simd did not install" in restored.stdout and "is back" in restored.stdout, restored.stdout
+    assert pil_in(venv) == before
+
+    broken = stock_venv(with_pillow=False)  # what the README's old lines left on a Python with no wheel
+    assert "No module named 'PIL'" in pil_in(broken)
+    mended = swap_in(broken, wheel.parent)
+    assert mended.returncode == 0, mended.stdout + mended.stderr
+    assert "'pillow-simd 12." in pil_in(broken) and "True" in pil_in(broken)
+
+
+@pytest.mark.slow
+def test_the_swap_puts_pillow_simd_in_place_of_pillow_once(stock_venv):
+    wheel = simd_wheel_built_here()
+    venv = stock_venv()
+    swapped = swap_in(venv, wheel.parent, "--require")
+    assert swapped.returncode == 0, swapped.stdout + swapped.stderr
+    assert re.search(r"pillow_simd: Pillow \S+ \(libjpeg-turbo [\d.]+\) -> pillow_simd-", swapped.stdout), swapped.stdout
+    assert "pillow_simd: PIL: pillow-simd 12." in swapped.stdout
+    listed = subprocess.run([venv / "bin/python", "-m", "pip", "list", "--disable-pip-version-check"],
+                            capture_output=True, text=True).stdout.lower()
+    assert "pillow-simd" in listed and not re.search(r"^pillow ", listed, re.M)
+    again = swap_in(venv, wheel.parent, "--require")
+    assert again.returncode == 0 and "PIL is pillow-simd already" in again.stdout
+
+
+def test_the_swap_refuses_a_folder_that_is_not_one(tmp_path, capsys):
+    from shards.pillow_simd import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / "nowhere")])
+    assert stopped.value.code == 2
+    assert "is not a folder: give the folder that holds the pillow_simd-*.whl wheels" in capsys.readouterr().err
