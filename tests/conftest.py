@@ -19,10 +19,13 @@ SPEC = SampleSpec(classes=6, train_per_class=30, val_per_class=5, max_width=160)
 SHARD_MB = 0.12  # a few shards per split from the small sample
 
 
-# The files that take longest, started first: with a file a worker at a time (pyproject's addopts), the two
-# workers then finish together instead of one running test_train.py alone at the end.
-LONGEST_FIRST = ("test_install.py", "test_train.py", "test_slurm.py", "test_shared_read.py", "test_native_fuzz.py", "test_launchers.py",
-                 "test_gpu_check.py", "test_prepare.py")
+# The files whose tests take longest, started first. pytest-xdist's loadgroup (pyproject's addopts) hands each
+# test to whichever of the two workers is free, except where they must share one: the SLURM tests (one local
+# cluster), and a file's tests that share a module-scoped fixture (built once, on one worker). A group goes
+# where its first test stands in this order, so the long ones start first and the two workers end together.
+LONGEST_FIRST = ("test_slurm.py", "test_install.py", "test_train.py", "test_shared_read.py", "test_launchers.py",
+                 "test_settings.py", "test_native_fuzz.py", "test_prepare.py", "test_gpu_check.py")
+SHARE_A_WORKER = {"test_slurm.py": "slurm"}  # tests that must run on one worker, one at a time
 
 
 # What a whole run holds at once in the temporary folder, rounded up (measured 2026-11-28: 0.5 GB of tmp_path,
@@ -46,9 +49,54 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     returncode=3)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def shares_a_module_fixture(item: pytest.Item) -> bool:
+    definitions = getattr(item, "_fixtureinfo", None)
+    return definitions is not None and any(d.scope == "module" for defs in definitions.name2fixturedefs.values()
+                                           for d in defs)
+
+
+def worker_group(item: pytest.Item) -> str | None:
+    """The xdist_group `item` joins, if it must share a worker: see LONGEST_FIRST."""
+    name = item.path.name
+    if name in SHARE_A_WORKER:
+        return SHARE_A_WORKER[name]
+    return name if shares_a_module_fixture(item) else None
+
+
+def join_group(item: pytest.Item) -> None:
+    """What pytest-xdist's loadgroup does to a test of an xdist_group (its node id gets an @GROUP, which
+    its scheduler reads), where pytest-xdist itself did not: up to 3.8 it sets item._nodeid, which pytest 9
+    no longer reads (the node id is item._id, a NodeId)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None or "@" in item.nodeid:
+        return
+    grouped = f"{item.nodeid}@{mark.args[0]}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(grouped)
+    else:
+        item._nodeid = grouped
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks that follow from others, set as each test is collected: before any pytest_collection_modifyitems
+    (pytest-xdist's reads the xdist_group marks in its own, -m deselects in its own)."""
+    if item.get_closest_marker("release"):
+        item.add_marker(pytest.mark.slow)  # -m "not slow" leaves the release tier out too
+    group = worker_group(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config.option, "loadgroup", False):  # in a pytest-xdist worker, under --dist loadgroup
+        for item in items:
+            join_group(item)
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order kept
+    # the slow tests of the long files first, then every other slow test, then the quick ones; stable: in-file order kept
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, rank.get(item.path.name, len(rank))))
 
 
 @pytest.fixture(scope="session")
@@ -161,3 +209,4 @@ def copy_dataset(prepared: Path, to: Path) -> Path:
 
     shutil.copytree(prepared, to)
     return to
+

@@ -1,4 +1,4 @@
-"""Run by tests/test_launchers.py under torchrun: one rank of a loop over ImageNetLoader that stops
+"""Run by tests/test_launchers.py in two ranks started as torchrun starts them: one rank of a loop over ImageNetLoader that stops
 mid-epoch and saves its state (rank 0 alone), or resumes from it, or reads the epoch whole; each
 batch's digest goes to OUT.rankN.
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import warm
 from conftest import config, run_module
 from prepare.builder import prepare
 from prepare.config import PrepareError
@@ -341,7 +342,8 @@ def predictions_alone(model: torch.nn.Module, dest: Path, split: str) -> dict[tu
 
 @pytest.mark.slow
 def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
-    from test_train import Ranks, train_args
+    from test_train import train_args
+    from warm import Ranks
     from train.checkpoint import checkpoint_path, load_checkpoint
     from train.models import build_model
 
@@ -352,7 +354,7 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert record["val_images"] == len(images.val) and record["v2_images"] == len(v2_images(images))
     assert record["real_images"] == manifest.real_labels["labelled"] and record["real_top1"] == 100.0
     assert f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in ranks.text()
-    report = run_module("train.report", tmp_path / "run")
+    report = warm.run("train.report", tmp_path / "run")
     assert report.returncode == 0 and f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in report.stdout
     # v2 holds val's images twice, under the same labels: the run's model predicts each copy as it predicts
     # val's image when each is evaluated alone (the run's batches of 4 mix other images around them)

@@ -1,6 +1,7 @@
 """jobs/gpu_check.sh, the GPU issue's prepared check, run here as it runs there but on the CPU at toy
 sizes (DEVICE=cpu): every step runs and its figures reach the results file, so that a lent GPU's few
-minutes are not spent finding a typo."""
+minutes are not spent finding a typo. A release check (pytest -m release): it changes only with the
+script, and takes minutes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.release, pytest.mark.slow]
 
 
 def test_the_gpu_check_runs_every_step_on_the_cpu_and_writes_its_figures(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from conftest import config, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.completeness import shortfall
@@ -189,9 +190,9 @@ def test_a_webp_sample_is_refused_naming_the_jpeg_download(tmp_path):
 
 
 def test_training_on_22k_classes_reports_the_12k_val_under_its_own_name(prepared_22k, tmp_path):
-    result = run_module("train", "--data", prepared_22k, "--run-dir", tmp_path / "run", "--arch", "resnet18",
-                        "--image-size", "32", "--batch-size", "4", "--epochs", "1", "--workers", "1",
-                        "--warmup-epochs", "1", "--shuffle-buffer", "16")
+    result = warm.run("train", "--data", prepared_22k, "--run-dir", tmp_path / "run", "--arch", "resnet18",
+                      "--image-size", "32", "--batch-size", "4", "--epochs", "1", "--workers", "1",
+                      "--warmup-epochs", "1", "--shuffle-buffer", "16")
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = read_metrics(tmp_path / "run")
     assert record["val_images"] == record["val_12k_images"] == 8  # every val image is of a 12k class

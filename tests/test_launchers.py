@@ -1,6 +1,7 @@
 """The public loader under real launchers, two CPU processes on gloo: the library manual's example
-(docs/library.md) run verbatim under torchrun and under accelerate launch, and a mid-epoch state saved
-by rank 0 that resumes every rank to exactly the batches it had not taken."""
+(docs/library.md) run verbatim under torchrun and under accelerate launch. Then, in two ranks started
+warm as torchrun starts them (tests/warm.py), the example with the recipe's augmentation added, and a
+mid-epoch state saved by rank 0 that resumes every rank to exactly the batches it had not taken."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from conftest import ROOT
 from shards.manifest import read_manifest
 from train.cluster import free_port
@@ -47,45 +49,6 @@ def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.mark.parametrize("launcher", [torchrun, accelerate], ids=["torchrun", "accelerate"])
-def test_the_readme_example_runs_verbatim_on_two_ranks(prepared, tmp_path, launcher):
-    example = tmp_path / "example.py"
-    example.write_text(readme_example())
-    result = run(launcher(str(example), str(prepared), "2", "8", "32"), cwd=tmp_path)
-    lines = re.findall(r"epoch (\d): loss [\d.]+, val top-1 [\d.]+% of (\d+) images, (\d) ranks", result.stdout)
-    val = read_manifest(prepared).splits["val"].samples
-    assert lines == [("0", str(val), "2"), ("1", str(val), "2")], result.stdout  # every val image once over 2 ranks
-
-
-def test_the_readme_example_runs_with_the_recipes_augmentation_added_and_nothing_else_changed(prepared, tmp_path):
-    """MixUp/CutMix make the training targets soft: F.cross_entropy takes them as they are."""
-    text = readme_example()
-    made = 'image_size=size, device=device) as train_data'
-    assert made in text and "from train import ImageNetLoader\n" in text
-    augment = 'augment=Augment(policy="trivialaugment", erasing=0.1, mixup=0.2, cutmix=1.0)'
-    text = text.replace(made, f"image_size=size, device=device,\n                    {augment}) as train_data")
-    example = tmp_path / "example.py"
-    imports = "from train import Augment, ImageNetLoader\n"
-    example.write_text(text.replace("from train import ImageNetLoader\n", imports))
-    result = run(torchrun(str(example), str(prepared), "2", "8", "32"), cwd=tmp_path)
-    val = read_manifest(prepared).splits["val"].samples
-    lines = re.findall(r"epoch (\d): loss [\d.]+, val top-1 [\d.]+% of (\d+) images, (\d) ranks", result.stdout)
-    assert lines == [("0", str(val), "2"), ("1", str(val), "2")], result.stdout
-
-
-def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, tmp_path):
-    state, out = tmp_path / "state.json", tmp_path / "out"
-    run(torchrun(str(RESUME_SCRIPT), str(prepared), "whole", str(state), f"{out}-whole"), cwd=tmp_path)
-    run(torchrun(str(RESUME_SCRIPT), str(prepared), "stop", str(state), f"{out}-stop", "3"), cwd=tmp_path)
-    run(torchrun(str(RESUME_SCRIPT), str(prepared), "resume", str(state), f"{out}-resume"), cwd=tmp_path)
-    for rank in (0, 1):
-        whole, stop, resumed = (json.loads(Path(f"{out}-{mode}.rank{rank}").read_text())
-                                for mode in ("whole", "stop", "resume"))
-        assert stop["digests"] == whole["digests"][:3]
-        assert resumed["digests"] == whole["digests"][3:] and len(whole["digests"]) > 4
-        assert stop["state"] == json.loads(state.read_text())  # rank 1's own state equals what rank 0 saved
-
-
 EXIT_PROBE = """
 import atexit, os, sys
 def threads_at_exit():
@@ -100,13 +63,51 @@ exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"))
 """
 
 
-def test_the_readme_example_leaves_no_process_group_thread_running_at_exit(prepared, tmp_path):
-    """The README example's process group is gone before the interpreter shuts down: gloo's threads
-    still running then ended one run in 15 with `terminate called without an active exception`."""
+@pytest.mark.parametrize("launcher", [torchrun, accelerate], ids=["torchrun", "accelerate"])
+def test_the_readme_example_runs_verbatim_on_two_ranks_and_leaves_no_process_group_thread_at_exit(prepared, tmp_path,
+                                                                                                   launcher):
+    """The example as printed, its two epochs evaluating every val image once over the ranks; and its
+    process group gone before the interpreter shuts down (gloo's threads still running then ended one
+    run in 15 with `terminate called without an active exception`): EXIT_PROBE runs the example and
+    lists each rank's threads as it exits."""
     example, probe = tmp_path / "example.py", tmp_path / "probe.py"
     example.write_text(readme_example())
     probe.write_text(EXIT_PROBE)
-    result = run(torchrun(str(probe), str(example), str(prepared), "1", "8", "32"), cwd=tmp_path)
+    result = run(launcher(str(probe), str(example), str(prepared), "2", "8", "32"), cwd=tmp_path)
+    lines = re.findall(r"epoch (\d): loss [\d.]+, val top-1 [\d.]+% of (\d+) images, (\d) ranks", result.stdout)
+    val = read_manifest(prepared).splits["val"].samples
+    assert lines == [("0", str(val), "2"), ("1", str(val), "2")], result.stdout  # every val image once over 2 ranks
     exits = {path.name: path.read_text() for path in sorted(tmp_path.glob("threads-at-exit-*.txt"))}
     assert sorted(exits) == ["threads-at-exit-0.txt", "threads-at-exit-1.txt"], result.stdout
     assert not any(re.search(r"gloo|nccl", names) for names in exits.values()), exits
+
+
+def test_the_readme_example_runs_with_the_recipes_augmentation_added_and_nothing_else_changed(prepared, tmp_path):
+    """MixUp/CutMix make the training targets soft: F.cross_entropy takes them as they are."""
+    text = readme_example()
+    made = 'image_size=size, device=device) as train_data'
+    assert made in text and "from train import ImageNetLoader\n" in text
+    augment = 'augment=Augment(policy="trivialaugment", erasing=0.1, mixup=0.2, cutmix=1.0)'
+    text = text.replace(made, f"image_size=size, device=device,\n                    {augment}) as train_data")
+    example = tmp_path / "example.py"
+    imports = "from train import Augment, ImageNetLoader\n"
+    example.write_text(text.replace("from train import ImageNetLoader\n", imports))
+    ranks = warm.Ranks(2, [prepared, 2, 8, 32], tmp_path / "logs", module=str(example), cwd=tmp_path)
+    assert ranks.wait() == [0, 0], ranks.text()
+    val = read_manifest(prepared).splits["val"].samples
+    lines = re.findall(r"epoch (\d): loss [\d.]+, val top-1 [\d.]+% of (\d+) images, (\d) ranks", ranks.text())
+    assert lines == [("0", str(val), "2"), ("1", str(val), "2")], ranks.text()
+
+
+def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, tmp_path):
+    state, out = tmp_path / "state.json", tmp_path / "out"
+    for mode, *stop_after in (("whole",), ("stop", 3), ("resume",)):
+        ranks = warm.Ranks(2, [prepared, mode, state, f"{out}-{mode}", *stop_after], tmp_path / mode,
+                           module=str(RESUME_SCRIPT), cwd=tmp_path)
+        assert ranks.wait() == [0, 0], ranks.text()
+    for rank in (0, 1):
+        whole, stop, resumed = (json.loads(Path(f"{out}-{mode}.rank{rank}").read_text())
+                                for mode in ("whole", "stop", "resume"))
+        assert stop["digests"] == whole["digests"][:3]
+        assert resumed["digests"] == whole["digests"][3:] and len(whole["digests"]) > 4
+        assert stop["state"] == json.loads(state.read_text())  # rank 1's own state equals what rank 0 saved

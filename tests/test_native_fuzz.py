@@ -306,7 +306,9 @@ def expect(report: Report, corpus: Corpus, name: str) -> int:
     return report.statuses[corpus.index(name)]
 
 
-@pytest.mark.parametrize("full", [pytest.param(False, id="fast"), pytest.param(True, id="full", marks=pytest.mark.slow)])
+# the fast corpus (fixed seeds) on every run; the full one is a release check (pytest -m release)
+@pytest.mark.parametrize("full", [pytest.param(False, id="fast"),
+                                  pytest.param(True, id="full", marks=[pytest.mark.slow, pytest.mark.release])])
 def test_hostile_inputs_give_a_status_never_a_crash_and_the_same_pixels_in_any_chunking(tmp_path, full):
     threads = 3
     corpus = build_corpus(full)

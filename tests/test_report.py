@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_module
+import warm
 from train.report import accuracies
 
 
@@ -28,7 +28,7 @@ def test_the_ema_real_and_v2_figures_are_drawn_where_the_run_has_them():
 def test_the_report_prints_the_ema_and_draws_a_ramps_sizes(tmp_path):
     lines = [record(e, ema_val_top1=20.0 + e, image_size=160 if e < 2 else 192, v2_top1=5.0) for e in range(4)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    result = run_module("train.report", tmp_path)
+    result = warm.run("train.report", tmp_path)
     assert result.returncode == 0, result.stderr
     assert "last: val top-1 14.00% (EMA 23.00%), top-5 40.00%, v2 5.00%" in result.stdout
     assert (tmp_path / "metrics.png").stat().st_size > 10_000

@@ -445,20 +445,20 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
 
 @pytest.mark.slow
 def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is_recorded(prepared, tmp_path):
-    from conftest import run_module
+    import warm
     from test_train import train_args
     from train.checkpoint import checkpoint_path, load_checkpoint
     from train.metrics import read_metrics
 
     run = tmp_path / "run"
     steps = ["--max-steps", 2, "--workers", 1, "--val-crop", 32, "--val-resize", 37]
-    first = run_module("train", *train_args(prepared, run, "--recipe", "torchvision-v2", "--epochs", 1, *steps))
+    first = warm.run("train", *train_args(prepared, run, "--recipe", "torchvision-v2", "--epochs", 1, *steps))
     assert first.returncode == 0, first.stderr
     assert "recipe torchvision-v2: resnet18, 1 epochs" in first.stderr and "EMA every 32 steps" in first.stderr
-    refused = run_module("train", *train_args(prepared, run, "--epochs", 2, "--resume", "auto", *steps))
+    refused = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--resume", "auto", *steps))
     assert refused.returncode == 2
     assert "--epochs 1 there, 2 here" in refused.stderr and "add --force-change --epochs" in refused.stderr
-    resumed = run_module("train", *train_args(prepared, run, "--epochs", 2, "--force-change", "--epochs",
+    resumed = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--force-change", "--epochs",
                                               "--resume", "auto", *steps))
     assert resumed.returncode == 0, resumed.stderr
     assert "--force-change: --epochs 1 -> 2 on resume" in resumed.stderr
@@ -485,11 +485,11 @@ NO_WARMUP_TYPED = ["--arch", "resnet18", "--image-size", 32, "--batch-size", 4, 
                                                                       "for 600 epochs) shortened to 0.025"),
 ])
 def test_a_short_first_run_runs_with_its_warmup_fitted_and_says_so(prepared, tmp_path, argv, said):
-    from conftest import run_module
+    import warm
     from train.metrics import read_metrics
 
     run = tmp_path / "run"
-    result = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, *argv)
+    result = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, *argv)
     assert result.returncode == 0, result.stderr
     assert said in result.stderr
     document = json.loads((run / "config.json").read_text())
@@ -497,13 +497,13 @@ def test_a_short_first_run_runs_with_its_warmup_fitted_and_says_so(prepared, tmp
     assert len(read_metrics(run)) == document["settings"]["epochs"]
 
 
-@pytest.mark.slow
-def test_a_typed_warmup_longer_than_the_run_is_refused_in_one_line(prepared, tmp_path):
-    from conftest import run_module
+def test_a_typed_warmup_longer_than_the_run_is_refused_in_one_line(prepared, tmp_path, capsys):
+    from train.cli import main
 
-    result = run_module("train", "--data", prepared, "--run-dir", tmp_path / "run", *NO_WARMUP_TYPED, "--epochs", 1,
-                        "--warmup-epochs", 5)
-    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+    with pytest.raises(SystemExit) as stopped:  # in the parse, as `python -m train` exits
+        main([str(a) for a in ("--data", prepared, "--run-dir", tmp_path / "run", *NO_WARMUP_TYPED, "--epochs", 1,
+                               "--warmup-epochs", 5)])
+    assert stopped.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         "python -m train: error: --warmup-epochs 5 (typed) is longer than the run, --epochs 1 (typed): it would never "
         "reach the peak rate. Give --warmup-epochs 1 or less (0: none)"]
     assert not (tmp_path / "run").exists()
@@ -511,16 +511,16 @@ def test_a_typed_warmup_longer_than_the_run_is_refused_in_one_line(prepared, tmp
 
 @pytest.mark.slow
 def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepared, tmp_path):
-    from conftest import run_module
+    import warm
     from shards.manifest import read_manifest
     from shards.plan import steps_per_epoch
     from train.metrics import read_metrics
 
     run = tmp_path / "run"
-    capped = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
+    capped = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
                         "--warmup-epochs", 0, "--max-steps", 2)
     assert capped.returncode == 0, capped.stderr
-    resumed = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+    resumed = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
                          "--force-change", "--epochs", "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     whole = steps_per_epoch(read_manifest(prepared).splits["train"].samples, 1, 4)
@@ -533,18 +533,18 @@ def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepa
 
 @pytest.mark.slow
 def test_force_change_that_cannot_be_kept_is_refused_and_the_records_stay_true(prepared, tmp_path):
-    from conftest import run_module
+    import warm
     from train.checkpoint import checkpoint_path, load_checkpoint
 
     run = tmp_path / "run"
-    fresh = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+    fresh = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
                        "--warmup-epochs", 0, "--max-steps", 1, "--lr", 0.2, "--force-change", "--lr")
     assert fresh.returncode == 2 and "--force-change --lr: there is no checkpoint to change" in fresh.stderr
     assert not run.exists()
-    done = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
+    done = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
                       "--warmup-epochs", 0, "--max-steps", 1)
     assert done.returncode == 0, done.stderr
-    shorter = run_module("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
+    shorter = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
                          "--force-change", "--epochs", "--resume", "auto", "--max-steps", 1)
     assert shorter.returncode == 2 and "--epochs 1 (forced): the run's checkpoint is at epoch 2 of 2" in shorter.stderr
     document = json.loads((run / "config.json").read_text())

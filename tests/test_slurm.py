@@ -301,15 +301,6 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
         assert record["val_images"] == read_manifest(data).splits["val"].samples
 
 
-def test_single_node_job_script_runs_to_completion(slurm, sources, tmp_path):
-    shutil.copytree(sources["official"], tmp_path / "source")
-    job = sbatch(slurm, "jobs/imagenet-1node.sbatch", tmp_path,
-                 f"{TRAIN_CPU} --epochs 1 --batch-size 4 --workers 1 --max-steps 3", nodes=1)
-    state = wait_job(slurm, job)
-    assert state["JobState"] == "COMPLETED", (tmp_path / f"job-{job}.out").read_text()
-    assert read_metrics(tmp_path / "run")[0]["steps"] == 3
-
-
 def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_path):
     shutil.copytree(sources["official"], tmp_path / "source")
     export = (f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
@@ -329,6 +320,7 @@ def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_pa
 
 
 def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
+    """jobs/submit.sh, and through it the one-node job script run to completion."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     shutil.copytree(sources["official"], tmp_path / "source")

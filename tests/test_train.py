@@ -1,8 +1,10 @@
 """Real multi-process DDP training on gloo (CPU), on the prepared sample data.
 
 Ranks are started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), one
-process each; tests/test_slurm.py does the same through a real srun. Every test here starts
-training processes (10-60 s each): all are `slow`.
+process each, forked warm (tests/warm.py: torch already imported); tests/test_slurm.py does the same
+through a real srun. A few start `python -m train` cold, as a user does: the entry point, real
+torchrun, and what a fresh interpreter decides (the working folder and PYTHONPATH on sys.path).
+Every test here starts training processes (2-30 s each): all are `slow`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import warm
+from warm import Ranks
 from conftest import ROOT, copy_dataset, damage_jpeg, oversize_jpeg, relabel, run_module
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
@@ -29,48 +33,6 @@ pytestmark = pytest.mark.slow
 # Small and fast on two CPU cores: resnet18 on 32-px crops.
 FAST = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "4", "--log-every", "1", "--warmup-epochs", "1",
         "--shuffle-buffer", "16"]
-
-
-class Ranks:
-    """`world` processes of `python -m train`, each with its own log file."""
-
-    def __init__(self, world: int, args: list, tmp: Path, env: dict | None = None, ranks=None):
-        port = free_port()
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.logs = [tmp / f"rank{r}.log" for r in range(world)]
-        self.procs = []
-        for rank in ranks if ranks is not None else range(world):
-            rank_env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                        **(env or {})}
-            with open(self.logs[rank], "w") as log:
-                self.procs.append(subprocess.Popen([sys.executable, "-m", "train", *map(str, args)], cwd=ROOT,
-                                                   env=rank_env, stdout=log, stderr=subprocess.STDOUT))
-
-    def wait(self, timeout: float = 300) -> list[int]:
-        deadline = time.monotonic() + timeout
-        codes = []
-        for proc in self.procs:
-            try:
-                codes.append(proc.wait(timeout=max(1, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise AssertionError(f"ranks still running after {timeout} s:\n{self.text()}") from None
-        return codes
-
-    def wait_for(self, text: str, rank: int = 0, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.logs[rank].read_text():
-            if time.monotonic() > deadline or all(p.poll() is not None for p in self.procs):
-                raise AssertionError(f"never saw {text!r}:\n{self.text()}")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-
-    def text(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in self.logs if p.exists())
 
 
 def train_args(prepared: Path, run_dir: Path, *extra) -> list:
@@ -161,20 +123,20 @@ def test_a_killed_rank_makes_the_others_fail_quickly(prepared, tmp_path):
 
 def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
     run = tmp_path / "run"
-    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
-    result = run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1,
+    assert warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
+    result = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1,
                                              "--resume", "auto", "--arch", "resnet34"))
     assert result.returncode == 2 and "--arch resnet18 there, resnet34 here" in result.stderr
     assert "--arch cannot change within a run" in result.stderr
-    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 1))
+    again = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 1))
     assert again.returncode == 0 and "already finished 1 epochs" in again.stderr
 
 
 def test_a_new_run_into_a_run_dir_holding_a_checkpoint_is_refused_and_the_checkpoint_kept(prepared, tmp_path):
     run = tmp_path / "run"
-    assert run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
+    assert warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
     kept = (run / "last.pt").read_bytes()
-    again = run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1))
+    again = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1))
     assert again.returncode == 2 and "holds a run's checkpoint (last.pt), which a new run would overwrite" in again.stderr
     assert "add --resume auto to continue that run" in again.stderr
     assert (run / "last.pt").read_bytes() == kept and len(read_metrics(run)) == 1
@@ -191,18 +153,10 @@ def test_real_torchrun_launches_it_too(prepared, tmp_path):
     assert read_metrics(tmp_path / "run")[0]["val_images"] == read_manifest(prepared).splits["val"].samples
 
 
-def test_report_draws_the_metrics(prepared, tmp_path):
-    run = tmp_path / "run"
-    assert run_module("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1)).returncode == 0
-    result = run_module("train.report", run)
-    assert result.returncode == 0 and (run / "metrics.png").stat().st_size > 10_000
-    assert "2 epochs" in result.stdout
-
-
 def test_device_decode_trains_and_evaluates_exactly(prepared, tmp_path):
     """--decode gpu's whole path (workers crop, the device decodes), on the CPU device."""
     run = tmp_path / "run"
-    result = run_module("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 3, "--workers", 1,
+    result = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 3, "--workers", 1,
                                              "--decode", "gpu", "--device", "cpu"))
     assert result.returncode == 0, result.stderr
     (record,) = read_metrics(run)
@@ -243,7 +197,7 @@ def test_damaged_samples_are_left_out_named_and_counted_on_every_rank(prepared, 
 
 def test_more_bad_samples_than_allowed_stop_the_run_in_one_line(prepared, tmp_path):
     data, keys = damaged_copy(prepared, tmp_path)
-    result = run_module("train", *train_args(data, tmp_path / "run", "--epochs", 1, "--workers", 1,
+    result = warm.run("train", *train_args(data, tmp_path / "run", "--epochs", 1, "--workers", 1,
                                              "--max-bad-samples", 0))
     assert result.returncode == 2, result.stderr
     error = [line for line in result.stderr.splitlines() if " ERROR " in line]
@@ -287,13 +241,15 @@ def test_arch_takes_a_models_import_path_from_the_current_folder_or_pythonpath(p
                          "--force-change", "--epochs", "--resume", "auto", env={"PYTHONPATH": str(project)})
     assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
     assert [r["epoch"] for r in read_metrics(run)] == [0, 1]
-    other = train_in(project, "--data", prepared, "--run-dir", run, *FAST, "--epochs", 3, "--resume", "auto")
+    # the refusals, warm (train/models.py puts the working folder on sys.path itself, as srun's tasks need)
+    other = warm.run("train", "--data", prepared, "--run-dir", run, *FAST, "--epochs", 3, "--resume", "auto",
+                     cwd=project)
     assert other.returncode == 2 and "--arch mymodels.tiny:tiny_net there, resnet18 here" in other.stderr
     for arch, message in [("mymodels.nothing:tiny_net", "no module mymodels.nothing on PYTHONPATH or in"),
                           ("mymodels.tiny:absent", "mymodels.tiny has no callable absent"),
                           ("mymodels.tiny:not_a_model", "returned a str, not a torch.nn.Module")]:
-        bad = train_in(project, "--data", prepared, "--run-dir", tmp_path / "bad", "--arch", arch, "--epochs", 1,
-                       "--warmup-epochs", 0)
+        bad = warm.run("train", "--data", prepared, "--run-dir", tmp_path / "bad", "--arch", arch, "--epochs", 1,
+                       "--warmup-epochs", 0, cwd=project)
         errors = [line for line in bad.stderr.splitlines() if " ERROR " in line]
         assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr[-2000:]
 
@@ -307,17 +263,22 @@ def tensorboard_scalars(run: Path) -> dict[str, list[int]]:
     return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
-def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_steps(prepared, tmp_path):
+def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_steps_and_report_draws_them(
+        prepared, tmp_path):
     """A run that logged past its last checkpoint (killed before its next one: here, the checkpoint
-    of epoch 1 put back) resumes from it without logging any step twice."""
+    of epoch 1 put back) resumes from it without logging any step twice; python -m train.report
+    draws the run's metrics."""
     run = tmp_path / "run"
     args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 3, "--tracker", "tensorboard"]
-    assert run_module("train", *args, "--epochs", 1).returncode == 0
+    assert warm.run("train", *args, "--epochs", 1).returncode == 0
     after_epoch_0 = checkpoint_path(run).read_bytes()
     longer = ["--epochs", 2, "--force-change", "--epochs", "--resume", "auto"]  # the run made longer on resume
-    assert run_module("train", *args, *longer).returncode == 0
+    assert warm.run("train", *args, *longer).returncode == 0
+    report = warm.run("train.report", run)
+    assert report.returncode == 0 and (run / "metrics.png").stat().st_size > 10_000
+    assert "2 epochs" in report.stdout
     checkpoint_path(run).write_bytes(after_epoch_0)  # as if killed during epoch 1, after logging its steps
-    resumed = run_module("train", *args, *longer)
+    resumed = warm.run("train", *args, *longer)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     scalars = tensorboard_scalars(run)
     assert scalars["epoch/val_top1"] == [3, 6]  # the global step: epochs of 3 steps
@@ -329,10 +290,10 @@ def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, 
     run = tmp_path / "run"
     args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 2, "--tracker", "wandb"]
     offline = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    first = run_module("train", *args, "--epochs", 1, env=offline)
+    first = warm.run("train", *args, "--epochs", 1, env=offline)
     assert first.returncode == 0, first.stderr[-3000:]
     run_id = (run / "wandb-id").read_text()
-    again = run_module("train", *args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto", env=offline)
+    again = warm.run("train", *args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto", env=offline)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (run / "wandb-id").read_text() == run_id
     offline_runs = sorted((run / "wandb").glob("offline-run-*"))

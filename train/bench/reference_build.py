@@ -5,6 +5,7 @@ clone (setup.py, third_party/), a compiler, CMake and Ninja (the test extra) and
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import sys
@@ -24,7 +25,16 @@ FOLDER = ROOT / "build" / "reference"
 @functools.cache  # (it edits setup.EXTENSIONS' definition: once a process)
 def reference_jpegcrop():
     """train._jpegcrop's sources, compiled as setup.py compiles them, linked with the release as it is
-    (built once into build/reference, then kept while its source and ours are the same)."""
+    (built once into build/reference, then kept while its source and ours are the same). One process at a
+    time builds there: two at once (two pytest workers, a benchmark beside the tests) broke each other's
+    build files."""
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    with open(FOLDER / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        return _build_reference()
+
+
+def _build_reference():
     libjpeg = libjpeg_turbo.build(FOLDER / "libjpeg-turbo", log=lambda line: None, patched=False)
     [extension] = [e for e in project_setup.EXTENSIONS if e.name == "train._jpegcrop"]
     extension.include_dirs = [str(libjpeg / "include"), *(str(ROOT / d) for d in extension.include_dirs)]
