@@ -99,6 +99,7 @@ def assert_each_equals_torchvision(batch, ops, mags, out, interpolation, fill):
 
 @pytest.mark.parametrize("interpolation,fill", [("nearest", None), ("bilinear", None), ("nearest", 77),
                                                 ("bilinear", 0.0), ("bilinear", 97.5)])
+@pytest.mark.slow
 @pytest.mark.parametrize("width,height", [(32, 32), (40, 29)])
 def test_every_op_and_magnitude_equals_torchvision(width, height, interpolation, fill):
     batch, ops, mags = mixed_batch(width, height, magnitudes(height, width))
@@ -107,6 +108,7 @@ def test_every_op_and_magnitude_equals_torchvision(width, height, interpolation,
     assert_each_equals_torchvision(batch, ops, mags, out, interpolation, fill)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width,height", [(32, 32), (40, 29), (176, 176), (225, 97)])
 def test_the_grid_is_torchvisions_own_for_every_geometric_magnitude(width, height):
     """Each sample's grid, bit for bit torchvision's _affine_grid for that sample's matrix alone: the same
@@ -124,6 +126,7 @@ def test_the_grid_is_torchvisions_own_for_every_geometric_magnitude(width, heigh
         assert torch.equal(grids[i:i + 1], _affine_grid(theta, width, height, width, height)), cases[k]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
 def test_a_large_image_equals_torchvision(interpolation):
     # every op at 176x176 (a training size), every third bin of each table

@@ -100,6 +100,7 @@ def test_prepare_benchmark_compares_with_extraction_and_copy(sources, tmp_path):
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["prepare-benchmark.jsonl"]  # cleaned up
 
 
+@pytest.mark.slow
 def test_part_threads_benchmark_compares_one_thread_with_several_on_one_gzip_part(tmp_path):
     result = run_module("prepare.bench.part_threads", tmp_path / "scratch", "--threads", 2, "--val-per-class", 3,
                         "--rounds", 1)
@@ -188,6 +189,7 @@ def test_the_job_start_model_reads_the_source_once_and_is_never_slower_on_a_fast
         assert shared(nodes, dataset, slow)["total"] >= together["total"]
 
 
+@pytest.mark.slow
 def test_the_inflate_benchmark_reads_one_stream_with_zlib_and_rapidgzip(tmp_path):
     result = run_module("prepare.bench.inflate", tmp_path, "--mb", 2, "--rounds", 1)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -199,6 +201,7 @@ def test_the_inflate_benchmark_reads_one_stream_with_zlib_and_rapidgzip(tmp_path
     assert [r["nodes"] for r in shares] == [2, 4, 8] and all(r["job_against_zlib"] > 0 for r in shares)
 
 
+@pytest.mark.slow
 def test_the_full_scale_benchmark_prepares_22k_classes_and_measures_memory(tmp_path):
     result = run_module("prepare.bench.full_scale", tmp_path, "--images", 1500, "--workers", 1, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -386,6 +386,7 @@ def test_many_threads_at_once_decode_the_same_pixels():
             assert np.array_equal(together, alone)
 
 
+@pytest.mark.slow
 def test_a_missing_native_build_is_a_clear_error_not_a_slow_fallback():
     """Without the compiled module the loader does not quietly decode with PIL: importing says
     what to run."""

@@ -366,6 +366,7 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert v2 == {image: predicted * 2 for image, predicted in val.items()}
 
 
+@pytest.mark.slow
 def test_two_nodes_sharing_the_read_write_the_eval_sets_of_a_one_node_prepare(eval_dataset, sources, tmp_path):
     from conftest import tree_bytes
     from test_shared_read import finish, manifest_without_run_stats, start_nodes

@@ -196,6 +196,7 @@ builder.prepare(config(Path(source), dest, eval_sources=(Path(v2),), real_labels
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["write_shard", "write_manifest"])
 def test_a_kill_leaves_the_old_dataset_and_the_next_run_cleans_up_and_completes(eval_dataset, plain, sources, point):
     one_shot, _, v2, real = eval_dataset

@@ -488,6 +488,7 @@ def test_a_gzip_stream_is_checked_to_its_end(hub_sources, tmp_path):
 
 # ---------------------------------------------------------------- several nodes
 
+@pytest.mark.slow
 def test_two_nodes_share_the_read_of_a_hub_source_and_write_a_one_node_prepares_bytes(hub_sources, hub_prepared,
                                                                                       tmp_path):
     from test_shared_read import finish, start_nodes
@@ -510,6 +511,7 @@ def test_the_workers_beyond_a_splits_parts_prepare_their_images_in_threads(worke
     assert threads_per_part(workers, parts) == expected
 
 
+@pytest.mark.slow
 def test_threads_in_a_part_change_no_byte_and_a_bad_image_is_named_as_without(hub_sources, hub_prepared, images,
                                                                               tmp_path):
     """hf-imagenet-1k's val is one gzip stream: with 4 workers its images are prepared 4 at once,

@@ -163,6 +163,7 @@ def test_install_sh_asks_for_python_3_11_and_says_how_to_get_one(tmp_path):
     assert "Python 3.10.12" in done.stderr and "3.11 or newer" in done.stderr and "uv python install 3.11" in done.stderr
 
 
+@pytest.mark.slow
 def test_submit_sh_without_a_compiler_says_to_sbatch_directly(tmp_path):
     """submit.sh builds the commit's native modules for its snapshot; where nothing can compile (a cluster
     user with the wheels), it says what is missing and that the wheels need no snapshot."""

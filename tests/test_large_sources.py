@@ -189,6 +189,7 @@ def test_a_webp_sample_is_refused_naming_the_jpeg_download(tmp_path):
         detect(root).open()
 
 
+@pytest.mark.slow
 def test_training_on_22k_classes_reports_the_12k_val_under_its_own_name(prepared_22k, tmp_path):
     result = warm.run("train", "--data", prepared_22k, "--run-dir", tmp_path / "run", "--arch", "resnet18",
                       "--image-size", "32", "--batch-size", "4", "--epochs", "1", "--workers", "1",
@@ -362,6 +363,7 @@ def test_a_damaged_winter21_is_refused_in_one_line_saying_what_to_do(tmp_path, s
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_bytes_that_inflate_to_others_through_the_index_are_refused_by_their_class_tars_crc(tmp_path, small_held_out,
                                                                                            split):
@@ -461,6 +463,7 @@ def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_p
 
 # ---------------------------------------------------------------- on two nodes: the shared read
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["timm-22k-wds", "timm-w21-wds", "fall11", "winter21", "winter21 indexed"])
 def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path, timm_22k, layout):
     """Real `python -m prepare` processes joined over gloo (tests/test_shared_read.py's): the held-out rule

@@ -460,6 +460,7 @@ from train import ImageNetLoadr
 '''
 
 
+@pytest.mark.slow
 def test_mypy_sees_the_real_classes_through_from_train_import(tmp_path, pytestconfig):
     """mypy (the test extra installs it) reports a misspelt keyword of ImageNetLoader and a misspelt
     name of train, and reveals the class, not Any."""

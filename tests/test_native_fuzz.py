@@ -306,8 +306,8 @@ def expect(report: Report, corpus: Corpus, name: str) -> int:
     return report.statuses[corpus.index(name)]
 
 
-# the fast corpus (fixed seeds) on every run; the full one is a release check (pytest -m release)
-@pytest.mark.parametrize("full", [pytest.param(False, id="fast"),
+# the fast corpus (fixed seeds) in the behaviour tier, every run; the full one is a release check (pytest -m release)
+@pytest.mark.parametrize("full", [pytest.param(False, id="fast", marks=pytest.mark.slow),
                                   pytest.param(True, id="full", marks=[pytest.mark.slow, pytest.mark.release])])
 def test_hostile_inputs_give_a_status_never_a_crash_and_the_same_pixels_in_any_chunking(tmp_path, full):
     threads = 3

@@ -574,6 +574,7 @@ def test_not_enough_space_is_refused_before_writing(sources, tmp_path):
         subprocess.run(["umount", mount], check=True)
 
 
+@pytest.mark.slow
 def test_dest_defaults_to_slurm_tmpdir_and_is_required_without_it(sources, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SLURM_TMPDIR"}
     result = subprocess.run([sys.executable, "-m", "prepare", "--source", str(sources["official"])], cwd=ROOT,
@@ -699,6 +700,7 @@ def flip_bytes(path: Path, count: int = 2000) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 def test_verify_finds_a_damaged_shard_by_name_and_rebuilds_the_same_bytes(sources, tmp_path, caplog):
     dest = tmp_path / "imagenet"
     args = ["prepare", "--source", sources["official"], "--dest", dest, "--shard-size", SHARD_MB]
@@ -996,6 +998,7 @@ def test_an_image_name_longer_than_a_shard_key_can_be_is_refused_by_name():
         image_key("n01440764/" + "a" * (MAX_KEY_LENGTH + 1) + ".JPEG", "train.tar:n01440764.tar")
 
 
+@pytest.mark.slow
 def test_a_dataset_too_big_for_the_disk_is_refused_naming_the_resize_that_fits(tmp_path):
     """On a real small file system: the full-size shards do not fit, and the refusal names the largest
     --resize whose shards do (from a sample prepared at each size); with it, prepare fits and runs."""

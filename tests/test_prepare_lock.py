@@ -110,6 +110,7 @@ def test_a_lock_kept_by_a_dead_prepares_leftover_process_is_taken_over(tmp_path)
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_prepare_waits_for_a_live_holder_names_it_and_goes_on_when_it_ends(tmp_path):
     source = tmp_path / "source"
     make_sample(source, "official", SampleSpec(classes=2, train_per_class=4, val_per_class=2))

@@ -279,6 +279,7 @@ def test_an_end_marker_before_the_last_interval_is_damage_for_a_seek_too():
     assert sought == usual == CORRUPT and not seeked[0]
 
 
+@pytest.mark.slow
 def test_out_of_memory_in_the_rewrite_is_a_status_never_a_crash(tmp_path):
     """Under address-space limits from tight to ample, the rewrite of a large noisy JPEG fails in
     libjpeg's allocations or in the output's growth: OUT_OF_MEMORY, its buffers freed once
@@ -335,6 +336,7 @@ def test_batches_from_seekable_shards_equal_those_from_plain_shards_for_any_thre
     assert "images of the first batch decoded from only the restart intervals their crops cover" in caplog.text
 
 
+@pytest.mark.slow
 def test_the_seek_benchmark_compares_a_seekable_dataset_with_its_plain_twin(plain, prepared, sources, tmp_path):
     result = run_module("train.bench.seek", "--data", prepared, "--plain", plain, "--images", 24, "--image-size", 32)
     assert result.returncode == 0, result.stderr

@@ -195,6 +195,7 @@ def one_node(sources, tmp_path_factory) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [2, 3])
 def test_nodes_each_read_a_share_and_all_write_the_bytes_of_a_one_node_prepare(sources, one_node, tmp_path, nodes):
     dests = [tmp_path / f"n{rank}" for rank in range(nodes)]
@@ -213,6 +214,7 @@ def test_nodes_each_read_a_share_and_all_write_the_bytes_of_a_one_node_prepare(s
     assert sum(reads) == whole and min(reads) > 0.6 * whole / nodes  # 6 class tars of similar size, and val
 
 
+@pytest.mark.slow
 def test_a_node_that_holds_the_dataset_still_reads_its_share_and_only_the_other_receives(sources, one_node,
                                                                                        tmp_path):
     holder, needer = tmp_path / "n0", tmp_path / "n1"
@@ -229,6 +231,7 @@ def test_a_node_that_holds_the_dataset_still_reads_its_share_and_only_the_other_
     assert 0 < stats["read_from_source_bytes"] < whole and stats["received_from_nodes_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_when_every_node_holds_the_dataset_nothing_is_read(sources, one_node, tmp_path):
     dests = [tmp_path / "n0", tmp_path / "n1"]
     for dest in dests:
@@ -238,6 +241,7 @@ def test_when_every_node_holds_the_dataset_nothing_is_read(sources, one_node, tm
     assert all("nothing to do" in log and "shared read" not in log for _, log in results)
 
 
+@pytest.mark.slow
 def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_path):
     source = copy_official(sources, tmp_path)
     name = truncate_second_class_tar(source)
@@ -253,6 +257,7 @@ def test_a_damaged_part_stops_every_node_with_its_one_line_error(sources, tmp_pa
         assert not any((dest / "train").iterdir())
 
 
+@pytest.mark.slow
 def test_a_bad_image_stops_every_node_as_soon_as_its_part_is_read(sources, tmp_path):
     """Without --skip-bad, the node that reads the part stops the run there (one node's prepare
     stops on it too); every node names the image."""
@@ -269,6 +274,7 @@ def test_a_bad_image_stops_every_node_as_soon_as_its_part_is_read(sources, tmp_p
     assert all(list(read_complete_manifest(d).skipped) == [bad["key"]] for d in dests)
 
 
+@pytest.mark.slow
 def test_damaged_jpegs_reach_every_nodes_manifest_as_in_a_one_node_prepare(sources, images, tmp_path):
     """A damaged JPEG is found by the node that reads its part; every node names it in its log and
     lists it in its manifest (as `damaged`, or with --skip-bad as `skipped`), as one node alone does."""
@@ -292,6 +298,7 @@ def test_damaged_jpegs_reach_every_nodes_manifest_as_in_a_one_node_prepare(sourc
             assert f"{key}.JPEG: " in log and PREMATURE_END in log, log
 
 
+@pytest.mark.slow
 def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_read(sources, one_node, tmp_path):
     dests = [tmp_path / "n0", tmp_path / "n1"]
     shutil.copytree(one_node, dests[1])
@@ -366,6 +373,7 @@ def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path
 
 # ---------------------------------------------------------------- agreeing before anything is read
 
+@pytest.mark.slow
 def test_a_node_that_cannot_set_up_stops_the_others_at_once_with_its_reason(sources, tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     dests = [tmp_path / "n0", tmp_path / "a-file" / "imagenet"]
@@ -379,6 +387,7 @@ def test_a_node_that_cannot_set_up_stops_the_others_at_once_with_its_reason(sour
     assert not (dests[0] / ".prepare-tmp").exists() and not any((dests[0] / "train").iterdir())
 
 
+@pytest.mark.slow
 def test_a_dest_that_is_one_folder_on_two_nodes_is_refused_on_both(sources, tmp_path):
     dest = tmp_path / "shared-storage" / "imagenet"
     start = time.monotonic()
@@ -391,6 +400,7 @@ def test_a_dest_that_is_one_folder_on_two_nodes_is_refused_on_both(sources, tmp_
     assert not (dest / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_nodes_that_would_build_different_datasets_are_refused(sources, tmp_path):
     dests = [tmp_path / "n0", tmp_path / "n1"]
     results = finish(start_nodes(sources["official"], dests, per_node=[[], ["--quality", 80]]))
@@ -401,6 +411,7 @@ def test_nodes_that_would_build_different_datasets_are_refused(sources, tmp_path
         assert not (dest / "manifest.json").exists() and not (dest / ".prepare-tmp").exists()
 
 
+@pytest.mark.slow
 def test_further_tasks_of_a_node_wait_for_its_first_task_then_verify(sources, one_node, tmp_path):
     dests = [tmp_path / "n0", tmp_path / "n1"]
     job = random.Random().randrange(10**6)
