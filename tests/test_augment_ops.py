@@ -198,6 +198,7 @@ NUMERIC_PATHS = {"mkl-compatible, aten-default": {"MKL_CBWR": "COMPATIBLE", "ATE
                  "mkl-avx512, aten-avx512": {"MKL_CBWR": "AVX512", "ATEN_CPU_CAPABILITY": "avx512"}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NUMERIC_PATHS)
 def test_the_equality_holds_on_the_numeric_paths_of_other_cpus(path):
     """The equality tests above, again in a process on another numeric path (it must hold on the CPU a

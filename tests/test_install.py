@@ -141,6 +141,7 @@ def test_the_aarch64_wheel_gives_the_pinned_pixels_under_emulation(built_wheels)
 
 # ----------------------------------------------------------------------- from source: jobs/install.sh
 
+@pytest.mark.slow
 @pytest.mark.skipif(not IS_ROOT or platform.machine() != "x86_64", reason="needs root (to become nobody), x86-64")
 @pytest.mark.parametrize("user", ["65534", None], ids=["not-root", "root-without-apt"])
 def test_install_sh_sends_a_user_without_nasm_to_the_wheels(open_tmp, user):

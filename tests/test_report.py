@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import warm
 from train.report import accuracies
 
@@ -25,6 +27,7 @@ def test_the_ema_real_and_v2_figures_are_drawn_where_the_run_has_them():
     assert accuracies([record(0)]) == []
 
 
+@pytest.mark.slow
 def test_the_report_prints_the_ema_and_draws_a_ramps_sizes(tmp_path):
     lines = [record(e, ema_val_top1=20.0 + e, image_size=160 if e < 2 else 192, v2_top1=5.0) for e in range(4)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))

@@ -45,6 +45,7 @@ sys.exit(int(sys.argv[2]))
 """
 
 
+@pytest.mark.slow
 def test_a_warm_process_is_its_own_process_with_its_argv_environment_folder_streams_and_exit_status(tmp_path):
     import warm
 
@@ -58,6 +59,7 @@ def test_a_warm_process_is_its_own_process_with_its_argv_environment_folder_stre
     assert result.stderr == "to stderr\n"
 
 
+@pytest.mark.slow
 def test_a_warm_process_takes_signals_and_is_killed_and_starts_in_under_a_second(tmp_path):
     """The warm server forks; a fork of a process that has imported torch must not hang (the project
     once met a hang in CPython's after-fork code): 20 in a row, 4 at once, each well under a second."""
