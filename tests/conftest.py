@@ -30,7 +30,7 @@ SHARE_A_WORKER = {"test_slurm.py": "slurm"}  # tests that must run on one worker
 # The release tier's start: pytest-xdist gives each worker two tests at first, then one as each ends. The wheels'
 # build (about 3 minutes, in the session fixture every install test waits for) starts on one worker with the first
 # bare system after it; the GPU script and the full fuzz corpus (about 3 minutes together) keep the other worker busy
-# meanwhile, instead of it waiting on the build. Measured: 12:52 in the order of the files, this order TBD.
+# meanwhile, instead of it waiting on the build. Measured (AMD EPYC, 2 vCPUs): 12:52 in the files' order, 11:13 in this.
 RELEASE_FIRST = ("test_the_wheels_are_manylinux", "test_the_gpu_check_runs",
                  "test_the_readme_install_lines_as_written_run_the_demo_on_a_bare_system_as_a_user_who_is_not_root[bookworm]",
                  "test_hostile_inputs_give_a_status_never_a_crash_and_the_same_pixels_in_any_chunking[full]")
