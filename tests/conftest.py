@@ -226,4 +226,3 @@ def copy_dataset(prepared: Path, to: Path) -> Path:
 
     shutil.copytree(prepared, to)
     return to
-

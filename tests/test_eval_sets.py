@@ -343,12 +343,11 @@ def predictions_alone(model: torch.nn.Module, dest: Path, split: str) -> dict[tu
 @pytest.mark.slow
 def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
     from test_train import train_args
-    from warm import Ranks
     from train.checkpoint import checkpoint_path, load_checkpoint
     from train.models import build_model
 
     dest, manifest, _, _ = eval_dataset
-    ranks = Ranks(2, train_args(dest, tmp_path / "run", "--epochs", 1, "--workers", 1), tmp_path)
+    ranks = warm.Ranks(2, train_args(dest, tmp_path / "run", "--epochs", 1, "--workers", 1), tmp_path)
     assert ranks.wait() == [0, 0], ranks.text()
     record = read_metrics(tmp_path / "run")[-1]
     assert record["val_images"] == len(images.val) and record["v2_images"] == len(v2_images(images))

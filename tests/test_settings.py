@@ -459,7 +459,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     assert refused.returncode == 2
     assert "--epochs 1 there, 2 here" in refused.stderr and "add --force-change --epochs" in refused.stderr
     resumed = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--force-change", "--epochs",
-                                              "--resume", "auto", *steps))
+                                            "--resume", "auto", *steps))
     assert resumed.returncode == 0, resumed.stderr
     assert "--force-change: --epochs 1 -> 2 on resume" in resumed.stderr
     assert "recipe torchvision-v2" in resumed.stderr and "trivialaugment (bilinear)" in resumed.stderr
@@ -518,10 +518,10 @@ def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepa
 
     run = tmp_path / "run"
     capped = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
-                        "--warmup-epochs", 0, "--max-steps", 2)
+                      "--warmup-epochs", 0, "--max-steps", 2)
     assert capped.returncode == 0, capped.stderr
     resumed = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
-                         "--force-change", "--epochs", "--resume", "auto")
+                       "--force-change", "--epochs", "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     whole = steps_per_epoch(read_manifest(prepared).splits["train"].samples, 1, 4)
     assert [(r["steps"], r["train_images"]) for r in read_metrics(run)] == [(2, 8), (whole, whole * 4)]
@@ -538,14 +538,14 @@ def test_force_change_that_cannot_be_kept_is_refused_and_the_records_stay_true(p
 
     run = tmp_path / "run"
     fresh = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
-                       "--warmup-epochs", 0, "--max-steps", 1, "--lr", 0.2, "--force-change", "--lr")
+                     "--warmup-epochs", 0, "--max-steps", 1, "--lr", 0.2, "--force-change", "--lr")
     assert fresh.returncode == 2 and "--force-change --lr: there is no checkpoint to change" in fresh.stderr
     assert not run.exists()
     done = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
-                      "--warmup-epochs", 0, "--max-steps", 1)
+                    "--warmup-epochs", 0, "--max-steps", 1)
     assert done.returncode == 0, done.stderr
     shorter = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
-                         "--force-change", "--epochs", "--resume", "auto", "--max-steps", 1)
+                       "--force-change", "--epochs", "--resume", "auto", "--max-steps", 1)
     assert shorter.returncode == 2 and "--epochs 1 (forced): the run's checkpoint is at epoch 2 of 2" in shorter.stderr
     document = json.loads((run / "config.json").read_text())
     assert document["settings"]["epochs"] == 2 and document["changes"] == []

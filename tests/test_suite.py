@@ -45,22 +45,27 @@ sys.exit(int(sys.argv[2]))
 """
 
 
+@pytest.fixture
+def probe(tmp_path) -> str:
+    """WARM_PROBE as a package `probe` in tmp_path, to run as `python -m probe` from there."""
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "__main__.py").write_text(WARM_PROBE)
+    (tmp_path / "probe" / "__init__.py").write_text("")
+    return "probe"
+
+
 @pytest.mark.slow
-def test_a_warm_process_is_its_own_process_with_its_argv_environment_folder_streams_and_exit_status(tmp_path):
+def test_a_warm_process_is_its_own_process_with_its_argv_environment_folder_streams_and_exit_status(tmp_path, probe):
     import warm
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "__main__.py").write_text(WARM_PROBE)
-    (probe / "__init__.py").write_text("")
-    result = warm.run("probe", "plain", 3, env={"PROBE": "here", "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    result = warm.run(probe, "plain", 3, env={"PROBE": "here", "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     assert result.returncode == 3
     assert result.stdout.splitlines() == [f"argv ['plain', '3'] cwd {tmp_path} probe here True"]
     assert result.stderr == "to stderr\n"
 
 
 @pytest.mark.slow
-def test_a_warm_process_takes_signals_and_is_killed_and_starts_in_under_a_second(tmp_path):
+def test_a_warm_process_takes_signals_and_is_killed_and_starts_in_under_a_second(tmp_path, probe):
     """The warm server forks; a fork of a process that has imported torch must not hang (the project
     once met a hang in CPython's after-fork code): 20 in a row, 4 at once, each well under a second."""
     import os
@@ -69,24 +74,20 @@ def test_a_warm_process_takes_signals_and_is_killed_and_starts_in_under_a_second
 
     import warm
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "__main__.py").write_text(WARM_PROBE)
-    (probe / "__init__.py").write_text("")
-    warm.run("probe", "plain", 0, cwd=tmp_path)  # the server started: its imports are not the start time
+    warm.run(probe, "plain", 0, cwd=tmp_path)  # the server started: its imports are not the start time
     started = time.monotonic()
-    assert [warm.run("probe", "plain", 0, cwd=tmp_path).returncode for _ in range(20)] == [0] * 20
+    assert [warm.run(probe, "plain", 0, cwd=tmp_path).returncode for _ in range(20)] == [0] * 20
     each = (time.monotonic() - started) / 20
     assert each < 1.0, f"a warm process took {each:.2f} s"
-    together = [warm.Process("probe", ["wait-for-signal", 5], tmp_path / f"p{i}.log", cwd=tmp_path) for i in range(4)]
-    for process in together:
-        deadline = time.monotonic() + 30
-        while "argv" not in (tmp_path / f"p{together.index(process)}.log").read_text():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    logs = [tmp_path / f"p{i}.log" for i in range(4)]
+    together = [warm.Process(probe, ["wait-for-signal", 5], log, cwd=tmp_path) for log in logs]
+    deadline = time.monotonic() + 30
+    while not all("argv" in log.read_text() for log in logs):  # every handler in place
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     for process in together[:3]:
         process.send_signal(signal.SIGUSR1)
     assert [p.wait(timeout=30) for p in together[:3]] == [5, 5, 5]
-    assert all("caught [10]" in (tmp_path / f"p{i}.log").read_text() for i in range(3))
+    assert all("caught [10]" in log.read_text() for log in logs[:3])
     together[3].kill()
     assert together[3].wait(timeout=30) == -signal.SIGKILL and together[3].pid != os.getpid()

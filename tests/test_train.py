@@ -125,7 +125,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(prepared, tmp_path):
     run = tmp_path / "run"
     assert warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 2, "--workers", 1)).returncode == 0
     result = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--max-steps", 2, "--workers", 1,
-                                             "--resume", "auto", "--arch", "resnet34"))
+                                           "--resume", "auto", "--arch", "resnet34"))
     assert result.returncode == 2 and "--arch resnet18 there, resnet34 here" in result.stderr
     assert "--arch cannot change within a run" in result.stderr
     again = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--resume", "auto", "--workers", 1))
@@ -157,7 +157,7 @@ def test_device_decode_trains_and_evaluates_exactly(prepared, tmp_path):
     """--decode gpu's whole path (workers crop, the device decodes), on the CPU device."""
     run = tmp_path / "run"
     result = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--max-steps", 3, "--workers", 1,
-                                             "--decode", "gpu", "--device", "cpu"))
+                                           "--decode", "gpu", "--device", "cpu"))
     assert result.returncode == 0, result.stderr
     (record,) = read_metrics(run)
     assert record["steps"] == 3 and record["val_images"] == read_manifest(prepared).splits["val"].samples
@@ -198,7 +198,7 @@ def test_damaged_samples_are_left_out_named_and_counted_on_every_rank(prepared, 
 def test_more_bad_samples_than_allowed_stop_the_run_in_one_line(prepared, tmp_path):
     data, keys = damaged_copy(prepared, tmp_path)
     result = warm.run("train", *train_args(data, tmp_path / "run", "--epochs", 1, "--workers", 1,
-                                             "--max-bad-samples", 0))
+                                           "--max-bad-samples", 0))
     assert result.returncode == 2, result.stderr
     error = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert len(error) == 1 and "more than --max-bad-samples 0" in error[0]

@@ -69,8 +69,8 @@ def _child(module: str, argv: list[str], env: dict[str, str], cwd: str, out: str
 
 
 class Process:
-    """One warm `python -m MODULE ARGS` (or `python SCRIPT.py ARGS`), its stdout written to `out` and its stderr to `err` (the same
-    file unless given); Popen's methods."""
+    """One warm `python -m MODULE ARGS` (or `python SCRIPT.py ARGS`), its stdout written to `out` and
+    its stderr to `err` (the same file unless given); Popen's methods."""
 
     def __init__(self, module: str, args, out: Path, err: Path | None = None, env: dict | None = None,
                  cwd: Path | None = None):
