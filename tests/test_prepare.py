@@ -797,6 +797,18 @@ def small_tmpfs(path: Path, megabytes: int):
     return result.stderr.strip() or "mount failed" if result.returncode else None
 
 
+def fill_while_paused(proc: subprocess.Popen, mount: Path) -> None:
+    """Another job fills what is left of the file system at `mount` while `proc` (started in a
+    session of its own) and its workers stand still: on a fast machine a small prepare finishes
+    its writes within the few milliseconds `dd` takes to start and fill, and the disk must be full
+    while there is still something to write."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["spilling", "writing shards"])
 def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothing(tmp_path, when):
@@ -811,14 +823,14 @@ def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothi
     try:
         dest = mount / "imagenet"
         proc = subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
-                                 "--shard-size", "1", "--workers", "1"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                                 "--shard-size", "1", "--workers", "1"], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         started = (lambda: any((dest / ".prepare-tmp" / "train").glob("bucket-*"))) if when == "spilling" else \
             (lambda: any((dest / "train").glob("*.tar")))
         deadline = time.monotonic() + 120
         while not started() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
-        # the other job: fills what is left of the file system
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        fill_while_paused(proc, mount)
         stderr = proc.communicate(timeout=120)[1]
         assert proc.returncode == 2, stderr
         errors = [line for line in stderr.splitlines() if " ERROR " in line]

@@ -157,7 +157,8 @@ def start_nodes(source: Path, dests: list[Path], *extra, workers: int = 1,
     return [subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
                               "--shard-size", str(SHARD_MB), "--workers", str(workers), "--group-timeout", "60",
                               *map(str, extra), *map(str, per_node[rank] if per_node else [])],
-                             cwd=ROOT, env=node_env(rank, len(dests), job), stderr=subprocess.PIPE, text=True)
+                             cwd=ROOT, env=node_env(rank, len(dests), job), stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # a node and its workers can be paused together
             for rank, dest in enumerate(dests)]
 
 
@@ -343,7 +344,7 @@ def test_a_node_killed_mid_exchange_stops_the_other_which_names_it_and_a_rerun_c
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["at the start", "mid-exchange"])
 def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path, when):
-    from test_prepare import small_tmpfs
+    from test_prepare import fill_while_paused, small_tmpfs
 
     source = tmp_path / "source"
     make_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
@@ -358,7 +359,7 @@ def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path
         procs = start_nodes(source, dests, "--shard-size", 0.5)
         if when == "mid-exchange":
             wait_for(lambda: any((dests[1] / ".prepare-tmp" / "train").glob("bucket-*")), procs)
-            subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+            fill_while_paused(procs[1], mount)
         results = finish(procs)
         assert [c for c, _ in results] == [2, 2], results
         full, other = errors_in(results[1][1]), errors_in(results[0][1])
