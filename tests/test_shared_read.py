@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from conftest import ROOT, SHARD_MB, run_module, tree_bytes
 from prepare.config import PrepareError
 from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
@@ -151,15 +152,23 @@ def node_env(rank: int, nodes: int, job: int) -> dict:
             "SLURM_STEP_NODELIST": ",".join(["127.0.0.1", "localhost", "127.0.0.2"][:nodes])}
 
 
-def start_nodes(source: Path, dests: list[Path], *extra, workers: int = 1,
-                per_node: list[list] | None = None) -> list[subprocess.Popen]:
+def start_nodes(source: Path, dests: list[Path], *extra, workers: int = 1, per_node: list[list] | None = None,
+                cold: bool = False) -> list[subprocess.Popen | warm.Popen]:
+    """A `python -m prepare` process a node, forked warm (torch, which the group needs, imported
+    already) unless `cold`: a warm one's torch has read TORCH_CPP_LOG_LEVEL as the server started,
+    so the check that a peer's death leaves no C++ lines in the survivors' logs needs cold ones."""
     job = random.Random().randrange(10**6)  # a port of its own, clear of earlier runs' sockets
-    return [subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
-                              "--shard-size", str(SHARD_MB), "--workers", str(workers), "--group-timeout", "60",
-                              *map(str, extra), *map(str, per_node[rank] if per_node else [])],
-                             cwd=ROOT, env=node_env(rank, len(dests), job), stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # a node and its workers can be paused together
-            for rank, dest in enumerate(dests)]
+    procs = []
+    for rank, dest in enumerate(dests):
+        args = ["--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", workers,
+                "--group-timeout", 60, *extra, *(per_node[rank] if per_node else [])]
+        env = node_env(rank, len(dests), job)
+        if cold:
+            procs.append(subprocess.Popen([sys.executable, "-m", "prepare", *map(str, args)], cwd=ROOT, env=env,
+                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        else:  # a new session, as the cold ones: a node and its workers can be paused together
+            procs.append(warm.Popen("prepare", args, env=env, cwd=ROOT, new_session=True))
+    return procs
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str]]:
@@ -444,7 +453,7 @@ def test_of_three_nodes_the_one_killed_is_the_one_named(tmp_path, victim):
     # A survivor mostly sees the death at once; once in the suite (2026-12-02) the third node waited in
     # the exchange until --group-timeout instead (then named the victim by the census): so a timeout the
     # test outlasts, and the same naming either way.
-    procs = start_nodes(source, dests, "--shard-size", 0.5, "--group-timeout", 20)
+    procs = start_nodes(source, dests, "--shard-size", 0.5, "--group-timeout", 20, cold=True)
     wait_for(lambda: any((dests[1] / ".prepare-tmp" / "train").glob("bucket-*")), procs)
     os.kill(procs[victim].pid, signal.SIGKILL)
     survivors = [rank for rank in range(3) if rank != victim]

@@ -37,6 +37,9 @@ caught = []
 signal.signal(signal.SIGUSR1, lambda signum, frame: caught.append(signum))
 print("argv", sys.argv[1:], "cwd", os.getcwd(), "probe", os.environ.get("PROBE"), "torch" in sys.modules, flush=True)
 print("to stderr", file=sys.stderr, flush=True)
+if sys.argv[1] == "session":
+    print("leads its group", os.getpgid(0) == os.getpid(), "and session", os.getsid(0) == os.getpid(),
+          "HOME" in os.environ, flush=True)
 if sys.argv[1] == "wait-for-signal":
     while not caught:
         time.sleep(0.01)
@@ -62,6 +65,26 @@ def test_a_warm_process_is_its_own_process_with_its_argv_environment_folder_stre
     assert result.returncode == 3
     assert result.stdout.splitlines() == [f"argv ['plain', '3'] cwd {tmp_path} probe here True"]
     assert result.stderr == "to stderr\n"
+
+
+@pytest.mark.slow
+def test_a_warm_popen_has_popens_face_a_whole_environment_and_a_session_of_its_own(tmp_path, probe):
+    """warm.Popen, as tests/test_shared_read.py starts prepare's nodes: `env` replaces the environment
+    (as Popen's does: a variable the suite has is not inherited), start_new_session's own process group."""
+    import os
+
+    import warm
+
+    assert "HOME" in os.environ
+    env = {"PROBE": "alone", "PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]}
+    process = warm.Popen(probe, ["session", 4], env=env, cwd=tmp_path, new_session=True)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 4 and stderr == "to stderr\n"
+    assert stdout.splitlines() == [f"argv ['session', '4'] cwd {tmp_path} probe alone True",
+                                   "leads its group True and session True False"]
+    assert not process.folder.exists()  # its streams' files are gone with it
+    plain = warm.run(probe, "session", 0, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert plain.stdout.splitlines()[1] == "leads its group False and session False True"
 
 
 @pytest.mark.slow

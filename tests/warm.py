@@ -35,7 +35,8 @@ def context() -> multiprocessing.context.BaseContext:
     return _context
 
 
-def _child(module: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+def _child(module: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str,
+           new_session: bool = False) -> None:
     """In the forked child: become `python -m module argv` (or `python module argv`, for a module
     that ends in .py) as far as a warm process can, and run it.
     An exit status leaves as SystemExit; multiprocessing's child then ends with os._exit, so the
@@ -44,6 +45,8 @@ def _child(module: str, argv: list[str], env: dict[str, str], cwd: str, out: str
     import runpy
     import sys
 
+    if new_session:  # as Popen(start_new_session=True): a process group of its own and its children's
+        os.setsid()
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -73,16 +76,16 @@ class Process:
     its stderr to `err` (the same file unless given); Popen's methods."""
 
     def __init__(self, module: str, args, out: Path, err: Path | None = None, env: dict | None = None,
-                 cwd: Path | None = None):
+                 cwd: Path | None = None, new_session: bool = False, inherit_env: bool = True):
         from conftest import ROOT
 
         err = out if err is None else err
         for path in {Path(out), Path(err)}:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")
-        full_env = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
+        full_env = {**(os.environ if inherit_env else {}), **{k: str(v) for k, v in (env or {}).items()}}
         self.process = context().Process(target=_child, args=(module, [str(a) for a in args], full_env,
-                                                              str(cwd or ROOT), str(out), str(err)))
+                                                              str(cwd or ROOT), str(out), str(err), new_session))
         self.process.start()
         self.pid = self.process.pid
         self.args = [module, *map(str, args)]
@@ -101,6 +104,30 @@ class Process:
 
     def kill(self) -> None:
         self.process.kill()
+
+
+class Popen(Process):
+    """A warm process with subprocess.Popen's face, for code written against Popen (stderr=PIPE,
+    text=True): `communicate(timeout)` gives back (stdout, stderr) as text once it has ended, and
+    `returncode` is then set; `env`, where given, is the whole environment, as Popen's is. Its streams
+    go to files in a folder of its own, removed at the end."""
+
+    def __init__(self, module: str, args, env: dict | None = None, cwd: Path | None = None,
+                 new_session: bool = False):
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix=f"warm-{module}-"))
+        self.returncode = None
+        super().__init__(module, args, self.folder / "stdout", self.folder / "stderr", env=env, cwd=cwd,
+                         new_session=new_session, inherit_env=env is None)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        import shutil
+
+        self.returncode = self.wait(timeout)
+        streams = (self.folder / "stdout").read_text(), (self.folder / "stderr").read_text()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return streams
 
 
 def run(module: str, *args, env: dict | None = None, timeout: float = 300, cwd: Path | None = None
