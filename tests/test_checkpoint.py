@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from train.checkpoint import Checkpoint, ResumeError, load_checkpoint, rng_state, save_checkpoint
-from train.config import TrainConfig
+from train.run.checkpoint import Checkpoint, ResumeError, load_checkpoint, rng_state, save_checkpoint
+from train.run.config import TrainConfig
 
 
 def checkpoint(model: torch.nn.Module, **changes) -> Checkpoint:
@@ -64,7 +64,7 @@ def test_restore_loads_the_weights_and_this_ranks_sums():
 
 
 def test_a_new_run_is_refused_where_its_run_dir_holds_a_checkpoint(tmp_path):
-    from train.checkpoint import find_checkpoint
+    from train.run.checkpoint import find_checkpoint
 
     assert find_checkpoint(str(tmp_path), None) is None and find_checkpoint(str(tmp_path), "auto") is None
     (tmp_path / "last.pt").write_bytes(b"a run's checkpoint")

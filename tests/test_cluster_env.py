@@ -85,7 +85,7 @@ def test_default_workers_are_the_ranks_share_of_its_cpus_less_one(environ, cpus,
 
 def test_every_one_line_error_is_a_user_error_caught_in_one_place():
     """The house rule: errors of the user's making derive from shards.errors.UserError, which each
-    command line catches once (prepare/cli.py, train/cli.py) to print one line without a traceback."""
+    command line catches once (prepare/cli.py, train/run/cli.py) to print one line without a traceback."""
     from prepare.config import PrepareError
     from prepare.labels import LabelError
     from prepare.node_group import PeerFailed
@@ -100,5 +100,5 @@ def test_every_one_line_error_is_a_user_error_caught_in_one_place():
     for error in (PrepareError, LabelError, PeerFailed, SourceError, WorkerDied, DamagedData, DatasetNotReady,
                   SlurmEnvError, ConfigError, ResumeError, ClusterError):
         assert issubclass(error, UserError), error
-    for cli in ("prepare/cli.py", "train/cli.py"):
+    for cli in ("prepare/cli.py", "train/run/cli.py"):
         assert (ROOT / cli).read_text().count("except UserError") == 1, cli

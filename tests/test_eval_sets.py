@@ -22,7 +22,7 @@ from prepare.labels import builtin_class_names
 from shards.paths import REAL_LABELS_FILE, metric_prefix
 from shards.manifest import ClassInfo, read_manifest
 from train.errors import ConfigError
-from train.metrics import epoch_line, read_metrics
+from train.run.metrics import epoch_line, read_metrics
 from train import RealLabels
 from train.shard_index import key_hash
 
@@ -343,8 +343,8 @@ def predictions_alone(model: torch.nn.Module, dest: Path, split: str) -> dict[tu
 @pytest.mark.slow
 def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
     from test_train import train_args
-    from train.checkpoint import checkpoint_path, load_checkpoint
-    from train.models import build_model
+    from train.run.checkpoint import checkpoint_path, load_checkpoint
+    from train.run.models import build_model
 
     dest, manifest, _, _ = eval_dataset
     ranks = warm.Ranks(2, train_args(dest, tmp_path / "run", "--epochs", 1, "--workers", 1), tmp_path)

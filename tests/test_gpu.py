@@ -15,7 +15,7 @@ from shards.manifest import read_manifest
 from train.device_batches import decode_to_device, normalise, to_device
 from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
-from train.metrics import read_metrics
+from train.run.metrics import read_metrics
 from train.device_decode import DeviceDecoder, crop_resize_flip
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -24,7 +24,7 @@ from prepare.sources.base import SourceError
 from shards.manifest import read_manifest
 from test_shared_read import manifest_without_run_stats
 from tests.jpegs import jpeg
-from train.metrics import read_metrics
+from train.run.metrics import read_metrics
 
 TABLE_22K = list(builtin_class_names("imagenet-22k"))
 TABLE_12K = list(builtin_class_names("imagenet-12k"))

@@ -355,12 +355,12 @@ def test_a_pass_that_fails_gives_its_ring_and_thread_back(prepared, monkeypatch)
 def test_the_errors_it_raises_are_importable_from_train():
     import shards.manifest
     import train
-    import train.checkpoint
+    import train.run.checkpoint
     import train.errors
 
     assert (train.DamagedData, train.DatasetNotReady) == (shards.manifest.DamagedData, shards.manifest.DatasetNotReady)
     assert (train.ResumeError, train.ConfigError) == (train.errors.ResumeError, train.errors.ConfigError)
-    assert train.checkpoint.ResumeError is train.ResumeError
+    assert train.run.checkpoint.ResumeError is train.ResumeError
     with pytest.raises(AttributeError):
         train.Nothing
 

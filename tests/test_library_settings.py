@@ -431,12 +431,12 @@ def imports_of(path: Path) -> list[tuple[str, str]]:
 
 def test_the_library_stands_below_the_command_line_and_augmentation_is_a_stage_of_the_data_path():
     """Nothing of train but its command line (cli, loop, __main__, and settings: a run's settings, new or
-    resumed) imports train.config for more than TrainConfig; the loader and the device batches run the
+    resumed) imports train.run.config for more than TrainConfig; the loader and the device batches run the
     augmentation's stages without importing it."""
     for path in (REPO / "train").rglob("*.py"):
         if path.parent.name == "bench" or path.name in ("cli.py", "loop.py", "__main__.py", "settings.py"):
             continue
-        names = {name for module, name in imports_of(path) if module == "train.config"}
+        names = {name for module, name in imports_of(path) if module == "train.run.config"}
         assert names <= {"TrainConfig"}, (path, names)
     for name in ("loader.py", "device_batches.py"):
         assert not [m for m, _ in imports_of(REPO / "train" / name) if m.startswith("train.augment")], name

@@ -14,9 +14,9 @@ import torch
 import torchvision
 from torchvision.ops._utils import split_normalization_params
 
-from train.checkpoint import Checkpoint, load_checkpoint, rng_state, save_checkpoint
-from train.config import TrainConfig, build_parser, parse_command_line
-from train.loop import (
+from train.run.checkpoint import Checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.run.config import TrainConfig, build_parser, parse_command_line
+from train.run.loop import (
     SCHEDULES,
     exempt_from_decay,
     lr_factor,
@@ -24,7 +24,7 @@ from train.loop import (
     warmup_cosine,
     warmup_linear,
 )
-from train.recipes import (
+from train.run.recipes import (
     LR_UPDATES,
     NO_DECAY_RULES,
     RECIPES,
@@ -50,7 +50,7 @@ def settings(*flags: str) -> TrainConfig:
 # ---------------------------------------------------------------- the classic, pinned
 
 def classic_before(warmup_steps: int, total_steps: int, decay: str):
-    """The classic's per-step factor as train/loop.py computed it before the recipes stated their schedules."""
+    """The classic's per-step factor as train/run/loop.py computed it before the recipes stated their schedules."""
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import warm
-from train.report import accuracies
+from train.run.report import accuracies
 
 
 def record(epoch: int, **extra) -> dict:

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from train.config import CommandLine, TrainConfig, build_parser, parse_command_line
+from train.run.config import CommandLine, TrainConfig, build_parser, parse_command_line
 from train.errors import ResumeError
-from train.flags import show
-from train.recipes import recipe
-from train.settings import (
+from train.run.flags import show
+from train.run.recipes import recipe
+from train.run.settings import (
     FIXED, RUN_CONTROL, Change, describe, record_settings, recorded_changes, settings_on_resume, train_size,
 )
 
@@ -299,7 +299,7 @@ def test_what_only_this_process_does_is_never_inherited_by_a_resume():
 
 
 def test_the_settings_a_resume_carries_over_are_named():
-    from train.settings import carried_over
+    from train.run.settings import carried_over
 
     said = carried_over(config(dataset_id="x"), like_v2(lr=0.3, max_steps=2), frozenset({"data", "run_dir", "ema"}))
     assert "--lr 0.3" in said and "--recipe torchvision-v2" in said and "--epochs 600" in said
@@ -319,7 +319,7 @@ def test_a_forced_epochs_must_leave_the_run_an_epoch_to_train():
 
 def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
     """A requeued job repeats the command line that forced a change: its checkpoints have the value already."""
-    from train.settings import run_settings
+    from train.run.settings import run_settings
 
     checkpoint = (like_v2(lr=0.3), 4)  # its settings and epoch
     command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
@@ -331,8 +331,8 @@ def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
 
 def test_a_forced_change_is_checked_as_meant_even_where_it_is_this_command_lines_default():
     """Forcing --image-size 224 (the classic default) onto an ffcv-rn50 run keeps its ramp: refused, not ignored."""
-    from train.config import settings_problem
-    from train.settings import run_settings
+    from train.run.config import settings_problem
+    from train.run.settings import run_settings
 
     ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50", dataset_id="x")
     checkpoint = (ffcv, 2)  # its settings and epoch
@@ -346,8 +346,8 @@ def test_a_forced_change_is_checked_as_meant_even_where_it_is_this_command_lines
 
 def test_on_a_resume_a_value_typed_as_the_checkpoints_is_named_as_the_checkpoints():
     """So that the remedy says --force-change: typing the value the message suggests must not be refused."""
-    from train.config import settings_problem
-    from train.settings import run_settings
+    from train.run.config import settings_problem
+    from train.run.settings import run_settings
 
     checkpoint = (config(epochs=90, warmup_epochs=5.0, dataset_id="x"), 2)  # its settings and epoch
     command = parsed("--epochs", 4, "--force-change", "--epochs", "--warmup-epochs", 5, "--resume", "auto")
@@ -359,7 +359,7 @@ def test_on_a_resume_a_value_typed_as_the_checkpoints_is_named_as_the_checkpoint
 
 def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_known_to_be_missing():
     """A job script that always passes --resume auto: its first start is a new run, fitted as one."""
-    from train.settings import run_settings
+    from train.run.settings import run_settings
 
     command = parsed("--epochs", 1, "--resume", "auto")
     assert command.config.warmup_epochs == 5.0 and command.notes == ()  # a resume's values come from its checkpoint
@@ -372,7 +372,7 @@ def test_a_first_start_with_resume_auto_fits_its_warmup_once_the_checkpoint_is_k
 
 def test_force_change_without_a_checkpoint_to_change_is_refused():
     from train.errors import ConfigError
-    from train.settings import run_settings
+    from train.run.settings import run_settings
 
     command = parsed("--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
     with pytest.raises(ConfigError, match=r"--force-change --lr: there is no checkpoint to change \(--resume auto, "
@@ -390,7 +390,7 @@ def test_force_change_without_a_checkpoint_to_change_is_refused():
      None),  # typed: the user's
 ])
 def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted, said):
-    from train.settings import run_settings
+    from train.run.settings import run_settings
 
     command = parsed(*argv)
     settings = run_settings(command, command.config, None, 0, samples, world)
@@ -399,7 +399,7 @@ def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted
 
 
 def test_a_cap_of_max_steps_is_said_new_or_resumed():
-    from train.settings import run_settings
+    from train.run.settings import run_settings
 
     said = "--max-steps 2: each epoch of this process stops after 2 steps (a smoke test), and so do the epochs its " \
            "checkpoints record"
@@ -447,8 +447,8 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
 def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is_recorded(prepared, tmp_path):
     import warm
     from test_train import train_args
-    from train.checkpoint import checkpoint_path, load_checkpoint
-    from train.metrics import read_metrics
+    from train.run.checkpoint import checkpoint_path, load_checkpoint
+    from train.run.metrics import read_metrics
 
     run = tmp_path / "run"
     steps = ["--max-steps", 2, "--workers", 1, "--val-crop", 32, "--val-resize", 37]
@@ -486,7 +486,7 @@ NO_WARMUP_TYPED = ["--arch", "resnet18", "--image-size", 32, "--batch-size", 4, 
 ])
 def test_a_short_first_run_runs_with_its_warmup_fitted_and_says_so(prepared, tmp_path, argv, said):
     import warm
-    from train.metrics import read_metrics
+    from train.run.metrics import read_metrics
 
     run = tmp_path / "run"
     result = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, *argv)
@@ -498,7 +498,7 @@ def test_a_short_first_run_runs_with_its_warmup_fitted_and_says_so(prepared, tmp
 
 
 def test_a_typed_warmup_longer_than_the_run_is_refused_in_one_line(prepared, tmp_path, capsys):
-    from train.cli import main
+    from train.run.cli import main
 
     with pytest.raises(SystemExit) as stopped:  # in the parse, as `python -m train` exits
         main([str(a) for a in ("--data", prepared, "--run-dir", tmp_path / "run", *NO_WARMUP_TYPED, "--epochs", 1,
@@ -514,7 +514,7 @@ def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepa
     import warm
     from shards.manifest import read_manifest
     from shards.plan import steps_per_epoch
-    from train.metrics import read_metrics
+    from train.run.metrics import read_metrics
 
     run = tmp_path / "run"
     capped = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 1,
@@ -534,7 +534,7 @@ def test_a_resume_without_max_steps_after_a_capped_run_trains_whole_epochs(prepa
 @pytest.mark.slow
 def test_force_change_that_cannot_be_kept_is_refused_and_the_records_stay_true(prepared, tmp_path):
     import warm
-    from train.checkpoint import checkpoint_path, load_checkpoint
+    from train.run.checkpoint import checkpoint_path, load_checkpoint
 
     run = tmp_path / "run"
     fresh = warm.run("train", "--data", prepared, "--run-dir", run, *NO_WARMUP_TYPED, "--epochs", 2,
@@ -573,7 +573,7 @@ def test_the_librarys_refusals_name_the_flags(capsys, argv, said):
 def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path, caplog):
     import logging
 
-    from train.cli import main
+    from train.run.cli import main
 
     with caplog.at_level(logging.ERROR, logger="train"):
         code = main(["--data", str(prepared), "--run-dir", str(tmp_path), "--arch", "resnet18", "--device", "cpu",
@@ -594,7 +594,7 @@ def optimizer_and_schedule(config: TrainConfig, world_size: int, steps: int):
     """What build_run makes of a config: a small model's SGD and its LambdaLR, run for `ran` steps."""
     import torch
 
-    from train.loop import build_optimizer, lr_factor
+    from train.run.loop import build_optimizer, lr_factor
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
     peak = config.lr * config.batch_size * world_size / 256
@@ -610,7 +610,7 @@ def restored_run(saved: TrainConfig, now: TrainConfig, world: tuple[int, int], s
     follow_settings applied: the optimizer and schedule the resumed run steps with."""
     from types import SimpleNamespace
 
-    from train.loop import follow_settings
+    from train.run.loop import follow_settings
 
     optimizer, scheduler = optimizer_and_schedule(saved, world[0], steps[0])
     for _ in range(epoch * steps[0] + step):
@@ -656,7 +656,7 @@ def test_another_world_size_at_an_epoch_boundary_follows_the_new_global_batch_an
 
 
 def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
-    from train.config import settings_problem
+    from train.run.config import settings_problem
 
     command = parsed("--ema-decay", 0.9999, "--force-change", "--ema-decay", "--resume", "auto")  # not refused yet
     resumed, _ = settings_on_resume(command.config, V2, command.given, command.force_change)

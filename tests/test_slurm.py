@@ -19,7 +19,7 @@ from conftest import ROOT, SHARD_MB, tree_bytes
 from shards.manifest import read_complete_manifest, read_manifest
 from shards.plan import train_plan
 from train.shard_index import key_hash
-from train.metrics import read_metrics
+from train.run.metrics import read_metrics
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER_DIR = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/local-slurm"))

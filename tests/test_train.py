@@ -24,9 +24,9 @@ from warm import Ranks
 from conftest import ROOT, copy_dataset, damage_jpeg, oversize_jpeg, relabel, run_module
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
-from train.checkpoint import checkpoint_path, load_checkpoint
+from train.run.checkpoint import checkpoint_path, load_checkpoint
 from train.cluster import free_port
-from train.metrics import read_metrics
+from train.run.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +241,7 @@ def test_arch_takes_a_models_import_path_from_the_current_folder_or_pythonpath(p
                          "--force-change", "--epochs", "--resume", "auto", env={"PYTHONPATH": str(project)})
     assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
     assert [r["epoch"] for r in read_metrics(run)] == [0, 1]
-    # the refusals, warm (train/models.py puts the working folder on sys.path itself, as srun's tasks need)
+    # the refusals, warm (train/run/models.py puts the working folder on sys.path itself, as srun's tasks need)
     other = warm.run("train", "--data", prepared, "--run-dir", run, *FAST, "--epochs", 3, "--resume", "auto",
                      cwd=project)
     assert other.returncode == 2 and "--arch mymodels.tiny:tiny_net there, resnet18 here" in other.stderr
@@ -351,7 +351,7 @@ def test_the_torchvision_v2_recipe_trains_resumes_bit_identically_after_a_preemp
 def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
     """SLURM may kill the step, and scontrol in it, as the requeue it asked for cancels the step: that is
     the requeue working (tests/test_slurm.py's preemption job met it), not an error to log."""
-    from train.loop import requeue_failure
+    from train.run.loop import requeue_failure
 
     assert requeue_failure("237", 0, "") is None
     assert requeue_failure("237", -15, "") is None  # killed by SIGTERM

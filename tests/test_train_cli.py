@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-import train.loop
-from train.cli import main
+import train.run.loop
+from train.run.cli import main
 from train.errors import ConfigError
 
 
@@ -22,7 +22,7 @@ def test_a_programming_error_is_not_swallowed(prepared, tmp_path, monkeypatch):
     def broken(config, env):
         raise ValueError("a bug")
 
-    monkeypatch.setattr(train.loop, "main", broken)
+    monkeypatch.setattr(train.run.loop, "main", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["--data", str(prepared), "--run-dir", str(tmp_path)])
 

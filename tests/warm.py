@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 # What a training rank imports before its first step; about 5 s of a cold start on 2 vCPUs.
-PRELOAD = ["torch", "torchvision", "train.loop", "train.cli", "train.report"]
+PRELOAD = ["torch", "torchvision", "train.run.loop", "train.run.cli", "train.run.report"]
 
 _context = None
 

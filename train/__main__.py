@@ -2,6 +2,6 @@
 
 import sys
 
-from train.cli import main
+from train.run.cli import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ from train.bench.loaders import (Ours, baseline_loader, dali_available, dali_bat
                                  normalise_ms_per_image, worker_rss_mb)
 from train.bench.pil_loader import pil_batches
 from train.device_batches import DeviceBatches, to_device
-from train.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
+from train.run.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
 
 log = logging.getLogger("benchmark")
 
@@ -139,7 +139,7 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
 # ---------------------------------------------------------------- model, feed and full modes
 
 def training_step(args, num_classes: int, env, device: torch.device) -> Callable[[tuple], None]:
-    """train.loop's step on a model and optimiser of the benchmark's own (python -m train's
+    """train.run.loop's step on a model and optimiser of the benchmark's own (python -m train's
     defaults: SGD with Nesterov momentum, bf16 autocast on a GPU, channels_last, DDP across ranks)."""
     torch.manual_seed(0)
     if device.type == "cuda":

@@ -28,18 +28,18 @@ from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
-from train.augment.ema import ema_of, update_ema
-from train.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.run.ema import ema_of, update_ema
+from train.run.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.cluster import DistEnv, cpu_threads, default_workers, device_for, init_distributed
-from train.config import CommandLine, TrainConfig, settings_problem
+from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
-from train.metrics import append_metrics, epoch_line
-from train.models import build_model
+from train.run.metrics import append_metrics, epoch_line
+from train.run.models import build_model
 from train.real_labels import RealLabels
-from train.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
+from train.run.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
 from train.shard_index import KEY_HASH_BITS
-from train.trackers import NoTracker, open_tracker, require
+from train.run.trackers import NoTracker, open_tracker, require
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -96,7 +96,7 @@ class Run:
 # ---------------------------------------------------------------- set-up
 
 def model_on(arch: str, num_classes: int, device: torch.device, channels_last: bool) -> torch.nn.Module:
-    """--arch's model with fresh weights (train/models.py), on `device`."""
+    """--arch's model with fresh weights (train/run/models.py), on `device`."""
     model = build_model(arch, num_classes).to(device)
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
@@ -236,7 +236,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
 
 
 def ema_for(model: torch.nn.Module, config: TrainConfig, global_batch: int) -> AveragedModel | None:
-    """--ema: the average of the weights (train/augment/ema.py), updated every --ema-steps."""
+    """--ema: the average of the weights (train/run/ema.py), updated every --ema-steps."""
     if not config.ema:
         return None
     return ema_of(model, config.ema_decay, config.ema_steps, config.epochs, global_batch)

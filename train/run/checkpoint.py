@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from shards.manifest import write_file_atomic
-from train.config import TrainConfig
+from train.run.config import TrainConfig
 from train.errors import ResumeError
-from train.settings import FIXED
+from train.run.settings import FIXED
 
 CHECKPOINT_NAME = "last.pt"
 CHECKPOINT_FORMAT = "imagenet-train-checkpoint/2"  # what this version writes and reads

@@ -1,8 +1,8 @@
 """The command line of `python -m train`, and its one typed configuration (TrainConfig): built from it,
 passed explicitly, saved in checkpoints. The library's settings and their checks are not here: the
 augmentation's flags are Augment's fields (train/augment/draws.py), built into one as they are, and the
-library's refusals are said with the flags (`in_flags`). The library imports this module for
-TrainConfig alone (only cli, loop and __main__ use more)."""
+library's refusals are said with the flags (`in_flags`). Of the run, only cli, loop and settings use
+more of it than TrainConfig; the library never imports it."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from shards.help import HelpFormatter
 from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.errors import ConfigError
-from train.flags import flag_of, show
+from train.run.flags import flag_of, show
 
-TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/trackers.py)
+TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
 
 
@@ -56,7 +56,7 @@ class TrainConfig:
     tracker: str = "none"  # or "tensorboard", "wandb": rank 0 logs there too (metrics.jsonl either way)
     wandb_project: str = "imagenet-slurm"
     dataset_id: str = ""  # filled from the manifest: which dataset the run trains on
-    # The recipe (train/recipes.py) and what it sets: schedule, augmentation, sizes, EMA
+    # The recipe (train/run/recipes.py) and what it sets: schedule, augmentation, sizes, EMA
     recipe: str = "classic"
     lr_schedule: str = "cosine"
     warmup_start_factor: float = 0.0  # the warm-up's ramp starts at this fraction of the peak rate
@@ -193,7 +193,7 @@ def build_parser() -> OneLineParser:
 
 def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
     from train.decoder import INTERPOLATIONS
-    from train.recipes import LR_UPDATES, NO_DECAY_RULES, RECIPES, WARMUP_AT
+    from train.run.recipes import LR_UPDATES, NO_DECAY_RULES, RECIPES, WARMUP_AT
     from train.transforms import VAL_CROP_MODES
 
     def fraction(text: str) -> float:  # a number from 0 to 1
@@ -303,7 +303,7 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     """The command line: --recipe's values first, then every flag given (shown by --help too: with
     --recipe NAME, --help shows that recipe's values). A new run's values nobody typed are fitted to it
     (`fit_untyped`) before the settings are checked."""
-    from train.recipes import recipe
+    from train.run.recipes import recipe
 
     argv = flags_as_values(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
@@ -372,7 +372,7 @@ def flags_as_values(argv: list[str]) -> list[str]:
 def recipe_parser() -> argparse.ArgumentParser:
     """--recipe (and --epochs, which some recipes scale with) alone, read before the parser is built:
     the recipe's values become the parser's defaults."""
-    from train.recipes import RECIPES
+    from train.run.recipes import RECIPES
 
     p = OneLineParser(prog="python -m train", add_help=False)
     p.add_argument("--recipe", choices=sorted(RECIPES), default=TrainConfig("", "").recipe)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
-from train.config import CommandLine, TrainConfig, fit_untyped
+from train.run.config import CommandLine, TrainConfig, fit_untyped
 from train.errors import ConfigError, ResumeError
-from train.flags import flag_of, show
+from train.run.flags import flag_of, show
 
 SETTINGS_FILE = "config.json"
 SETTINGS_FORMAT = "imagenet-train-settings/1"

@@ -7,7 +7,7 @@ batch), so a recipe's published rate is divided by its global batch / 256.
 
 from __future__ import annotations
 
-# The choices of the settings each recipe states for its schedule and weight decay (train/loop.py:
+# The choices of the settings each recipe states for its schedule and weight decay (train/run/loop.py:
 # lr_factor, exempt_from_decay).
 WARMUP_AT = ("start", "end")  # --warmup-at: a warm-up step (or epoch) runs at the ramp's value at its start or end
 LR_UPDATES = ("step", "epoch")  # --lr-update: the rate changes every step, or once an epoch

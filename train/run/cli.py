@@ -8,7 +8,7 @@ import sys
 
 from shards.errors import UserError
 from train.cluster import DistEnv, dist_env
-from train.config import in_flags, parse_command_line
+from train.run.config import in_flags, parse_command_line
 
 
 def setup_logging(env: DistEnv) -> None:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = dist_env(os.environ)
         setup_logging(env)
-        from train.loop import main as run  # after argument parsing: --help stays fast
+        from train.run.loop import main as run  # after argument parsing: --help stays fast
 
         return run(command, env)
     except UserError as exn:  # the user's mistakes and the environment's: one line, exit 2 (a bug keeps its traceback)

@@ -1,0 +1,41 @@
+"""The house's shape, read from the sources (tests/import_graph.py): the library and the run as two
+wings of train/, the library below; no import circle in either stage."""
+
+import pytest
+
+from import_graph import arrows, circle, floors, modules
+
+DOORS = {"train.__main__", "train.report"}  # `python -m train`, `python -m train.report`: the run's, at users' names
+
+
+def library_and_run() -> tuple[dict[str, set[str]], set[str], set[str]]:
+    graph = arrows(modules("train", leave_out=("train.bench",)))
+    run = {name for name in graph if name == "train.run" or name.startswith("train.run.")}
+    return graph, set(graph) - run - DOORS, run
+
+
+def test_the_library_never_imports_the_run():
+    graph, library, run = library_and_run()
+    assert run and library
+    assert not {(name, target) for name in library for target in graph[name] if target in run}
+
+
+def test_the_doors_only_open_into_the_run():
+    graph, library, run = library_and_run()
+    for door in DOORS:
+        assert graph[door] and graph[door] <= run, (door, graph[door])
+
+
+@pytest.mark.parametrize("package", ["train", "prepare", "shards"])
+def test_no_stage_imports_in_a_circle(package):
+    graph = arrows(modules(package))
+    assert circle(graph) is None
+    assert floors(graph) >= 2
+
+
+def test_a_circle_is_found_and_named():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circle(graph) == ["a", "b", "c", "a"]
+    with pytest.raises(ValueError, match="a -> b -> c -> a"):
+        floors(graph)
+    assert circle({"a": {"b"}, "b": set()}) is None and floors({"a": {"b"}, "b": set()}) == 2

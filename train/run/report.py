@@ -1,0 +1,76 @@
+"""python -m train.report RUN_DIR [--out PNG]: loss, top-1 and images/s per epoch from metrics.jsonl: val's,
+the EMA's (--ema), ReaL's and ImageNetV2's where the run has them, and the training size where it changed."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_metrics
+
+
+def plot(records: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: works without a display, on compute nodes
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in records]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    axes[0].plot(epochs, [r["train_loss"] for r in records], "o-", label="train")
+    axes[0].plot(epochs, [r["val_loss"] for r in records], "o-", label="val")
+    axes[0].set(title="loss", xlabel="epoch", yscale="log")
+    axes[1].plot(epochs, [r["train_top1"] for r in records], "o-", label="train top-1")
+    axes[1].plot(epochs, [r["val_top1"] for r in records], "o-", label="val top-1")
+    axes[1].plot(epochs, [r["val_top5"] for r in records], "o--", label="val top-5")
+    for name, label in accuracies(records):  # where the run has them: gaps where an epoch has not
+        axes[1].plot(epochs, [r.get(name, math.nan) for r in records], "o:", label=f"{label} top-1")
+    axes[1].set(title="accuracy (%)", xlabel="epoch")
+    sizes = [r.get("image_size") for r in records]
+    if None not in sizes and len(set(sizes)) > 1:  # progressive resizing: the size beside images/s
+        size_axis = axes[2].twinx()
+        size_axis.step(epochs, sizes, "k:", where="post", label="train size (px)")
+        size_axis.set(ylabel="train size (px)")
+    axes[2].plot(epochs, [r["images_per_sec"] for r in records], "o-", label="global")
+    axes[2].plot(epochs, [r["images_per_sec_per_gpu"] for r in records], "o-", label="per rank")
+    axes[2].set(title="images/s", xlabel="epoch")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def accuracies(records: list[dict]) -> list[tuple[str, str]]:
+    """(metric, label) of the top-1 figures any record has besides val's: the EMA's val (--ema), ReaL,
+    ImageNetV2's variants, and the EMA's of those (an evaluation set added to the dataset, or --ema forced,
+    mid-run: drawn from where they start)."""
+    named = [("ema_val_top1", "val EMA")] + EVALUATION_SETS + [(f"ema_{name}", f"{label} EMA")
+                                                              for name, label in EVALUATION_SETS]
+    return [(name, label) for name, label in named if any(name in r for r in records)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m train.report", description=__doc__)
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/metrics.png")
+    args = p.parse_args(argv)
+    records = read_metrics(args.run_dir)
+    if not records:
+        print(f"no epochs in {args.run_dir / METRICS_NAME} yet", file=sys.stderr)
+        return 2
+    out = plot(records, args.out or args.run_dir / "metrics.png")
+    last = records[-1]
+    ema = f" (EMA {last['ema_val_top1']:.2f}%)" if "ema_val_top1" in last else ""
+    print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%{ema}, top-5 {last['val_top5']:.2f}%"
+          f"{evaluation_sets(last)}, "
+          f"{last['images_per_sec']:.0f} img/s; plot: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
