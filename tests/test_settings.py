@@ -582,6 +582,59 @@ def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path,
     assert code == 2 and "--repeats=1000 is more than" in caplog.text and " repeats=1000" not in caplog.text
 
 
+def test_a_library_refusal_carries_its_arguments_and_the_run_reads_them_not_the_words():
+    """The library's words and the run's flags come from the arguments the error carries: a message
+    reworded in the library still says the flag, and one that only looks like an argument stays as it is."""
+    import pickle
+
+    from shards.manifest import DatasetNotReady
+    from train.augment.draws import Augment
+    from train.errors import ConfigError
+    from train.run.flags import in_flags
+
+    with pytest.raises(ConfigError) as caught:
+        Augment(policy="randaugment", magnitude=40)
+    exn = caught.value
+    assert exn.arguments == {"magnitude": "augment magnitude"}
+    assert str(exn) == "augment magnitude must be below the policy's 31 magnitude bins, not 40"
+    assert in_flags(exn) == "--magnitude must be below the policy's 31 magnitude bins, not 40"
+    again = pickle.loads(pickle.dumps(exn))  # as from a worker process
+    assert (type(again), again.arguments, str(again), in_flags(again)) == (ConfigError, exn.arguments, str(exn),
+                                                                           in_flags(exn))
+    reworded = ConfigError("the policy cannot take {magnitude} 40", {"magnitude": "augment magnitude"})
+    assert in_flags(reworded) == "the policy cannot take --magnitude 40"
+    assert in_flags(ConfigError("{ramp.end_epoch} must be at least 5", {"ramp.end_epoch": "x"})).startswith(
+        "--ramp END_EPOCH must")
+    for plain in (DatasetNotReady("val_crop image_size repeats: no such files"), ConfigError("augment magnitude {x}")):
+        assert in_flags(plain) == str(plain)
+
+
+def test_the_run_reads_no_message_and_the_library_names_no_flag():
+    """No regular expression in the run (train/run/); no flag of `python -m train` in any string or
+    comment of the library (its messages name its own arguments)."""
+    import ast
+
+    from import_graph import REPO, modules
+
+    for path in sorted((REPO / "train" / "run").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "re" not in imported, path
+    flags = {option for action in build_parser()._actions for option in action.option_strings
+             if option.startswith("--")}
+    assert {"--decode", "--magnitude", "--help", "--ramp"} <= flags
+    library = {name: path for name, path in modules("train", leave_out=("train.bench", "train.run")).items()
+               if name not in ("train.__main__", "train.report")}
+    for name, path in library.items():
+        text = path.read_text()
+        strings = [node.value for node in ast.walk(ast.parse(text))
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        comments = [line[line.index("#"):] for line in text.splitlines() if "#" in line]
+        named = {word for piece in strings + comments for word in re.findall(r"--[a-z][a-z-]*", piece)} & flags
+        assert not named, (name, named)
+
+
 @pytest.mark.parametrize("epochs,ramp", [(None, (160, 192, 65, 76)), (16, (160, 192, 11, 13)), (40, (160, 192, 29, 34))])
 def test_ffcvs_ramp_follows_the_typed_epochs_as_its_per_length_configs(epochs, ramp):
     command = parsed("--recipe", "ffcv-rn50", *(["--epochs", epochs] if epochs else []))

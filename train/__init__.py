@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from train.transforms import ResolutionRamp
 else:
     def __getattr__(name: str):
-        # On first use: `python -m train --help` does not wait for torch to import. Hidden from type
+        # On first use: the command line's help does not wait for torch to import. Hidden from type
         # checkers, to whom a module __getattr__ would make every misspelt name valid.
         if name in _HOMES:
             return getattr(importlib.import_module(_HOMES[name]), name)

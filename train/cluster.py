@@ -118,16 +118,6 @@ def default_workers(env: DistEnv, cpus: int) -> int:
     return max(1, cpu_threads(env, cpus) - 1)
 
 
-def device_for(env: DistEnv, requested: str | None) -> torch.device:
-    """cuda:<local rank mod visible GPUs> when CUDA is there (with --gpus-per-task: cuda:0), else cpu."""
-    kind = requested or ("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ClusterError("--device cuda, but no GPU is visible to this task (check --gpus-per-task)")
-        return torch.device("cuda", env.local_rank % torch.cuda.device_count())
-    return torch.device(kind)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

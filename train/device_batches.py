@@ -3,7 +3,7 @@ ahead of the step.
 
     to_device        uint8 NHWC on the host -> normalised NCHW (channels_last) on the device, in a
                      floating dtype (float32 by default), or uint8 NCHW as it is
-    decode_to_device an EncodedBatch (--decode gpu) decoded, cropped, resized and flipped on the
+    decode_to_device an EncodedBatch (decode='gpu') decoded, cropped, resized and flipped on the
                      device (train/device_decode.py)
     finished         a batch's images on the device through the rest of torchvision's train
                      preset, in its order: the policy's ops on uint8, normalisation, random erasing
@@ -228,7 +228,7 @@ class DeviceBatches:
     `mean` and `std`, or uint8 as decoded), `depth` batches ahead of the training step.
 
     A background thread takes batches from the loader, moves each onto the device (the copy of
-    pinned uint8, or the whole --decode gpu decode) and finishes it there (`finished`: `augment`,
+    pinned uint8, or the whole decode='gpu' decode) and finishes it there (`finished`: `augment`,
     the augmentation's device stage, where the batches carry draws; normalisation) on a CUDA stream
     of its own, so that work overlaps the model's step instead of stalling it: on the model's stream
     a pageable or in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
@@ -245,7 +245,7 @@ class DeviceBatches:
         self.device, self.channels_last, self.dtype = device, channels_last, dtype
         self.mean, self.std = mean, std  # in 0-1 units; unused for uint8 output
         self.augment = augment  # applies the batches' draws (Augment.on_device); None: they carry none
-        self.device_decoder = device_decoder  # for --decode gpu batches; made at the first one if not given
+        self.device_decoder = device_decoder  # for decode='gpu' batches; made at the first one if not given
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         # a CPU device's normalised batches, reused: the caller's, those queued, the one being made, and spares
         self.outputs = HostOutputs(limit=depth + 3) if device.type == "cpu" else None

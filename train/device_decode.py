@@ -1,4 +1,4 @@
-"""--decode gpu: each JPEG's crop region decoded on the device in one batched call, then the whole
+"""decode='gpu': each JPEG's crop region decoded on the device in one batched call, then the whole
 batch cropped, resized and flipped by two batched matrix products per group of windows (each
 window is still copied into its group's padded tensor by a call of its own).
 
@@ -57,13 +57,13 @@ def nvimgcodec():
         with quiet_stderr():
             from nvidia import nvimgcodec as module
     except ImportError:
-        raise ImportError("--decode gpu needs NVIDIA nvImageCodec: pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' "
-                          "(nvidia-nvimgcodec-cu12 for CUDA 12), or use --decode cpu") from None
+        raise ImportError("the device decode needs NVIDIA nvImageCodec: pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' "
+                          "(nvidia-nvimgcodec-cu12 for CUDA 12)") from None
     return module
 
 
 class DeviceDecoder:
-    """--decode gpu's decoder for a run. `decode` returns each image's window as a uint8 HWC tensor
+    """The decoder of decode='gpu' for a run. `decode` returns each image's window as a uint8 HWC tensor
     on the device, or None where no decoder takes it (damaged). The images nvImageCodec refuses are
     decoded by PIL on the host: the first is logged, all are counted (`fallbacks`)."""
 
@@ -133,7 +133,7 @@ class DeviceDecoder:
         except Exception:  # PilFailure, or PIL's decode of hostile bytes: any other error it raises is about them
             return None
         if not self.fallbacks:
-            log.warning("--decode gpu: an image nvImageCodec does not decode went through PIL on the host; further "
+            log.warning("decode='gpu': an image nvImageCodec does not decode went through PIL on the host; further "
                         "ones are only counted (device_decode_fallbacks in metrics.jsonl)")
         self.fallbacks += 1
         return torch.from_numpy(pixels).to(device)

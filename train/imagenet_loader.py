@@ -42,7 +42,7 @@ from train.augment.mixing import mixed, mixer_for, mixing_seed
 from train.cluster import DistEnv, default_workers, process_env
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels, DeviceBatches
-from train.errors import ConfigError, ResumeError
+from train.errors import ConfigError, ResumeError, about
 from train.loader import DECODES, Batch, Loader, PlanArgs, take
 from train.numbers import Real, Whole, optional, real_number, real_triple, whole_number
 from train.shard_index import ShardSet
@@ -77,7 +77,7 @@ class Counters:
 
 class _Shared:
     """What a train and a val loader of one process share: the Loader (its threads, its rings of
-    pinned buffers, the splits' shard sets), the device decoder of --decode gpu, the passes open
+    pinned buffers, the splits' shard sets), the device decoder of decode='gpu', the passes open
     (the last close() ends them), and how many loaders still use them."""
 
     def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...],
@@ -392,7 +392,7 @@ class ImageNetLoader:
 
     @property
     def device_decode_fallbacks(self) -> int:
-        """--decode gpu: images the device decoder left to PIL on the host (train and val together)."""
+        """decode='gpu': images the device decoder left to PIL on the host (train and val together)."""
         decoder = self._shared.device_decoder
         return decoder.fallbacks if decoder is not None else 0
 
@@ -449,7 +449,7 @@ def filled(batch: Batch, size: int, channels_last: bool) -> Batch:
 
 
 def device_decoder_for(decode: str):
-    """--decode gpu's decoder; ConfigError naming what to install where nvImageCodec is missing."""
+    """The decoder of decode='gpu'; ConfigError naming what to install where nvImageCodec is missing."""
     if decode != "gpu":
         return None
     from train.device_decode import DeviceDecoder
@@ -457,7 +457,7 @@ def device_decoder_for(decode: str):
     try:
         return DeviceDecoder()
     except ImportError as exn:
-        raise ConfigError(str(exn)) from None
+        raise ConfigError("{decode} gpu: " + str(exn) + ", or use {decode} cpu", {"decode": "decode"}) from None
 
 
 def say_what_is_missing(manifest, root: Path, rank: int) -> None:
@@ -484,7 +484,8 @@ def check_split(split: str, splits: Mapping) -> str:
 def checked_image_size(image_size) -> int | ResolutionRamp:
     if isinstance(image_size, ResolutionRamp):
         if image_size.largest > MAX_IMAGE_SIZE:
-            raise ConfigError(f"image_size's ramp reaches {image_size.largest} px, more than {MAX_IMAGE_SIZE}")
+            raise ConfigError(f"{{image_size.ramp}} reaches {image_size.largest} px, more than {MAX_IMAGE_SIZE}",
+                              {"image_size.ramp": "image_size's ramp"})
         return image_size
     return whole_number("image_size", image_size, least=1, most=MAX_IMAGE_SIZE)
 
@@ -518,20 +519,24 @@ def val_resize_of(crop: int, val_resize, fraction: float | None) -> int:
     return math.floor(crop / fraction) if fraction is not None else default_resize(crop)
 
 
+VAL_ARGUMENTS = {name: name for name in ("val_crop", "val_resize", "val_crop_fraction", "val_crop_mode")}
+
+
 def check_val_conflicts(val_resize, val_crop_fraction, mode: str) -> None:
     """val_resize and val_crop_fraction both set the resize; FFCV's crop has no resize step."""
     if val_resize is not None and val_crop_fraction is not None:
-        raise ConfigError(f"val_resize={val_resize!r} and val_crop_fraction={val_crop_fraction!r} both set validation's "
-                          "resize (Resize(floor(val_crop / val_crop_fraction)), timm's crop_pct): give one of them")
+        raise ConfigError(f"{{val_resize}}={val_resize!r} and {{val_crop_fraction}}={val_crop_fraction!r} both set "
+                          "validation's resize (Resize(floor({val_crop} / {val_crop_fraction})), timm's crop_pct): give "
+                          "one of them", VAL_ARGUMENTS)
     if val_resize is not None and mode == "ffcv":
-        raise ConfigError(f"val_resize={val_resize!r} with val_crop_mode='ffcv', which resizes no whole image (it "
-                          "keeps val_crop_fraction of the short side, resized to val_crop): leave val_resize out, or "
-                          "use val_crop_mode 'center'")
+        raise ConfigError(f"{{val_resize}}={val_resize!r} with {{val_crop_mode}}='ffcv', which resizes no whole image "
+                          "(it keeps {val_crop_fraction} of the short side, resized to {val_crop}): leave {val_resize} "
+                          "out, or use {val_crop_mode} 'center'", VAL_ARGUMENTS)
 
 
 def choice(name: str, value, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+        raise about(name, None, f"must be one of {', '.join(choices)}, not {value!r}")
     return str(value)  # a numpy string as the plain str it equals
 
 
@@ -550,9 +555,9 @@ def check_only_train_augments(split: str, augment: Augment, repeats: int) -> Non
         return
     given = [name for name, ignored in (("augment", augment.changes_batches), ("repeats", repeats != 1)) if ignored]
     if given:
-        raise ConfigError(f"{' and '.join(given)} would be ignored by the {split} split (they act on train only): "
-                          "leave them out, or make the train loader with them and take this one with "
-                          f"loader.with_split({split!r})")
+        raise ConfigError(" and ".join("{" + name + "}" for name in given) + f" would be ignored by the {split} split "
+                          "(they act on train only): leave them out, or make the train loader with them and take this "
+                          f"one with loader.with_split({split!r})", {name: name for name in given})
 
 
 def check_repeats(repeats: int, samples: int, world_size: int, batch_size: int) -> None:
@@ -561,14 +566,14 @@ def check_repeats(repeats: int, samples: int, world_size: int, batch_size: int) 
     not even one distinct sample per rank."""
     per_rank = steps_per_epoch(samples, world_size, batch_size) * batch_size
     if repeats > per_rank:
-        raise ConfigError(f"repeats={repeats} is more than the {per_rank} train samples each rank reads an epoch "
-                          f"({samples} over {world_size} rank(s) in whole batches of {batch_size}): use at most "
-                          f"{per_rank}")
+        raise about("repeats", None, f"is more than the {per_rank} train samples each rank reads an epoch "
+                    f"({samples} over {world_size} rank(s) in whole batches of {batch_size}): use at most {per_rank}",
+                    note=f"={repeats}")
 
 
 def check_decode(decode: str) -> None:
     if decode not in DECODES:
-        raise ConfigError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
+        raise about("decode", None, f"must be one of {', '.join(DECODES)}, not {decode!r}")
 
 
 def check_dtype(dtype, augment: Augment) -> None:
@@ -672,7 +677,8 @@ def check_has_batches(split: str, samples: int, world_size: int, rank: int, batc
         return
     if split == "train":
         raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
-                          f"lower batch_size to at most {samples // world_size} (or use fewer ranks)")
+                          f"lower {{batch_size}} to at most {samples // world_size} (or use fewer ranks)",
+                          {"batch_size": "batch_size"})
     raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave rank {rank} none: use at most "
                       f"{samples} ranks for validation")
 

@@ -3,7 +3,7 @@
 Per epoch, the plan's samples in the plan's order, cut into batches. A thread pool takes each batch
 in chunks (`chunk_size`, one task each): the task reads the chunk's headers (natively; PIL's for
 what is not a JPEG), draws every crop and flip of the chunk in a few numpy calls, and hands the
-chunk to the decode strategy of `--decode`:
+chunk to the decode strategy of `decode`:
 
     CpuDecode   decodes the crops with the crop-region decoder (train/decoder.py, GIL released)
                 straight into a ring of pinned batch buffers: batches of uint8 NHWC images
@@ -40,8 +40,8 @@ from train.transforms import ValTransform, crops, decode_windows, default_resize
 log = logging.getLogger("train")
 
 CHUNK = (4, 32)  # images per decode task, at least and at most: see chunk_size
-# The status of an image its batch keeps: decoded into its slot (--decode cpu), or fine to hand to
-# the device (--decode gpu, where what is not a JPEG goes to the device decoder's PIL fallback).
+# The status of an image its batch keeps: decoded into its slot (decode='cpu'), or fine to hand to
+# the device (decode='gpu', where what is not a JPEG goes to the device decoder's PIL fallback).
 KEPT = decoder.DECODED
 # Why the others are left out; the PIL path's failures say more (Chunk.notes).
 WHY = {decoder.CORRUPT: "damaged JPEG data", decoder.TOO_LARGE: "more pixels than shards.limits.MAX_PIXELS allows"}
@@ -95,7 +95,7 @@ class Crops:
 
     @property
     def fast_dct(self) -> bool:
-        """libjpeg's fast integer IDCT, where validation reproduces FFCV's decoder (--decode cpu only)."""
+        """libjpeg's fast integer IDCT, where validation reproduces FFCV's decoder (decode='cpu' only)."""
         return self.validation is not None and self.validation.fast_dct
 
     @property
@@ -123,7 +123,7 @@ def chunk_size(batch_size: int, threads: int) -> int:
 # ---------------------------------------------------------------- batches
 
 class EncodedBatch(NamedTuple):
-    """A batch for --decode gpu: every image's bytes end to end in one array, the window of each
+    """A batch for decode='gpu': every image's bytes end to end in one array, the window of each
     to decode (transforms.decode_windows), its crop box inside that window, and its flip."""
     data: np.ndarray  # uint8, the files' bytes end to end
     offsets: np.ndarray  # int64 (n + 1,): image i is data[offsets[i]:offsets[i + 1]]
@@ -195,7 +195,7 @@ def label_problem(classes: int) -> str:
 
 def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
     """Sizes from the headers (PIL's for what is not a JPEG), then every crop of the chunk (and,
-    in training, the rest of its augmentation). With `check_markers` (--decode gpu) a JPEG whose
+    in training, the rest of its augmentation). With `check_markers` (decode='gpu') a JPEG whose
     marker structure is broken is CORRUPT. An image whose header fails is drawn a crop of a 1 x 1
     image: it is left out, and the others' crops do not depend on it."""
     chunk.dims, chunk.status = decoder.image_sizes(chunk.images, check_markers)
@@ -214,7 +214,7 @@ def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
 # ---------------------------------------------------------------- the decode strategies
 
 class DecodeStrategy:
-    """What the loader asks of a --decode path. In a decode thread, `decode` readies a chunk (draws
+    """What the loader asks of a decode path. In a decode thread, `decode` readies a chunk (draws
     its crops; decodes it into `out`, a slot of one of the strategy's batch buffers, if it keeps
     any); `images` makes a finished batch's images. A strategy with buffers keeps them in rings, one
     per open epoch (`acquire`, `release`); the base keeps none."""
@@ -244,7 +244,7 @@ class DecodeStrategy:
 
 
 class CpuDecode(DecodeStrategy):
-    """--decode cpu: each chunk decoded by the crop-region decoder into its batch's slot of a ring
+    """decode='cpu': each chunk decoded by the crop-region decoder into its batch's slot of a ring
     of (pinned, where the device is a GPU) uint8 batch buffers; what it does not take (other image
     formats, JPEGs in other colour spaces) by PIL into the same slots, counted.
 
@@ -321,12 +321,12 @@ class CpuDecode(DecodeStrategy):
 
 
 class GpuDecode(DecodeStrategy):
-    """--decode gpu: the threads read headers, check marker structures and draw crops; each batch
+    """decode='gpu': the threads read headers, check marker structures and draw crops; each batch
     carries its kept JPEGs' bytes, windows, crops and flips for the device's decoder (nothing to
     allocate ahead). What is not a JPEG goes to the device decoder too (its PIL fallback decodes it)."""
 
     def describe(self, threads: int) -> str:
-        return f"decoder: on the device (--decode gpu); headers, marker checks and crops by {threads} threads"
+        return f"decoder: on the device (decode='gpu'); headers, marker checks and crops by {threads} threads"
 
     def decode(self, chunk: Chunk, out: None, spec: Crops) -> None:
         draw_crops(chunk, spec, check_markers=True)

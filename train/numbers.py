@@ -6,7 +6,7 @@ np.int64(0) is the seed 0 (and not another stream) and a state holding them load
 torch.load(weights_only=True). Refused: booleans (True is 1 to Python, but `erasing=True` is a
 mistake, not a probability of 1), NaN and infinities, strings, None, arrays and tensors of more than
 one number, and, where a whole number is meant, any float (64.0 from a division is 64 by luck: say
-`//`). No torch or numpy import: `python -m train --help` must not wait for them.
+`//`). No torch or numpy import: the command line's help must not wait for them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Callable, SupportsFloat, SupportsIndex, TypeVar
 
-from train.errors import ConfigError
+from train.errors import about
 
 # What a type checker lets through where the library takes a number: ints, numpy integers and
 # tensors have __index__; floats, numpy floats and tensors __float__ (the run-time checks are below).
@@ -59,35 +59,38 @@ def described(value) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def whole_number(name: str, value, *, least: int | None = None, most: int | None = None) -> int:
-    """`value` as a plain int: an int, a numpy integer or a 0-d integer tensor. ConfigError naming
-    `name` for anything else (a bool, a float, None, a string) and outside [least, most]."""
+def whole_number(name: str, value, *, least: int | None = None, most: int | None = None,
+                 said: str | None = None, note: str = "") -> int:
+    """`value` as a plain int: an int, a numpy integer or a 0-d integer tensor. ConfigError about the
+    argument `name` (said as `said`, or as the name) for anything else (a bool, a float, None, a
+    string) and outside [least, most]; `note` follows the name (what the value means)."""
     if number_kind(value) not in WHOLE_KINDS:
         hint = ": use // for a division" if number_kind(value) == "f" else ""
-        raise ConfigError(f"{name} must be a whole number, not {described(value)}{hint}")
-    return within(name, int(operator.index(value)), least, most)
+        raise about(name, said, f"must be a whole number, not {described(value)}{hint}", note)
+    return within(name, int(operator.index(value)), least, most, said, note)
 
 
 def real_number(name: str, value, *, least: float | None = None, most: float | None = None,
-                above: float | None = None) -> float:
+                above: float | None = None, said: str | None = None, note: str = "") -> float:
     """`value` as a plain float: an int or float of Python's or numpy's, or a 0-d tensor of either,
-    finite. ConfigError naming `name` for anything else (a bool, NaN, an infinity, None, a string),
+    finite. ConfigError about `name` (said and noted as in whole_number) for anything else (a bool,
+    NaN, an infinity, None, a string),
     below `least`, at or below `above`, or above `most`."""
     if number_kind(value) not in REAL_KINDS:
-        raise ConfigError(f"{name} must be a number, not {described(value)}")
+        raise about(name, said, f"must be a number, not {described(value)}", note)
     number = float(value)
     if not math.isfinite(number):
-        raise ConfigError(f"{name} must be a finite number, not {number}")
+        raise about(name, said, f"must be a finite number, not {number}", note)
     if above is not None and number <= above:
-        raise ConfigError(f"{name} must be more than {above}, not {number}")
-    return within(name, number, least, most)
+        raise about(name, said, f"must be more than {above}, not {number}", note)
+    return within(name, number, least, most, said, note)
 
 
-def within(name: str, number, least, most):
+def within(name: str, number, least, most, said: str | None = None, note: str = ""):
     if least is not None and number < least:
-        raise ConfigError(f"{name} must be at least {least}, not {number}")
+        raise about(name, said, f"must be at least {least}, not {number}", note)
     if most is not None and number > most:
-        raise ConfigError(f"{name} must be at most {most}, not {number}")
+        raise about(name, said, f"must be at most {most}, not {number}", note)
     return number
 
 
@@ -104,6 +107,7 @@ def real_triple(name: str, values, *, least: float | None = None, most: float | 
     """Three real numbers, one per colour channel (R, G, B), as a tuple of plain floats: a list, a
     tuple, or a numpy array or tensor of shape (3,)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != 3:
-        raise ConfigError(f"{name} must be three numbers, one per channel (R, G, B), not {values!r}")
-    a, b, c = (real_number(f"{name}[{i}]", values[i], least=least, most=most, above=above) for i in range(3))
+        raise about(name, None, f"must be three numbers, one per channel (R, G, B), not {values!r}")
+    a, b, c = (real_number(name, values[i], least=least, most=most, above=above, said=f"{name}[{i}]")
+               for i in range(3))
     return a, b, c

@@ -209,7 +209,7 @@ FILTER_REACH = {"bilinear": 1, "bicubic": 2, "area": 1}  # the filter's support 
 
 def decode_windows(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray, size: int,
                    interpolation: str = "bilinear") -> tuple[np.ndarray, np.ndarray]:
-    """What --decode gpu decodes of each image: (windows int32 (n, 4), boxes float32 (n, 4) within
+    """What decode='gpu' decodes of each image: (windows int32 (n, 4), boxes float32 (n, 4) within
     them). A window is the box grown by the resize filter's support (FILTER_REACH x max(1, box /
     size) source pixels; area's cells stay inside the box, so bilinear's margin is room to spare)
     plus one pixel for the chroma upsampling at its edges, clamped to the image, so that resizing the
@@ -240,8 +240,8 @@ class ResolutionRamp:
 
     def __post_init__(self):
         for name, least in (("start", 1), ("end", 1), ("step", 1), ("start_epoch", 0), ("end_epoch", self.start_epoch)):
-            object.__setattr__(self, name, whole_number(f"the resolution ramp's {name}", getattr(self, name),
-                                                        least=least))
+            object.__setattr__(self, name, whole_number(f"ramp.{name}", getattr(self, name), least=least,
+                                                        said=f"the resolution ramp's {name}"))
         if min(self.sizes()) < 1:
             raise ConfigError(f"{self} rounds some epochs to 0 px: give sizes of at least one step")
 

@@ -8,9 +8,9 @@ defines it (its policies, RandomErasing, MixUp/CutMix) and the weights' EMA of i
     ema.py     the exponential moving average of the weights (torch's AveragedModel), as torchvision's
                reference keeps it
 
-This module holds only the names of the choices, so that `python -m train --help` offers them without
+This module holds only the names of the choices, so that the command line's help offers them without
 importing torch.
 """
 
-POLICIES = ("trivialaugment", "randaugment", "autoaugment")  # --policy: TrivialAugmentWide, RandAugment, AutoAugment
-POLICY_INTERPOLATIONS = ("nearest", "bilinear")  # --policy-interpolation: of the policy's geometric ops
+POLICIES = ("trivialaugment", "randaugment", "autoaugment")  # TrivialAugmentWide, RandAugment, AutoAugment
+POLICY_INTERPOLATIONS = ("nearest", "bilinear")  # of the policy's geometric ops

@@ -28,7 +28,7 @@ from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy, RandAugmen
 
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.augment.ops import OPS, DeviceOps  # the ops it applies, by id; -1 is none
-from train.errors import ConfigError
+from train.errors import ConfigError, about
 from train.numbers import optional, real_number, whole_number
 from train.transforms import uniforms
 
@@ -43,8 +43,8 @@ ERASE_TRIES = 10
 class Augment:
     """What training batches get besides RandomResizedCrop + flip, as torchvision defines it, in
     torchvision's order: the policy on the uint8 crop, normalisation, random erasing, then MixUp or
-    CutMix over the batch. Validation gets none of it. Its fields are `python -m train`'s settings of
-    the same names (--policy, --num-ops, ...): the command line builds it from them as they are.
+    CutMix over the batch. Validation gets none of it. The command line's settings of the same names
+    build it as they are (its flags are these fields' names, dashed).
 
     policy:        None, "trivialaugment" (TrivialAugmentWide), "randaugment" or "autoaugment"
                    (the ImageNet policy)
@@ -70,23 +70,26 @@ class Augment:
 
     def __post_init__(self):
         if self.policy is not None and self.policy not in POLICIES:
-            raise ConfigError(f"augment policy must be one of {', '.join(POLICIES)} or None, not {self.policy!r}")
+            raise about("policy", "augment policy", f"must be one of {', '.join(POLICIES)} or None, not {self.policy!r}")
         if self.policy_interpolation not in POLICY_INTERPOLATIONS:
-            raise ConfigError(f"augment policy_interpolation must be one of {', '.join(POLICY_INTERPOLATIONS)}, not "
-                              f"{self.policy_interpolation!r}")
+            raise about("policy_interpolation", "augment policy_interpolation",
+                        f"must be one of {', '.join(POLICY_INTERPOLATIONS)}, not {self.policy_interpolation!r}")
         # numpy strings as the plain str they equal: a state holding them fails torch.load(weights_only=True)
         object.__setattr__(self, "policy", None if self.policy is None else str(self.policy))
         object.__setattr__(self, "policy_interpolation", str(self.policy_interpolation))
         check_policy_takes(self.policy, {name: getattr(self, name) for name in POLICY_OPTIONS})
         for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
-            object.__setattr__(self, name, optional(whole_number, f"augment {name}", getattr(self, name), least=least))
+            object.__setattr__(self, name, optional(whole_number, name, getattr(self, name), least=least,
+                                                    said=f"augment {name}"))
         magnitude, bins = self.option("magnitude"), self.option("num_magnitude_bins")
         if magnitude is not None and magnitude >= bins:  # RandAugment's magnitude is one of its bins
-            raise ConfigError(f"augment magnitude must be below the policy's {bins} magnitude bins, not {magnitude}")
-        object.__setattr__(self, "erasing", real_number("augment erasing", self.erasing, least=0, most=1))
+            raise about("magnitude", "augment magnitude",
+                        f"must be below the policy's {bins} magnitude bins, not {magnitude}")
+        object.__setattr__(self, "erasing", real_number("erasing", self.erasing, least=0, most=1,
+                                                        said="augment erasing"))
         for name in ("mixup", "cutmix"):
-            object.__setattr__(self, name, real_number(f"augment {name} (an alpha, 0: off)", getattr(self, name),
-                                                       least=0))
+            object.__setattr__(self, name, real_number(name, getattr(self, name), least=0, said=f"augment {name}",
+                                                       note=" (an alpha, 0: off)"))
 
     def option(self, name: str) -> int | None:
         """num_ops, magnitude or num_magnitude_bins as the policy uses it: the value given, else its
@@ -137,8 +140,8 @@ class Augment:
         return DeviceOps(self.policy_interpolation)
 
 
-AUGMENT_FIELDS = tuple(f.name for f in fields(Augment))  # TrainConfig's fields and python -m train's flags too
-# Keywords renamed since Augment was published -> their names now (python -m train's flags are the same names)
+AUGMENT_FIELDS = tuple(f.name for f in fields(Augment))  # the command line's fields of the same names too
+# Keywords renamed since Augment was published -> their names now
 RENAMED_KEYWORDS = {"interpolation": "policy_interpolation"}
 
 
@@ -150,8 +153,7 @@ def _answer_renamed_keywords(init):
         old = next((name for name in kwargs if name in RENAMED_KEYWORDS), None)
         if old is not None:
             raise TypeError(f"Augment() got an unexpected keyword argument {old!r}: it is now "
-                            f"{RENAMED_KEYWORDS[old]}= (the same setting, python -m train's --"
-                            f"{RENAMED_KEYWORDS[old].replace('_', '-')})")
+                            f"{RENAMED_KEYWORDS[old]}= (the same setting, renamed)")
         init(self, *args, **kwargs)
     return __init__
 
@@ -175,9 +177,10 @@ def check_policy_takes(policy: str | None, given: dict) -> None:
     """An option the policy does not take would be ignored: refused, naming the ones it does take."""
     ignored = [name for name, value in given.items() if value is not None and name not in policy_defaults(policy)]
     if ignored:
-        takes = ", ".join(policy_defaults(policy)) or "none"
-        raise ConfigError(f"augment {', '.join(ignored)} would be ignored by policy {policy!r} (it takes {takes}): "
-                          "leave it out, or choose a policy that takes it")
+        takes = ", ".join("{" + name + "}" for name in policy_defaults(policy)) or "none"
+        said = {name: name for name in POLICY_OPTIONS} | {ignored[0]: f"augment {ignored[0]}"}
+        raise ConfigError(", ".join("{" + name + "}" for name in ignored) + f" would be ignored by policy {policy!r} "
+                          f"(it takes {takes}): leave it out, or choose a policy that takes it", said)
 
 
 # ---------------------------------------------------------------- the op spaces, from torchvision

@@ -19,7 +19,8 @@ from shards.resources import available_cpus, log_pil_build
 from train.bench.loaders import AUGMENTS, Ours, extract_image_folder
 from train.bench.measure import global_rate, measure_data, measure_feed, measure_full, measure_model
 from train.bench.report import plot, summarise, table
-from train.cluster import device_for, dist_env, init_distributed
+from train.cluster import dist_env, init_distributed
+from train.run.devices import device_for
 
 log = logging.getLogger("benchmark")
 MODES = ("data", "model", "feed", "full")

@@ -8,7 +8,8 @@ import sys
 
 from shards.errors import UserError
 from train.cluster import DistEnv, dist_env
-from train.run.config import in_flags, parse_command_line
+from train.run.config import parse_command_line
+from train.run.flags import in_flags
 
 
 def setup_logging(env: DistEnv) -> None:
@@ -26,5 +27,5 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(command, env)
     except UserError as exn:  # the user's mistakes and the environment's: one line, exit 2 (a bug keeps its traceback)
-        logging.getLogger("train").error("%s", in_flags(str(exn)))  # the library's names as flags
+        logging.getLogger("train").error("%s", in_flags(exn))  # the library's arguments as flags
         return 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from shards.help import HelpFormatter
 from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.errors import ConfigError
-from train.run.flags import flag_of, show
+from train.run.flags import flag_of, in_flags, show
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
@@ -537,39 +536,8 @@ def library_problem(config: TrainConfig) -> str | None:
         checked_validation(checked_image_size(config.image_size_or_ramp()), config.val_crop, config.val_resize,
                            config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
     except ConfigError as exn:
-        return in_flags(str(exn))
+        return in_flags(exn)
     return None
-
-
-# how the library names what a flag sets, in its messages -> the flag (the longer names first): where a
-# message starts with it
-LIBRARY_NAMES = {
-    "the resolution ramp's start_epoch": "--ramp START_EPOCH", "the resolution ramp's end_epoch": "--ramp END_EPOCH",
-    "the resolution ramp's start": "--ramp START_PX", "the resolution ramp's end": "--ramp END_PX",
-    "repeats": "--repeats", "image_size's ramp": "--ramp",
-}
-# Augment's refusals start with the fields they refuse ("augment magnitude must be ...", "augment num_ops,
-# magnitude would be ignored ..."): the flags are those fields' names
-AUGMENT_NAMES = re.compile(r"augment ((?:\w+, )*\w+)\b")
-# the library's argument names that are the fields' own: anywhere in a message, as whole words
-LIBRARY_ARGUMENTS = re.compile(r"(?<![\w/-])(val_crop_fraction|val_crop_mode|val_interpolation|val_resize|val_crop|"
-                               r"image_size|num_ops|num_magnitude_bins|policy_interpolation)(?!\w)")
-
-
-def in_flags(message: str) -> str:
-    """A library refusal as the command line says it: the setting's flag where the library names its
-    argument ("augment magnitude must be below ..." -> "--magnitude must be below ...")."""
-    fields_named = AUGMENT_NAMES.match(message)
-    names = fields_named.group(1).split(", ") if fields_named else []
-    if names and all(name in TrainConfig.__dataclass_fields__ for name in names):
-        message = ", ".join(map(flag_of, names)) + message[fields_named.end():]
-    for name, flag in LIBRARY_NAMES.items():
-        if message.startswith(name):
-            message = flag + message[len(name):]
-            break
-    return LIBRARY_ARGUMENTS.sub(lambda found: flag_of(found.group(1)), message)
-
-
 
 
 def config_from_args(args: argparse.Namespace, parser: OneLineParser) -> TrainConfig:

@@ -30,7 +30,8 @@ from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
-from train.cluster import DistEnv, cpu_threads, default_workers, device_for, init_distributed
+from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
+from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
