@@ -299,6 +299,15 @@ def test_readme_counts_come_from_dataset_info_of_the_default_or_only_config(info
     assert readme_counts(HEADER.format(info=info)) == counts
 
 
+def test_readme_counts_read_any_yaml_the_header_is_written_in_and_nothing_from_broken_yaml():
+    """PyYAML reads the header, so YAML's other spellings count too (flow style, quoted counts, comments);
+    a header that is no YAML declares nothing (the files' own counts then stand)."""
+    flow = "dataset_info: {splits: [{name: train, num_examples: 3}, {name: validation, num_examples: '2'}]}  # x\n"
+    assert readme_counts(f"---\n{flow}---\n# card\n") == {"train": 3, "validation": 2}
+    assert readme_counts("---\ndataset_info:\n  splits: [\n---\n") == {}
+    assert readme_counts("---\ndataset_info:\n  splits:\n  - name: train\n    num_examples: true\n---\n") == {}
+
+
 def test_a_readme_without_a_yaml_header_declares_nothing():
     assert readme_counts("# ImageNet\ndataset_info:\n  splits:\n  - name: train\n    num_examples: 3\n") == {}
     assert readme_counts("") == {}

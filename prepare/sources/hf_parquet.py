@@ -144,27 +144,30 @@ def split_files(names: Iterable[str], hub_split: str, origin: str) -> SplitFiles
     return SplitFiles(tuple(m.group(0) for _, m in found), int(total), missing)
 
 
-# ---------------------------------------------------------------- README.md's counts (pure, no YAML library)
+# ---------------------------------------------------------------- README.md's counts (pure)
 
 def readme_counts(text: str) -> dict[str, int]:
     """The hub split name -> num_examples of README.md's YAML header: dataset_info's `splits` (of the
-    `default` config, or the only one, where dataset_info lists configs). Empty where it says nothing.
-    A reader of this one shape, not of YAML: the project takes no YAML library for three numbers. Pure."""
-    lines = yaml_lines(yaml_header(text))
-    info = next((i for i, (indent, line) in enumerate(lines) if indent == 0 and line == "dataset_info:"), None)
-    if info is None:
+    `default` config, or the only one, where dataset_info lists configs). Empty where it says nothing,
+    or where the header is no YAML PyYAML reads (the counts then come from the files alone). Pure."""
+    import yaml  # here: only a Parquet download's README needs it
+
+    header = yaml_header(text)
+    try:
+        meta = yaml.load("\n".join(header), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if header else None
+    except yaml.YAMLError:
         return {}
-    body = block(lines, info)
-    configs = sequence_items(body) if body and body[0][1] == "-" else [body]
-    named = {scalars(config).get("config_name"): config for config in configs}
-    config = named.get("default") or (configs[0] if len(configs) == 1 else None)
-    splits = key_block(config or [], "splits")
-    counts = {}
-    for entry in sequence_items(splits):
-        fields = scalars(entry)
-        if fields.get("name") and (fields.get("num_examples") or "").isdigit():
-            counts[fields["name"]] = int(fields["num_examples"])
-    return counts
+    info = meta.get("dataset_info") if isinstance(meta, dict) else None
+    configs = [config for config in (info if isinstance(info, list) else [info]) if isinstance(config, dict)]
+    named = {config.get("config_name"): config for config in configs}
+    config = named.get("default") or (configs[0] if len(configs) == 1 else {})
+    splits = config.get("splits")
+    return {str(entry["name"]): int(entry["num_examples"]) for entry in (splits if isinstance(splits, list) else [])
+            if isinstance(entry, dict) and entry.get("name") and is_count(entry.get("num_examples"))}
+
+
+def is_count(value) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
 
 
 def yaml_header(text: str) -> list[str]:
@@ -174,69 +177,6 @@ def yaml_header(text: str) -> list[str]:
         return []
     end = next((i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---"), len(lines))
     return lines[1:end]
-
-
-def yaml_lines(lines: list[str]) -> list[tuple[int, str]]:
-    """(indent, text) of the lines that say something; a list item `- a: 1` becomes a marker "-" and
-    its content `a: 1` indented past the dash, so that compact and nested lists read alike."""
-    out = []
-    for raw in lines:
-        text = raw.rstrip()
-        content = text.lstrip(" ")
-        if not content or content.startswith("#"):
-            continue
-        indent = len(text) - len(content)
-        while content == "-" or content.startswith("- "):
-            out.append((indent, "-"))
-            after = content[1:].lstrip(" ")
-            indent += len(content) - len(after)
-            content = after
-        if content:
-            out.append((indent, content))
-    return out
-
-
-def block(lines: list[tuple[int, str]], at: int) -> list[tuple[int, str]]:
-    """The lines under the key at `at`: deeper ones, and list markers at its own indent (YAML's
-    compact `key:\\n- item`)."""
-    indent, end = lines[at][0], at + 1
-    while end < len(lines) and (lines[end][0] > indent or (lines[end][0] == indent and lines[end][1] == "-")):
-        end += 1
-    return lines[at + 1:end]
-
-
-def sequence_items(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
-    """The items of a list: the lines after each marker at the list's indent."""
-    if not lines or lines[0][1] != "-":
-        return []
-    indent, items = lines[0][0], []
-    for line in lines:
-        if line == (indent, "-"):
-            items.append([])
-        elif items:
-            items[-1].append(line)
-    return items
-
-
-def top_level(lines: list[tuple[int, str]]) -> list[int]:
-    """The lines of a block at its own indent: its keys, not theirs."""
-    return [i for i, (indent, _) in enumerate(lines) if indent == lines[0][0]]
-
-
-def scalars(lines: list[tuple[int, str]]) -> dict[str, str]:
-    """`key: value` of a mapping's own lines (not nested ones), quotes taken off the values."""
-    out = {}
-    for i in top_level(lines):
-        key, colon, value = lines[i][1].partition(":")
-        value = value.strip()
-        if colon and value:
-            out[key.strip()] = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
-    return out
-
-
-def key_block(lines: list[tuple[int, str]], key: str) -> list[tuple[int, str]]:
-    at = next((i for i in top_level(lines) if lines[i][1] == f"{key}:"), None)
-    return [] if at is None else block(lines, at)
 
 
 # ---------------------------------------------------------------- footers
