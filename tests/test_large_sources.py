@@ -142,6 +142,21 @@ def test_22k_prepares_with_exact_labels_and_records_the_12k_subset(prepared_22k)
     assert all(TABLE_22K[label] == key.split("_")[0] for key, label in seen.items())
 
 
+@pytest.mark.parametrize("width", [3, 4])
+def test_12k_and_22k_val_shards_are_read_whatever_the_width_of_their_number(tmp_path, width):
+    """The 12k and 22k val shards are probably -000 to -511 (the writer pads to the count, as the 1k
+    set's -00 to -63 show); -0000 is taken too, and a gap is named at the width the download uses."""
+    from prepare.sources.timm_wds import IMAGENET_12K, IMAGENET_22K, WdsSplit, wds_gap
+
+    for spec in (IMAGENET_12K, IMAGENET_22K):
+        names = [f"{spec.prefix}-validation-{n:0{width}d}.tar" for n in (0, 1, 3)]
+        assert all(spec.shard_number().match(name) for name in names)
+        for name in names:
+            (tmp_path / name).write_bytes(b"")
+        gap = wds_gap(tmp_path, WdsSplit(tuple(names), None, None), info=False, known=4, spec=spec)
+        assert gap.missing == (f"{spec.prefix}-validation-{2:0{width}d}.tar",), gap
+
+
 def test_12k_is_its_own_layout_with_11821_classes(tmp_path):
     root = write_timm(tmp_path / "imagenet-12k-wds", "imagenet12k", TABLE_12K, classes=VAL_CLASSES)
     detected = detect(root)

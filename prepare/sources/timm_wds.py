@@ -1,9 +1,13 @@
 """timm's WebDataset downloads from the Hugging Face hub, read a shard a part.
 
     timm/imagenet-1k-wds    imagenet1k-train-NNNN.tar (1,024), imagenet1k-validation-NN.tar (64)
-    timm/imagenet-12k-wds   imagenet12k-train-NNNN.tar (1,024), imagenet12k-validation-NNNN.tar (512): 11,821 classes
-    timm/imagenet-22k-wds   imagenet22k-train-NNNN.tar (4,096), imagenet22k-validation-NNNN.tar (512): 21,841
+    timm/imagenet-12k-wds   imagenet12k-train-NNNN.tar (1,024), imagenet12k-validation-NNN.tar (512): 11,821 classes
+    timm/imagenet-22k-wds   imagenet22k-train-NNNN.tar (4,096), imagenet22k-validation-NNN.tar (512): 21,841
                             classes; its val is the 12k one (40 images of each 12k class)
+
+A shard's number is as wide as its split's count needs, as the 1k set's real names show ({00..63} for
+64, {0000..1023} for 1,024): the 12k and 22k val shards are probably -000 to -511, not yet seen in a real
+download. The names are matched with a number of any width (`TimmSet.shard_number`), so either is read.
     timm/imagenet-w21-wds   imagenet_w21-train-NNNN.tar (2,048): winter21's 19,167 classes, 13,151,276 images,
                             train only; val is held out: its last HELD_OUT_SHARDS shards (`held_out_shards`)
 
@@ -105,7 +109,8 @@ IMAGENET_12K = TimmSet("timm-12k-wds", "timm/imagenet-12k-wds", "imagenet12k", "
 IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "imagenet-22k",
                        {"train": 4096, "val": 512}, subsets=("imagenet-12k",))
 # Its shards are shuffled ("validation & test splits can be made by dividing at the shard level", its card):
-# the last 10 of 2,048 (about 64,000 images, 0.5 %: birder's val for it holds 64,215) are val.
+# the last 10 of 2,048 are val: about 64,000 images, 0.5 % (10/2,048 of its 13,151,276 is 64,215, our own
+# division; birder's info.txt counts 128,430 for the last 10 of its WebP variant's 1,024 shards).
 HELD_OUT_SHARDS = 10
 IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-22k", {"train": 2048},
                        held_out_shards=HELD_OUT_SHARDS, labels_by_name=True)
