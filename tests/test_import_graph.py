@@ -39,3 +39,13 @@ def test_a_circle_is_found_and_named():
     with pytest.raises(ValueError, match="a -> b -> c -> a"):
         floors(graph)
     assert circle({"a": {"b"}, "b": set()}) is None and floors({"a": {"b"}, "b": set()}) == 2
+
+
+def test_the_augmentation_room_imports_nothing_of_the_data_path_that_runs_it():
+    """The loader runs the augmentation's stages (its draws, its device side, MixUp/CutMix on tensors):
+    the arrow points from the data path to the augmentation, never back."""
+    graph, _, _ = library_and_run()
+    data_path = {"train.loader", "train.imagenet_loader", "train.device_batches", "train.device_decode",
+                 "train.shard_index"}
+    augment = {name for name in graph if name.startswith("train.augment")}
+    assert augment and not {(name, target) for name in augment for target in graph[name] if target in data_path}

@@ -369,7 +369,8 @@ class ImageNetLoader:
                         batch = filled(batch, self.batch_size, self.channels_last)
                     if self._mixer is not None and train and len(batch.labels):
                         seed = mixing_seed(self.seed, epoch, self.rank, self._position)
-                        batch = mixed(batch, self._mixer, seed, self.channels_last)
+                        images, targets = mixed(batch.images, batch.labels, self._mixer, seed, self.channels_last)
+                        batch = batch._replace(images=images, targets=targets)
                     self._position += 1  # the caller has it: a state taken now resumes after it
                     yield batch
         finally:

@@ -1,7 +1,7 @@
-"""MixUp and CutMix over a training batch: torchvision's own (transforms.v2), one of the two per batch
-where both are asked (its reference's RandomChoice), drawn from torch's CPU generator seeded per
-(seed, epoch, rank, step) and given back as it was, so that a resumed run mixes exactly as the first
-did and the caller's random state is untouched. The labels become soft targets."""
+"""MixUp and CutMix over a training batch's tensors (the loader applies it to its batches): torchvision's own
+(transforms.v2), one of the two per batch where both are asked (its reference's RandomChoice), drawn from
+torch's CPU generator seeded per (seed, epoch, rank, step) and given back as it was, so that a resumed run
+mixes exactly as the first did and the caller's random state is untouched. The labels become soft targets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 
 from shards.plan import seeded_rng
 from train.augment.draws import Augment
-from train.loader import Batch
 
 
 def mixer_for(augment: Augment, num_classes: int):
@@ -28,12 +27,14 @@ def mixing_seed(seed: int, epoch: int, rank: int, step: int) -> int:
     return seeded_rng(seed, "mixing", epoch, rank, step).getrandbits(63)
 
 
-def mixed(batch: Batch, mixer, seed: int, channels_last: bool) -> Batch:
-    """The batch through MixUp/CutMix with torch's CPU generator seeded for this step (and given back
-    as it was): a resumed run mixes exactly as the first did. The labels become soft targets."""
+def mixed(images: torch.Tensor, labels: torch.Tensor, mixer, seed: int,
+          channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images, soft targets): the batch's images and labels through MixUp/CutMix with torch's CPU
+    generator seeded for this step (and given back as it was): a resumed run mixes exactly as the
+    first did."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
-        images, targets = mixer(batch.images, batch.labels)
+        images, targets = mixer(images, labels)
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)  # MixUp's roll makes it contiguous
-    return batch._replace(images=images, targets=targets)
+    return images, targets
