@@ -153,7 +153,7 @@ def test_the_ffcv_recipe_states_ffcvs_schedule_and_groups():
 def test_the_ffcv_recipe_validates_as_ffcvs_center_crop_decoder():
     """CenterCropRGBImageDecoder((256, 256), ratio=224/256): the centre 224/256 of the short side,
     resized to 256 with OpenCV's INTER_AREA; a typed --image-size keeps the ratio at its own size."""
-    from train.imagenet_loader import checked_validation
+    from train.loader_arguments import checked_validation
 
     config = settings("--recipe", "ffcv-rn50")
     val = (config.val_crop, config.val_resize, config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)

@@ -26,7 +26,7 @@ from PIL import Image
 
 from prepare.sample import photo
 from train.decoder import Images, decode_crops
-from train.imagenet_loader import checked_validation
+from train.loader_arguments import checked_validation
 
 # wide, tall and square; 150 x 113 is enlarged; the last five are at least twice a 224 output
 SIZES = [(500, 375), (375, 500), (150, 113), (233, 232), (640, 333), (333, 640), (1200, 900), (900, 1200),

@@ -122,7 +122,7 @@ def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
 @dataclass(frozen=True)
 class ValTransform:
     """Validation's transform, resolved (the loader checks the arguments it comes from: see
-    imagenet_loader.checked_validation): `crop` the output side; `resize` the Resize of "center"
+    loader_arguments.checked_validation): `crop` the output side; `resize` the Resize of "center"
     (the short side) or "squash" (both sides), None for "ffcv"; `fraction` the share of the short
     side "ffcv" keeps, None for the others; `interpolation` the resize's filter."""
     crop: int

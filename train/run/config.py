@@ -529,7 +529,7 @@ def fit_untyped(config: TrainConfig, given: frozenset[str] | set[str], origin: M
 def library_problem(config: TrainConfig) -> str | None:
     """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
     transform), in flags (`in_flags`): the command line checks none of these itself."""
-    from train.imagenet_loader import checked_image_size, checked_validation
+    from train.loader_arguments import checked_image_size, checked_validation
 
     try:
         config.augment()

@@ -1,0 +1,215 @@
+"""The loader's arguments, checked before anything is read: each a plain value of its kind, or one
+ConfigError line naming the argument (carried as data: train/errors.py) and what to give instead.
+Pure but for the device check, which asks torch what this process sees. ImageNetLoader
+(train/imagenet_loader.py) calls them; `python -m train` asks two of them before a run starts
+(train/run/config.py's library_problem)."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+
+from shards.paths import EVAL_SPLITS
+from shards.plan import even_split, steps_per_epoch
+from train.augment.draws import Augment
+from train.cluster import DistEnv
+from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
+from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels
+from train.errors import ConfigError, about
+from train.loader import DECODES
+from train.numbers import optional, real_number, real_triple, whole_number
+from train.transforms import FFCV_CROP_FRACTION, VAL_CROP_MODES, ResolutionRamp, ValTransform, default_resize
+
+
+def check_split(split: str, splits: Mapping) -> str:
+    """`split` as a plain str (a numpy string would not pass torch.load(weights_only=True) in a state):
+    one of the dataset's, train, val, and the evaluation sets it was prepared with."""
+    if split in splits:
+        return str(split)
+    missing = (f"; {split} is an evaluation set this dataset was not prepared with (python -m prepare --eval-source)"
+               if split in EVAL_SPLITS else "")
+    raise ConfigError(f"split must be one of {', '.join(splits)}, not {split!r}{missing}")
+
+
+def checked_image_size(image_size) -> int | ResolutionRamp:
+    if isinstance(image_size, ResolutionRamp):
+        if image_size.largest > MAX_IMAGE_SIZE:
+            raise ConfigError(f"{{image_size.ramp}} reaches {image_size.largest} px, more than {MAX_IMAGE_SIZE}",
+                              {"image_size.ramp": "image_size's ramp"})
+        return image_size
+    return whole_number("image_size", image_size, least=1, most=MAX_IMAGE_SIZE)
+
+
+def largest_size(image_size: int | ResolutionRamp) -> int:
+    return image_size if isinstance(image_size, int) else image_size.largest
+
+
+def checked_validation(image_size: int | ResolutionRamp, val_crop=None, val_resize=None, val_crop_fraction=None,
+                       val_crop_mode: str = "center", val_interpolation: str = "bilinear") -> ValTransform:
+    """Validation's transform from the loader's val_* arguments: the crop by default the training
+    size (a ramp's last); the resize given, or floor(crop / fraction) as timm's crop_pct makes it, or
+    the classic ratio (256 for 224); "ffcv" keeps a fraction of the short side (FFCV's 224/256 by
+    default) and has no resize. A combination that sets one thing twice is refused, naming both."""
+    mode = choice("val_crop_mode", val_crop_mode, VAL_CROP_MODES)
+    interpolation = choice("val_interpolation", val_interpolation, INTERPOLATIONS)
+    check_val_conflicts(val_resize, val_crop_fraction, mode)
+    default = image_size if isinstance(image_size, int) else image_size.end
+    crop = default if val_crop is None else whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
+    fraction = optional(real_number, "val_crop_fraction", val_crop_fraction, above=0, most=1)
+    if mode == "ffcv":
+        return ValTransform(crop, None, FFCV_CROP_FRACTION if fraction is None else fraction, mode, interpolation)
+    return ValTransform(crop, val_resize_of(crop, val_resize, fraction), None, mode, interpolation)
+
+
+def val_resize_of(crop: int, val_resize, fraction: float | None) -> int:
+    """Resize's size before CenterCrop(crop): given, or timm's floor(crop / crop_pct) (its
+    transforms_imagenet_eval, the same float division), or the classic ratio."""
+    if val_resize is not None:
+        return whole_number("val_resize", val_resize, least=crop)
+    return math.floor(crop / fraction) if fraction is not None else default_resize(crop)
+
+
+VAL_ARGUMENTS = {name: name for name in ("val_crop", "val_resize", "val_crop_fraction", "val_crop_mode")}
+
+
+def check_val_conflicts(val_resize, val_crop_fraction, mode: str) -> None:
+    """val_resize and val_crop_fraction both set the resize; FFCV's crop has no resize step."""
+    if val_resize is not None and val_crop_fraction is not None:
+        raise ConfigError(f"{{val_resize}}={val_resize!r} and {{val_crop_fraction}}={val_crop_fraction!r} both set "
+                          "validation's resize (Resize(floor({val_crop} / {val_crop_fraction})), timm's crop_pct): give "
+                          "one of them", VAL_ARGUMENTS)
+    if val_resize is not None and mode == "ffcv":
+        raise ConfigError(f"{{val_resize}}={val_resize!r} with {{val_crop_mode}}='ffcv', which resizes no whole image "
+                          "(it keeps {val_crop_fraction} of the short side, resized to {val_crop}): leave {val_resize} "
+                          "out, or use {val_crop_mode} 'center'", VAL_ARGUMENTS)
+
+
+def choice(name: str, value, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise about(name, None, f"must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)  # a numpy string as the plain str it equals
+
+
+def checked_augment(augment) -> Augment:
+    if augment is None:
+        return Augment()
+    if not isinstance(augment, Augment):
+        raise ConfigError(f"augment must be a train.Augment (or None), not {augment!r}")
+    return augment
+
+
+def check_only_train_augments(split: str, augment: Augment, repeats: int) -> None:
+    """Augmentation and repeats act on train passes only: given to another split they would be
+    ignored, which hides a mistake (a val loader meant to be the train one)."""
+    if split == "train":
+        return
+    given = [name for name, ignored in (("augment", augment.changes_batches), ("repeats", repeats != 1)) if ignored]
+    if given:
+        raise ConfigError(" and ".join("{" + name + "}" for name in given) + f" would be ignored by the {split} split "
+                          "(they act on train only): leave them out, or make the train loader with them and take this "
+                          f"one with loader.with_split({split!r})", {name: name for name in given})
+
+
+def check_repeats(repeats: int, samples: int, world_size: int, batch_size: int) -> None:
+    """Each rank reads an epoch's whole batches (steps x batch_size samples) as distinct samples each
+    read `repeats` times over the ranks (RASampler's rule): more readings than a rank reads leaves
+    not even one distinct sample per rank."""
+    per_rank = steps_per_epoch(samples, world_size, batch_size) * batch_size
+    if repeats > per_rank:
+        raise about("repeats", None, f"is more than the {per_rank} train samples each rank reads an epoch "
+                    f"({samples} over {world_size} rank(s) in whole batches of {batch_size}): use at most {per_rank}",
+                    note=f"={repeats}")
+
+
+def check_decode(decode: str) -> None:
+    if decode not in DECODES:
+        raise about("decode", None, f"must be one of {', '.join(DECODES)}, not {decode!r}")
+
+
+def check_dtype(dtype, augment: Augment) -> None:
+    """A floating dtype, or uint8 where nothing makes floats (random erasing fills with the
+    normalised 0, MixUp/CutMix blend images)."""
+    if dtype == torch.uint8:
+        floats = [name for name, on in (("random erasing", augment.erasing > 0), ("MixUp/CutMix", augment.mixing))
+                  if on]
+        if floats:
+            raise ConfigError(f"dtype=torch.uint8 cannot hold what {' and '.join(floats)} make (floats, after "
+                              "normalisation): use a floating dtype, or leave them out of augment")
+        return
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(f"dtype must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...) or "
+                          f"torch.uint8 (not normalised), not {dtype!r}")
+
+
+def checked_normalisation(dtype, mean, std) -> tuple[Channels | None, Channels | None]:
+    """(mean, std) in 0-1 units as plain floats (ImageNet's where None); (None, None) for uint8
+    output, which is not normalised: a mean or std given with it would be ignored."""
+    if dtype == torch.uint8:
+        if mean is not None or std is not None:
+            raise ConfigError("mean and std would be ignored with dtype=torch.uint8 (its images are not "
+                              "normalised): leave them out, or use a floating dtype")
+        return None, None
+    try:
+        mean = IMAGENET_MEAN if mean is None else real_triple("mean", mean, least=0, most=1)
+        std = IMAGENET_STD if std is None else real_triple("std", std, above=0, most=1)
+    except ConfigError as error:
+        raise ConfigError(f"{error} (mean and std are in 0-1 units, as torchvision's Normalize after ToTensor: "
+                          f"ImageNet's are {IMAGENET_MEAN} and {IMAGENET_STD})") from None
+    return mean, std
+
+
+def checked_device(device) -> torch.device:
+    """The device, checked now rather than at the first batch, deep inside torch."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exn:
+        raise ConfigError(f"device {device!r} is not a torch device ({exn}): give 'cuda', 'cuda:N' or 'cpu'") from None
+    if device.type == "meta":
+        raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'cpu')")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {str(device)!r}, but torch sees no CUDA GPU in this process "
+                              "(torch.cuda.is_available() is False): use device='cpu', or run where a GPU is visible")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), cuda:0 to "
+                              f"cuda:{count - 1} (CUDA_VISIBLE_DEVICES renumbers them): use cuda:LOCAL_RANK")
+    return device
+
+
+def place_of(rank, world_size, env: DistEnv | None) -> tuple[int, int, bool]:
+    """(rank, world size, whether they were given): given, or the process's (`env`: cluster.process_env)."""
+    if rank is None and world_size is None:
+        assert env is not None
+        return env.rank, env.world_size, False
+    if rank is None or world_size is None:
+        raise ConfigError(f"rank and world_size go together (or neither: torch.distributed's, or the launcher's), not "
+                          f"rank={rank!r}, world_size={world_size!r}")
+    rank, world_size = whole_number("rank", rank, least=0), whole_number("world_size", world_size, least=1)
+    if rank >= world_size:
+        raise ConfigError(f"rank and world_size go together, 0 <= rank < world_size, not rank={rank}, "
+                          f"world_size={world_size}")
+    return rank, world_size, True
+
+
+def epoch_length(split: str, samples: int, world_size: int, batch_size: int, rank: int) -> int:
+    """Batches rank `rank` yields in a whole epoch (shards.plan): train whole global batches,
+    the same on every rank; val the rank's even share, its last batch partial."""
+    if split == "train":
+        return steps_per_epoch(samples, world_size, batch_size)
+    start, stop = even_split(samples, world_size, rank)
+    return -(-(stop - start) // batch_size)
+
+
+def check_has_batches(split: str, samples: int, world_size: int, rank: int, batch_size: int) -> None:
+    """An epoch with no batch on this rank is a mistake, not an empty loop (whose loss is never set)."""
+    if epoch_length(split, samples, world_size, batch_size, rank) > 0:
+        return
+    if split == "train":
+        raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
+                          f"lower {{batch_size}} to at most {samples // world_size} (or use fewer ranks)",
+                          {"batch_size": "batch_size"})
+    raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave rank {rank} none: use at most "
+                      f"{samples} ranks for validation")
