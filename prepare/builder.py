@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from prepare.completeness import excess, nothing_there, refusal, shortfall
+from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
     checked_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
@@ -90,10 +90,10 @@ def check_complete(source: Source, allow_partial: bool) -> None:
         if nothing_there(declared):
             raise SourceError(f"{shortfall(declared) or f'the {split} split holds no images'}: nothing of the {split} "
                               "split is there. Download it, or point --source at the folder that holds it")
-    lines = shortfalls(source)
-    if lines and not allow_partial:
-        raise SourceError(refusal(list(lines.values())))
-    for line in lines.values():
+    problem, allowed = judged(list(shortfalls(source).values()), [], allow_partial)
+    if problem:
+        raise SourceError(problem)
+    for line in allowed:
         log.warning("--allow-partial: %s; preparing what is there (recorded in the manifest's \"partial\")", line)
 
 

@@ -12,7 +12,8 @@ touches a file: the layouts find, these functions decide.
   train and 50,000 val images in 1,000 classes) give a warning, not a refusal.
 
 prepare refuses a shortfall unless --allow-partial, which logs it and records it in the manifest
-(`partial`); the warnings go to the manifest's `warnings`.
+(`partial`); the warnings go to the manifest's `warnings`. `judged` is that decision, the one place it
+is made, before a read and after.
 """
 
 from __future__ import annotations
@@ -119,6 +120,18 @@ def refusal(lines: list[str]) -> str:
     """The one-line refusal of every shortfall of a download."""
     return ("; ".join(lines) + ". The download is incomplete: download what is missing, or rerun with "
             "--allow-partial to prepare what is there (the manifest then records what is missing)")
+
+
+def judged(shortfalls: list[str], excesses: list[str], allow_partial: bool) -> tuple[str | None, list[str]]:
+    """The one judgement of a download's completeness, before a read (what its declaration lacks) and
+    after one (what only reading could count): (the refusal, or None; the shortfalls --allow-partial
+    lets through, for the caller to log: the manifest records them). More than declared is refused
+    either way: the download is another one. Pure."""
+    if excesses:
+        return "; ".join(excesses), []
+    if shortfalls and not allow_partial:
+        return refusal(shortfalls), []
+    return None, shortfalls
 
 
 def nothing_there(declared: Declared) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Protocol
 
-from prepare.completeness import counted_shortfall, excess, imagenet_1k_warning, refusal, shortfall
+from prepare.completeness import counted_shortfall, excess, imagenet_1k_warning, judged, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.images import BadImage, Prepared, TooSmall, prepare_image
 from prepare.shuffle import bucket_of
@@ -310,14 +310,12 @@ def counted(source: Source, split: str, got: int, allow_partial: bool) -> tuple[
     declares its count). Refuses more images than declared, and fewer where only reading could count
     them (a gzip stream's), unless --allow-partial."""
     declared = source.declared(split)
-    too_many = excess(declared, got)
-    if too_many:
-        raise SourceError(too_many)
-    short = counted_shortfall(declared, got)
-    if short and not allow_partial:
-        raise SourceError(refusal([short]))
-    if short:
-        log.warning("--allow-partial: %s; prepared what is there (recorded in the manifest's \"partial\")", short)
+    short, too_many = counted_shortfall(declared, got), excess(declared, got)
+    problem, allowed = judged([short] if short else [], [too_many] if too_many else [], allow_partial)
+    if problem:
+        raise SourceError(problem)
+    for line in allowed:
+        log.warning("--allow-partial: %s; prepared what is there (recorded in the manifest's \"partial\")", line)
     warning = None if declared.images is not None else imagenet_1k_warning(split, len(source.classes), got)
     if warning:
         log.warning("%s (recorded in the manifest's \"warnings\")", warning)

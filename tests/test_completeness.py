@@ -99,6 +99,24 @@ def test_the_refusal_says_what_to_do():
         "there (the manifest then records what is missing)")
 
 
+@pytest.mark.parametrize("shortfalls,excesses,allow,expected", [
+    ([], [], False, (None, [])),
+    (["the val split lacks x"], [], False, ("the val split lacks x. The download is incomplete", [])),
+    (["the val split lacks x"], [], True, (None, ["the val split lacks x"])),
+    (["the val split lacks x"], ["val holds 9 images, more than 5"], True, ("val holds 9 images, more than 5", [])),
+    ([], ["val holds 9 images, more than 5"], False, ("val holds 9 images, more than 5", [])),
+])
+def test_completeness_is_judged_in_one_place_before_a_read_and_after(shortfalls, excesses, allow, expected):
+    """completeness.judged: a shortfall refused unless --allow-partial (then handed back to log), more
+    than declared refused either way; builder.py (before a read) and scatter.py (after) both ask it."""
+    problem, allowed = completeness.judged(shortfalls, excesses, allow)
+    assert (problem is None) == (expected[0] is None) and allowed == expected[1]
+    assert problem is None or problem.startswith(expected[0])
+    for module in ("builder", "scatter"):
+        text = (Path(completeness.__file__).parent / f"{module}.py").read_text()
+        assert "judged(" in text and "not allow_partial" not in text, module  # the decision is judged's alone
+
+
 # ---------------------------------------------------------------- every layout, one piece removed at a time
 
 @pytest.fixture(scope="module")
