@@ -155,8 +155,8 @@ def checked_normalisation(dtype, mean, std) -> tuple[Channels | None, Channels |
         mean = IMAGENET_MEAN if mean is None else real_triple("mean", mean, least=0, most=1)
         std = IMAGENET_STD if std is None else real_triple("std", std, above=0, most=1)
     except ConfigError as error:
-        raise ConfigError(f"{error} (mean and std are in 0-1 units, as torchvision's Normalize after ToTensor: "
-                          f"ImageNet's are {IMAGENET_MEAN} and {IMAGENET_STD})") from None
+        raise ConfigError(error.template + " (mean and std are in 0-1 units, as torchvision's Normalize after "
+                          f"ToTensor: ImageNet's are {IMAGENET_MEAN} and {IMAGENET_STD})", error.arguments) from None
     return mean, std
 
 
