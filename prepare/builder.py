@@ -36,7 +36,7 @@ from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval
 from prepare.gzip_index import readers_closed
 from prepare.sources import Detected, detect
 from prepare.lock import exclusive_lock
-from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_split
+from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_pass, account_split
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
 from prepare.sizing import RESIZE_CHOICES, fitting_resize, sampled_images, sampled_ratios
@@ -217,13 +217,14 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
     with reader.workers() as pool:
-        for i, split in enumerate(order):
-            results[split] = read_split(source, split, dest, config, state, reader, pool, damage_log)
-            if split == "val":  # checked before the shards are written: a wrong real.json fails now
-                real_labels = source.real_labels({key for bucket in results[split].buckets for key in bucket}
-                                                 | results[split].skipped.keys())
-            later = sum(estimate[s] for s in order[i + 1:])  # the disk the splits to come need
-            splits[split] = write_split(split, results[split], dest, config, state, pool, later)
+        for one_pass in reading_passes(order, reader.read_together()):
+            results |= read_pass(source, one_pass, dest, config, state, reader, pool, damage_log)
+            for split in one_pass:
+                if split == "val":  # checked before the shards are written: a wrong real.json fails now
+                    real_labels = source.real_labels({key for bucket in results[split].buckets for key in bucket}
+                                                     | results[split].skipped.keys())
+                later = disk_to_come(order[order.index(split) + 1:], estimate, results, config)
+                splits[split] = write_split(split, results[split], dest, config, state, pool, later)
     elapsed = time.monotonic() - start
     stats = run_stats(results, splits, elapsed, config.workers) | reader.stats()
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
@@ -236,17 +237,24 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                     warnings={split: r.warning for split, r in results.items() if r.warning})
 
 
-def read_split(source: Source, split: str, dest: Path, config: PrepareConfig, state: RunState, reader: Reader, pool,
-               damage_log: DamageLog) -> SplitResult:
-    """The split's images read, checked and spilled to its buckets in the scratch (by `reader`),
-    and accounted for in source order."""
-    work = dest / WORK_DIR_NAME / split
-    work.mkdir(parents=True)
-    (dest / split).mkdir(exist_ok=True)
-    num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-    state.during = f"spilling the {split} images"
-    images = reader.split_images(split, num_buckets, work, pool)
-    return account_split(source, split, images, num_buckets, config, damage_log)
+def read_pass(source: Source, splits: tuple[str, ...], dest: Path, config: PrepareConfig, state: RunState,
+              reader: Reader, pool, damage_log: DamageLog) -> dict[str, SplitResult]:
+    """The images of one pass over the source (one split, or the several it yields together) read,
+    checked and spilled to each split's buckets in the scratch (by `reader`), and accounted for in
+    source order."""
+    into = {}
+    for split in splits:
+        work = dest / WORK_DIR_NAME / split
+        work.mkdir(parents=True)
+        (dest / split).mkdir(exist_ok=True)
+        into[split] = (shard_count(source.split_bytes(split), config.shard_size_mb * MB), work)
+    state.during = f"spilling the {' and '.join(splits)} images"
+    if len(splits) == 1:
+        (split, (num_buckets, work)), = into.items()
+        return {split: account_split(source, split, reader.split_images(split, num_buckets, work, pool), num_buckets,
+                                     config, damage_log)}
+    images = reader.pass_images(into, pool)
+    return account_pass(source, images, {split: n for split, (n, _) in into.items()}, config, damage_log)
 
 
 def write_split(split: str, result: SplitResult, dest: Path, config: PrepareConfig, state: RunState, pool,
@@ -262,6 +270,14 @@ def write_split(split: str, result: SplitResult, dest: Path, config: PrepareConf
     state.during = f"writing the {split} shards"
     infos = write_shards(split, shards, result.buckets, dest / WORK_DIR_NAME / split, dest, config, pool)
     return SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
+
+
+def disk_to_come(splits: tuple[str, ...], estimate: dict[str, int], results: dict[str, SplitResult],
+                 config: PrepareConfig) -> int:
+    """The disk the `splits` still to be written need: their estimate, or where a pass read them
+    already (their spills are on --dest), their shards' tar overhead only."""
+    return sum(space_needed(0, sum(map(len, results[split].buckets)), config.shard_size_mb * MB, config.workers)
+               if split in results else estimate[split] for split in splits)
 
 
 def merged(results: dict[str, SplitResult], what: str) -> dict[str, str]:
@@ -284,6 +300,18 @@ def reading_order(splits: tuple[str, ...]) -> tuple[str, ...]:
     first, so that a shortfall only reading can find (a gzip stream's count) shows in minutes, not
     after train's hours. The shared read's nodes read in this order too."""
     return tuple(sorted(splits, key=lambda split: {"val": 1, "train": 2}.get(split, 0)))
+
+
+def reading_passes(order: tuple[str, ...], together: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The passes over the source, in reading order: each split alone, but for those read `together`,
+    one pass where the first of them comes. Pure."""
+    passes = []
+    for split in order:
+        if split not in together:
+            passes.append((split,))
+        elif split == next(s for s in order if s in together):
+            passes.append(tuple(s for s in order if s in together))
+    return passes
 
 
 def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:

@@ -233,6 +233,18 @@ class WithEvalSets(Source):
     def split_bytes(self, split: str) -> int:
         return self.v2[split].size if split in self.v2 else self.base.split_bytes(split)
 
+    def read_together(self) -> tuple[str, ...]:
+        return self.base.read_together()
+
+    def joint_parts(self, splits: tuple[str, ...]) -> list:
+        return self.base.joint_parts(splits)
+
+    def seek_index(self) -> str | None:
+        return self.base.seek_index()
+
+    def why_empty(self, split: str) -> str:
+        return "" if split in self.v2 else self.base.why_empty(split)
+
     def declared(self, split: str) -> Declared:
         return self.v2[split].declared() if split in self.v2 else self.base.declared(split)
 

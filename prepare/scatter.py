@@ -4,7 +4,10 @@
         worker: `scatter_part`, its images prepared in order, in threads where a split has fewer
         parts than workers)--> spill buckets (prepare/spills.py)
     the outcomes (`Scattered`, never the bytes) --(the main process, in source order:
-        `account_split`)--> each bucket's key list, what was converted, skipped or damaged
+        `account_pass`)--> each bucket's key list, what was converted, skipped or damaged
+
+A pass reads one split; or several, where the source yields them together (winter21's stream before
+its seek index: val and train from one inflation), each image naming its split.
 
 Where a split's outcomes come from is a stage passed to the build, a `Reader`: `LocalRead` (this
 node reads every part itself, in its workers) or the shared read's `SharedReader`, which sends the
@@ -14,7 +17,7 @@ same scatter's output (`scatter_items` into a part stream) to the other nodes.
 from __future__ import annotations
 
 import collections
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +53,7 @@ class Scattered:
     seekable: bool = False  # stored with restart markers
     damage: str | None = None  # what libjpeg found wrong in its entropy-coded data (kept, or with --skip-bad an error)
     left_out: bool = False  # under its layout's smallest side: `error` says so; skipped always, never a failure
+    split: str | None = None  # the split it belongs to, where its part yields several (Item.split)
 
 
 # ---------------------------------------------------------------- where a split's images come from
@@ -65,6 +69,13 @@ class Reader(Protocol):
         """Every image of the split, read, checked and spilled to its bucket under `work`: the
         outcomes, in source order."""
 
+    def read_together(self) -> tuple[str, ...]:
+        """The splits this reader reads in one pass (`pass_images`), where the source yields them together."""
+
+    def pass_images(self, into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
+        """Every image of the splits of `into` (split -> its bucket count and scratch, as split_images'),
+        read in one pass: the outcomes in source order, each naming its split."""
+
     def stats(self) -> dict:
         """The manifest's stats of the reading: nodes, read_from_source_bytes, received_from_nodes_bytes."""
 
@@ -74,11 +85,12 @@ class Reader(Protocol):
 
 class LocalRead:
     """This node reads every part of the source itself, in its workers: forked for the build, or
-    `forked` earlier (a shared read's, forked before its group's threads)."""
+    `forked` earlier (a shared read's, forked before its group's threads). A split's parts are
+    planned when it is read, not before: what an earlier pass learnt can change them."""
 
     def __init__(self, source: Source, config: PrepareConfig, forked: WorkerPool | None = None):
         self.source, self.config, self.forked = source, config, forked
-        self.parts = {split: source.parts(split) for split in source.splits}
+        self.read = 0  # bytes of the source in the parts read so far
 
     def workers(self) -> AbstractContextManager[WorkerPool | None]:
         return nullcontext(self.forked) if self.forked is not None else worker_pool(self.config.workers)
@@ -87,11 +99,20 @@ class LocalRead:
         return 0
 
     def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
-        return scatter_parts(self.parts[split], self.source.class_index(), num_buckets, work, self.config, pool)
+        return self.scattered(self.source.parts(split), {split: (num_buckets, work)}, pool)
+
+    def read_together(self) -> tuple[str, ...]:
+        return self.source.read_together()
+
+    def pass_images(self, into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
+        return self.scattered(self.source.joint_parts(tuple(into)), into, pool)
+
+    def scattered(self, parts: list[Part], into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
+        self.read += sum(part.size for part in parts)
+        return scatter_parts(parts, self.source.class_index(), into, self.config, pool)
 
     def stats(self) -> dict:
-        read = sum(part.size for parts in self.parts.values() for part in parts)
-        return {"nodes": 1, "read_from_source_bytes": read, "received_from_nodes_bytes": 0}
+        return {"nodes": 1, "read_from_source_bytes": self.read, "received_from_nodes_bytes": 0}
 
 
 # ---------------------------------------------------------------- the parts, in the workers
@@ -109,6 +130,11 @@ class PartJob:
     restart_mcus: int
     skip_bad: bool = False  # a damaged JPEG is then a bad image, not spilled
     threads: int = 1  # images of the part prepared at once (threads_per_part)
+    joint: tuple[tuple[str, int, str], ...] = ()  # a part of several splits: each's (split, num_buckets, work)
+
+    def buckets_of(self, split: str | None) -> int:
+        """The bucket count of the split an image names (None: the job's own)."""
+        return self.num_buckets if split is None else dict((name, n) for name, n, _ in self.joint)[split]
 
 
 def threads_per_part(workers: int, parts: int) -> int:
@@ -119,49 +145,57 @@ def threads_per_part(workers: int, parts: int) -> int:
     return max(1, workers // max(parts, 1))
 
 
-def part_jobs(parts: list[Part], classes: dict[str, int], num_buckets: int, work: Path, config: PrepareConfig,
+def part_jobs(parts: list[Part], classes: dict[str, int], into: dict[str, tuple[int, Path]], config: PrepareConfig,
               at_once: int) -> Iterator[PartJob]:
     """A job for each part, in order, as the workers take them: `at_once` parts are read at the same
-    time, so each prepares its images in threads_per_part(workers, at_once) threads."""
+    time, so each prepares its images in threads_per_part(workers, at_once) threads. `into`: split ->
+    its bucket count and scratch (several where a pass yields several splits)."""
     threads = threads_per_part(config.workers, at_once)
+    (num_buckets, work), *_ = into.values()
+    joint = tuple((split, n, str(path)) for split, (n, path) in into.items()) if len(into) > 1 else ()
     return (PartJob(part, {w: classes[w] for w in part.wnids()}, num_buckets, config.seed, str(work), config.resize,
-                    config.quality, config.restart_mcus, config.skip_bad, threads) for part in parts)
+                    config.quality, config.restart_mcus, config.skip_bad, threads, joint) for part in parts)
 
 
-def scatter_parts(parts: list[Part], classes: dict[str, int], num_buckets: int, work: Path, config: PrepareConfig,
-                  pool) -> Iterator[Scattered]:
+def scatter_parts(parts: list[Part], classes: dict[str, int], into: dict[str, tuple[int, Path]],
+                  config: PrepareConfig, pool) -> Iterator[Scattered]:
     """Each part is read where it is scattered, in a worker of `pool` (or here without one): the
     worker reads it at its offset (or its files), checks or re-encodes every image and spills it
     to bucket files of its own. Only small outcomes come back, in source order."""
-    jobs = part_jobs(parts, classes, num_buckets, work, config, at_once=len(parts))
+    jobs = part_jobs(parts, classes, into, config, at_once=len(parts))
     for scattered in pool.imap(scatter_part, jobs) if pool else map(scatter_part, jobs):
         yield from scattered
 
 
 def scatter_part(job: PartJob) -> list[Scattered]:
-    """A worker's task: the part's images into this process's spill files."""
-    with BucketSpills(Path(job.work), tag=str(os.getpid())) as spills:
+    """A worker's task: the part's images into this process's spill files (each split's, where the
+    part yields several)."""
+    tag = str(os.getpid())
+    with ExitStack() as open_spills:
+        spills = {None: open_spills.enter_context(BucketSpills(Path(job.work), tag))}
+        for split, _, work in job.joint:
+            spills[split] = open_spills.enter_context(BucketSpills(Path(work), tag))
         return scatter_items(job, spills)
 
 
-def scatter_items(job: PartJob, spills: BucketSpills | PartStream) -> list[Scattered]:
-    """Check (or re-encode) each image of the part and write it to `spills` (this process's spill
-    files, or the shared read's part stream); the outcomes."""
+def scatter_items(job: PartJob, spills: dict[str | None, BucketSpills | PartStream]) -> list[Scattered]:
+    """Check (or re-encode) each image of the part and write it to its split's `spills` (this
+    process's spill files, or the shared read's part stream; None: the job's own split); the outcomes."""
     out = []
     for item, prepared in prepared_in_order(job):
         with failures_named(item.origin):
             if isinstance(prepared, (BadImage, TooSmall)):
                 out.append(Scattered(item.key, item.origin, len(item.data), str(prepared),
-                                     left_out=isinstance(prepared, TooSmall)))
+                                     left_out=isinstance(prepared, TooSmall), split=item.split))
                 continue
             if prepared.damage is not None and job.skip_bad:
                 out.append(Scattered(item.key, item.origin, len(item.data), damaged_image(prepared.damage),
-                                     damage=prepared.damage))
+                                     damage=prepared.damage, split=item.split))
                 continue
-            spills.write(bucket_of(item.key, job.seed, job.num_buckets),
-                         encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
+            spills[item.split].write(bucket_of(item.key, job.seed, job.buckets_of(item.split)),
+                                     encode_sample(item, prepared.data or item.data, job.classes[item.wnid], prepared))
             out.append(Scattered(item.key, item.origin, len(item.data), None, prepared.note,
-                                 prepared.restart_interval > 0, prepared.damage))
+                                 prepared.restart_interval > 0, prepared.damage, split=item.split))
     return out
 
 
@@ -260,49 +294,75 @@ class DamageLog:
 def account_split(source: Source, split: str, images: Iterator[Scattered], num_buckets: int,
                   config: PrepareConfig, damage_log: DamageLog | None = None) -> SplitResult:
     """Account for every image of the split, read once, checked and spilled to its bucket, in source
-    order (so bucket key lists, and the shards, are the same for any worker or node count). Damaged
-    JPEGs are named in the log (`damage_log`: the first few of the run) and listed: as `damaged`
-    where they are stored, as `skipped` with --skip-bad."""
-    result = SplitResult([[] for _ in range(num_buckets)])
+    order (so bucket key lists, and the shards, are the same for any worker or node count)."""
+    return account_pass(source, images, {split: num_buckets}, config, damage_log)[split]
+
+
+def account_pass(source: Source, images: Iterator[Scattered], num_buckets: dict[str, int], config: PrepareConfig,
+                 damage_log: DamageLog | None = None) -> dict[str, SplitResult]:
+    """Account for the images of one pass (one split's, or several splits' where the source yields
+    them together: each image names its split), each split's in its source order."""
     damage_log = damage_log or DamageLog()
-    seen = set()
-    with Progress(f"{split}: read", source.split_bytes(split), "MB", scale=1 / MB,
-                  interval=config.progress_interval) as bar:
+    accounts = {split: SplitAccount(source, split, n, config, damage_log) for split, n in num_buckets.items()}
+    own = next(iter(accounts))
+    total = sum(source.split_bytes(split) for split in accounts)
+    with Progress(f"{' and '.join(accounts)}: read", total, "MB", scale=1 / MB, interval=config.progress_interval) as bar:
         for image in images:
-            result.source_bytes += image.size
             bar.update(image.size)
-            if image.key in seen:
-                raise SourceError(f"{image.origin}: a second image with the key {image.key}")
-            seen.add(image.key)
-            if image.left_out:  # under its layout's smallest side: counted and named, whatever --skip-bad says
-                result.skipped[image.key] = image.error
-                result.left_out += 1
-                continue
-            if image.error is not None:
-                if not config.skip_bad:
-                    raise bad_image_stops_the_run(image)
-                if image.damage is None:
-                    log.warning("skipping %s: %s", image.origin, image.error)
-                else:
-                    damage_log.warn("skipping %s: %s", image.origin, image.error)
-                result.skipped[image.key] = image.error
-                continue
-            if image.damage is not None:
-                damage_log.warn("damaged JPEG %s: libjpeg says \"%s\"; stored as it is, listed under \"damaged\" "
-                                "in the manifest (--skip-bad leaves such images out)", image.origin, image.damage)
-                result.damaged[image.key] = image.damage
-            if image.note:
-                result.converted[image.key] = image.note
-            result.seekable += image.seekable
-            result.buckets[bucket_of(image.key, config.seed, num_buckets)].append(image.key)
+            accounts[image.split or own].add(image)
         bar.finish()
-    if result.left_out:
-        log.info("%s: left out %d images under their layout's smallest side (named under \"skipped\" in the "
-                 "manifest)", split, result.left_out)
-    if not seen:
-        raise SourceError(f"the {split} split of {source.root} holds no images{source.why_empty(split)}")
-    result.partial, result.warning = counted(source, split, len(seen), config.allow_partial)
-    return result
+    return {split: account.result() for split, account in accounts.items()}
+
+
+class SplitAccount:
+    """One split's images as they come, in source order: each bucket's keys, what was converted,
+    skipped or damaged. Damaged JPEGs are named in the log (`damage_log`: the first few of the run)
+    and listed: as `damaged` where they are stored, as `skipped` with --skip-bad."""
+
+    def __init__(self, source: Source, split: str, num_buckets: int, config: PrepareConfig, damage_log: DamageLog):
+        self.source, self.split, self.config, self.damage_log = source, split, config, damage_log
+        self.num_buckets, self.seen = num_buckets, set()
+        self.done = SplitResult([[] for _ in range(num_buckets)])
+
+    def add(self, image: Scattered) -> None:
+        result, config = self.done, self.config
+        result.source_bytes += image.size
+        if image.key in self.seen:
+            raise SourceError(f"{image.origin}: a second image with the key {image.key}")
+        self.seen.add(image.key)
+        if image.left_out:  # under its layout's smallest side: counted and named, whatever --skip-bad says
+            result.skipped[image.key] = image.error
+            result.left_out += 1
+            return
+        if image.error is not None:
+            if not config.skip_bad:
+                raise bad_image_stops_the_run(image)
+            if image.damage is None:
+                log.warning("skipping %s: %s", image.origin, image.error)
+            else:
+                self.damage_log.warn("skipping %s: %s", image.origin, image.error)
+            result.skipped[image.key] = image.error
+            return
+        if image.damage is not None:
+            self.damage_log.warn("damaged JPEG %s: libjpeg says \"%s\"; stored as it is, listed under \"damaged\" "
+                                 "in the manifest (--skip-bad leaves such images out)", image.origin, image.damage)
+            result.damaged[image.key] = image.damage
+        if image.note:
+            result.converted[image.key] = image.note
+        result.seekable += image.seekable
+        result.buckets[bucket_of(image.key, config.seed, self.num_buckets)].append(image.key)
+
+    def result(self) -> SplitResult:
+        """The split's result, once every image came: refused where it holds none, or not what its
+        download declares (prepare/completeness.py)."""
+        result, split, source = self.done, self.split, self.source
+        if result.left_out:
+            log.info("%s: left out %d images under their layout's smallest side (named under \"skipped\" in the "
+                     "manifest)", split, result.left_out)
+        if not self.seen:
+            raise SourceError(f"the {split} split of {source.root} holds no images{source.why_empty(split)}")
+        result.partial, result.warning = counted(source, split, len(self.seen), self.config.allow_partial)
+        return result
 
 
 def counted(source: Source, split: str, got: int, allow_partial: bool) -> tuple[str | None, str | None]:

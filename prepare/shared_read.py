@@ -359,7 +359,8 @@ class SharedRead:
         streams.mkdir()
         outcomes.mkdir()
         at_once = min(len(share), self.ahead)  # the parts read at the same time: their threads share the workers
-        part_of = part_jobs([parts[i] for i in share], source.class_index(), num_buckets, work, config, at_once)
+        part_of = part_jobs([parts[i] for i in share], source.class_index(), {split: (num_buckets, work)}, config,
+                            at_once)
         jobs = (StreamJob(job, i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i, job in zip(share, part_of))
         produced = pool.imap_ahead(stream_part, jobs, self.ahead) if pool else map(stream_part, jobs)
         receive = self.needs[self.group.rank]
@@ -386,6 +387,14 @@ class SharedReader:
 
     def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
         return self.shared.exchange_split(self.source, split, num_buckets, work, pool)
+
+    def read_together(self) -> tuple[str, ...]:
+        """None: each split is its own exchange (winter21's stream before its index: one node reads it for
+        val, another for train)."""
+        return ()
+
+    def pass_images(self, into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
+        raise NotImplementedError("the shared read exchanges one split at a time (read_together)")
 
     def workers(self) -> contextlib.AbstractContextManager[WorkerPool | None]:
         return contextlib.nullcontext(self.shared.pool)
@@ -429,7 +438,7 @@ class StreamJob:
 
 def stream_part(stream: StreamJob) -> tuple[str, int]:
     with PartStream(Path(stream.path)) as out:
-        outcomes = scatter_items(stream.job, out)
+        outcomes = scatter_items(stream.job, {None: out})
         out.finish(stream.index, outcomes)
     bad = [image for image in outcomes if image.error is not None and not image.left_out]
     if bad and not stream.skip_bad:  # stop now, not after the exchange (the receivers would stop there too)

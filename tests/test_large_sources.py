@@ -335,6 +335,32 @@ def test_winter21_keeps_a_seek_index_and_later_runs_read_each_class_tar_at_its_o
     assert second.stats["read_from_source_bytes"] == 2 * sum(p.size for p in parts)
 
 
+def test_the_first_winter21_job_inflates_the_stream_once_for_both_splits(tmp_path, small_held_out, monkeypatch):
+    """Without its seek index, val and train come from one pass (val is held out of every class tar): the bytes
+    inflated are the stream's, once, where a pass a split inflated them twice. One worker: the reads are here."""
+    import gzip
+
+    from prepare import gzip_index
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz")
+    inflated, real_read = [], gzip_index.Inflated.read
+    monkeypatch.setattr(gzip_index.Inflated, "read", lambda self, size=-1: inflated.append(len(data := real_read(
+        self, size))) or data)
+    manifest = prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, workers=1))
+    assert sum(inflated) == len(gzip.decompress(archive.read_bytes()))
+    assert manifest.stats["read_from_source_bytes"] == sum(detect(archive).open().split_bytes(s) for s in ("val", "train"))
+    assert manifest.splits["val"].samples == 2 * sum(count > 5 for count in PER_CLASS.values())
+
+
+def test_splits_read_together_are_one_pass_where_the_first_of_them_comes():
+    from prepare.builder import reading_passes
+
+    order = ("v2", "val", "train")
+    assert reading_passes(order, ()) == [("v2",), ("val",), ("train",)]
+    assert reading_passes(order, ("val", "train")) == [("v2",), ("val", "train")]
+    assert reading_passes(order, ("train", "val")) == [("v2",), ("val", "train")]  # in reading order
+
+
 @pytest.mark.parametrize("change", ["archive touched", "index damaged", "index cut"])
 def test_a_stale_or_damaged_seek_index_is_ignored_said_and_replaced(tmp_path, small_held_out, caplog, change):
     import os

@@ -48,6 +48,7 @@ class Item:
     origin: str  # where it came from, for error messages
     data: bytes
     min_side: int = 0  # pixels: the layout leaves out an image whose shorter side is under this (counted, named)
+    split: str | None = None  # the split it belongs to, where its part yields several (`Source.read_together`)
 
 
 def image_key(name: str, origin: str) -> str | None:
@@ -135,6 +136,17 @@ class Source:
     def why_empty(self, split: str) -> str:
         """What the layout adds to "the split holds no images" (after a colon), where it knows more."""
         return ""
+
+    def read_together(self) -> tuple[str, ...]:
+        """Splits that one pass over the download yields together, where reading each alone would read
+        it all again (winter21's one gzip stream, before its seek index: val is held out of every class).
+        The build then reads them in one pass, of `joint_parts`."""
+        return ()
+
+    def joint_parts(self, splits: tuple[str, ...]) -> list[Part]:
+        """The parts of one pass that yields the images of every split in `splits` (`read_together`'s),
+        each Item naming its split."""
+        raise NotImplementedError
 
     def seek_index(self) -> str | None:
         """The seek index its parts are read through, where it has one (winter21's: prepare/gzip_index.py):

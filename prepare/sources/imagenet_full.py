@@ -67,12 +67,15 @@ def class_images(data: bytes, origin: str) -> list[tuple[str, bytes]]:
             if image_key(member, f"{origin}:{member}") is not None]
 
 
-def split_items(images: list[tuple[str, bytes]], wnid: str, split: str, origin: str) -> Iterator[Item]:
-    """The images of one class that belong to `split`, by the held-out rule."""
+def split_items(images: list[tuple[str, bytes]], wnid: str, split: str, origin: str,
+                named: bool = False) -> Iterator[Item]:
+    """The images of one class that belong to `split`, by the held-out rule (each naming its split
+    where `named`: a pass that yields several)."""
     val = held_out([member for member, _ in images])
     for member, image in images:
         if (member in val) == (split == "val"):
-            yield Item(image_key(member, f"{origin}:{member}"), wnid, f"{origin}:{member}", image, MIN_SIDE)
+            yield Item(image_key(member, f"{origin}:{member}"), wnid, f"{origin}:{member}", image, MIN_SIDE,
+                       split if named else None)
 
 
 def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
@@ -152,21 +155,23 @@ class FullClassTar:
 
 @dataclass(frozen=True)
 class FullStream:
-    """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `split`. Once
+    """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `splits` (both,
+    in a local build's one pass: each Item then names its split; one, in a shared read's part). Once
     the stream is proven whole, its seek index is kept for later jobs (prepare/gzip_index.py)."""
     archive: str
     size: int
     known: frozenset[str]
-    split: str
+    splits: tuple[str, ...]
 
     def wnids(self) -> set[str]:
         return set(self.known)
 
     def items(self) -> Iterator[Item]:
         stamp = archive_stamp(Path(self.archive))  # before the read: a copy changing under it is not indexed
-        # the other split's read may have kept the index already (val's ends first): then there is nothing to
+        # another read may have kept the index already (a shared read's other split): then there is nothing to
         # learn, and a CRC-32 of every class tar (a core's time for 1.1 TB at 2.2 GB/s) would be taken for nothing
         learn = load_index(Path(self.archive)) is None
+        named = len(self.splits) > 1
         class_tars = []
         with Inflated(self.archive, available_cpus()) as stream:
             for member, data in iterate_whole_tar_members(stream, self.archive):
@@ -175,7 +180,9 @@ class FullStream:
                     if learn:
                         class_tars.append(Member(member.name, member.offset_data, member.size, zlib.crc32(data)))
                     origin = f"{self.archive}:{member.name}"
-                    yield from split_items(class_images(data, origin), wnid, self.split, origin)
+                    images = class_images(data, origin)
+                    for split in self.splits:
+                        yield from split_items(images, wnid, split, origin, named)
             if learn:
                 keep_index(Path(self.archive), stream, class_tars, stamp)
 
@@ -194,8 +201,8 @@ class FullRelease(Source):
         self.index = load_index(archive) if archive.name == WINTER21 else None
         self.class_tars = [] if self.streamed else self.locate_class_tars()
         if self.streamed:
-            log.info("%s has no seek index yet: each split reads the stream whole, and the first to end keeps one "
-                     "for later jobs (docs/prepare.md, winter21's one gzip stream)", archive.name)
+            log.info("%s has no seek index yet: val and train are read from one pass over the stream, which keeps "
+                     "one for later jobs (docs/prepare.md, winter21's one gzip stream)", archive.name)
 
     @property
     def streamed(self) -> bool:
@@ -220,9 +227,18 @@ class FullRelease(Source):
                 found.append((wnid, member))
         return found
 
+    def read_together(self) -> tuple[str, ...]:
+        """Without its index, winter21's val and train come from one pass over the stream: reading each
+        alone would inflate its 1.1 TB twice."""
+        return ("val", "train") if self.streamed else ()
+
+    def joint_parts(self, splits: tuple[str, ...]) -> list:
+        return [FullStream(str(self.archive), sum(map(self.split_bytes, splits)), frozenset(self.class_index()),
+                           splits)]
+
     def parts(self, split: str) -> list:
-        if self.streamed:
-            return [FullStream(str(self.archive), self.split_bytes(split), frozenset(self.class_index()), split)]
+        if self.streamed:  # a split alone (a shared read's): the stream read whole for it
+            return self.joint_parts((split,))
         return [FullClassTar(str(self.archive), wnid, m.name, m.offset, m.size, split, self.seek_index(), m.crc32)
                 for wnid, m in self.class_tars]
 
