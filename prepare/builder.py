@@ -33,7 +33,6 @@ from prepare.destination import (
     checked_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
-from prepare.gzip_index import readers_closed
 from prepare.sources import Detected, detect
 from prepare.lock import exclusive_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_pass, account_split
@@ -60,13 +59,14 @@ def prepare(config: PrepareConfig) -> Manifest:
     detected, dest = detect(config.source.resolve()), config.dest.resolve()
     identity = checked_identity(detected, dest, config)
     make_dest(dest)
-    with exclusive_lock(dest), readers_closed():
+    with exclusive_lock(dest):
         found = verified_existing(dest, identity, config)
         if found.complete is not None:
             return found.complete
         if found.base is not None:
             return add_eval_sets(dest, config, identity, found.base)
-        return build_and_report(open_prepare_source(detected, config), dest, config, identity, found.damaged)
+        with open_prepare_source(detected, config) as source:  # closes what it opened to read, at the end
+            return build_and_report(source, dest, config, identity, found.damaged)
 
 
 def open_prepare_source(detected: Detected, config: PrepareConfig) -> Source:

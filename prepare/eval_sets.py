@@ -31,7 +31,7 @@ from prepare.labels import builtin_class_names
 from prepare.sources.base import (
     FileChunk, Item, Source, SourceError, checked_key, estimate_bytes, file_chunks, list_images,
 )
-from prepare.tars import gzipped_tar_images
+from prepare.sources.tars import gzipped_tar_images
 from shards.format import shard_keys
 from shards.paths import REAL_LABELS_FORMAT
 from shards.manifest import ClassInfo, DamagedData, Manifest
@@ -241,6 +241,9 @@ class WithEvalSets(Source):
 
     def seek_index(self) -> str | None:
         return self.base.seek_index()
+
+    def close(self) -> None:
+        self.base.close()
 
     def why_empty(self, split: str) -> str:
         return "" if split in self.v2 else self.base.why_empty(split)

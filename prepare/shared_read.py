@@ -39,7 +39,6 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.sources import Detected, detect
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
-from prepare.gzip_index import readers_closed
 from prepare.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
@@ -79,7 +78,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     # The workers are forked before the group starts its threads (the store's, gloo's, the heartbeat):
     # a worker forked beside them once waited forever for a lock one of them held at the fork
     # (CPython's thread-state lock, in PyOS_AfterFork_Child).
-    with worker_pool(config.workers) as pool, readers_closed():
+    with worker_pool(config.workers) as pool:
         group = NodeGroup(env, config.group_timeout_s)
         try:
             return prepare_with_group(group, detected, dest, config, identity, setup_error, pool)
@@ -107,6 +106,8 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
             stack.push(step_marker(dest, group.env))
             mark_step(dest, group.env, "running")
             node, facts = node_state(dest, config, identity, detected)
+            if node is not None:
+                stack.enter_context(node.source)  # closes what it opened to read, at the end
             said |= facts
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])

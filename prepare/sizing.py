@@ -13,7 +13,6 @@ import itertools
 from typing import Callable
 
 from prepare.config import PrepareConfig
-from prepare.gzip_index import readers_closed
 from prepare.images import BadImage, prepare_image
 from prepare.sources.base import Source
 
@@ -28,13 +27,15 @@ def sampled_images(source: Source, split: str = "train") -> list[bytes]:
     parts = source.parts(split)
     step = max(1, len(parts) // SAMPLED_PARTS)
     images = []
-    with readers_closed():
+    try:
         for part in parts[::step][:SAMPLED_PARTS]:
             items = part.items()
             try:
                 images += [item.data for item in itertools.islice(items, IMAGES_PER_PART)]
             finally:
                 items.close()  # a streamed part (a gzip) stops reading here
+    finally:
+        source.close()
     return images
 
 

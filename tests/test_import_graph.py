@@ -49,3 +49,27 @@ def test_the_augmentation_room_imports_nothing_of_the_data_path_that_runs_it():
                  "train.shard_index"}
     augment = {name for name in graph if name.startswith("train.augment")}
     assert augment and not {(name, target) for name in augment for target in graph[name] if target in data_path}
+
+
+def test_the_sources_read_downloads_with_their_own_toolkit_and_point_nowhere_above():
+    """The tars, trees, Kaggle's zip, the class lists and winter21's seek index lie in prepare/sources/, and
+    what the sources import of the rest of prepare imports nothing of prepare's at all (no arrow back up)."""
+    graph = arrows(modules("prepare", leave_out=("prepare.bench",)))
+    sources = {name for name in graph if name == "prepare.sources" or name.startswith("prepare.sources.")}
+    for tool in ("tars", "trees", "zip_tree", "class_lists", "gzip_index"):
+        assert f"prepare.sources.{tool}" in sources and f"prepare.{tool}" not in graph
+    below = {target for name in sources for target in graph[name] if target not in sources}
+    assert below == {"prepare.completeness", "prepare.labels"}
+    assert not {target for name in below for target in graph[name] if target.startswith("prepare.")}
+
+
+def test_only_a_winter21_stream_imports_rapidgzip():
+    """Every `python -m prepare` detects its layout among all of them: none but winter21's inflating reader
+    may load rapidgzip (a fresh interpreter: this one may have it already)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import prepare.cli, prepare.builder, prepare.shared_read, prepare.sizing; "
+            "from prepare.sources import layouts; layouts(); import prepare.sources.gzip_index; "
+            "print('rapidgzip' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

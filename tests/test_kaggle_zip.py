@@ -20,7 +20,7 @@ from prepare.builder import prepare
 from prepare.sources import detect, open_source
 from prepare.sample import KAGGLE_ZIP, kaggle_files, write_kaggle_zip
 from prepare.sources.base import SourceError
-from prepare.zip_tree import MAX_MEMBER, ZipMember, read_member
+from prepare.sources.zip_tree import MAX_MEMBER, ZipMember, read_member
 from shards.errors import UserError
 
 VAL_MEMBER = "ILSVRC/Data/CLS-LOC/val/ILSVRC2012_val_00000007.JPEG"
@@ -193,7 +193,7 @@ def small_zip(images) -> bytes:
 
 
 def read_everything(path: Path) -> list[tuple[str, bytes]]:
-    from prepare.zip_tree import central_directory
+    from prepare.sources.zip_tree import central_directory
 
     out = []
     with open(path, "rb") as f:

@@ -340,7 +340,7 @@ def test_the_first_winter21_job_inflates_the_stream_once_for_both_splits(tmp_pat
     inflated are the stream's, once, where a pass a split inflated them twice. One worker: the reads are here."""
     import gzip
 
-    from prepare import gzip_index
+    from prepare.sources import gzip_index
 
     archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz")
     inflated, real_read = [], gzip_index.Inflated.read
@@ -417,13 +417,11 @@ def test_bytes_that_inflate_to_others_through_the_index_are_refused_by_their_cla
     import gzip
     import os
 
-    from prepare.gzip_index import readers_closed
-
     archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", mode="w:gz", filler_mb=12, compresslevel=0)
     prepare(config(archive, tmp_path / "first", shard_size_mb=0.02))
     source = detect(archive).open()
     part = next(p for p in source.parts(split) if PER_CLASS[p.wnid] > 5)  # a class that gives val images
-    with readers_closed():
+    with source:
         before = {item.key: item.data for item in part.items()}
     raw, stat = bytearray(archive.read_bytes()), archive.stat()
     inflated = gzip.decompress(raw)
@@ -437,10 +435,10 @@ def test_bytes_that_inflate_to_others_through_the_index_are_refused_by_their_cla
     archive.write_bytes(bytes(raw))
     os.utime(archive, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the index still takes the archive
     assert not detect(archive).open().streamed
-    with readers_closed(), pytest.raises(SourceError, match=f"{part.name}: inflated through the seek index .* CRC-32 "
+    with source, pytest.raises(SourceError, match=f"{part.name}: inflated through the seek index .* CRC-32 "
                                                            "differs.*download"):
         list(part.items())
-    with readers_closed():  # what a read without the check would take: no error, another image
+    with source:  # what a read without the check would take: no error, another image
         unchecked = {item.key: item.data for item in dataclasses.replace(part, crc32=None).items()}
     assert unchecked.keys() == before.keys() and unchecked != before
     with pytest.raises(SourceError, match="CRC-32 differs"):
@@ -458,7 +456,7 @@ def test_nodes_that_see_different_seek_indexes_are_refused_naming_the_index():
 
 
 def test_parse_index_takes_only_an_index_of_this_archive_whole():
-    from prepare.gzip_index import FORMAT, Member, parse_index
+    from prepare.sources.gzip_index import FORMAT, Member, parse_index
     import hashlib
 
     binary = b"rapidgzip's checkpoints"

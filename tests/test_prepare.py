@@ -917,7 +917,7 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
     and every tar it does not take (links, directories, long names, damaged or truncated headers)
     goes to tarfile; where tarfile's stream would end early and silently at a damaged header,
     iterate_tar refuses the tar instead."""
-    from prepare.tars import iterate_tar, plain_tar_members
+    from prepare.sources.tars import iterate_tar, plain_tar_members
 
     rng = np.random.default_rng(1)
 
@@ -976,7 +976,7 @@ def test_plain_tars_are_sliced_and_others_read_by_tarfile_alike():
 
 
 def test_junk_after_a_tars_end_is_left_alone_as_tarfile_leaves_it_but_a_member_there_is_refused():
-    from prepare.tars import iterate_tar
+    from prepare.sources.tars import iterate_tar
 
     whole = tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(2)])
     junk = np.random.default_rng(0).bytes(50_000)
@@ -989,7 +989,7 @@ def test_junk_after_a_tars_end_is_left_alone_as_tarfile_leaves_it_but_a_member_t
 def test_a_header_zeroed_in_the_middle_of_a_tar_is_refused_not_read_as_its_end():
     """tarfile's stream reader takes a zero block for the end of the archive and stops there; the
     members after it would be lost without a word."""
-    from prepare.tars import iterate_tar, plain_tar_members
+    from prepare.sources.tars import iterate_tar, plain_tar_members
 
     data = bytearray(tar_bytes([(f"n01440764_{i}.JPEG", bytes([i + 1]) * 700) for i in range(4)]))
     third = plain_tar_members(bytes(data))[2][1] - 512

@@ -1,6 +1,6 @@
 """A one-stream gzip inflated on one node: zlib (Python's gzip, one core), against rapidgzip on every core,
 which is how prepare reads winter21_whole.tar.gz the first time (prepare/sources/imagenet_full.py); then
-the other way, a node's share read through the seek index that first read keeps (prepare/gzip_index.py).
+the other way, a node's share read through the seek index that first read keeps (prepare/sources/gzip_index.py).
 
     python -m prepare.bench.inflate SCRATCH [--mb 1024] [--rounds 3] [--nodes 2 4 8]
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import rapidgzip
 
-from prepare.gzip_index import INDEX_FORMAT
+from prepare.sources.gzip_index import index_format
 from prepare.sample import SampleSpec, sample_images
 
 READ = 4 << 20
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         while f.read(READ):
             pass
         size = f.tell()
-        f.export_index(str(index), INDEX_FORMAT)
+        f.export_index(str(index), index_format())
     print(json.dumps({"index_bytes": index.stat().st_size, "index_bytes_per_gb": round(index.stat().st_size / (size / 1e9)),
                       "read_and_export_s": round(time.monotonic() - wall, 2)}))
     for nodes in args.nodes:

@@ -6,8 +6,8 @@
   (`FileChunk`); the file names several layouts look for (the devkit, Kaggle's).
 
 Each layout is a module of this package, listed in its registry (prepare/sources/__init__.py), which
-recognises a download's layout once and opens it. Tars are read by prepare/tars.py, files through
-prepare/trees.py and prepare/zip_tree.py.
+recognises a download's layout once and opens it. Tars are read by prepare/sources/tars.py, files through
+prepare/sources/trees.py and prepare/sources/zip_tree.py.
 
 Names inside archives only ever become sample keys inside shards, never paths on disk.
 """
@@ -148,8 +148,18 @@ class Source:
         each Item naming its split."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Close what this process opened to read the source (winter21's readers through its seek
+        index): at the end of a build, and after a sample is read here, before workers fork."""
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def seek_index(self) -> str | None:
-        """The seek index its parts are read through, where it has one (winter21's: prepare/gzip_index.py):
+        """The seek index its parts are read through, where it has one (winter21's: prepare/sources/gzip_index.py):
         every node of a shared read must read through the same, or none."""
         return None
 
@@ -172,7 +182,7 @@ class Source:
 
 
 
-# ---------------------------------------------------------------- files, in chunks (prepare/trees.py's layouts)
+# ---------------------------------------------------------------- files, in chunks (prepare/sources/trees.py's layouts)
 
 @dataclass(frozen=True)
 class FileChunk:

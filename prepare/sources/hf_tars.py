@@ -5,7 +5,7 @@ read in parts as the official archives are.
     classes.py, imagenet-1k.py                                the class list, the loading script beside
 
 The classes come from a class list beside the data, or the built-in ImageNet-1k table
-(prepare/class_lists.py); the tars are read by prepare/tars.py.
+(prepare/sources/class_lists.py); the tars are read by prepare/sources/tars.py.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.class_lists import HF_CLASSES, class_list_file, read_class_list
+from prepare.sources.class_lists import HF_CLASSES, class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import LabelError, WNID, check_val_labels, read_devkit, val_wnids_from_devkit
 from prepare.sources.base import (
     AVERAGE_IMAGE_BYTES, DEVKIT, Item, Source, SourceError, checked_key, readable_file,
 )
-from prepare.tars import gzipped_tar_images
+from prepare.sources.tars import gzipped_tar_images
 
 NAME = "hf-imagenet-1k"
 HF_DATA = "data"  # ILSVRC/imagenet-1k: the archives' folder in the dataset's repository

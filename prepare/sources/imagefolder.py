@@ -1,5 +1,5 @@
 """An extracted tree on disk: train/<wnid>/*.JPEG, and val/<wnid>/*.JPEG or a flat val/ with the devkit
-beside (`ImageFolderTree`). Listing and declarations are prepare/trees.py's, shared with Kaggle's layouts.
+beside (`ImageFolderTree`). Listing and declarations are prepare/sources/trees.py's, shared with Kaggle's layouts.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prepare.labels import (
     val_wnids_from_devkit,
 )
 from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, SourceError
-from prepare.trees import Folder, TreeSource
+from prepare.sources.trees import Folder, TreeSource
 
 NAME = "imagefolder"
 EXPECTED = "an extracted tree: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"

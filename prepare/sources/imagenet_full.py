@@ -5,7 +5,7 @@
     winter21_whole.tar.gz   one gzip stream of a tar of 19,167 <wnid>.tar (about 1.1 TB): it cannot be read at
                             an offset without inflating what comes before. The first job reads the stream
                             whole (a split one part, inflated in parallel by rapidgzip) and keeps a seek
-                            index (prepare/gzip_index.py); every later job reads a part a class tar, as
+                            index (prepare/sources/gzip_index.py); every later job reads a part a class tar, as
                             fall11's, each inflated from the index's nearest checkpoint
 
 Labels are the index among ImageNet-22k's 21,841 sorted wnids (fall11's; timm's imagenet22k_synsets.txt, the
@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.completeness import Declared, Gap
-from prepare.gzip_index import Inflated, Member, archive_stamp, indexed_reader, keep_index, load_index
+from prepare.sources.gzip_index import (
+    Inflated, Member, archive_stamp, close_readers, indexed_reader, keep_index, load_index,
+)
 from prepare.labels import WNID, builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
-from prepare.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
+from prepare.sources.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
 
 log = logging.getLogger("prepare")
@@ -157,7 +159,7 @@ class FullClassTar:
 class FullStream:
     """winter21_whole.tar.gz read front to back: each class tar in turn, its images of `splits` (both,
     in a local build's one pass: each Item then names its split; one, in a shared read's part). Once
-    the stream is proven whole, its seek index is kept for later jobs (prepare/gzip_index.py)."""
+    the stream is proven whole, its seek index is kept for later jobs (prepare/sources/gzip_index.py)."""
     archive: str
     size: int
     known: frozenset[str]
@@ -211,6 +213,9 @@ class FullRelease(Source):
 
     def seek_index(self) -> str | None:
         return None if self.index is None else str(self.index.path)
+
+    def close(self) -> None:
+        close_readers()
 
     def locate_class_tars(self) -> list[tuple[str, Member]]:
         """(wnid, member) of the class tars: fall11's from its headers, winter21's from its seek index

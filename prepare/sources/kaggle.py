@@ -10,7 +10,7 @@ from pathlib import Path
 from prepare.completeness import Declared, Gap
 from prepare.labels import parse_kaggle_val_solution, parse_synset_mapping, parse_train_cls
 from prepare.sources.base import KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, SourceError
-from prepare.trees import Folder, Tree, TreeSource, check_folders_agree, missing_keys
+from prepare.sources.trees import Folder, Tree, TreeSource, check_folders_agree, missing_keys
 
 NAME = "kaggle"
 KAGGLE_TRAIN_LIST = "ILSVRC/ImageSets/CLS-LOC/train_cls.txt"  # every train image, 'wnid/stem n'
@@ -19,7 +19,7 @@ EXPECTED = (f"the Kaggle layout: {KAGGLE_DATA}/train/<wnid>/, {KAGGLE_DATA}/val/
 
 
 class KaggleTree(TreeSource):
-    """Kaggle's imagenet-object-localization-challenge, extracted (or, through prepare/zip_tree.py, in
+    """Kaggle's imagenet-object-localization-challenge, extracted (or, through prepare/sources/zip_tree.py, in
     its zip): LOC_synset_mapping.txt declares the classes, LOC_val_solution.csv the val images and their
     labels, ILSVRC/ImageSets/CLS-LOC/train_cls.txt (where it is there) every train image."""
     layout = "kaggle"

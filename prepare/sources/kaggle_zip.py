@@ -1,5 +1,5 @@
 """Kaggle's download as it comes, imagenet-object-localization-challenge.zip, read in place
-(prepare/zip_tree.py): the Kaggle layout (prepare/sources/kaggle.py) seen through the zip's members.
+(prepare/sources/zip_tree.py): the Kaggle layout (prepare/sources/kaggle.py) seen through the zip's members.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prepare.sources.base import KAGGLE_SYNSETS, SourceError
 from prepare.sources.kaggle import KaggleTree
-from prepare.zip_tree import KAGGLE_ZIP, kaggle_zip, open_kaggle_zip
+from prepare.sources.zip_tree import KAGGLE_ZIP, kaggle_zip, open_kaggle_zip
 
 NAME = "kaggle-zip"
 EXPECTED = f"Kaggle's download as it comes: {KAGGLE_ZIP} (give the zip, or the folder that holds it)"

@@ -5,7 +5,7 @@
     ILSVRC2012_img_val.tar         flat: ranges of 500 consecutive members (`MemberRange`)
     ILSVRC2012_devkit_t12.tar.gz   the classes (meta.mat), the val labels, the declared counts
 
-The tars are read by prepare/tars.py; what every layout shares is in prepare/sources/base.py.
+The tars are read by prepare/sources/tars.py; what every layout shares is in prepare/sources/base.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from prepare.labels import (
     val_wnids_from_devkit, WNID,
 )
 from prepare.sources.base import DEVKIT, Item, Source, SourceError, image_key, readable_file
-from prepare.tars import TAR_END, archive_members, check_tar_complete, iterate_tar, read_range
+from prepare.sources.tars import TAR_END, archive_members, check_tar_complete, iterate_tar, read_range
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"

@@ -15,14 +15,14 @@ Each sample is KEY.jpg, KEY.cls (the class's index among the sorted wnids), KEY.
 beside the shards lists them and counts their samples. The downloads differ only in their names and
 class tables, so each is a `TimmSet` of this module and a line of the registry (prepare/sources/__init__.py).
 ImageNet-1k's classes come from a class list beside the shards or the built-in table
-(prepare/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
+(prepare/sources/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
 imagenet22k_classes.txt). w21's .cls numbers a 19,167-class table that nothing ships: its labels are
 22k's, by the wnid each image's name carries (the index winter21_whole.tar.gz's classes get too, layout
 imagenet-full), and .cls is checked to agree with the names (`check_cls_order`). The WebP variant
 (timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG shards, and its images would have to be
 decoded and re-encoded (`webp_refusal`).
 
-Nothing here imports webdataset: prepare/tars.py reads the tars.
+Nothing here imports webdataset: prepare/sources/tars.py reads the tars.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.class_lists import class_list_file, read_class_list
+from prepare.sources.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, check_safe_name, checked_key, \
     image_stem, readable_file
-from prepare.tars import iterate_whole_tar
+from prepare.sources.tars import iterate_whole_tar
 from shards.format import BAD_LABEL, parse_label
 from shards.manifest import ClassInfo
 from shards.paths import SPLITS

@@ -160,7 +160,7 @@ def iterate_whole_tar(fileobj, origin: str) -> Iterator[tuple[str, bytes]]:
 
 def iterate_whole_tar_members(fileobj, origin: str) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
     """`iterate_whole_tar` with each member's header (its data's offset in the stream: where a seek
-    index finds it again, prepare/gzip_index.py)."""
+    index finds it again, prepare/sources/gzip_index.py)."""
     window = TailWindow(fileobj)
     try:
         stream = tarfile.open(fileobj=window, mode="r|", bufsize=READ_SIZE)

@@ -1,6 +1,6 @@
 """ImageNet as image files, the machinery the tree layouts share (prepare/sources/imagefolder.py,
 kaggle.py, kaggle_zip.py): a layout sees its files through a `Tree`, a folder on disk (`Folder`) or a
-zip's members (prepare/zip_tree.py's `ZipTree`), and `TreeSource` lists, labels and declares them.
+zip's members (prepare/sources/zip_tree.py's `ZipTree`), and `TreeSource` lists, labels and declares them.
 
 Listing, labels and declarations are the same either way, so a zip prepares into the bytes of the
 tree it extracts to. Every tree layout declares what it can: the classes (the devkit, LOC_synset_mapping.txt),

@@ -1,7 +1,7 @@
 """Kaggle's imagenet-object-localization-challenge.zip read in place: nothing is extracted.
 
 Its central directory lists every member with where its bytes lie, so a part is a run of members
-that a worker reads by offset, and the Kaggle layout (prepare/trees.py) sees the zip as it would see
+that a worker reads by offset, and the Kaggle layout (prepare/sources/trees.py) sees the zip as it would see
 the extracted tree (`ZipTree`): the same listing, labels, declarations and bytes. Clusters whose inode
 quotas forbid 1.33 million files, and anyone who would wait for `unzip`, prepare from the one file.
 
@@ -132,7 +132,7 @@ def checked_member(info: zipfile.ZipInfo, zip_path: str, file_size: int) -> ZipM
 
 
 class ZipTree:
-    """A zip's members as a read-only tree (prepare/trees.py's `Tree`), rooted at `prefix` inside it."""
+    """A zip's members as a read-only tree (prepare/sources/trees.py's `Tree`), rooted at `prefix` inside it."""
 
     def __init__(self, path: Path, members: list[ZipMember], prefix: str = ""):
         self.root, self.prefix = path, prefix

@@ -36,15 +36,12 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import rapidgzip
-
 from prepare.sources.base import SourceError
 
 log = logging.getLogger("prepare")
 
 FORMAT = 1
 SUFFIX = ".prepare-index"
-INDEX_FORMAT = rapidgzip.IndexFormat.GZTOOL  # compressed windows: indexed_gzip's format is 250 times larger
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ def load_index(archive: Path) -> StreamIndex | None:
 def index_document(reader, members: list[Member], stamp: dict) -> bytes:
     """The index file's bytes, from a rapidgzip reader that has inflated the whole stream."""
     exported = io.BytesIO()
-    reader.export_index(exported, INDEX_FORMAT)
+    reader.export_index(exported, index_format())
     binary = exported.getvalue()
     header = {"format": FORMAT, "archive": stamp, "members": [[m.name, m.offset, m.size, m.crc32] for m in members],
               "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
@@ -160,11 +157,20 @@ def write_index(archive: Path, reader, members: list[Member], stamp: dict) -> Pa
 
 # ---------------------------------------------------------------- reading the stream
 
+def index_format():
+    """rapidgzip's gztool format: compressed windows (indexed_gzip's format is 250 times larger)."""
+    import rapidgzip  # here, not at the top: only a winter21 stream's reads and index need it
+
+    return rapidgzip.IndexFormat.GZTOOL
+
+
 class Inflated:
     """rapidgzip's reader of a gzip stream, whose errors on damaged data (ValueError: a CRC or a
     distance; RuntimeError: a size) become a SourceError that says what to do."""
 
     def __init__(self, archive: str, threads: int, index: str | None = None, index_bytes: bytes | None = None):
+        import rapidgzip  # here, not at the top: only a winter21 stream's reads need it
+
         self.archive, self.index = archive, index
         self.reader = rapidgzip.open(archive, parallelization=threads)
         if index_bytes is not None:
@@ -230,18 +236,10 @@ def indexed_reader(archive: str, index: str) -> Inflated:
 def close_readers() -> None:
     """Close the readers this process opened: at its exit (a reader left to the interpreter's teardown
     ends it with std::terminate, its threads still joinable), and at the end of a prepare or of a
-    sample read here, before a fork (`readers_closed`: nor is the archive then held open)."""
+    sample read here, before a fork (the source's `close`: nor is the archive then held open)."""
     for key in [key for key in _readers if key[0] == os.getpid()]:
         _readers.pop(key).close()
 
 
 atexit.register(close_readers)
 
-
-@contextlib.contextmanager
-def readers_closed():
-    """Whatever this process reads through an index inside is closed when it ends."""
-    try:
-        yield
-    finally:
-        close_readers()
