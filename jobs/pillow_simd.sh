@@ -1,5 +1,5 @@
 # pillow-simd, built from its source release against the vendored libjpeg-turbo: sourced by
-# jobs/install.sh (a build for this machine) and jobs/build_wheels.sh (the x86-64 wheel). One version
+# jobs/install.sh (a build for this machine) and jobs/release/build_wheels.sh (the x86-64 wheel). One version
 # and one set of features for both, so that a clone and the wheels encode the same JPEG bytes
 # (prepare re-encodes odd images and prepare.sample draws its images with PIL).
 #

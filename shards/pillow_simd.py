@@ -64,7 +64,7 @@ def plan(machine: str, pil: tuple[str, bool] | None, wheel: Path | None, wheels:
         pip_said = f"; pip: {pip_said}" if pip_said else ""
         return Plan(None, ends, f"no pillow-simd wheel for {python} on {machine} in {wheels} "
                                 f"({listed_wheels(wheels)}{pip_said}): PIL stays {text}; {STOCK_COST}. "
-                                "`bash jobs/build_wheels.sh` builds one for CPython 3.11 to 3.14 (docs/install.md)")
+                                "`bash jobs/release/build_wheels.sh` builds one for CPython 3.11 to 3.14 (docs/install.md)")
     return Plan(wheel, SIMD, f"{text} -> {wheel.name}")
 
 
@@ -138,7 +138,7 @@ def last_line(done: subprocess.CompletedProcess) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m shards.pillow_simd", description=__doc__.split("\n\n")[0])
-    parser.add_argument("wheels", type=Path, help="the folder jobs/build_wheels.sh wrote (dist/), or any holding "
+    parser.add_argument("wheels", type=Path, help="the folder jobs/release/build_wheels.sh wrote (dist/), or any holding "
                                                   "pillow_simd-*.whl")
     parser.add_argument("--require", action="store_true",
                         help="exit 1 where PIL does not end up as pillow-simd (jobs/install.sh)")

@@ -74,14 +74,14 @@ needs_root_and_debootstrap = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def built_wheels(tmp_path_factory) -> str:
-    """jobs/build_wheels.sh's output, built once a run whichever worker asks first (the others wait on the lock)."""
+    """jobs/release/build_wheels.sh's output, built once a run whichever worker asks first (the others wait on the lock)."""
     from filelock import FileLock
 
     shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker of this run
     with FileLock(str(shared / "wheels.lock")):
         done = shared / "wheels.log"
         if not done.exists():
-            built = run_script("bash", "jobs/build_wheels.sh", timeout=1500)
+            built = run_script("bash", "jobs/release/build_wheels.sh", timeout=1500)
             assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
             done.write_text(built.stdout)
         return done.read_text()
@@ -112,7 +112,7 @@ def test_the_wheels_are_manylinux_2_28_one_pillow_simd_a_python_and_none_carries
 @pytest.mark.parametrize("suite", BARE_SYSTEMS)
 def test_the_readme_install_lines_as_written_run_the_demo_on_a_bare_system_as_a_user_who_is_not_root(
         built_wheels, suite):
-    checked = run_script("bash", "jobs/check_bare_install.sh", suite, timeout=1500)
+    checked = run_script("bash", "jobs/release/check_bare_install.sh", suite, timeout=1500)
     log = checked.stdout + checked.stderr
     assert checked.returncode == 0, log[-6000:]
     python = BARE_SYSTEMS[suite]
@@ -130,7 +130,7 @@ def test_the_readme_install_lines_as_written_run_the_demo_on_a_bare_system_as_a_
 def test_the_aarch64_wheel_gives_the_pinned_pixels_under_emulation(built_wheels):
     if shutil.which("qemu-aarch64-static") is None:
         pytest.skip("qemu-user-static is missing (bash jobs/install.sh --dev)")
-    checked = run_script("bash", "jobs/check_bare_install.sh", "arm64", timeout=1500)
+    checked = run_script("bash", "jobs/release/check_bare_install.sh", "arm64", timeout=1500)
     log = checked.stdout + checked.stderr
     assert checked.returncode == 0, log[-6000:]
     if "cannot register qemu-aarch64" in log:
@@ -268,7 +268,7 @@ def test_the_swap_plan_removes_nothing_until_a_fitting_wheel_is_in_hand(tmp_path
     assert (kept.wheel, kept.ends) == (None, STOCK)
     for said in ("no pillow-simd wheel for CPython 3.15.0 on x86_64", str(tmp_path),
                  "it holds pillow_simd-12.1.1.post0-cp311-cp311-manylinux_2_28_x86_64.whl",
-                 "PIL stays Pillow 13.0.0 (libjpeg-turbo 3.2.0)", "slower", "jobs/build_wheels.sh"):
+                 "PIL stays Pillow 13.0.0 (libjpeg-turbo 3.2.0)", "slower", "jobs/release/build_wheels.sh"):
         assert said in kept.reason, (said, kept.reason)
     assert plan("aarch64", stock, None, tmp_path, "CPython 3.12.3") == plan("aarch64", stock, wheel, tmp_path, "")
     arm = plan("aarch64", stock, wheel, tmp_path, "CPython 3.12.3")

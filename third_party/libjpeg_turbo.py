@@ -1,7 +1,7 @@
 """Build the vendored libjpeg-turbo (third_party/libjpeg-turbo/upstream) as a static library.
 
 setup.py links it into the native modules (train._jpegcrop, prepare._restarts), and jobs/install.sh and
-jobs/build_wheels.sh build pillow-simd against the same archive, so that every JPEG this project encodes
+jobs/release/build_wheels.sh build pillow-simd against the same archive, so that every JPEG this project encodes
 or decodes goes through one pinned version whatever the system has. The result is a prefix with
 include/ (jpeglib.h and the three headers it includes) and lib/libjpeg.a, built position-independent
 for shared objects.
@@ -10,7 +10,7 @@ for shared objects.
     python third_party/libjpeg_turbo.py --unpatched PREFIX     the release as it is: the tests' reference
 
 The compiler is CMake's choice (CC is honoured); a cross build sets CMAKE_TOOLCHAIN_FILE (the
-environment variable CMake reads), as jobs/build_wheels.sh does for zig cc.
+environment variable CMake reads), as jobs/release/build_wheels.sh does for zig cc.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # Minimal root file systems of the distributions our users' clusters and build machines run, each with
-# its own Python: sourced by jobs/build_wheels.sh (pillow-simd built by each Python, in a root that has
-# its headers) and jobs/check_bare_install.sh (the README's install lines run in a bare one by a user
+# its own Python: sourced by jobs/release/build_wheels.sh (pillow-simd built by each Python, in a root that has
+# its headers) and jobs/release/check_bare_install.sh (the README's install lines run in a bare one by a user
 # who is not root). Needs root (debootstrap, chroot, mounts) and debootstrap.
 #
 # The distributions, by the Python each ships as python3 (the claims of README's "Install on a cluster"):

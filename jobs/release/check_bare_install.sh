@@ -12,7 +12,7 @@
 # Where the machine runs arm64 binaries (qemu-user-static and binfmt_misc), the aarch64 wheel in an arm64
 # Debian 12 under emulation: the pinned-pixel test, the same hashes.
 #
-#   bash jobs/build_wheels.sh && bash jobs/check_bare_install.sh [SYSTEM...]
+#   bash jobs/release/build_wheels.sh && bash jobs/release/check_bare_install.sh [SYSTEM...]
 #
 # SYSTEM: bookworm (Debian 12, Python 3.11), noble (Ubuntu 24.04, 3.12), trixie (Debian 13, 3.13),
 # forky (Debian 14, 3.14), arm64; all of them by default. Each is independent of the others, so
@@ -21,8 +21,8 @@
 # once: about a minute each, several under emulation); the user's home is new each run, and emptied
 # at the end. This machine's pip configuration (CA bundle, constraints, local wheel folders) is carried in.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source jobs/bare_systems.sh
+cd "$(dirname "$0")/../.."
+source jobs/release/bare_systems.sh
 user=researcher
 
 [[ $(id -u) == 0 ]] || die "needs root (debootstrap, chroot, mounts); the install inside runs as a user who is not"
@@ -30,7 +30,7 @@ command -v debootstrap >/dev/null || die "debootstrap is missing (apt install de
 [[ -x .venv/bin/python ]] || die "the development build is missing: bash jobs/install.sh"
 project_wheel=$(ls dist/imagenet_slurm-*-cp311-abi3-manylinux_2_28_x86_64.whl 2>/dev/null | tail -1)
 arm_wheel=$(ls dist/imagenet_slurm-*-cp311-abi3-manylinux_2_28_aarch64.whl 2>/dev/null | tail -1)
-[[ -n $project_wheel ]] || die "no x86-64 wheels in dist/: bash jobs/build_wheels.sh"
+[[ -n $project_wheel ]] || die "no x86-64 wheels in dist/: bash jobs/release/build_wheels.sh"
 
 # readme_install_lines: the shell lines of README's "Install on a cluster" block, the first ```bash block
 # under that heading, with /path/to/wheels made the user's wheels folder
@@ -57,7 +57,7 @@ a_user_in() {
   find "$home" -mindepth 1 -delete
   mkdir -p "$home/wheels" "$home/clone" "$home/check/jobs" "$home/check/tests/data" "$home/check/third_party/libjpeg-turbo"
   git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$home/clone"
-  cp jobs/pixels_digest.py "$home/check/jobs/"
+  cp jobs/release/pixels_digest.py "$home/check/jobs/"
   cp tests/test_pinned_pixels.py "$home/check/tests/"
   cp -r tests/data/pinned "$home/check/tests/data/"
   cp third_party/libjpeg-turbo/README.md "$home/check/third_party/libjpeg-turbo/"
@@ -71,7 +71,7 @@ development_digest() {  # sets dev_digest: the development build's digest of the
   dev=$(mktemp -d)
   .venv/bin/python -m prepare.sample "$dev/source" > /dev/null
   .venv/bin/python -m prepare --source "$dev/source" --dest "$dev/imagenet" --shard-size 2 > /dev/null 2>&1
-  dev_digest=$(.venv/bin/python jobs/pixels_digest.py "$dev/imagenet")
+  dev_digest=$(.venv/bin/python jobs/release/pixels_digest.py "$dev/imagenet")
   rm -rf "$dev"
 }
 

@@ -1,9 +1,9 @@
 """What a prepared dataset's images are, as one line of JSON: sha256 of every JPEG in its shards (in
 shard and member order) and of crops decoded from them by the installed decoder.
 
-    python jobs/pixels_digest.py DATASET      (the --dest of `python -m prepare`)
+    python jobs/release/pixels_digest.py DATASET      (the --dest of `python -m prepare`)
 
-jobs/check_bare_install.sh runs it on the demo's shards prepared by the wheels on a bare system and by
+jobs/release/check_bare_install.sh runs it on the demo's shards prepared by the wheels on a bare system and by
 the development build, and compares: the same sample data must give the same bytes and pixels.
 Standalone on purpose: it runs where only the installed wheel is, not this repository.
 """

@@ -13,16 +13,16 @@
 # zig cc (PyPI's ziglang) compiles for glibc 2.28 on any host and cross-compiles aarch64, without a
 # container. pillow-simd's SIMD is x86 only, and it does not use the stable ABI: one wheel a Python,
 # each built by that Python. The one this script runs with builds its own; each other one is a
-# distribution's python3 in a minimal root file system with its headers (jobs/bare_systems.sh: Ubuntu
+# distribution's python3 in a minimal root file system with its headers (jobs/release/bare_systems.sh: Ubuntu
 # 24.04's 3.12, Debian 13's 3.13, Debian 14's 3.14), the same zig cc compiling from outside.
 #
 # Needs: Python 3.11 or newer (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), PyPI, and for
 # the other Pythons root and debootstrap (or SIMD_PYTHONS="3.11" for the one this script runs with).
 # About 6 minutes on 2 cores, plus a minute a root file system the first time.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source jobs/pillow_simd.sh
-source jobs/bare_systems.sh
+source jobs/release/bare_systems.sh
 ZLIB_NG_VERSION=1.1.0   # PyPI's zlib-ng source release, which carries zlib-ng's C source
 python=${PYTHON:-python3}
 root=$PWD
