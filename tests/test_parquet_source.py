@@ -148,6 +148,20 @@ def test_the_repository_its_data_folder_and_the_hub_cache_are_found(parquet, tmp
         *(f"{data}{name}" for name in (*TRAIN, VAL)), f"{top}README.md"]
 
 
+def test_data_is_listed_once_from_detection_to_the_parts(parquet, monkeypatch):
+    """On shared storage a listing is a round trip: detection's listing of data/ is the one the identity and
+    the split's files are read from."""
+    import os
+
+    listed, listdir, scandir = [], os.listdir, os.scandir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(str(path)) or listdir(path))
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or scandir(path))
+    detected = detect(parquet)
+    detected.identity()
+    assert detected.open().parts("train")
+    assert listed.count(str(parquet / "data")) == 1
+
+
 def test_a_hub_cache_without_refs_main_says_which_snapshot_to_give(parquet, tmp_path):
     repo = hub_cache(parquet, tmp_path)
     (repo / "refs" / "main").unlink()

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from prepare.sources.base import Source, SourceError
+from prepare.sources.base import Source, SourceError, listings_kept
 
 
 class Layout(Protocol):
@@ -77,6 +77,7 @@ class Detected:
     root: Path
     layout: Layout
     found: object  # what the layout's `recognise` found, handed back to it
+    listings: dict = field(default_factory=dict, compare=False, repr=False)  # folders detection listed (names_in)
 
     @property
     def name(self) -> str:
@@ -87,7 +88,9 @@ class Detected:
         make it (none for trees: listing 1.3 M files would make an idempotent rerun take minutes on
         shared storage). Recorded in the manifest; a rerun compares it."""
         files = []
-        for path in self.layout.identifying_files(self.root, self.found):
+        with listings_kept(self.listings):
+            identifying = self.layout.identifying_files(self.root, self.found)
+        for path in identifying:
             st = path.stat()
             name = path.name if self.root.is_file() else os.path.relpath(path, self.root)
             files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
@@ -95,7 +98,8 @@ class Detected:
         return {"path": str(self.root), "layout": self.name, "files": files} | ({"rules": rules} if rules else {})
 
     def open(self) -> Source:
-        return self.layout.open_source(self.root, self.found)
+        with listings_kept(self.listings):
+            return self.layout.open_source(self.root, self.found)
 
 
 def detect(root: Path) -> Detected:
@@ -103,10 +107,12 @@ def detect(root: Path) -> Detected:
     root = Path(root)
     if not root.exists():
         raise SourceError(f"--source {root} does not exist")
-    for layout in layouts().values():
-        found = layout.recognise(root)
-        if found:
-            return Detected(root, layout, found)
+    listings = {}
+    with listings_kept(listings):
+        for layout in layouts().values():
+            found = layout.recognise(root)
+            if found:
+                return Detected(root, layout, found, listings)
     raise SourceError(not_recognised(root))
 
 

@@ -14,6 +14,8 @@ Names inside archives only ever become sample keys inside shards, never paths on
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import random
 import re
@@ -216,6 +218,30 @@ def list_images(folder: Path) -> list[tuple[str, str]]:
                 if key is not None:
                     found.append((key, entry.path))
     return sorted(found)
+
+
+_LISTINGS: contextvars.ContextVar[dict[str, tuple[str, ...]] | None] = contextvars.ContextVar("listings", default=None)
+
+
+def names_in(folder: Path) -> tuple[str, ...]:
+    """The names in `folder`, sorted; listed once from a download's detection to its parts (on shared
+    storage a listing is a round trip), where they run inside `listings_kept`."""
+    kept = _LISTINGS.get()
+    if kept is None:
+        return tuple(sorted(os.listdir(folder)))
+    if str(folder) not in kept:
+        kept[str(folder)] = tuple(sorted(os.listdir(folder)))
+    return kept[str(folder)]
+
+
+@contextlib.contextmanager
+def listings_kept(kept: dict[str, tuple[str, ...]]):
+    """`names_in` answers from `kept` inside (and keeps there what it lists): a detection's folders."""
+    token = _LISTINGS.set(kept)
+    try:
+        yield
+    finally:
+        _LISTINGS.reset(token)
 
 
 def decoded_text(data: bytes, where: str) -> str:

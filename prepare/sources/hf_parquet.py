@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from prepare.completeness import Declared, Gap
 from prepare.sources.hf_tars import hf_key_and_wnid
 from prepare.labels import builtin_class_names, class_table
-from prepare.sources.base import IMAGE_SUFFIXES, Item, Source, SourceError, readable_file
+from prepare.sources.base import IMAGE_SUFFIXES, Item, Source, SourceError, names_in, readable_file
 
 if TYPE_CHECKING:  # imported where used: every prepare imports this module, few read Parquet (0.2 s)
     import pyarrow as pa
@@ -82,10 +82,6 @@ def parquet_folders(root: Path) -> ParquetFolders | None:
             readme = top / README
             return ParquetFolders(data, readme if readme.is_file() else None)
     return None
-
-
-def names_in(folder: Path) -> list[str]:
-    return sorted(entry.name for entry in folder.iterdir())
 
 
 def split_of(name: str) -> str | None:

@@ -19,7 +19,7 @@ from prepare.sources.class_lists import HF_CLASSES, class_list_file, read_class_
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import LabelError, WNID, check_val_labels, read_devkit, val_wnids_from_devkit
 from prepare.sources.base import (
-    AVERAGE_IMAGE_BYTES, DEVKIT, Item, Source, SourceError, checked_key, readable_file,
+    AVERAGE_IMAGE_BYTES, DEVKIT, Item, Source, SourceError, checked_key, names_in, readable_file,
 )
 from prepare.sources.tars import gzipped_tar_images
 
@@ -79,7 +79,7 @@ def hf_data_folder(root: Path) -> Path | None:
     """Where ILSVRC/imagenet-1k's archives are: root/data (root is the dataset's repository as
     downloaded) or root itself (its data folder); None if neither holds them."""
     for folder in (root / HF_DATA, root):
-        if folder.is_dir() and ((folder / HF_VAL).is_file() or any(HF_TRAIN.match(p.name) for p in folder.iterdir())):
+        if folder.is_dir() and ((folder / HF_VAL).is_file() or any(HF_TRAIN.match(name) for name in names_in(folder))):
             return folder
     return None
 
@@ -101,7 +101,7 @@ def hf_script_train_count(folders: list[Path]) -> int | None:
 
 def hf_train_archives(data: Path) -> dict[int, Path]:
     """train_images_N.tar.gz by N, those present."""
-    return {int(m.group(1)): data / p.name for p in sorted(data.iterdir()) if (m := HF_TRAIN.match(p.name))}
+    return {int(m.group(1)): data / name for name in names_in(data) if (m := HF_TRAIN.match(name))}
 
 
 def hf_train_gap(numbers: list[int], stated: int | None, data: Path, imagenet_1k: bool) -> Gap:
