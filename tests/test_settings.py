@@ -241,6 +241,32 @@ def test_a_warmup_nobody_typed_is_fitted_to_a_short_run_and_said(argv, warmup, s
     assert command.config.ramp is None or command.config.ramp[3] <= command.config.epochs  # ffcv's ramp follows
 
 
+def test_the_settings_the_command_line_checked_are_not_checked_again_where_they_run():
+    """A new run's settings are checked once, as the command line is read; loop.main checks what it knows only
+    later: a resume's (the checkpoint's), and a new run's fitted to the data since."""
+    from train.run.loop import checked_already
+
+    command = parsed()
+    assert checked_already(command, dataclasses.replace(command.config, dataset_id="x"))
+    assert not checked_already(command, dataclasses.replace(command.config, dataset_id="x", repeats=2))
+    resumed = parsed("--resume", "auto")
+    assert not checked_already(resumed, dataclasses.replace(resumed.config, dataset_id="x"))
+
+
+def test_the_runs_augment_is_built_once_for_each_value_of_its_settings():
+    """The check, the start-up lines and the loader ask for the Augment of the same settings: one object. A
+    setting that changes it gives another; a refusal is said each time it is asked."""
+    from train.errors import ConfigError
+
+    config = parsed("--policy", "randaugment", "--magnitude", "7").config
+    assert config.augment() is dataclasses.replace(config, lr=0.5, dataset_id="x").augment()
+    assert config.augment() is not dataclasses.replace(config, magnitude=8).augment()
+    assert config.augment().option("magnitude") == 7
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="magnitude"):
+            dataclasses.replace(config, policy="autoaugment").augment()
+
+
 # ---------------------------------------------------------------- resuming
 
 def config(**values) -> TrainConfig:

@@ -7,18 +7,23 @@ more of it than TrainConfig; the library never imports it."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shards.help import HelpFormatter
 from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.errors import ConfigError
 from train.run.flags import flag_of, in_flags, show
+
+if TYPE_CHECKING:
+    from train.augment.draws import Augment
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
@@ -93,16 +98,25 @@ class TrainConfig:
 
     def augment(self):
         """The library's Augment of the run's settings: its fields are these fields, as they are (its
-        checks are the run's: a ConfigError naming the field, which the command line says as the flag)."""
-        from train.augment.draws import AUGMENT_FIELDS, Augment
+        checks are the run's: a ConfigError naming the field, which the command line says as the flag).
+        Built once for each value of them: the check, the start-up lines and the loader share it."""
+        from train.augment.draws import AUGMENT_FIELDS
 
-        return Augment(**{name: getattr(self, name) for name in AUGMENT_FIELDS})
+        return augment_of(tuple(getattr(self, name) for name in AUGMENT_FIELDS))
 
     def image_size_or_ramp(self):
         """The library's image_size of the run's settings: a ResolutionRamp, or --image-size."""
         from train.transforms import ResolutionRamp
 
         return ResolutionRamp(*self.ramp) if self.ramp else self.image_size
+
+
+@functools.lru_cache(maxsize=4)
+def augment_of(values: tuple) -> "Augment":
+    """The Augment of these values of its fields, in their order (a refusal is not kept: each asks again)."""
+    from train.augment.draws import AUGMENT_FIELDS, Augment
+
+    return Augment(**dict(zip(AUGMENT_FIELDS, values)))
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -535,6 +535,12 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
             "world_size": world, "batch_size": run.config.batch_size, "image_size": train_size(run.config, epoch)}
 
 
+def checked_already(command: CommandLine, config: TrainConfig) -> bool:
+    """Whether the settings that will run are those the command line checked: a new run's, unless fitted
+    to the data since. A resume's are known only now (the checkpoint's), and are checked here. Pure."""
+    return command.config.resume is None and config == replace(command.config, dataset_id=config.dataset_id)
+
+
 def main(command: CommandLine, env: DistEnv) -> int:
     config = command.config
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
@@ -543,7 +549,7 @@ def main(command: CommandLine, env: DistEnv) -> int:
     saved, epoch = (TrainConfig.from_dict(found.checkpoint.config), found.checkpoint.epoch) if found else (None, 0)
     settings = run_settings(command, config, saved, epoch, manifest.splits["train"].samples, env.world_size)
     config, changes, notes = settings.config, settings.changes, settings.notes
-    problem = settings_problem(config, settings.meant, settings.origin)  # what will run, resumed or not
+    problem = None if checked_already(command, config) else settings_problem(config, settings.meant, settings.origin)
     if problem:
         raise ConfigError(problem)
     require(config.tracker)
