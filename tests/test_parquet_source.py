@@ -162,6 +162,18 @@ def test_data_is_listed_once_from_detection_to_the_parts(parquet, monkeypatch):
     assert listed.count(str(parquet / "data")) == 1
 
 
+def test_the_parquet_download_walks_to_its_first_image_past_the_layouts_asked_before_it_alone(parquet, tmp_path):
+    """tests/source_walk.py: the modules entered from prepare's main to the first image. The layouts after
+    Parquet's in the registry are never asked; the walk is no longer than docs/architecture.md's figure (a
+    room added to it fails this: say it there)."""
+    from source_walk import walk
+
+    modules = [module for module, _ in walk(parquet, tmp_path / "out")]
+    assert modules[0] == "prepare/cli.py" and "prepare/sources/hf_parquet.py" in modules
+    assert "prepare/sources/imagenet_full.py" not in modules and "prepare/sources/imagefolder.py" not in modules
+    assert len(modules) <= 27, modules
+
+
 def test_a_hub_cache_without_refs_main_says_which_snapshot_to_give(parquet, tmp_path):
     repo = hub_cache(parquet, tmp_path)
     (repo / "refs" / "main").unlink()
