@@ -191,11 +191,20 @@ def test_policy_rounds_apply_in_order_and_minus_one_skips(interpolation):
 # The numeric paths of other CPUs, forced on this one: MKL's conditional numerical reproducibility branches
 # (the affine grid's bmm: its AVX-512 kernels run on Intel CPUs, AVX2 on AMD, COMPATIBLE on neither by
 # default) and ATen's kernels (the colour blends' fused multiply-add: AVX2, AVX-512, none in the default
-# ones). Each pairs one of each; on a CPU without a branch's instructions MKL and ATen take the best they
-# have, which is then this CPU's own path again.
+# ones). Each pairs one of each. A path is forced only on a CPU that has its instructions: ATen takes
+# ATEN_CPU_CAPABILITY at its word, and avx512 kernels on a CPU without AVX-512 (an AMD EPYC of family 25
+# model 1) die of an illegal instruction (SIGILL, CI at stop 57).
 NUMERIC_PATHS = {"mkl-compatible, aten-default": {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"},
                  "mkl-avx2, aten-avx2": {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
                  "mkl-avx512, aten-avx512": {"MKL_CBWR": "AVX512", "ATEN_CPU_CAPABILITY": "avx512"}}
+
+
+def cpu_has(capability: str) -> bool:
+    """Whether this CPU runs ATen's kernels of a capability (DEFAULT, AVX2, AVX512: ATen's avx512 ones need
+    the F, BW, DQ and VL extensions)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    needs = {"DEFAULT": set(), "AVX2": {"avx2", "fma"}, "AVX512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"}}
+    return needs[capability] <= flags
 
 
 @pytest.mark.slow
@@ -206,6 +215,9 @@ def test_the_equality_holds_on_the_numeric_paths_of_other_cpus(path):
     every magnitude, both sizes, interpolations and fills), their grids, and policy rounds of them."""
     if FORCED_PATH:
         pytest.skip("already on a forced path")
+    capability = NUMERIC_PATHS[path]["ATEN_CPU_CAPABILITY"].upper()
+    if not cpu_has(capability):
+        pytest.skip(f"this CPU has no {capability}: its kernels would die of an illegal instruction here")
     env = {**os.environ, **NUMERIC_PATHS[path], "AUGMENT_OPS_NUMERIC_PATH": path}
     selected = "every_op_and_magnitude or policy_rounds or capability or grid_is_torchvisions or mkl_branch"
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-k", selected,
@@ -220,10 +232,8 @@ def test_the_forced_capability_is_the_one_torch_runs():
     if not FORCED_PATH:
         pytest.skip("run by test_the_equality_holds_on_the_numeric_paths_of_other_cpus")
     wanted = NUMERIC_PATHS[FORCED_PATH]["ATEN_CPU_CAPABILITY"].upper()
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    has = {"DEFAULT": True, "AVX2": " avx2" in flags, "AVX512": " avx512bw" in flags}
-    if has[wanted]:
-        assert torch.backends.cpu.get_cpu_capability() == wanted
+    assert cpu_has(wanted), "forced only where the CPU has it"
+    assert torch.backends.cpu.get_cpu_capability() == wanted
 
 
 def test_the_forced_mkl_branch_rounds_the_grid_as_that_branch_does():
