@@ -342,7 +342,7 @@ def predictions_alone(model: torch.nn.Module, dest: Path, split: str) -> dict[tu
 
 @pytest.mark.slow
 def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
-    from test_train import train_args
+    from test_train import ARCH, train_args
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.models import build_model
 
@@ -357,7 +357,7 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert report.returncode == 0 and f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in report.stdout
     # v2 holds val's images twice, under the same labels: the run's model predicts each copy as it predicts
     # val's image when each is evaluated alone (the run's batches of 4 mix other images around them)
-    model = build_model("resnet18", manifest.num_classes)
+    model = build_model(ARCH, manifest.num_classes)
     model.load_state_dict(load_checkpoint(checkpoint_path(tmp_path / "run")).model)
     model.eval()
     val, v2 = predictions_alone(model, dest, "val"), predictions_alone(model, dest, "v2")

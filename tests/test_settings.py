@@ -472,7 +472,7 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
 @pytest.mark.slow
 def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is_recorded(prepared, tmp_path):
     import warm
-    from test_train import train_args
+    from test_train import ARCH, train_args
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.metrics import read_metrics
 
@@ -480,7 +480,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     steps = ["--max-steps", 2, "--workers", 1, "--val-crop", 32, "--val-resize", 37]
     first = warm.run("train", *train_args(prepared, run, "--recipe", "torchvision-v2", "--epochs", 1, *steps))
     assert first.returncode == 0, first.stderr
-    assert "recipe torchvision-v2: resnet18, 1 epochs" in first.stderr and "EMA every 32 steps" in first.stderr
+    assert f"recipe torchvision-v2: {ARCH}, 1 epochs" in first.stderr and "EMA every 32 steps" in first.stderr
     refused = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--resume", "auto", *steps))
     assert refused.returncode == 2
     assert "--epochs 1 there, 2 here" in refused.stderr and "add --force-change --epochs" in refused.stderr
@@ -497,7 +497,8 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     assert [r["image_size"] for r in read_metrics(run)] == [32, 32]
 
 
-NO_WARMUP_TYPED = ["--arch", "resnet18", "--image-size", 32, "--batch-size", 4, "--log-every", 1, "--shuffle-buffer", 16,
+NO_WARMUP_TYPED = ["--arch", "shufflenet_v2_x0_5",  # test_train.py's ARCH: small and fast
+                   "--image-size", 32, "--batch-size", 4, "--log-every", 1, "--shuffle-buffer", 16,
                    "--workers", 1, "--val-crop", 32, "--val-resize", 37]
 
 

@@ -24,7 +24,7 @@ from train.run.metrics import read_metrics
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER_DIR = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/local-slurm"))
 PY = sys.executable
-TRAIN_CPU = "--device cpu --arch resnet18 --image-size 32 --log-every 1 --warmup-epochs 1 --shuffle-buffer 16"
+TRAIN_CPU = "--device cpu --arch shufflenet_v2_x0_5 --image-size 32 --log-every 1 --warmup-epochs 1 --shuffle-buffer 16"
 
 
 def why_no_cluster() -> str | None:
