@@ -318,6 +318,9 @@ def pil_in(venv: Path) -> str:
     return shown.stdout.strip() or shown.stderr.strip().splitlines()[-1]
 
 
+# The swap in real venvs (pip installs and uninstalls, about 35 s of the behaviour tier): the release tier's, with
+# the install it belongs to; the swap's plan (what is removed when) is checked above on every push.
+@pytest.mark.release
 @pytest.mark.slow
 def test_the_swap_keeps_pillow_where_no_wheel_fits_and_mends_a_venv_left_without_pil(stock_venv, tmp_path):
     """The day-one bug: `pip uninstall pillow && pip install pillow-simd` on a Python with no pillow-simd wheel
@@ -364,6 +367,7 @@ def test_the_swap_keeps_pillow_where_no_wheel_fits_and_mends_a_venv_left_without
     assert "'pillow-simd 12." in pil_in(broken) and "True" in pil_in(broken)
 
 
+@pytest.mark.release
 @pytest.mark.slow
 def test_the_swap_puts_pillow_simd_in_place_of_pillow_once(stock_venv):
     wheel = simd_wheel_built_here()
