@@ -261,12 +261,9 @@ def write_split(split: str, result: SplitResult, dest: Path, config: PrepareConf
                 later: int) -> SplitInfo:
     """The split's spill buckets dealt into shards and written, once --dest has room for them and
     for the `later` bytes the splits still to come need."""
-    shard_bytes = config.shard_size_mb * MB
     shards = deal_into_shards(result.buckets, config.seed)
     # exact now: the tar overhead of these samples, the shards in flight, the splits to come
-    count = sum(map(len, result.buckets))
-    check_free_space(dest, space_needed(0, count, shard_bytes, config.workers) + later, f"writing the {split} shards",
-                     state)
+    check_free_space(dest, shards_overhead(result, config) + later, f"writing the {split} shards", state)
     state.during = f"writing the {split} shards"
     infos = write_shards(split, shards, result.buckets, dest / WORK_DIR_NAME / split, dest, config, pool)
     return SplitInfo(sum(s.samples for s in infos), sum(s.bytes for s in infos), infos)
@@ -276,8 +273,13 @@ def disk_to_come(splits: tuple[str, ...], estimate: dict[str, int], results: dic
                  config: PrepareConfig) -> int:
     """The disk the `splits` still to be written need: their estimate, or where a pass read them
     already (their spills are on --dest), their shards' tar overhead only."""
-    return sum(space_needed(0, sum(map(len, results[split].buckets)), config.shard_size_mb * MB, config.workers)
-               if split in results else estimate[split] for split in splits)
+    return sum(shards_overhead(results[split], config) if split in results else estimate[split] for split in splits)
+
+
+def shards_overhead(result: SplitResult, config: PrepareConfig) -> int:
+    """What writing a split read already (its images spilled on --dest) adds to the disk: its samples' tar
+    headers and the shards in flight."""
+    return space_needed(0, sum(map(len, result.buckets)), config.shard_size_mb * MB, config.workers)
 
 
 def merged(results: dict[str, SplitResult], what: str) -> dict[str, str]:
