@@ -289,6 +289,9 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
     text = log.read_text()
     assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) >= 1, (state, text)
     assert "forwarding SIGUSR1" in text and "requeueing SLURM job" in text
+    # the job script always passes --resume auto: its first start says it found nothing, the requeued one what it found
+    assert text.count(f"--resume auto: no checkpoint in {tmp_path / 'run'}: a new run") == 1
+    assert f"resumed from {tmp_path / 'run'}/last.pt at epoch 0 step" in text
     assert f"metrics:     {tmp_path / 'run'}/metrics.jsonl" in text
     records = read_metrics(tmp_path / "run")
     assert [r["epoch"] for r in records] == [0, 1]

@@ -618,6 +618,8 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     the beginning; mid-epoch, the train loader continues where the checkpoint's stopped. The read
     plan does not depend on the thread count: any --workers resumes."""
     if found is None:
+        if run.env.is_main and run.config.resume == "auto":  # a first start, or a run directory emptied since
+            log.info("--resume auto: no checkpoint in %s: a new run", run.config.run_dir)
         return 0, 0, EpochSums()
     checkpoint = found.checkpoint
     checkpoint.check_resumable(run.config, run.env.world_size)
