@@ -35,3 +35,39 @@ def test_the_report_prints_the_ema_and_draws_a_ramps_sizes(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "last: val top-1 14.00% (EMA 23.00%), top-5 40.00%, v2 5.00%" in result.stdout
     assert (tmp_path / "metrics.png").stat().st_size > 10_000
+
+
+def test_the_report_skips_lines_that_are_not_records_and_says_which(tmp_path, capsys):
+    """A kill mid-write leaves a last line cut short; a disk error, garbage. The report draws the records it
+    can read and names the lines it skipped, never a traceback."""
+    from train.run.report import main
+
+    whole = [json.dumps(record(e)) for e in range(3)]
+    (tmp_path / "metrics.jsonl").write_text(f"{whole[0]}\nnot json\n{whole[1]}\n[1, 2]\n{whole[2]}\n{whole[2][:30]}")
+    assert main([str(tmp_path), "--out", str(tmp_path / "plot.png")]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped lines 2, 4, 6: not an epoch record (cut short or damaged)" in err
+    assert out.startswith("3 epochs; last: val top-1 13.00%")
+    (tmp_path / "metrics.jsonl").write_text(whole[0][:40])  # nothing whole: said, exit 2
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "skipped line 1:" in err and "no epochs in" in err
+
+
+def test_a_torn_last_record_is_set_aside_whole_lines_kept(tmp_path):
+    from train.run.metrics import append_metrics, read_records, set_aside_torn_record
+
+    assert set_aside_torn_record(tmp_path) is None  # no file
+    for epoch in range(2):
+        append_metrics(tmp_path, record(epoch))
+    assert set_aside_torn_record(tmp_path) is None  # ends whole: untouched
+    metrics = tmp_path / "metrics.jsonl"
+    before = metrics.read_bytes()
+    torn = json.dumps(record(2))[:25]
+    metrics.write_bytes(before + torn.encode())
+    line = set_aside_torn_record(tmp_path)
+    assert line is not None and f"cut short ({len(torn)} bytes" in line and "metrics.jsonl.torn" in line
+    assert "the 2 whole lines before it" in line
+    assert metrics.read_bytes() == before and (tmp_path / "metrics.jsonl.torn").read_text() == torn + "\n"
+    append_metrics(tmp_path, record(2))  # the next record starts a line of its own
+    assert [r["epoch"] for r in read_records(tmp_path)[0]] == [0, 1, 2] and read_records(tmp_path)[1] == []

@@ -288,6 +288,23 @@ def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_st
     assert "train/images_per_sec" in scalars and "epoch/train_loss" in scalars
 
 
+def test_a_record_torn_by_a_kill_is_set_aside_at_the_resume_in_one_line(prepared, tmp_path):
+    """A kill as metrics.jsonl was written leaves its last line cut short: the resume moves it to
+    metrics.jsonl.torn and says so, and its own record starts a line of its own."""
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--max-steps", 2, "--workers", 1)
+    assert warm.run("train", *args, "--epochs", 1).returncode == 0
+    metrics = run / "metrics.jsonl"
+    whole = metrics.read_bytes()
+    metrics.write_bytes(whole + whole[:17])  # a second record, cut short
+    again = warm.run("train", *args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto")
+    assert again.returncode == 0, again.stderr[-3000:]
+    warned = [line for line in again.stderr.splitlines() if "cut short" in line]
+    assert len(warned) == 1 and " WARNING " in warned[0] and "set aside in metrics.jsonl.torn" in warned[0]
+    assert (run / "metrics.jsonl.torn").read_bytes() == whole[:17] + b"\n"
+    assert [r["epoch"] for r in read_metrics(run)] == [0, 1] and metrics.read_bytes().startswith(whole)
+
+
 def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, tmp_path):
     run = tmp_path / "run"
     args = ["--data", prepared, "--run-dir", run, *FAST, "--max-steps", 2, "--tracker", "wandb"]

@@ -35,7 +35,7 @@ from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
-from train.run.metrics import append_metrics, epoch_line
+from train.run.metrics import append_metrics, epoch_line, set_aside_torn_record
 from train.run.models import build_model
 from train.real_labels import RealLabels
 from train.run.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
@@ -655,6 +655,8 @@ def train(run: Run, found: Found | None, changes: list) -> int:
     start_epoch, start_step, sums = resume(run, found)
     if run.env.is_main:  # after the resume was accepted: config.json holds only settings that ran
         record_settings(config.run_dir, config, changes, start_epoch, start_step)
+        if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
+            log.warning("%s", torn)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,

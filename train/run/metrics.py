@@ -21,10 +21,54 @@ def append_metrics(run_dir: str | Path, record: dict) -> None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The run's epoch records; a line that is not one (cut short by a kill, damaged) is left out: see
+    read_records for which."""
+    return read_records(run_dir)[0]
+
+
+def read_records(run_dir: str | Path) -> tuple[list[dict], list[int]]:
+    """(the epoch records, the numbers of the lines, from 1, that are not one)."""
     path = Path(run_dir) / METRICS_NAME
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], []
+    records, damaged = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if line.strip():
+            record = parsed_record(line)
+            records.append(record) if record is not None else damaged.append(number)
+    return records, damaged
+
+
+def parsed_record(line: str) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "epoch" in record else None
+
+
+def set_aside_torn_record(run_dir: str | Path) -> str | None:
+    """Before a run appends to metrics.jsonl: a last line without its newline (a kill mid-write) would
+    have the next record glued to it. It is moved to metrics.jsonl.torn, the file cut back to its last
+    whole line. The line to log, or None where the file ends whole."""
+    path = Path(run_dir) / METRICS_NAME
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return None
+    whole = data.rfind(b"\n") + 1
+    torn = path.with_name(METRICS_NAME + ".torn")
+    with open(torn, "ab") as f:
+        f.write(data[whole:] + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path, "r+b") as f:
+        f.truncate(whole)
+        os.fsync(f.fileno())
+    lines = data.count(b"\n")
+    return (f"{path}: its last line was cut short ({len(data) - whole} bytes, a kill as it was written?): set aside "
+            f"in {torn.name}; the run's records are the {lines} whole lines before it")
 
 
 def epoch_line(record: dict) -> str:

@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_metrics
+from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_records
 
 
 def plot(records: list[dict], out: Path) -> Path:
@@ -59,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/metrics.png")
     args = p.parse_args(argv)
-    records = read_metrics(args.run_dir)
+    records, damaged = read_records(args.run_dir)
+    if damaged:
+        print(f"{args.run_dir / METRICS_NAME}: skipped line{'s' * (len(damaged) > 1)} "
+              f"{', '.join(map(str, damaged))}: not an epoch record (cut short or damaged)", file=sys.stderr)
     if not records:
         print(f"no epochs in {args.run_dir / METRICS_NAME} yet", file=sys.stderr)
         return 2
