@@ -33,9 +33,13 @@ def read_records(run_dir: str | Path) -> tuple[list[dict], list[int]]:
         return [], []
     records, damaged = [], []
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-        if line.strip():
-            record = parsed_record(line)
-            records.append(record) if record is not None else damaged.append(number)
+        if not line.strip():
+            continue
+        record = parsed_record(line)
+        if record is None:
+            damaged.append(number)
+        else:
+            records.append(record)
     return records, damaged
 
 
