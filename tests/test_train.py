@@ -288,6 +288,41 @@ def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_st
     assert "train/images_per_sec" in scalars and "epoch/train_loss" in scalars
 
 
+def test_ctrl_c_saves_a_checkpoint_says_how_to_resume_and_the_resume_finishes_the_epoch_exactly(prepared, tmp_path):
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--epochs", 1, "--workers", 1, "--batch-size", 12)
+    first = Ranks(1, args, tmp_path / "a")
+    first.wait_for("epoch 0 step 3/")
+    first.procs[0].send_signal(signal.SIGINT)
+    assert first.wait() == [130], first.text()  # as a shell expects of Ctrl-C: a script's next step does not run
+    state = load_checkpoint(checkpoint_path(run))
+    assert state.epoch == 0 and 3 <= state.step and state.loader["position"] == state.step
+    assert f"stopped by Ctrl-C, the checkpoint saved, at epoch 0 step {state.step}/" in first.text()
+    assert "resume with --resume auto" in first.text() and "Traceback" not in first.text()
+    second = Ranks(1, args + ["--resume", "auto"], tmp_path / "b")
+    assert second.wait() == [0], second.text()
+    (record,) = read_metrics(run)
+    assert record["resumed_at_step"] == state.step and record["train_images"] == record["steps"] * 12
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    """The first Ctrl-C asks for a checkpoint at the next step; one more, while it is on its way, is Python's
+    own KeyboardInterrupt."""
+    from train.run.loop import Preemption
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        preemption = Preemption("USR1")
+        handler = signal.getsignal(signal.SIGINT)
+        handler(signal.SIGINT, None)
+        assert preemption.requested and preemption.interrupted
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, None)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def test_a_record_torn_by_a_kill_is_set_aside_at_the_resume_in_one_line(prepared, tmp_path):
     """A kill as metrics.jsonl was written leaves its last line cut short: the resume moves it to
     metrics.jsonl.torn and says so, and its own record starts a line of its own."""

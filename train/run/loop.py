@@ -60,15 +60,23 @@ class EpochSums:
 
 
 class Preemption:
-    """SIGUSR1 (or --signal) and SIGTERM set a flag; ranks agree on it at a step boundary."""
+    """SIGUSR1 (or --signal) and SIGTERM set a flag; ranks agree on it at a step boundary. Ctrl-C (SIGINT)
+    too, so that a run stopped by hand resumes exactly; a second Ctrl-C stops at once (KeyboardInterrupt)."""
 
     def __init__(self, name: str):
         self.requested = False
+        self.interrupted = False  # by Ctrl-C: exit 130, as a shell expects, and no requeue
         for signum in {getattr(signal, "SIG" + name.upper().removeprefix("SIG")), signal.SIGTERM}:
             signal.signal(signum, self._handle)
+        signal.signal(signal.SIGINT, self._interrupt)
 
     def _handle(self, signum, frame):
         self.requested = True
+
+    def _interrupt(self, signum, frame):
+        if self.interrupted:
+            signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+        self.requested = self.interrupted = True
 
 
 @dataclass(kw_only=True)
@@ -676,11 +684,13 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
         done, preempted, position = train_one_epoch(run, epoch, sums)
         if preempted:
             save(run, epoch, done, sums, loader=position)
+            by_hand = run.preemption.interrupted
             if run.env.is_main:
-                log.info("preempted at epoch %d step %d/%d; resume with --resume auto", epoch, done, run.steps)
-                if config.requeue:
+                log.info("%s at epoch %d step %d/%d; resume with --resume auto",
+                         "stopped by Ctrl-C, the checkpoint saved," if by_hand else "preempted", epoch, done, run.steps)
+                if config.requeue and not by_hand:
                     requeue_job(run.env.job_id)
-            return 0
+            return 130 if by_hand else 0
         record = epoch_record(run, epoch, done, sums, evaluate_all(run), start_step)
         if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none
             append_metrics(config.run_dir, record)
