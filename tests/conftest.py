@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Small images keep the suite fast; the quirks (CMYK, grayscale, PNG named .JPEG) are all there.
 SPEC = SampleSpec(classes=6, train_per_class=30, val_per_class=5, max_width=160)
 SHARD_MB = 0.12  # a few shards per split from the small sample
+# The training tests' model, small and fast on two CPU cores: a torchvision model with batch norm and 0.35M
+# parameters (resnet18's steps and gloo all-reduces of 11M took twice test_train.py's time) on 32-px crops.
+ARCH = "shufflenet_v2_x0_5"
 
 
 # The files whose tests take longest, started first. pytest-xdist's loadgroup (pyproject's addopts) hands each

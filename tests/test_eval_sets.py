@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import warm
-from conftest import config, run_module
+from conftest import ARCH, config, run_module
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.eval_sets import ImageNet1k, EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
@@ -342,7 +342,7 @@ def predictions_alone(model: torch.nn.Module, dest: Path, split: str) -> dict[tu
 
 @pytest.mark.slow
 def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eval_dataset, tmp_path, images):
-    from test_train import ARCH, train_args
+    from test_train import train_args
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.models import build_model
 

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from conftest import ARCH
 from train.run.config import CommandLine, TrainConfig, build_parser, parse_command_line
 from train.errors import ResumeError
 from train.run.flags import show
@@ -472,7 +473,7 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
 @pytest.mark.slow
 def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is_recorded(prepared, tmp_path):
     import warm
-    from test_train import ARCH, train_args
+    from test_train import train_args
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.metrics import read_metrics
 
@@ -497,8 +498,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     assert [r["image_size"] for r in read_metrics(run)] == [32, 32]
 
 
-NO_WARMUP_TYPED = ["--arch", "shufflenet_v2_x0_5",  # test_train.py's ARCH: small and fast
-                   "--image-size", 32, "--batch-size", 4, "--log-every", 1, "--shuffle-buffer", 16,
+NO_WARMUP_TYPED = ["--arch", ARCH, "--image-size", 32, "--batch-size", 4, "--log-every", 1, "--shuffle-buffer", 16,
                    "--workers", 1, "--val-crop", 32, "--val-resize", 37]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import webdataset as wds
 
-from conftest import ROOT, SHARD_MB, tree_bytes
+from conftest import ARCH, ROOT, SHARD_MB, tree_bytes
 from shards.manifest import read_complete_manifest, read_manifest
 from shards.plan import train_plan
 from train.shard_index import key_hash
@@ -24,7 +24,7 @@ from train.run.metrics import read_metrics
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER_DIR = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/local-slurm"))
 PY = sys.executable
-TRAIN_CPU = "--device cpu --arch shufflenet_v2_x0_5 --image-size 32 --log-every 1 --warmup-epochs 1 --shuffle-buffer 16"
+TRAIN_CPU = f"--device cpu --arch {ARCH} --image-size 32 --log-every 1 --warmup-epochs 1 --shuffle-buffer 16"
 
 
 def why_no_cluster() -> str | None:

@@ -21,7 +21,7 @@ import torch
 
 import warm
 from warm import Ranks
-from conftest import ROOT, copy_dataset, damage_jpeg, oversize_jpeg, relabel, run_module
+from conftest import ARCH, ROOT, copy_dataset, damage_jpeg, oversize_jpeg, relabel, run_module
 from shards.manifest import read_manifest
 from shards.plan import steps_per_epoch
 from train.run.checkpoint import checkpoint_path, load_checkpoint
@@ -30,9 +30,7 @@ from train.run.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
-# Small and fast on two CPU cores: a torchvision model with batch norm and 0.35M parameters (resnet18's steps
-# and gloo all-reduces of 11M took twice the file's time) on 32-px crops.
-ARCH = "shufflenet_v2_x0_5"
+# Small and fast on two CPU cores (conftest's ARCH) on 32-px crops.
 FAST = ["--arch", ARCH, "--image-size", "32", "--batch-size", "4", "--log-every", "1", "--warmup-epochs", "1",
         "--shuffle-buffer", "16"]
 

@@ -14,8 +14,13 @@ METRICS_NAME = "metrics.jsonl"
 def append_metrics(run_dir: str | Path, record: dict) -> None:
     path = Path(run_dir) / METRICS_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    append_durably(path, (json.dumps(record, sort_keys=True) + "\n").encode())
+
+
+def append_durably(path: Path, data: bytes) -> None:
+    """`data` at the end of `path`, on the disk before this returns (a kill after it loses nothing)."""
+    with open(path, "ab") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -63,10 +68,7 @@ def set_aside_torn_record(run_dir: str | Path) -> str | None:
         return None
     whole = data.rfind(b"\n") + 1
     torn = path.with_name(METRICS_NAME + ".torn")
-    with open(torn, "ab") as f:
-        f.write(data[whole:] + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_durably(torn, data[whole:] + b"\n")
     with open(path, "r+b") as f:
         f.truncate(whole)
         os.fsync(f.fileno())
