@@ -34,7 +34,7 @@ from prepare.destination import (
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
-from prepare.lock import exclusive_lock
+from shards.lock import exclusive_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_pass, account_split
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count

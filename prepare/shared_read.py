@@ -39,7 +39,7 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.sources import Detected, detect
 from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
-from prepare.lock import exclusive_lock, held_by_a_live_prepare
+from shards.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
 from prepare.shares import split_shares

@@ -22,7 +22,6 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from prepare.config import PrepareError
-from prepare.lock import close_inherited_locks
 from prepare.space import is_out_of_space
 from shards.errors import UserError
 
@@ -60,14 +59,13 @@ def failures_named(what: str):
 
 def die_with_parent(parent: int) -> None:
     """A worker's first act: SIGKILL from the kernel when the thread that forked it ends (the main
-    thread: WorkerPool is made there), exit now if the parent is already gone, and let go of the
-    parent's locks."""
+    thread: WorkerPool is made there), and exit now if the parent is already gone. (The parent's locks
+    it let go of as it was forked: shards/lock.py.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:  # it died between the fork and the line above
         os._exit(1)
-    close_inherited_locks()
 
 
 class WorkerPool:

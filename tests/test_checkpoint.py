@@ -52,6 +52,29 @@ def test_resume_refuses_another_model_and_mid_epoch_another_world_size():
     at_boundary.check_resumable(TrainConfig("data", "run", arch="resnet18"), world_size=4)
 
 
+def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
+    from train.run.checkpoint import prepare_flags, prepared_again_with
+
+    trained = {"source": {"path": "/data/ILSVRC", "layout": "official"}, "classes": ["n01", "n02"],
+               "samples": {"train": 10, "val": 4},
+               "options": {"seed": 0, "shard_size_mb": 200.0, "resize": None, "quality": 90, "restart_mcus": 4,
+                           "skip_bad": False}}
+    again = trained | {"options": trained["options"] | {"shard_size_mb": 50.0, "resize": 512}}
+    assert prepared_again_with(trained, again) == "--resize None -> 512, --shard-size 200.0 -> 50.0"
+    assert prepare_flags(trained["options"]) == "--seed 0 --shard-size 200 --quality 90 --restart-mcus 4"
+    for other in ({"source": {"path": "/data/other", "layout": "official"}}, {"classes": ["n01"]},
+                  {"samples": {"train": 9, "val": 4}}):  # another source, or other images: another dataset
+        assert prepared_again_with(trained, again | other) == ""
+    saved = checkpoint(torch.nn.Linear(3, 2))
+    saved.dataset = trained
+    refused = TrainConfig("/scratch/again", "run", arch="resnet18", dataset_id="new")
+    with pytest.raises(ResumeError, match=r"/scratch/again holds the run's source prepared again with other options "
+                                          r"\(--resize None -> 512, --shard-size 200.0 -> 50.0\)"):
+        saved.check_resumable(refused, world_size=2, dataset=again)
+    with pytest.raises(ResumeError, match="belongs to another run"):  # not the same source: as before
+        saved.check_resumable(refused, world_size=2, dataset=again | {"classes": ["n09"]})
+
+
 def test_restore_loads_the_weights_and_this_ranks_sums():
     model = torch.nn.Linear(3, 2)
     saved = checkpoint(model)

@@ -355,6 +355,14 @@ def test_two_ranks_report_val_v2_and_real_top1_with_every_image_counted_once(eva
     assert f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in ranks.text()
     report = warm.run("train.report", tmp_path / "run")
     assert report.returncode == 0 and f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in report.stdout
+    # evaluated again on its own, on one rank: every evaluation set's figures the same (train/run/evaluation.py)
+    evaluated = warm.run("train.evaluate", tmp_path / "run", "--workers", 1)
+    assert evaluated.returncode == 0 and f"ReaL 100.00%, v2 {record['v2_top1']:.2f}%" in evaluated.stderr
+    again = json.loads((tmp_path / "run" / "eval.jsonl").read_text())
+    counted = [name for name in record if name.startswith(("val_", "v2_", "real_")) and not name.endswith("_loss")]
+    assert len(counted) >= 10 and {name: again[name] for name in counted} == {name: record[name] for name in counted}
+    for loss in ("val_loss", "v2_loss"):  # sums of other batches: the same to float32's rounding
+        assert again[loss] == pytest.approx(record[loss], rel=1e-6)
     # v2 holds val's images twice, under the same labels: the run's model predicts each copy as it predicts
     # val's image when each is evaluated alone (the run's batches of 4 mix other images around them)
     model = build_model(ARCH, manifest.num_classes)

@@ -5,7 +5,8 @@ import pytest
 
 from import_graph import arrows, circle, floors, modules
 
-DOORS = {"train.__main__", "train.report"}  # `python -m train`, `python -m train.report`: the run's, at users' names
+DOORS = {"train.__main__", "train.report", "train.evaluate"}  # `python -m train`, `... train.report`, `... train.evaluate`:
+# the run's, at users' names
 
 
 def library_and_run() -> tuple[dict[str, set[str]], set[str], set[str]]:

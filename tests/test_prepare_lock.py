@@ -1,6 +1,6 @@
 """One prepare per destination, with real processes: a prepare killed by kill -9 leaves no worker
 running and no lock held; a lock kept by a dead prepare's leftover processes is taken over; a live
-holder is waited for (prepare/lock.py, prepare/workers.py)."""
+holder is waited for (shards/lock.py, prepare/workers.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_module, tree_bytes
-from prepare.lock import exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, start_time
+from shards.lock import exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, start_time
 from prepare.sample import SampleSpec, make_sample
 from shards.paths import LOCK_NAME
 
@@ -72,7 +72,7 @@ def test_the_lock_file_names_its_holder_and_a_free_lock_is_not_held(tmp_path):
 HOLDER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from prepare.lock import acquire
+    from shards.lock import acquire
     acquire(Path(sys.argv[1]))
     print("held", flush=True)
     if sys.argv[2] == "orphan":  # a child that keeps the descriptor (as workers of an older prepare did)

@@ -111,6 +111,30 @@ def test_torchvision_v2s_rate_is_torchs_sequential_schedule_held_for_each_epoch(
     assert reference[:2] == pytest.approx([0.005, 0.5 * (0.01 + 0.99 / warmup)], rel=1e-13)
 
 
+def test_a_warmup_shorter_than_an_epoch_ramps_by_the_step_under_a_recipe_that_updates_once_an_epoch():
+    """`--recipe torchvision-v2 --epochs 3` shortens its 5 warm-up epochs of 600 to 0.025: held for its epoch, the
+    ramp's first value (1% of the peak) lasted all of epoch 0 and the peak never ran. It ramps by the step, the
+    peak runs to epoch 0's end, and each later epoch is held at the schedule's value of it, as before."""
+    from train.run.settings import describe
+
+    config = settings("--recipe", "torchvision-v2", "--epochs", "3")
+    assert (config.warmup_epochs, config.lr_update) == (0.025, "epoch")
+    steps = 200  # 0.025 epochs: 5 steps
+    ours = schedule_of(config, steps)
+    assert [ours(s) for s in range(5)] == pytest.approx([0.01 + 0.99 * i / 5 for i in range(5)], rel=1e-13)
+    assert [ours(s) for s in range(5, steps)] == [1.0] * (steps - 5)
+    for epoch in (1, 2):  # each held at torch's SequentialLR value for it
+        progress = (epoch - 0.025) / (3 - 0.025)
+        within = {ours(epoch * steps + i) for i in range(steps)}
+        assert len(within) == 1 and within.pop() == pytest.approx(0.5 * (1 + math.cos(math.pi * progress)), rel=1e-13)
+    line = describe(config, 1, "val", "fp32")[0]
+    assert ("0.025 warm-up epochs from 0.01 x the peak (at each step's start: shorter than an epoch, it ramps by the "
+            "step), the peak to epoch 0's end, then cosine decay, changing every epoch") in line
+    whole = settings("--recipe", "torchvision-v2", "--epochs", "3", "--warmup-epochs", "1")  # an epoch: as it was
+    assert {schedule_of(whole, steps)(s) for s in range(steps)} == {0.01}
+    assert "1 warm-up epochs from 0.01 x the peak (at each epoch's start)" in describe(whole, 1, "val", "fp32")[0]
+
+
 def test_the_torchvision_v2_recipe_states_torchvisions_warmup_and_groups():
     config = settings("--recipe", "torchvision-v2")
     assert (config.warmup_start_factor, config.warmup_at, config.lr_update, config.no_decay, config.lr_schedule) == \

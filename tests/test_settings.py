@@ -344,6 +344,19 @@ def test_a_forced_epochs_must_leave_the_run_an_epoch_to_train():
     assert longer.epochs == 5 and changes == [Change("epochs", 3, 5)]
 
 
+def test_a_forced_change_on_a_finished_run_is_refused_as_a_forced_epochs_is():
+    """config.json would record it while last.pt, with nothing left to train, keeps the old value."""
+    three = like_v2(epochs=3, lr=0.5)
+    with pytest.raises(ResumeError, match=r"--lr 0.5 -> 0.2 \(forced\): the run has finished its 3 epochs, so nothing "
+                                          r"would train with it.*--epochs 4 --force-change --epochs"):
+        settings_on_resume(like_v2(epochs=3, lr=0.2), three, frozenset({"lr"}), frozenset({"lr"}), epoch=3)
+    more, changes = settings_on_resume(like_v2(epochs=4, lr=0.2), three, frozenset({"lr", "epochs"}),
+                                       frozenset({"lr", "epochs"}), epoch=3)  # with a longer run: both taken
+    assert (more.lr, more.epochs) == (0.2, 4) and {c.field for c in changes} == {"lr", "epochs"}
+    mid, _ = settings_on_resume(like_v2(epochs=3, lr=0.2), three, frozenset({"lr"}), frozenset({"lr"}), epoch=2)
+    assert mid.lr == 0.2  # an epoch left: the change trains
+
+
 def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
     """A requeued job repeats the command line that forced a change: its checkpoints have the value already."""
     from train.run.settings import run_settings

@@ -292,6 +292,8 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
     # the job script always passes --resume auto: its first start says it found nothing, the requeued one what it found
     assert text.count(f"--resume auto: no checkpoint in {tmp_path / 'run'}: a new run") == 1
     assert f"resumed from {tmp_path / 'run'}/last.pt at epoch 0 step" in text
+    # the requeued start took the run directory's lock, its earlier start's gone (train/run/run_lock.py)
+    assert (tmp_path / "run" / ".train.lock").read_text().split()[3:5] == [job, state["Restarts"]]
     assert f"metrics:     {tmp_path / 'run'}/metrics.jsonl" in text
     records = read_metrics(tmp_path / "run")
     assert [r["epoch"] for r in records] == [0, 1]

@@ -321,6 +321,25 @@ def test_a_second_ctrl_c_stops_at_once():
             signal.signal(signum, handler)
 
 
+def test_a_resume_on_the_source_prepared_again_with_other_options_names_them_and_what_to_do(prepared, sources,
+                                                                                          tmp_path):
+    from conftest import SHARD_MB, config, prepare
+
+    run = tmp_path / "run"
+    assert warm.run("train", *train_args(prepared, run, "--max-steps", 2, "--workers", 1, "--epochs", 1),
+                    ).returncode == 0
+    again = tmp_path / "imagenet-again"
+    prepare(config(sources["official"], again, shard_size_mb=SHARD_MB / 2))
+    resumed = warm.run("train", *train_args(again, run, "--max-steps", 2, "--workers", 1, "--epochs", 2,
+                                            "--force-change", "--epochs", "--resume", "auto"))
+    assert resumed.returncode == 2
+    (said,) = [line for line in resumed.stderr.splitlines() if " ERROR " in line]
+    assert (f"{again} holds the run's source prepared again with other options (--shard-size {SHARD_MB} -> "
+            f"{SHARD_MB / 2}): the same images in other shards") in said
+    assert f"prepare it again with the run's options (--seed 0 --shard-size {SHARD_MB:g} " in said
+    assert "or point --data at the copy it trained on" in said and "python -m train.evaluate reads any copy" in said
+
+
 def test_a_record_torn_by_a_kill_is_set_aside_at_the_resume_in_one_line(prepared, tmp_path):
     """A kill as metrics.jsonl was written leaves its last line cut short: the resume moves it to
     metrics.jsonl.torn and says so, and its own record starts a line of its own."""

@@ -35,6 +35,7 @@ class Checkpoint:
     config: dict  # TrainConfig.to_dict() of the run that wrote it
     loader: dict | None = None  # mid-epoch: the train ImageNetLoader's state_dict() after `step` steps
     ema: dict | None = None  # --ema: the AveragedModel's state_dict (its weights, buffers and n_averaged)
+    dataset: dict | None = None  # what the run trained on (dataset_of): named where a resume finds another
     format: str = CHECKPOINT_FORMAT
 
     def to_state(self) -> dict:
@@ -59,9 +60,18 @@ class Checkpoint:
     def mid_epoch(self) -> bool:
         return self.step > 0
 
-    def check_resumable(self, config: TrainConfig, world_size: int) -> None:
-        """Refuse checkpoints of another model or dataset, or a mid-epoch state another world size cannot continue."""
+    def check_resumable(self, config: TrainConfig, world_size: int, dataset: dict | None = None) -> None:
+        """Refuse checkpoints of another model or dataset, or a mid-epoch state another world size cannot continue.
+        `dataset`: dataset_of the data this run reads, to name a copy prepared again with other options."""
         saved = TrainConfig.from_dict(self.config)
+        if saved.dataset_id != config.dataset_id and self.dataset and dataset:
+            prepared_again = prepared_again_with(self.dataset, dataset)
+            if prepared_again:
+                raise ResumeError(f"{config.data} holds the run's source prepared again with other options "
+                                  f"({prepared_again}): the same images in other shards, which the run's read plan "
+                                  "cannot continue. To resume, prepare it again with the run's options ("
+                                  f"{prepare_flags(self.dataset['options'])}), or point --data at the copy it trained "
+                                  "on; or start a new run in another --run-dir (python -m train.evaluate reads any copy)")
         diffs = [f"{name}: checkpoint {getattr(saved, name)!r}, now {getattr(config, name)!r}"
                  for name in MUST_MATCH_ON_RESUME if getattr(saved, name) != getattr(config, name)]
         if diffs:
@@ -90,6 +100,41 @@ class Checkpoint:
             return {}
         set_rng_state(self.ranks[rank]["rng"], device)
         return self.ranks[rank]["sums"]
+
+
+# prepare's options that decide the shards' bytes (the manifest's "options"), by the flags that set them
+PREPARE_FLAGS = {"seed": "--seed", "shard_size_mb": "--shard-size", "resize": "--resize", "quality": "--quality",
+                 "restart_mcus": "--restart-mcus", "skip_bad": "--skip-bad"}
+
+
+def dataset_of(manifest) -> dict:
+    """What a checkpoint keeps of the dataset its run trained on: enough to tell, on a resume that finds
+    another dataset_id, the same source prepared again with other options. Pure."""
+    return {"source": {name: manifest.source.get(name) for name in ("path", "layout")},
+            "options": dict(manifest.options), "classes": [c.wnid for c in manifest.classes],
+            "samples": {name: split.samples for name, split in manifest.splits.items() if name in ("train", "val")}}
+
+
+def prepared_again_with(trained: dict, now: dict) -> str:
+    """"--shard-size 0.12 -> 0.05, ..." where `now` is `trained`'s source (the same path, layout, classes and
+    sample counts) prepared with other options; "" otherwise. Pure."""
+    same_source = all(trained[name] == now[name] for name in ("source", "classes", "samples"))
+    options = sorted(set(trained["options"]) | set(now["options"]))
+    changed = [f"{PREPARE_FLAGS.get(name, name)} {trained['options'].get(name)} -> {now['options'].get(name)}"
+               for name in options if trained["options"].get(name) != now["options"].get(name)]
+    return ", ".join(changed) if same_source else ""
+
+
+def prepare_flags(options: dict) -> str:
+    """The prepare flags that give `options`, where they are not prepare's defaults said plainly. Pure."""
+    words = []
+    for name, flag in PREPARE_FLAGS.items():
+        value = options.get(name)
+        if isinstance(value, bool):
+            words += [flag] if value else []
+        elif value is not None:
+            words += [f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"]
+    return " ".join(words)
 
 
 def rng_state(device: torch.device) -> dict:

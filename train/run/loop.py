@@ -29,7 +29,8 @@ from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.run.ema import ema_of, update_ema
-from train.run.checkpoint import Checkpoint, checkpoint_path, find_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.run.checkpoint import (Checkpoint, checkpoint_path, dataset_of, find_checkpoint, load_checkpoint, rng_state,
+                                  save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
 from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
@@ -37,8 +38,10 @@ from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
 from train.run.metrics import append_metrics, epoch_line, set_aside_torn_record
 from train.run.models import build_model
+from train.run import run_lock
 from train.real_labels import RealLabels
-from train.run.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
+from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings, train_size,
+                                warmup_ramps_by_step)
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import NoTracker, open_tracker, require
 
@@ -206,10 +209,24 @@ def lr_factor(lr_schedule: str, warmup_epochs: float, epochs: int, steps: int, s
     decay, at_end = SCHEDULES[lr_schedule], {"start": False, "end": True}[warmup_at]
     if lr_update == "epoch":
         per_epoch = warmup_then(decay, warmup_epochs, epochs, start_factor, at_end)
+        if warmup_ramps_by_step(warmup_epochs, lr_update):
+            return short_warmup_then_epochs(per_epoch, round(warmup_epochs * steps), steps, start_factor, at_end)
         return lambda step: per_epoch(step // steps)
     if lr_update == "step":
         return warmup_then(decay, round(warmup_epochs * steps), epochs * steps, start_factor, at_end)
     raise ValueError(f"no --lr-update {lr_update!r}: step or epoch")
+
+
+def short_warmup_then_epochs(per_epoch, warmup_steps: int, steps: int, start_factor: float, at_end: bool):
+    """The multiplier of each step: the warm-up's linear ramp over its first `warmup_steps` steps, the peak for
+    the rest of epoch 0, then each epoch held at `per_epoch`'s value of it."""
+    ramp = warmup_then(cosine_decay, warmup_steps, warmup_steps, start_factor, at_end)  # (its decay never used)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return ramp(step)
+        return 1.0 if step < steps else per_epoch(step // steps)
+    return factor
 
 
 def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
@@ -391,6 +408,8 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
 def evaluate_all(run: Run) -> dict:
     """The model's metrics on val and each evaluation set, and with --ema the average's too (as ema_val_*)."""
     models = [(run.model, "")] + ([(run.ema.module, "ema_")] if run.ema is not None else [])
+    if run.env.world_size > 1:
+        take_rank_0s_buffers([run.model] + ([run.ema] if run.ema is not None else []))
     metrics = {}
     for model, prefix in models:
         for split, loader in run.eval_data.items():
@@ -398,6 +417,17 @@ def evaluate_all(run: Run) -> dict:
             real = run.real_labels if split == "val" else None
             metrics |= {f"{prefix}{name}": value for name, value in evaluate(run, model, split, loader, real).items()}
     return metrics
+
+
+@torch.no_grad()
+def take_rank_0s_buffers(models: list[torch.nn.Module]) -> None:
+    """Every rank's buffers (BatchNorm's running statistics, the EMA's averages of them) made rank 0's: DDP gives
+    each rank rank 0's at the start of a forward, and each rank's own batch then moves its own, so after the last
+    step they differ by rank. The checkpoint saves rank 0's: with them, every rank evaluates the model the checkpoint
+    holds, and an evaluation on its own (train/run/evaluation.py) gives the run's figures on any number of ranks."""
+    for model in models:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
 
 
 @torch.no_grad()
@@ -493,7 +523,8 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         save_checkpoint(path, Checkpoint(
             model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
             scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size, ranks=ranks,
-            config=run.config.to_dict(), loader=loader, ema=run.ema.state_dict() if run.ema is not None else None))
+            config=run.config.to_dict(), loader=loader, ema=run.ema.state_dict() if run.ema is not None else None,
+            dataset=dataset_of(run.manifest)))
         log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
@@ -553,6 +584,29 @@ def main(command: CommandLine, env: DistEnv) -> int:
     config = command.config
     manifest = read_complete_manifest(Path(config.data))  # before the rendezvous: fail fast, by name
     config = replace(config, dataset_id=manifest.dataset_id())
+    device = device_for(env, config.device)
+    claim = run_lock.take(Path(config.run_dir)) if env.is_main else run_lock.Claim()
+    refused, control = claim.refused, None
+    try:
+        if env.world_size > 1:
+            init_distributed(env, device, config.dist_timeout)
+            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
+            said = [refused]
+            dist.broadcast_object_list(said, src=0, group=control)  # rank 0's verdict on the run directory
+            refused = said[0]
+        if refused:
+            raise run_lock.RunDirInUse(refused)
+        return train_in(config, command, env, manifest, device, control)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        run_lock.let_go(claim, Path(config.run_dir))
+
+
+def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: Manifest, device: torch.device,
+             control) -> int:
+    """The run, its run directory held: its settings (a resume's from the checkpoint, read only now that no
+    other training writes it), then the loaders, the model and the epochs."""
     found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
     saved, epoch = (TrainConfig.from_dict(found.checkpoint.config), found.checkpoint.epoch) if found else (None, 0)
     settings = run_settings(command, config, saved, epoch, manifest.splits["train"].samples, env.world_size)
@@ -561,7 +615,6 @@ def main(command: CommandLine, env: DistEnv) -> int:
     if problem:
         raise ConfigError(problem)
     require(config.tracker)
-    device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
     preemption = Preemption(config.signal)
     if env.launcher == "single" and env.job_tasks > 1:
@@ -572,10 +625,6 @@ def main(command: CommandLine, env: DistEnv) -> int:
         log.info("%s: %d ranks (%s launcher), device %s, %d train / %d val samples, %d classes", config.arch,
                  env.world_size, env.launcher, device, manifest.splits["train"].samples,
                  manifest.splits["val"].samples, manifest.num_classes)
-    control = None
-    if env.world_size > 1:
-        init_distributed(env, device, config.dist_timeout)
-        control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
     run = None
     try:
         run = build_run(config, env, manifest, device, control, preemption)
@@ -588,8 +637,6 @@ def main(command: CommandLine, env: DistEnv) -> int:
             for loader in run.eval_data.values():
                 loader.close()
             run.train_data.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 @dataclass(frozen=True)
@@ -630,7 +677,7 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
             log.info("--resume auto: no checkpoint in %s: a new run", run.config.run_dir)
         return 0, 0, EpochSums()
     checkpoint = found.checkpoint
-    checkpoint.check_resumable(run.config, run.env.world_size)
+    checkpoint.check_resumable(run.config, run.env.world_size, dataset_of(run.manifest))
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema)
     follow_settings(run, checkpoint.epoch, checkpoint.step)

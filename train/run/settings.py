@@ -72,6 +72,11 @@ def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[st
         raise ResumeError(f"--epochs {values['epochs']} (forced): the run's checkpoint is at epoch {epoch} of "
                           f"{saved.epochs}, so nothing would train and the checkpoint would keep saying {saved.epochs}. "
                           f"Force a longer run (--epochs {epoch + 1} or more), or leave --epochs out")
+    if values["epochs"] <= epoch and changes:  # config.json would say it while last.pt keeps the old value
+        forced = ", ".join(change.line() for change in changes)
+        raise ResumeError(f"{forced} (forced): the run has finished its {saved.epochs} epochs, so nothing would train "
+                          f"with it, and the checkpoint would keep the old value. Force a longer run too (--epochs "
+                          f"{epoch + 1} --force-change --epochs), or start a new run in another --run-dir")
     return TrainConfig(**values), changes
 
 
@@ -168,8 +173,7 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
     return [
         f"recipe {config.recipe}: {config.arch}, {config.epochs} epochs of batch {global_batch} ({world_size} x "
         f"{config.batch_size}), lr {config.lr * global_batch / 256:.4g} at the peak ({config.lr:g} per 256 images), "
-        f"{config.warmup_epochs:g} warm-up epochs from {config.warmup_start_factor:g} x the peak (at each "
-        f"{config.lr_update}'s {config.warmup_at}) then {config.lr_schedule} decay, changing every {config.lr_update}; "
+        f"{warmup(config)} then {config.lr_schedule} decay, changing every {config.lr_update}; "
         f"weight decay {config.weight_decay:g} (none on {config.no_decay}), {momentum}, label smoothing "
         f"{config.label_smoothing:g}",
         f"augmentation: {augmentation(config)}",
@@ -177,6 +181,23 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
         f"precision: {precision}{', channels_last' if config.channels_last else ''}"
         f"{', torch.compile' if config.compile else ''}",
     ]
+
+
+def warmup_ramps_by_step(warmup_epochs: float, lr_update: str) -> bool:
+    """A warm-up shorter than an epoch, where the rate changes once an epoch: held for its epoch, the ramp's
+    first value would last all of epoch 0 and the peak would never run (`--recipe torchvision-v2 --epochs 3`
+    shortens the warm-up to 0.025 epochs). Such a warm-up ramps by the step instead (train/run/loop.py's
+    lr_factor). Pure."""
+    return lr_update == "epoch" and 0 < warmup_epochs < 1
+
+
+def warmup(config: TrainConfig) -> str:
+    """The warm-up, as the log says it. Pure."""
+    ramp = f"{config.warmup_epochs:g} warm-up epochs from {config.warmup_start_factor:g} x the peak"
+    if warmup_ramps_by_step(config.warmup_epochs, config.lr_update):
+        return (f"{ramp} (at each step's {config.warmup_at}: shorter than an epoch, it ramps by the step), the peak to "
+                "epoch 0's end,")
+    return f"{ramp} (at each {config.lr_update}'s {config.warmup_at})"
 
 
 def augmentation(config: TrainConfig) -> str:

@@ -1,0 +1,191 @@
+"""One writer a folder: an flock on a lock file in it, the file holding its holder's identity.
+
+Used by prepare (one prepare a destination, `.prepare.lock`: `exclusive_lock`, below: the others wait for
+it) and by training (one training a run directory, `.train.lock`: train/run/run_lock.py decides there what a
+held lock means).
+
+The kernel lets go of an flock when the last descriptor of it closes, so a holder that dies, even by
+kill -9, leaves nothing to clean up. What could still keep a dead holder's lock is a process that
+inherited the descriptor by a fork: a child forked while the lock is held closes its copy at once
+(os.register_at_fork, below), and a waiter does not rely on it either. The holder writes "pid
+start-time host", then anything its user adds, into the file; a waiter that finds the lock held by a
+process no longer running on this host may take over, with a fresh lock file put in place of the old
+one. A holder on another host (a folder on shared storage) cannot be judged from here.
+
+Writing the holder's identity and judging a holder both happen under a second flock, on the folder
+itself, held for a moment (never while a process is forked), so that a waiter never reads the
+identity of a lock's previous holder, and two waiters never both take over.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from shards.paths import LOCK_NAME
+
+_held: set[int] = set()  # descriptors of the locks this process holds: forked children close them
+POLL_S = 0.5  # how often a waiting prepare tries the lock again
+
+
+# ---------------------------------------------------------------- who holds it
+
+def start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's 22nd field): with the pid,
+    a process's identity that a reused pid does not share. None where there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # after the command name, which may hold spaces
+
+
+def identity() -> str:
+    """This process: "pid start-time host"."""
+    return f"{os.getpid()} {start_time(os.getpid())} {socket.gethostname()}"
+
+
+def holder_is_dead(record: str) -> bool:
+    """Whether the holder `record` names (its first three words) is a process of this host that is no
+    longer running. A record that is not one (empty: a holder between taking the lock and writing it,
+    under the guard, so never seen; or another program's) or another host's holder: not known to be dead."""
+    parts = record.split()
+    if len(parts) < 3 or not parts[0].isdigit() or parts[1] == "None" or parts[2] != socket.gethostname():
+        return False
+    return start_time(int(parts[0])) != parts[1]
+
+
+def describe(record: str) -> str:
+    parts = record.split()
+    return f"pid {parts[0]} on {parts[2]}" if len(parts) >= 3 else "a process"
+
+
+def read_identity(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+# ---------------------------------------------------------------- taking and leaving it
+
+@contextmanager
+def guard(folder: Path):
+    """The short lock around writing and judging the holder's identity: an flock of the folder."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def try_lock(path: Path, record: str) -> int | None:
+    """The lock's descriptor, taken now with `record` written in it; None where another holds it, or
+    where the file was replaced between our open and our lock (a takeover: try again). Under the guard."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    try:
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            os.close(fd)
+            return None
+    except FileNotFoundError:
+        os.close(fd)
+        return None
+    write_record(fd, record)
+    _held.add(fd)
+    return fd
+
+
+def write_record(fd: int, record: str) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record.encode(), 0)
+
+
+def take_over(path: Path, record: str) -> int:
+    """(Under the guard, the holder judged dead.) A fresh lock file, locked and with `record`, renamed
+    over the old one: the processes left holding the old file hold nothing of ours."""
+    fresh = path.with_name(f"{path.name}.{os.getpid()}")
+    fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else has it
+    write_record(fd, record)
+    os.replace(fresh, path)
+    _held.add(fd)
+    return fd
+
+
+def release(fd: int) -> None:
+    _held.discard(fd)
+    os.close(fd)  # the flock goes with the last descriptor
+
+
+def held_by_another(path: Path) -> str | None:
+    """(Under the guard.) The record of the process that holds `path` now, or None where it is free."""
+    fd = try_lock(path, identity())
+    if fd is not None:
+        release(fd)
+        return None
+    return read_identity(path)
+
+
+# ---------------------------------------------------------------- one prepare per destination
+
+def acquire(dest: Path) -> int:
+    """Wait for the prepare lock of `dest`, taking it over from a holder that is dead; its descriptor. (A
+    holder on another host, a --dest on shared storage, is taken as alive.)"""
+    log = logging.getLogger("prepare")
+    path, said = dest / LOCK_NAME, False
+    while True:
+        with guard(dest):
+            fd = try_lock(path, identity())
+            if fd is not None:
+                return fd
+            record = read_identity(path)
+            if holder_is_dead(record):
+                log.warning("the prepare that held %s (%s) is no longer running, but processes it left still hold "
+                            "its lock: taking the lock over", dest, describe(record))
+                return take_over(path, identity())
+        if not said:
+            log.info("another prepare (%s) is writing %s; waiting for it to finish", describe(record), dest)
+            said = True
+        time.sleep(POLL_S)
+
+
+@contextmanager
+def exclusive_lock(dest: Path):
+    """One prepare per destination: the others wait here, then find the manifest and verify it."""
+    fd = acquire(dest)
+    try:
+        yield
+    finally:
+        release(fd)
+
+
+def held_by_a_live_prepare(dest: Path) -> bool:
+    """Whether a running prepare holds `dest`'s lock now (not a dead one's leftover processes)."""
+    with guard(dest):
+        record = held_by_another(dest / LOCK_NAME)
+    return record is not None and not holder_is_dead(record)
+
+
+def close_inherited_locks() -> None:
+    """In a process forked while this one held locks: let go of its copies of the descriptors, so that
+    a lock ends with the process that took it."""
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=close_inherited_locks)

@@ -1,0 +1,98 @@
+"""`python -m train.evaluate RUN_DIR` (train/run/evaluation.py): a run's checkpoint, and its EMA, evaluated on
+its own give the run's own last val figures, on one rank and on two, on another prepared copy of the data
+too; what cannot be evaluated is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import logging
+
+import pytest
+
+import warm
+from conftest import ROOT, config, prepare
+from prepare.sample import SampleSpec, make_sample
+from test_train import train_args
+from train.run.evaluation import EVAL_NAME, evaluation_line, main
+from train.run.metrics import read_metrics
+
+# exactly the run's: counts; the losses too on one rank (the same batches), to float32's rounding on two
+SAME = ("val_top1", "val_top5", "val_images", "val_bad_samples", "ema_val_top1", "ema_val_top5", "ema_val_images")
+LOSSES = ("val_loss", "ema_val_loss")
+
+
+@pytest.fixture(scope="module")
+def ema_run(prepared, tmp_path_factory):
+    """Two epochs with an EMA of the weights: its last record is what an evaluation alone must give again."""
+    run = tmp_path_factory.mktemp("evaluated") / "run"
+    trained = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--workers", 1, "--ema", "--ema-steps", 1))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return run, read_metrics(run)[-1]
+
+
+def evaluations(run) -> list[dict]:
+    return [json.loads(line) for line in (run / EVAL_NAME).read_text().splitlines()]
+
+
+def test_evaluation_alone_gives_the_runs_last_val_and_ema_figures_and_appends_one_record(ema_run, caplog):
+    run, last = ema_run
+    before = len(evaluations(run)) if (run / EVAL_NAME).exists() else 0
+    with caplog.at_level(logging.INFO, logger="train"):
+        assert main([str(run), "--workers", "1"]) == 0
+    record = evaluations(run)[-1]
+    assert len(evaluations(run)) == before + 1
+    assert {name: record[name] for name in SAME + LOSSES} == {name: last[name] for name in SAME + LOSSES}
+    assert record["epochs_done"] == 2 and record["step_in_epoch"] == 0 and record["world_size"] == 1
+    assert record["dataset_id"] == record["run_dataset_id"] and record["checkpoint"] == str(run / "last.pt")
+    assert f"evaluated {run / 'last.pt'} (after epoch 1) on " in caplog.text
+    assert f"val top-1 {last['val_top1']:.2f}% (EMA {last['ema_val_top1']:.2f}%)" in caplog.text
+    assert (run / "metrics.jsonl").read_text().count("\n") == 2  # the run's own records untouched
+
+
+@pytest.mark.slow
+def test_two_ranks_evaluate_every_val_image_once_and_agree_with_one(ema_run, tmp_path):
+    run, last = ema_run
+    ranks = warm.Ranks(2, [run, "--workers", "1"], tmp_path, module="train.evaluate")
+    assert ranks.wait() == [0, 0], ranks.text()
+    record = evaluations(run)[-1]
+    assert record["world_size"] == 2
+    assert {name: record[name] for name in SAME} == {name: last[name] for name in SAME}
+    assert [record[name] for name in LOSSES] == pytest.approx([last[name] for name in LOSSES], rel=1e-6)
+    assert evaluation_line(record) in ranks.text()
+
+
+def test_a_copy_of_the_data_prepared_again_with_other_options_is_evaluated_and_named(ema_run, sources, tmp_path,
+                                                                                     caplog):
+    run, last = ema_run
+    copy = tmp_path / "imagenet-again"
+    prepare(config(sources["official"], copy, shard_size_mb=0.05))
+    with caplog.at_level(logging.INFO, logger="train"):
+        assert main([str(run), "--data", str(copy), "--workers", "1"]) == 0
+    record = evaluations(run)[-1]
+    assert record["data"] == str(copy) and record["dataset_id"] != record["run_dataset_id"]
+    assert {name: record[name] for name in SAME} == {name: last[name] for name in SAME}  # the same images, read
+    assert f"{copy} is not the dataset the run trained on" in caplog.text
+
+
+def test_what_cannot_be_evaluated_is_refused_in_one_line(ema_run, tmp_path, caplog):
+    run, _ = ema_run
+    make_sample(tmp_path / "two", "official", SampleSpec(classes=2, train_per_class=4, val_per_class=2))
+    other_classes = tmp_path / "two-classes"
+    prepare(config(tmp_path / "two", other_classes))
+    assert main([str(tmp_path / "empty")]) == 2
+    assert f"no checkpoint at {tmp_path / 'empty' / 'last.pt'}: nothing to evaluate" in caplog.text
+    assert main([str(run), "--data", str(other_classes)]) == 2
+    assert f"does not fit {other_classes}, which has 2 classes (size mismatch for " in caplog.text
+    assert "give --data the dataset the run was trained on" in caplog.text
+
+
+def test_the_manuals_evaluation_snippet_runs_as_printed_and_gives_the_runs_val_top1(ema_run, prepared, capsys):
+    """docs/library.md's 'Evaluating a checkpoint' block, run as printed with its names bound."""
+    from shards.manifest import read_manifest
+
+    run, last = ema_run
+    manual = (ROOT / "docs" / "library.md").read_text().split("## Evaluating a checkpoint of `python -m train`", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", manual, re.S).group(1)
+    exec(snippet, {"run_dir": str(run), "root": prepared, "num_classes": read_manifest(prepared).num_classes})
+    assert capsys.readouterr().out == f"val top-1 {last['val_top1']:.2f}% of {last['val_images']} images\n"

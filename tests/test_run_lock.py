@@ -1,0 +1,185 @@
+"""One training a run directory (train/run/run_lock.py on shards/lock.py): who may write it, decided
+in-process; the lock held and waited for across real processes; and real trainings, a second one
+refused on one rank and on two, a holder killed by SIGKILL, a resume while the run is live."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import warm
+from conftest import ROOT
+from shards.lock import guard, held_by_another
+from train.run.metrics import read_metrics
+from train.run.run_lock import LOCK_NAME, Holder, let_go, take, verdict
+from test_train import train_args
+
+IN_JOB_77_AGAIN = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}  # a requeued job's second start
+
+
+def holder_record(run_dir: Path) -> str | None:
+    with guard(run_dir):
+        return held_by_another(run_dir / LOCK_NAME)
+
+
+# ---------------------------------------------------------------- who may write it: decisions
+
+def test_a_held_run_directory_is_taken_over_waited_for_or_refused_by_who_holds_it():
+    me = Holder.me(IN_JOB_77_AGAIN)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert verdict(replace(me, pid=str(gone.pid), start="1").record(), me) == "take over"  # dead, this host
+    assert verdict(replace(me, restart=0).record(), me) == "wait"  # this job's earlier start, still ending
+    assert verdict(replace(me, restart=0, host="node7").record(), me) == "wait"  # (a requeue may change nodes)
+    assert verdict(me.record(), me) == "refuse"  # the same start: a second srun step of one job
+    assert verdict(replace(me, job="78", restart=0).record(), me) == "refuse"  # another job
+    outside = Holder.me({})
+    assert outside.job == "-" and outside.restart == 0
+    assert verdict(outside.record(), outside) == "refuse"  # a second terminal
+    for record in ("", "garbage", "1 2 host", " ".join(["x"] * 6)):  # another program's file, or a prepare's
+        assert verdict(record, me) == "refuse"
+    assert Holder.parse(me.record()) == me
+
+
+def test_the_holder_is_named_with_its_host_pid_slurm_job_and_start():
+    held = Holder("4242", "99", "node3", "77", 1, "2026-12-06T09:00:00Z")
+    assert held.describe() == "pid 4242 on node3, SLURM job 77 (start 2), since 2026-12-06T09:00:00Z"
+    assert replace(held, restart=0).describe() == "pid 4242 on node3, SLURM job 77, since 2026-12-06T09:00:00Z"
+    assert replace(held, job="-", restart=0).describe() == "pid 4242 on node3, since 2026-12-06T09:00:00Z"
+
+
+def test_a_second_writer_is_refused_in_one_line_that_names_the_holder_and_what_to_do(tmp_path):
+    run_dir = tmp_path / "run"
+    first = take(run_dir, Holder.me({"SLURM_JOB_ID": "41"}))
+    assert first.fd is not None and first.refused == "" and first.made_dir
+    try:
+        second = take(run_dir, Holder.me({}))
+        why = second.refused
+        assert second.fd is None and "\n" not in why
+        assert why.startswith(f"{run_dir} is being written by another training (pid {os.getpid()} on "
+                              f"{socket.gethostname()}, SLURM job 41, since ")
+        assert "another --run-dir" in why and "--resume auto" in why and f"remove {run_dir / LOCK_NAME}" in why
+    finally:
+        let_go(first, run_dir)
+    assert not run_dir.exists()  # it made the folder and wrote nothing else in it: gone with the lock
+    again = take(run_dir, Holder.me({}))  # free for the next
+    assert again.fd is not None
+    (run_dir / "config.json").write_text("{}")  # a run that wrote something keeps its folder
+    let_go(again, run_dir)
+    assert holder_record(run_dir) is None and (run_dir / "config.json").exists()
+
+
+# ---------------------------------------------------------------- the lock across real processes
+
+HOLDER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from pathlib import Path
+    from train.run.run_lock import Holder, take
+    fd = take(Path(sys.argv[1]), Holder.me()).fd
+    if sys.argv[2] == "leave":  # a process it started keeps the descriptor, and the holder dies
+        subprocess.Popen(["sleep", "120"], pass_fds=[fd], start_new_session=True)
+        print("held", flush=True)
+        os._exit(0)
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+def hold(run_dir: Path, how: str, env: dict | None = None) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), how], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, env={**os.environ, **(env or {})})
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_requeued_job_waits_for_its_earlier_start_to_end_and_only_so_long(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    earlier = hold(run_dir, "2", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="train"):
+        claim = take(run_dir, Holder.me(IN_JOB_77_AGAIN), wait_s=60)
+    assert claim.fd is not None and claim.refused == "", claim.refused
+    assert time.monotonic() - started > 1  # it waited, then took it as the earlier start ended
+    assert f"{run_dir} is held by this SLURM job's earlier start (pid {earlier.pid} on" in caplog.text
+    assert "waiting up to 60 s" in caplog.text
+    let_go(claim, run_dir)
+    earlier.wait()
+
+    stuck = hold(run_dir, "60", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
+    try:
+        claim = take(run_dir, Holder.me(IN_JOB_77_AGAIN), wait_s=1)
+        assert claim.fd is None and f"(pid {stuck.pid} on " in claim.refused
+        assert "(waited 1 s for this job's earlier start to end)" in claim.refused
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
+def test_a_lock_kept_by_a_dead_trainings_leftover_process_is_taken_over(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    dead = hold(run_dir, "leave")
+    dead.wait()
+    leftover = holder_record(run_dir)
+    assert leftover is not None and leftover.startswith(f"{dead.pid} ")  # held still, by the process it left
+    leftovers = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline") if p.read_bytes() == b"sleep\x00120\x00"]
+    try:
+        with caplog.at_level(logging.WARNING, logger="train"):
+            claim = take(run_dir, Holder.me({}))
+        assert claim.fd is not None and claim.refused == "" and not claim.made_dir
+        assert f"the training that held {run_dir} (pid {dead.pid} " in caplog.text and "taking the lock over" in caplog.text
+        assert (run_dir / LOCK_NAME).read_text().startswith(f"{os.getpid()} ")
+        let_go(claim, run_dir)
+    finally:
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- real trainings
+
+@pytest.mark.slow
+def test_a_second_training_and_a_resume_into_a_live_run_directory_are_refused_and_the_run_is_untouched(
+        prepared, tmp_path):
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--epochs", 2, "--workers", 1, "--batch-size", 12)
+    live = warm.Ranks(1, args, tmp_path / "live")
+    live.wait_for("epoch 0 step 1/")
+    live.procs[0].send_signal(signal.SIGSTOP)  # alive, holding the run directory, for as long as this test asks
+    try:
+        holder = f"(pid {live.procs[0].pid} on {socket.gethostname()}, since "
+        second = warm.Ranks(2, args, tmp_path / "second")  # a copy of the command, two ranks: both hear rank 0
+        assert second.wait(timeout=120) == [2, 2], second.text()
+        for log in second.logs:
+            assert f"{run} is being written by another training {holder}" in log.read_text(), second.text()
+        resumed = warm.run("train", *args, "--resume", "auto")
+        assert resumed.returncode == 2 and f"is being written by another training {holder}" in resumed.stderr
+    finally:
+        live.procs[0].send_signal(signal.SIGCONT)
+    assert live.wait() == [0], live.text()
+    assert [r["epoch"] for r in read_metrics(run)] == [0, 1]  # the live run's records, each once
+    after = warm.run("train", *args, "--resume", "auto")  # once it has ended, the directory is free
+    assert after.returncode == 0 and "already finished 2 epochs" in after.stderr, after.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_training_killed_by_sigkill_leaves_its_run_directory_free_for_the_resume(prepared, tmp_path):
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--epochs", 2, "--workers", 1, "--batch-size", 12)
+    killed = warm.Ranks(1, args, tmp_path / "killed")
+    killed.wait_for("epoch 1 step 1/")  # after epoch 0's checkpoint
+    killed.procs[0].send_signal(signal.SIGKILL)
+    assert killed.wait() == [-signal.SIGKILL]
+    assert holder_record(run) is None  # the kernel let go with the process
+    resumed = warm.run("train", *args, "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr and "is being written" not in resumed.stderr
+    assert [r["epoch"] for r in read_metrics(run)] == [0, 1]

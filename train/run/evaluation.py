@@ -1,0 +1,150 @@
+"""`python -m train.evaluate RUN_DIR`: a run's checkpoint evaluated on its own, as the run evaluates it.
+
+What torchvision's reference calls --test-only and timm's validate.py: the checkpoint's weights (and its
+EMA's, where the run keeps one) on val and on every evaluation set of the dataset (ImageNetV2, ReaL, a class
+subset's val), with the run's own model, validation transform and metrics, every image once over any number
+of ranks (launched as training's are: srun, torchrun). For the numbers again after a crash in the last
+epoch's evaluation, on another prepared copy of the data, or on a checkpoint kept from earlier.
+
+It reads the checkpoint and appends one record to RUN_DIR/eval.jsonl; it never writes last.pt or
+metrics.jsonl, so it takes no run directory lock and may run while the run trains (it reads last.pt as
+last saved: checkpoints are written atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from shards.errors import UserError
+
+log = logging.getLogger("train")
+
+EVAL_NAME = "eval.jsonl"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m train.evaluate",
+        description="Evaluate a run's checkpoint (and its EMA) on val and every evaluation set of the dataset, "
+                    "as the run evaluates: one record appended to RUN_DIR/eval.jsonl. Launch it as training: "
+                    "srun python -m train.evaluate RUN_DIR, or under torchrun.")
+    p.add_argument("run_dir", type=Path, help="the run directory: its last.pt is evaluated, its eval.jsonl written")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="another checkpoint of the run to evaluate (default: RUN_DIR/last.pt)")
+    p.add_argument("--data", default=None,
+                   help="the prepared dataset (default: the run's --data); another prepared copy of the same "
+                        "classes is fine: the record names it")
+    p.add_argument("--workers", type=int, default=None, help="decode threads per rank (default: as training's)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--decode", choices=["cpu", "gpu"], default=None, help="default: the run's --decode")
+    p.add_argument("--dist-timeout", type=float, default=None,
+                   help="seconds to wait for peers (default: the run's --dist-timeout)")
+    return p
+
+
+def evaluation_config(saved, args: argparse.Namespace):
+    """The run's settings (its model, validation transform, precision), with how this process runs taken
+    from this command line: the data, the threads, the device. Pure."""
+    return replace(saved, run_dir=str(args.run_dir), data=args.data or saved.data, workers=args.workers,
+                   device=args.device, decode=args.decode or saved.decode,
+                   dist_timeout=args.dist_timeout or saved.dist_timeout, resume=None, max_steps=0, tracker="none")
+
+
+def what_was_evaluated(checkpoint, path: Path, data: str, dataset_id: str, run_dataset_id: str, world_size: int) -> dict:
+    """The record's head: which weights, at which point of the run, on which data. Pure."""
+    return {"checkpoint": str(path), "epochs_done": checkpoint.epoch, "step_in_epoch": checkpoint.step,
+            "data": data, "dataset_id": dataset_id, "run_dataset_id": run_dataset_id, "world_size": world_size,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def evaluation_line(record: dict) -> str:
+    """The log line of a record: where the run was, then val's and the evaluation sets' figures."""
+    from train.run.metrics import evaluation_sets
+
+    at = (f"after epoch {record['epochs_done'] - 1}" if record["step_in_epoch"] == 0
+          else f"epoch {record['epochs_done']} step {record['step_in_epoch']}")
+    ema = f" (EMA {record['ema_val_top1']:.2f}%)" if "ema_val_top1" in record else ""
+    return (f"evaluated {record['checkpoint']} ({at}) on {record['data']}, {record['world_size']} ranks: val top-1 "
+            f"{record['val_top1']:.2f}%{ema} top-5 {record['val_top5']:.2f}% on {record['val_images']} images"
+            f"{evaluation_sets(record)}")
+
+
+def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
+    """Every rank: the checkpoint's record (appended to RUN_DIR/eval.jsonl by rank 0)."""
+    import torch
+    import torch.distributed as dist
+
+    from shards.manifest import read_complete_manifest
+    from shards.resources import available_cpus
+    from train.cluster import cpu_threads, init_distributed
+    from train.run.checkpoint import checkpoint_path, load_checkpoint
+    from train.run.config import TrainConfig
+    from train.run.devices import device_for
+    from train.run.loop import build_run, evaluate_all
+    from train.run.metrics import append_durably
+
+    path = args.checkpoint or checkpoint_path(args.run_dir)
+    if not path.is_file():
+        raise UserError(f"no checkpoint at {path}: nothing to evaluate (a run saves RUN_DIR/last.pt at each epoch's "
+                        "end and at a preemption; --checkpoint names another file)")
+    checkpoint = load_checkpoint(path)
+    saved = TrainConfig.from_dict(checkpoint.config)
+    config = evaluation_config(saved, args)
+    manifest = read_complete_manifest(Path(config.data))
+    device = device_for(env, config.device)
+    torch.set_num_threads(cpu_threads(env, available_cpus()))
+    control = None
+    run = None
+    try:
+        if env.world_size > 1:
+            init_distributed(env, device, config.dist_timeout)
+            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
+        run = build_run(config, env, manifest, device, control, preemption=None)
+        try:
+            run.model.load_state_dict(checkpoint.model)
+        except RuntimeError as exn:  # the head's shape: another number of classes
+            raise UserError(f"the checkpoint's {config.arch} does not fit {config.data}, which has "
+                            f"{manifest.num_classes} classes ({str(exn).splitlines()[-1].strip()}): give --data the "
+                            "dataset the run was trained on (or a copy of it prepared again)") from None
+        if run.ema is not None:
+            run.ema.load_state_dict(checkpoint.ema)
+        record = what_was_evaluated(checkpoint, path, config.data, manifest.dataset_id(), saved.dataset_id,
+                                    env.world_size) | evaluate_all(run)
+        if env.is_main:
+            append_durably(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
+            if manifest.dataset_id() != saved.dataset_id:
+                log.info("%s is not the dataset the run trained on (dataset_id %s, the run's %s): another prepared "
+                         "copy of the same classes", config.data, manifest.dataset_id(), saved.dataset_id)
+            log.info("%s", evaluation_line(record))
+            log.info("record appended to %s", args.run_dir / EVAL_NAME)
+        return record
+    finally:
+        if run is not None:
+            for loader in run.eval_data.values():
+                loader.close()
+            run.train_data.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from train.cluster import dist_env
+    from train.run.cli import setup_logging
+    from train.run.flags import in_flags
+
+    args = build_parser().parse_args(argv)
+    try:
+        env = dist_env(os.environ)
+        setup_logging(env)
+        evaluate_checkpoint(args, env)
+        return 0
+    except UserError as exn:  # one line, exit 2, as training's
+        logging.getLogger("train").error("%s", in_flags(exn))
+        return 2
