@@ -9,7 +9,7 @@
 #                                 benchmark's peers (NVIDIA DALI, simplejpeg), both trackers, and system
 #                                 tools: slurm-wlm + munge (the cluster tests), cjpeg (libjpeg-turbo-progs:
 #                                 the tests' arithmetic-coded and 4x2 JPEGs), strace (the shared-read
-#                                 test counts each node's reads), debootstrap, qemu-user-static and
+#                                 test counts each node's reads), mmdebstrap and arch-test, qemu-user-static and
 #                                 binfmt-support (the bare-system install test, x86-64 and arm64)
 #
 # Building needs a C compiler, Python's headers, zlib's headers (pillow-simd) and, on x86-64, NASM
@@ -48,10 +48,11 @@ has_slurm() { command -v slurmctld >/dev/null && command -v slurmd >/dev/null; }
 has_munge() { command -v munged >/dev/null; }
 has_cjpeg() { command -v cjpeg >/dev/null; }
 has_strace() { command -v strace >/dev/null; }
-has_debootstrap() { command -v debootstrap >/dev/null; }
+has_mmdebstrap() { command -v mmdebstrap >/dev/null; }
+has_arch_test() { command -v arch-test >/dev/null; }  # (mmdebstrap's check that arm64 binaries run here)
 has_qemu() { command -v qemu-aarch64-static >/dev/null; }
 has_binfmt() { command -v update-binfmts >/dev/null; }
-(( dev )) && needs+=(slurm:slurm-wlm munge:munge cjpeg:libjpeg-turbo-progs strace:strace debootstrap:debootstrap
+(( dev )) && needs+=(slurm:slurm-wlm munge:munge cjpeg:libjpeg-turbo-progs strace:strace mmdebstrap:mmdebstrap arch_test:arch-test
                      qemu:qemu-user-static binfmt:binfmt-support)
 
 missing=()

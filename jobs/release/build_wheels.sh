@@ -17,8 +17,8 @@
 # 24.04's 3.12, Debian 13's 3.13, Debian 14's 3.14), the same zig cc compiling from outside.
 #
 # Needs: Python 3.11 or newer (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), PyPI, and for
-# the other Pythons root and debootstrap (or SIMD_PYTHONS="3.11" for the one this script runs with).
-# About 6 minutes on 2 cores, plus a minute a root file system the first time.
+# the other Pythons root and mmdebstrap (or SIMD_PYTHONS="3.11" for the one this script runs with).
+# About 6 minutes on 2 cores; the root file systems, the first time, are made meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source jobs/pillow_simd.sh
@@ -32,15 +32,19 @@ dist=$root/dist
 command -v nasm >/dev/null || { echo "build_wheels.sh: NASM is missing (Debian: apt install nasm)" >&2; exit 1; }
 host_python=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 read -ra simd_pythons <<< "${SIMD_PYTHONS:-3.11 3.12 3.13 3.14}"
+roots=()
 for version in "${simd_pythons[@]}"; do
   [[ $version == "$host_python" ]] && continue
-  suite_of_python "$version" > /dev/null
-  [[ $(id -u) == 0 ]] && command -v debootstrap > /dev/null || die "pillow-simd for CPython $version is built by" \
-    "that Python in a root file system, which needs root and debootstrap; as $(id -un): SIMD_PYTHONS=$host_python" \
+  roots+=("build:$(suite_of_python "$version"):amd64")
+  [[ $(id -u) == 0 ]] && command -v mmdebstrap > /dev/null || die "pillow-simd for CPython $version is built by" \
+    "that Python in a root file system, which needs root and mmdebstrap; as $(id -un): SIMD_PYTHONS=$host_python" \
     "(the Python this script runs with; PYTHON=... picks it)"
 done
 
 rm -rf "$work" "$dist"/imagenet_slurm-*.whl "$dist"/pillow_simd-*.whl && mkdir -p "$work" "$dist"
+# The other Pythons' root file systems, made (where not kept) while the native code compiles here
+roots_made=
+if (( ${#roots[@]} )); then make_roots "${roots[@]}" & roots_made=$!; fi
 echo "build_wheels.sh: build tools (ziglang, cmake, ninja, auditwheel) in $work/tools"
 "$python" -m venv "$work/tools"
 tools=$work/tools/bin
@@ -122,6 +126,7 @@ simd_wheel_in_root() {
     die "pillow-simd for CPython $version failed in $rootfs (above)"
   unmount_all
 }
+[[ -z $roots_made ]] || wait "$roots_made" || die "the root file systems for pillow-simd could not be made (above)"
 for version in "${simd_pythons[@]}"; do
   echo "build_wheels.sh: pillow-simd for CPython $version"
   if [[ $version == "$host_python" ]]; then simd_wheel "$tools/python"; else simd_wheel_in_root "$version"; fi

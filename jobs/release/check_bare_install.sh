@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proof that the wheels install where our users are, on every Python they claim: in a minimal root file
-# system (debootstrap: python3, python3-venv and CA certificates, nothing else; no compiler, no header),
-# a user who is not root runs the README's "Install on a cluster" lines exactly as written (taken from
+# system (mmdebstrap's minbase: apt, python3, python3-venv and CA certificates, nothing else; no compiler, no
+# header), a user who is not root runs the README's "Install on a cluster" lines exactly as written (taken from
 # the README, so the text and the check cannot drift apart; the one change: /path/to/wheels is the
 # wheels' folder), in a copy of the clone. Then, in each system:
 #   - PIL is pillow-simd on the pinned libjpeg-turbo (the native decoder's version);
@@ -13,20 +13,48 @@
 # Debian 12 under emulation: the pinned-pixel test, the same hashes.
 #
 #   bash jobs/release/build_wheels.sh && bash jobs/release/check_bare_install.sh [SYSTEM...]
+#   bash jobs/release/check_bare_install.sh --roots-only [SYSTEM...]   (makes their root file systems, at once)
 #
 # SYSTEM: bookworm (Debian 12, Python 3.11), noble (Ubuntu 24.04, 3.12), trixie (Debian 13, 3.13),
 # forky (Debian 14, 3.14), arm64; all of them by default. Each is independent of the others, so
-# several may run at once. Needs root (debootstrap, chroot, mounts), debootstrap, Debian's and Ubuntu's
+# several may run at once. Needs root (mmdebstrap, chroot, mounts), mmdebstrap, Debian's and Ubuntu's
 # mirrors and PyPI. The root file systems are kept in ~/.cache/imagenet-slurm/ between runs (made
-# once: about a minute each, several under emulation); the user's home is new each run, and emptied
+# once: about 15 s each, 2.5 minutes under emulation); the user's home is new each run, and emptied
 # at the end. This machine's pip configuration (CA bundle, constraints, local wheel folders) is carried in.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source jobs/release/bare_systems.sh
 user=researcher
 
-[[ $(id -u) == 0 ]] || die "needs root (debootstrap, chroot, mounts); the install inside runs as a user who is not"
-command -v debootstrap >/dev/null || die "debootstrap is missing (apt install debootstrap; jobs/install.sh --dev installs it)"
+[[ $(id -u) == 0 ]] || die "needs root (mmdebstrap, chroot, mounts); the install inside runs as a user who is not"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (apt install mmdebstrap; jobs/install.sh --dev installs it)"
+# arm64_runs: whether this machine runs arm64 binaries (qemu-user-static through binfmt_misc); says why not.
+# (this leaves binfmt_misc mounted and qemu-user-static's aarch64 entry enabled on this machine, as
+# `apt install qemu-user-static` itself would on a system that runs its init scripts)
+arm64_runs() {
+  command -v qemu-aarch64-static >/dev/null || {
+    echo "check_bare_install.sh: aarch64 not run: qemu-user-static is missing (apt install qemu-user-static)"; return 1; }
+  [[ -e /proc/sys/fs/binfmt_misc/register ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+  update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+  [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || {
+    echo "check_bare_install.sh: aarch64 not run: this machine cannot register qemu-aarch64 with binfmt_misc"; return 1; }
+}
+
+roots_only=0
+[[ ${1:-} == --roots-only ]] && { roots_only=1; shift; }
+systems=("$@")
+(( ${#systems[@]} )) || systems=(bookworm noble trixie forky arm64)
+if (( roots_only )); then  # the systems' root file systems, made where not kept, all at once
+  roots=()
+  for system in "${systems[@]}"; do
+    case $system in
+      arm64) if arm64_runs; then roots+=(bare:bookworm:arm64); fi ;;
+      *) python_of_suite "$system" > /dev/null && roots+=("bare:$system:amd64") ;;
+    esac
+  done
+  make_roots "${roots[@]}"
+  exit 0
+fi
 [[ -x .venv/bin/python ]] || die "the development build is missing: bash jobs/install.sh"
 project_wheel=$(ls dist/imagenet_slurm-*-cp311-abi3-manylinux_2_28_x86_64.whl 2>/dev/null | tail -1)
 arm_wheel=$(ls dist/imagenet_slurm-*-cp311-abi3-manylinux_2_28_aarch64.whl 2>/dev/null | tail -1)
@@ -127,14 +155,7 @@ STEPS
 check_arm64() {
   local rootfs home started=$SECONDS
   [[ -n $arm_wheel ]] || { echo "check_bare_install.sh: aarch64 not run: no aarch64 wheel in dist/"; return; }
-  command -v qemu-aarch64-static >/dev/null || {
-    echo "check_bare_install.sh: aarch64 not run: qemu-user-static is missing (apt install qemu-user-static)"; return; }
-  # (this leaves binfmt_misc mounted and qemu-user-static's aarch64 entry enabled on this machine, as
-  # `apt install qemu-user-static` itself would on a system that runs its init scripts)
-  [[ -e /proc/sys/fs/binfmt_misc/register ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
-  update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
-  [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || {
-    echo "check_bare_install.sh: aarch64 not run: this machine cannot register qemu-aarch64 with binfmt_misc"; return; }
+  arm64_runs || return 0
   rootfs=$(root_system bare bookworm arm64)
   enter "$rootfs"
   home=$(a_user_in "$rootfs")
@@ -157,8 +178,6 @@ STEPS
   echo "check_bare_install.sh: arm64 passed in $(( SECONDS - started )) s: the pinned hashes, under emulation"
 }
 
-systems=("$@")
-(( ${#systems[@]} )) || systems=(bookworm noble trixie forky arm64)
 for system in "${systems[@]}"; do
   case $system in
     arm64) check_arm64 ;;
