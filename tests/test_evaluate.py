@@ -45,7 +45,7 @@ def test_evaluation_alone_gives_the_runs_last_val_and_ema_figures_and_appends_on
     assert {name: record[name] for name in SAME + LOSSES} == {name: last[name] for name in SAME + LOSSES}
     assert record["epochs_done"] == 2 and record["step_in_epoch"] == 0 and record["world_size"] == 1
     assert record["dataset_id"] == record["run_dataset_id"] and record["checkpoint"] == str(run / "last.pt")
-    assert f"evaluated {run / 'last.pt'} (after epoch 1) on " in caplog.text
+    assert f"evaluated {run / 'last.pt'} (after epoch 1) on {record['data']}, 1 rank: val top-1 " in caplog.text
     assert f"val top-1 {last['val_top1']:.2f}% (EMA {last['ema_val_top1']:.2f}%)" in caplog.text
     assert (run / "metrics.jsonl").read_text().count("\n") == 2  # the run's own records untouched
 

@@ -286,19 +286,22 @@ def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_st
     assert "train/images_per_sec" in scalars and "epoch/train_loss" in scalars
 
 
-def test_ctrl_c_saves_a_checkpoint_says_how_to_resume_and_the_resume_finishes_the_epoch_exactly(prepared, tmp_path):
+@pytest.mark.parametrize("world", [1, 2])
+def test_ctrl_c_saves_a_checkpoint_says_how_to_resume_and_the_resume_finishes_the_epoch_exactly(prepared, tmp_path,
+                                                                                              world):
     run = tmp_path / "run"
-    args = train_args(prepared, run, "--epochs", 1, "--workers", 1, "--batch-size", 12)
-    first = Ranks(1, args, tmp_path / "a")
+    args = train_args(prepared, run, "--epochs", 1, "--workers", 1, "--batch-size", 12 // world)
+    first = Ranks(world, args, tmp_path / "a")
     first.wait_for("epoch 0 step 3/")
-    first.procs[0].send_signal(signal.SIGINT)
-    assert first.wait() == [130], first.text()  # as a shell expects of Ctrl-C: a script's next step does not run
+    for rank in first.procs:  # a terminal's Ctrl-C reaches every process of the foreground job
+        rank.send_signal(signal.SIGINT)
+    assert first.wait() == [130] * world, first.text()  # as a shell expects of Ctrl-C: a script's next step does not run
     state = load_checkpoint(checkpoint_path(run))
     assert state.epoch == 0 and 3 <= state.step and state.loader["position"] == state.step
     assert f"stopped by Ctrl-C, the checkpoint saved, at epoch 0 step {state.step}/" in first.text()
     assert "resume with --resume auto" in first.text() and "Traceback" not in first.text()
-    second = Ranks(1, args + ["--resume", "auto"], tmp_path / "b")
-    assert second.wait() == [0], second.text()
+    second = Ranks(world, args + ["--resume", "auto"], tmp_path / "b")
+    assert second.wait() == [0] * world, second.text()
     (record,) = read_metrics(run)
     assert record["resumed_at_step"] == state.step and record["train_images"] == record["steps"] * 12
 

@@ -71,7 +71,8 @@ def evaluation_line(record: dict) -> str:
     at = (f"after epoch {record['epochs_done'] - 1}" if record["step_in_epoch"] == 0
           else f"epoch {record['epochs_done']} step {record['step_in_epoch']}")
     ema = f" (EMA {record['ema_val_top1']:.2f}%)" if "ema_val_top1" in record else ""
-    return (f"evaluated {record['checkpoint']} ({at}) on {record['data']}, {record['world_size']} ranks: val top-1 "
+    ranks = f"{record['world_size']} rank{'s' if record['world_size'] > 1 else ''}"
+    return (f"evaluated {record['checkpoint']} ({at}) on {record['data']}, {ranks}: val top-1 "
             f"{record['val_top1']:.2f}%{ema} top-5 {record['val_top5']:.2f}% on {record['val_images']} images"
             f"{evaluation_sets(record)}")
 
