@@ -125,13 +125,16 @@ def free_port() -> int:
 
 
 def init_distributed(env: DistEnv, device: torch.device, timeout_s: float) -> None:
-    """Join the process group (NCCL on GPUs, gloo on CPU); fail within `timeout_s` if a peer never comes."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    """Join the process group (torch's backend for the device: NCCL, or RCCL under ROCm, on GPUs, XCCL on Intel's,
+    gloo on the CPU); fail within `timeout_s` if a peer never comes."""
+    from train.accelerators import backend_for
+
+    backend = backend_for(device)
     port = env.master_port or free_port()
     try:
         dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{port}", rank=env.rank,
                                 world_size=env.world_size, timeout=datetime.timedelta(seconds=timeout_s),
-                                **({"device_id": device} if device.type == "cuda" else {}))
+                                **({"device_id": device} if device.type != "cpu" else {}))
         # The store answers before every rank has joined; one collective proves they all did.
         dist.barrier()
     except Exception as exn:  # torch raises several types here; all mean the same to the user

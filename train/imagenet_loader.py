@@ -34,15 +34,17 @@ import torch.distributed as dist
 
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.resources import available_cpus
+from train.accelerators import pins_memory
 from train.augment.draws import Augment
 from train.augment.mixing import mixed, mixer_for, mixing_seed
 from train.cluster import DistEnv, default_workers, process_env
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, DeviceBatches
 from train.errors import ConfigError, ResumeError
 from train.loader import Batch, Loader, PlanArgs, take
-from train.loader_arguments import (check_decode, check_dtype, check_has_batches, check_only_train_augments,
-                                    check_repeats, check_split, checked_augment, checked_device, checked_image_size,
-                                    checked_normalisation, checked_validation, epoch_length, largest_size, place_of)
+from train.loader_arguments import (check_decode, check_device_decode, check_dtype, check_has_batches,
+                                    check_only_train_augments, check_repeats, check_split, checked_augment,
+                                    checked_device, checked_image_size, checked_normalisation, checked_validation,
+                                    epoch_length, largest_size, place_of)
 from train.numbers import Real, Whole, optional, whole_number
 from train.shard_index import ShardSet
 from train.transforms import ResolutionRamp
@@ -168,6 +170,7 @@ class ImageNetLoader:
         check_dtype(dtype, self.augment)
         self.mean, self.std = checked_normalisation(dtype, mean, std)
         self.device, self.root = checked_device(device), Path(root)
+        check_device_decode(decode, self.device, torch.version.hip)
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
         # the launcher's environment, read once: this process's place and its share of the CPUs
         env = process_env(os.environ) if (rank is None and world_size is None) or workers is None else None
@@ -180,7 +183,7 @@ class ImageNetLoader:
         largest = max(self.val_crop, largest_size(self.image_size))
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
                         image_size=largest, threads=decode_threads(threads, env), decode=decode,
-                        pin_memory=self.device.type == "cuda")
+                        pin_memory=pins_memory(self.device))
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest),
                                {name: tuple(indices) for name, indices in manifest.class_subsets.items()})
         self._mixer = mixer_for(self.augment, manifest.num_classes)

@@ -13,6 +13,7 @@ import torch
 
 from shards.paths import EVAL_SPLITS
 from shards.plan import even_split, steps_per_epoch
+from train.accelerators import XPU_TORCH, device_count, platform
 from train.augment.draws import Augment
 from train.cluster import DistEnv
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
@@ -128,6 +129,17 @@ def check_decode(decode: str) -> None:
         raise about("decode", None, f"must be one of {', '.join(DECODES)}, not {decode!r}")
 
 
+def check_device_decode(decode: str, device: torch.device, hip: str | None) -> None:
+    """decode='gpu' is NVIDIA's (nvJPEG, through nvImageCodec): on Intel's GPUs, or AMD's (ROCm's torch, whose
+    device type is "cuda" too), it is refused in one line; the CPU decode feeds every device. On the CPU it runs the
+    same path, for testing. `hip`: torch.version.hip. Pure."""
+    if decode != "gpu" or device.type == "cpu" or (device.type == "cuda" and not hip):
+        return
+    where = f"AMD's GPUs (ROCm {hip})" if device.type == "cuda" else f"{platform(device)} ({device})"
+    raise ConfigError("{decode} gpu is NVIDIA's JPEG decode (nvJPEG, through nvImageCodec), which " + where
+                      + " does not have: use {decode} cpu, the decode that feeds every device", {"decode": "decode"})
+
+
 def check_dtype(dtype, augment: Augment) -> None:
     """A floating dtype, or uint8 where nothing makes floats (random erasing fills with the
     normalised 0, MixUp/CutMix blend images)."""
@@ -165,9 +177,15 @@ def checked_device(device) -> torch.device:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exn:
-        raise ConfigError(f"device {device!r} is not a torch device ({exn}): give 'cuda', 'cuda:N' or 'cpu'") from None
+        raise ConfigError(f"device {device!r} is not a torch device ({exn}): give 'cuda', 'cuda:N', 'xpu' or "
+                          "'cpu'") from None
     if device.type == "meta":
-        raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'cpu')")
+        raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'xpu', "
+                          "'cpu')")
+    if device.type == "xpu" and device_count("xpu") == 0:
+        raise ConfigError(f"device {str(device)!r}, but this torch sees no Intel GPU (torch.xpu.is_available() is "
+                          f"False): on a node with Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere "
+                          "use device='cpu'")
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:

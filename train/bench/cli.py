@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="resnet50", help="model for the model and full modes")
     p.add_argument("--model-batch-size", type=int, default=256, help="batch for the model and full modes")
     p.add_argument("--steps", type=int, default=20, help="timed steps in the model, feed and full modes")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None)
+    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None)
     p.add_argument("--decode", choices=["cpu", "gpu"], default="cpu",
                    help="decode path of the feed and full modes (as train --decode); data mode always decodes on the CPU")
     p.add_argument("--no-dali", action="store_true", help="skip DALI even when installed")

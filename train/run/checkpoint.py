@@ -138,17 +138,18 @@ def prepare_flags(options: dict) -> str:
 
 
 def rng_state(device: torch.device) -> dict:
+    """The host's generators, and the accelerator's under its own type ("cuda": NVIDIA's and AMD's, "xpu")."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
+    if device.type != "cpu":
+        state[device.type] = torch.get_device_module(device.type).get_rng_state(device)
     return state
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if "cuda" in state and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
+    if device.type != "cpu" and device.type in state:
+        torch.get_device_module(device.type).set_rng_state(state[device.type], device)
 
 
 def checkpoint_path(run_dir: str | Path) -> Path:

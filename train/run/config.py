@@ -148,7 +148,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--workers", type=int, default=None,
                    help="decoding threads per rank (default: the rank's share of the task's CPUs, less one for the "
                         "training thread); batches are the same for any count")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None,
+                   help="cuda (NVIDIA's GPUs, and AMD's under ROCm's torch), xpu (Intel's) or cpu; default: the GPU "
+                        "this torch build has, where one is visible")
     p.add_argument("--image-size", type=int, default=d.image_size,
                    help="the training crops' side (a --ramp sets it instead); validation follows it where neither "
                         "--val-* nor the recipe sets it: Resize(size x 256/224) + CenterCrop(size)")

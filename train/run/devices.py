@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import torch
 
+from train.accelerators import XPU_TORCH, accelerator_here, device_count, rank_device
 from train.cluster import ClusterError, DistEnv
 
 
 def device_for(env: DistEnv, requested: str | None) -> torch.device:
-    """cuda:<local rank mod visible GPUs> when CUDA is there (with --gpus-per-task: cuda:0), else cpu."""
-    kind = requested or ("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ClusterError("--device cuda, but no GPU is visible to this task (check --gpus-per-task)")
-        return torch.device("cuda", env.local_rank % torch.cuda.device_count())
-    return torch.device(kind)
+    """KIND:<local rank mod the visible devices> (with --gpus-per-task: index 0) of the accelerator asked for, or of
+    the one this torch build has (torch.accelerator: NVIDIA's and AMD's GPUs are "cuda", Intel's "xpu"); else cpu."""
+    kind = requested or accelerator_here() or "cpu"
+    if kind == "cpu":
+        return torch.device("cpu")
+    count = device_count(kind)
+    if count == 0:
+        raise ClusterError(missing(kind))
+    return rank_device(kind, env.local_rank, count)
+
+
+def missing(kind: str) -> str:
+    """Why --device `kind` cannot be used here, and what to do, in one line."""
+    if kind == "xpu":
+        return ("--device xpu, but this torch sees no Intel GPU (torch.xpu.is_available() is False): on a node with "
+                f"Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere use --device cuda or cpu")
+    return f"--device {kind}, but no GPU is visible to this task (check --gpus-per-task)"

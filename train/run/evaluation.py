@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the prepared dataset (default: the run's --data); another prepared copy of the same "
                         "classes is fine: the record names it")
     p.add_argument("--workers", type=int, default=None, help="decode threads per rank (default: as training's)")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None,
+                   help="default: the GPU this torch build has, where one is visible")
     p.add_argument("--decode", choices=["cpu", "gpu"], default=None, help="default: the run's --decode")
     p.add_argument("--dist-timeout", type=float, default=None,
                    help="seconds to wait for peers (default: the run's --dist-timeout)")

@@ -32,6 +32,7 @@ from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import (Checkpoint, checkpoint_path, dataset_of, find_checkpoint, load_checkpoint, rng_state,
                                   save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
+from train.accelerators import autocast_default, platform
 from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
@@ -156,7 +157,7 @@ def build_optimizer(model: torch.nn.Module, lr: float, momentum: float, weight_d
 def step_module(model: torch.nn.Module, world_size: int, device: torch.device, compile: bool) -> torch.nn.Module:
     """What training steps call: DDP-wrapped across ranks, and compiled if asked."""
     if world_size > 1:
-        model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[device] if device.type != "cpu" else None)
     return torch.compile(model) if compile else model
 
 
@@ -231,7 +232,7 @@ def short_warmup_then_epochs(per_epoch, warmup_steps: int, steps: int, start_fac
 
 def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
     if amp == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
+        return autocast_default(device)
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
 
 
@@ -389,8 +390,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                 log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
             if done >= run.steps:
                 break
-    if run.device.type == "cuda":
-        torch.cuda.synchronize(run.device)
+    if run.device.type != "cpu":
+        torch.accelerator.synchronize(run.device)
     sums.loss += loss_sum.item()
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
@@ -622,8 +623,9 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
                     "Run it as `srun python -m train` to use every task.", env.job_tasks)
     if env.is_main:
         log_pil_build(log)
-        log.info("%s: %d ranks (%s launcher), device %s, %d train / %d val samples, %d classes", config.arch,
-                 env.world_size, env.launcher, device, manifest.splits["train"].samples,
+        log.info("%s: %d ranks (%s launcher), device %s (%s), %d train / %d val samples, %d classes", config.arch,
+                 env.world_size, env.launcher, device, platform(device, torch.version.hip),
+                 manifest.splits["train"].samples,
                  manifest.splits["val"].samples, manifest.num_classes)
     run = None
     try:

@@ -1,0 +1,89 @@
+"""Every GPU kind through one device-generic path (train/accelerators.py): the decisions for the CPU, NVIDIA's
+CUDA, AMD's ROCm (whose torch keeps the type "cuda") and Intel's XPU, as pure functions checked against torch's own
+tables; and, on this machine (no GPU), what asking for one that is not here says, from the command line and the
+library alike. Nothing here has run on an AMD or Intel GPU: docs/clusters.md and BENCHMARKS.md say so."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from train import ConfigError, ImageNetLoader
+from train.accelerators import (ACCELERATORS, XPU_TORCH, accelerator_here, autocast_default, backend_for,
+                                pins_memory, platform, rank_device)
+from train.cluster import ClusterError, DistEnv
+from train.loader_arguments import check_device_decode
+from train.run.devices import device_for
+
+CPU, CUDA, XPU = torch.device("cpu"), torch.device("cuda", 0), torch.device("xpu", 0)
+
+
+def test_each_kind_joins_the_process_group_torch_maps_it_to():
+    table = dist.Backend.default_device_backend_map
+    assert {kind: backend_for(device) for kind, device in (("cpu", CPU), ("cuda", CUDA), ("xpu", XPU))} == \
+        {"cpu": table["cpu"], "cuda": table["cuda"], "xpu": table["xpu"]} == {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl"}
+    assert backend_for(torch.device("meta")) == "gloo"  # a type torch does not map
+
+
+@pytest.mark.parametrize("kind,local_rank,count,device", [
+    ("cuda", 0, 4, "cuda:0"), ("cuda", 5, 4, "cuda:1"), ("cuda", 3, 1, "cuda:0"),  # --gpus-per-task 1: index 0
+    ("xpu", 7, 8, "xpu:7"), ("xpu", 9, 8, "xpu:1"),  # DAWN: two stacks a GPU, eight devices a node
+    ("cpu", 3, 0, "cpu"),
+])
+def test_a_rank_takes_its_local_rank_among_the_devices_it_sees(kind, local_rank, count, device):
+    assert rank_device(kind, local_rank, count) == torch.device(device)
+
+
+def test_pinned_memory_and_autocast_follow_the_device_not_its_vendor():
+    assert [pins_memory(d) for d in (CPU, CUDA, XPU)] == [False, True, True]
+    assert [autocast_default(d) for d in (CPU, CUDA, XPU)] == [None, torch.bfloat16, torch.bfloat16]
+    assert set(ACCELERATORS) == {"cuda", "xpu"}
+
+
+def test_the_start_up_line_names_the_platform_rocm_included():
+    assert platform(CUDA) == "NVIDIA CUDA" and platform(CUDA, hip="6.4.1") == "AMD ROCm 6.4.1"
+    assert platform(XPU) == "Intel XPU" and platform(CPU) == "CPU"
+
+
+def test_the_gpu_decode_is_nvidias_and_refused_elsewhere_in_one_line():
+    check_device_decode("gpu", CUDA, None)  # NVIDIA's: the path it is for
+    check_device_decode("gpu", CPU, None)  # the same path on the CPU, for testing
+    check_device_decode("cpu", XPU, None)  # the CPU decode feeds every device
+    for device, hip, where in ((XPU, None, "Intel XPU (xpu:0)"), (CUDA, "6.4.1", "AMD's GPUs (ROCm 6.4.1)")):
+        with pytest.raises(ConfigError) as refused:
+            check_device_decode("gpu", device, hip)
+        said = refused.value.said_with({"decode": "--decode"})
+        assert said == (f"--decode gpu is NVIDIA's JPEG decode (nvJPEG, through nvImageCodec), which {where} does "
+                        "not have: use --decode cpu, the decode that feeds every device")
+        assert str(refused.value).startswith("decode gpu is NVIDIA's")  # the library's words
+
+
+@pytest.mark.skipif(accelerator_here() is not None, reason="a machine with a GPU: the refusals are of a GPU-less one")
+def test_asking_for_a_gpu_that_is_not_here_says_what_to_do():
+    env = DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+                  node="here")
+    assert device_for(env, None) == CPU  # nothing asked, nothing here: the CPU
+    with pytest.raises(ClusterError, match=r"--device cuda, but no GPU is visible to this task"):
+        device_for(env, "cuda")
+    with pytest.raises(ClusterError) as refused:
+        device_for(env, "xpu")
+    assert str(refused.value) == ("--device xpu, but this torch sees no Intel GPU (torch.xpu.is_available() is "
+                                  f"False): on a node with Intel GPUs, install torch's XPU build ({XPU_TORCH}); "
+                                  "elsewhere use --device cuda or cpu")
+
+
+@pytest.mark.skipif(accelerator_here() is not None, reason="a machine with a GPU: the refusals are of a GPU-less one")
+def test_device_xpu_without_xpu_support_is_refused_in_one_line_by_the_command_and_the_library(prepared, tmp_path,
+                                                                                            caplog):
+    from train.run.cli import main
+
+    with caplog.at_level(logging.ERROR, logger="train"):
+        assert main(["--data", str(prepared), "--run-dir", str(tmp_path / "run"), "--device", "xpu"]) == 2
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert said.startswith("--device xpu, but this torch sees no Intel GPU") and XPU_TORCH in said
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    with pytest.raises(ConfigError, match=r"device 'xpu', but this torch sees no Intel GPU .* use device='cpu'"):
+        ImageNetLoader(prepared, device="xpu", batch_size=4, image_size=32)
