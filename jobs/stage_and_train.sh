@@ -12,6 +12,8 @@
 #   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512"; the evaluation sets:
 #                 "--eval-source /datasets/imagenetv2-matched-frequency.tar.gz --real-labels /datasets/real.json")
 #   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
+#   STATS         1: sample each node while it trains (vmstat; xpu-smi or nvidia-smi where the node has it) into
+#                 $RUN_DIR/stats/, every STATS_EVERY seconds (default 10): jobs/sample_stats.sh
 set -euo pipefail
 
 : "${IMAGENET:?set IMAGENET to the folder with the ImageNet archives, e.g. sbatch --export=ALL,IMAGENET=/datasets/imagenet}"
@@ -62,10 +64,22 @@ srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
 srun --kill-on-bad-exit=1 "$PYTHON" "${python_flags[@]}" -m train "${data_option[@]}" --run-dir "$RUN_DIR" --resume auto --requeue \
     $TRAIN_ARGS &
 step=$!
+sampler=
+if [[ ${STATS:-0} == 1 ]]; then  # beside the training, on its nodes, sharing their CPUs (--overlap) rather than taking any
+  stop=$RUN_DIR/stats/.stop-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}
+  srun --overlap --ntasks-per-node=1 --cpus-per-task=1 bash jobs/sample_stats.sh "$RUN_DIR/stats" "$stop" &
+  sampler=$!
+  echo "  stats:       $RUN_DIR/stats/ (every ${STATS_EVERY:-10} s)"
+fi
 trap 'echo "preemption signal: forwarding SIGUSR1 to the training step"; kill -USR1 $step' USR1
 status=0
 while true; do
   wait "$step" && status=0 || status=$?
   kill -0 "$step" 2>/dev/null || break   # wait returns early when the trap fires: wait again
 done
+if [[ -n $sampler ]]; then  # the samplers end as the file appears (each looks every second)
+  touch "$stop"
+  wait "$sampler" || true
+  rm -f "$stop"
+fi
 exit "$status"

@@ -253,12 +253,13 @@ def wait_job(slurm, job: str, timeout: float = 600) -> dict:
     raise AssertionError(f"job {job} did not finish in {timeout} s: {job_state(slurm, job)}")
 
 
-def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2) -> str:
-    """Submit a job script in CPU test mode: the GPU and size options overridden on the command line."""
+def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2, more: str = "") -> str:
+    """Submit a job script in CPU test mode: the GPU and size options overridden on the command line; `more`:
+    more of the environment (",NAME=VALUE,...")."""
     cpu_mode = [f"--nodes={nodes}", "--ntasks-per-node=1", "--gpus-per-task=0", "--cpus-per-task=2",
                 "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out"]
     export = (f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
-              f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={train_args}")
+              f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={train_args}{more}")
     result = subprocess.run(["sbatch", "--parsable", *cpu_mode, export, script], cwd=ROOT, env=slurm,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -268,7 +269,7 @@ def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2) 
 def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slurm, sources, tmp_path):
     shutil.copytree(sources["official"], tmp_path / "source")
     job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path,
-                 f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1")
+                 f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1", more=",STATS=1,STATS_EVERY=1")
     log = tmp_path / f"job-{job}.out"
     deadline = time.monotonic() + 300
     while "epoch 0 step 3/" not in (log.read_text() if log.exists() else ""):
@@ -292,6 +293,12 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
     # the job script always passes --resume auto: its first start says it found nothing, the requeued one what it found
     assert text.count(f"--resume auto: no checkpoint in {tmp_path / 'run'}: a new run") == 1
     assert f"resumed from {tmp_path / 'run'}/last.pt at epoch 0 step" in text
+    # STATS=1: each node sampled while it trained, in both starts; neither has a GPU tool, which is said
+    for node in ("node1", "node2"):
+        sampled = (tmp_path / "run" / "stats" / f"vmstat-{node}.txt").read_text().splitlines()
+        assert sum(line.split()[0].isdigit() for line in sampled) >= 4 and "free" in sampled[1], sampled[:3]
+        assert text.count(f"sample_stats.sh: {node} has neither xpu-smi nor nvidia-smi: its GPUs are not sampled") == 2
+    assert "srun: error" not in text.split("(restart 1)")[1]  # the samplers end by themselves, not killed
     # the requeued start took the run directory's lock, its earlier start's gone (train/run/run_lock.py)
     assert (tmp_path / "run" / ".train.lock").read_text().split()[3:5] == [job, state["Restarts"]]
     assert f"metrics:     {tmp_path / 'run'}/metrics.jsonl" in text
