@@ -17,6 +17,8 @@ from test_train import train_args
 from train.run.evaluation import EVAL_NAME, evaluation_line, main
 from train.run.metrics import read_metrics
 
+pytestmark = pytest.mark.slow  # every test reads a run trained by a training process (ema_run)
+
 # exactly the run's: counts; the losses too on one rank (the same batches), to float32's rounding on two
 SAME = ("val_top1", "val_top5", "val_images", "val_bad_samples", "ema_val_top1", "ema_val_top5", "ema_val_images")
 LOSSES = ("val_loss", "ema_val_loss")
@@ -50,7 +52,6 @@ def test_evaluation_alone_gives_the_runs_last_val_and_ema_figures_and_appends_on
     assert (run / "metrics.jsonl").read_text().count("\n") == 2  # the run's own records untouched
 
 
-@pytest.mark.slow
 def test_two_ranks_evaluate_every_val_image_once_and_agree_with_one(ema_run, tmp_path):
     run, last = ema_run
     ranks = warm.Ranks(2, [run, "--workers", "1"], tmp_path, module="train.evaluate")
