@@ -102,6 +102,7 @@ def hold(run_dir: Path, how: str, env: dict | None = None) -> subprocess.Popen:
     return holder
 
 
+@pytest.mark.slow  # it waits out its bounds
 def test_a_requeued_job_waits_for_its_earlier_start_to_end_and_only_so_long(tmp_path, caplog):
     run_dir = tmp_path / "run"
     earlier = hold(run_dir, "2", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
