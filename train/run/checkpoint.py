@@ -126,7 +126,8 @@ def prepared_again_with(trained: dict, now: dict) -> str:
 
 
 def prepare_flags(options: dict) -> str:
-    """The prepare flags that give `options`, where they are not prepare's defaults said plainly. Pure."""
+    """The prepare flags that give `options`, every one said (a flag for a true switch, none for an option unset).
+    Pure."""
     words = []
     for name, flag in PREPARE_FLAGS.items():
         value = options.get(name)

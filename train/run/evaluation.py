@@ -19,7 +19,6 @@ import logging
 import os
 import time
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 
 from shards.errors import UserError
@@ -85,11 +84,11 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
 
     from shards.manifest import read_complete_manifest
     from shards.resources import available_cpus
-    from train.cluster import cpu_threads, init_distributed
+    from train.cluster import cpu_threads
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.config import TrainConfig
     from train.run.devices import device_for
-    from train.run.loop import build_run, evaluate_all
+    from train.run.loop import build_run, close_data, evaluate_all, join_ranks
     from train.run.metrics import append_durably
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
@@ -102,12 +101,9 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     manifest = read_complete_manifest(Path(config.data))
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
-    control = None
     run = None
     try:
-        if env.world_size > 1:
-            init_distributed(env, device, config.dist_timeout)
-            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
+        control = join_ranks(env, device, config.dist_timeout)
         run = build_run(config, env, manifest, device, control, preemption=None)
         try:
             run.model.load_state_dict(checkpoint.model)
@@ -117,21 +113,19 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
                             "dataset the run was trained on (or a copy of it prepared again)") from None
         if run.ema is not None:
             run.ema.load_state_dict(checkpoint.ema)
-        record = what_was_evaluated(checkpoint, path, config.data, manifest.dataset_id(), saved.dataset_id,
+        dataset_id = manifest.dataset_id()
+        record = what_was_evaluated(checkpoint, path, config.data, dataset_id, saved.dataset_id,
                                     env.world_size) | evaluate_all(run)
         if env.is_main:
             append_durably(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
-            if manifest.dataset_id() != saved.dataset_id:
+            if dataset_id != saved.dataset_id:
                 log.info("%s is not the dataset the run trained on (dataset_id %s, the run's %s): another prepared "
-                         "copy of the same classes", config.data, manifest.dataset_id(), saved.dataset_id)
+                         "copy of the same classes", config.data, dataset_id, saved.dataset_id)
             log.info("%s", evaluation_line(record))
             log.info("record appended to %s", args.run_dir / EVAL_NAME)
         return record
     finally:
-        if run is not None:
-            for loader in run.eval_data.values():
-                loader.close()
-            run.train_data.close()
+        close_data(run)
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -587,11 +587,10 @@ def main(command: CommandLine, env: DistEnv) -> int:
     config = replace(config, dataset_id=manifest.dataset_id())
     device = device_for(env, config.device)
     claim = run_lock.take(Path(config.run_dir)) if env.is_main else run_lock.Claim()
-    refused, control = claim.refused, None
+    refused = claim.refused
     try:
-        if env.world_size > 1:
-            init_distributed(env, device, config.dist_timeout)
-            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.dist_timeout))
+        control = join_ranks(env, device, config.dist_timeout)
+        if control is not None:
             said = [refused]
             dist.broadcast_object_list(said, src=0, group=control)  # rank 0's verdict on the run directory
             refused = said[0]
@@ -635,10 +634,24 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
             log.info("%s", run.train_data.describe())
         return train(run, found, changes)
     finally:
-        if run is not None:
-            for loader in run.eval_data.values():
-                loader.close()
-            run.train_data.close()
+        close_data(run)
+
+
+def join_ranks(env: DistEnv, device: torch.device, timeout_s: float):
+    """The rendezvous of a run of several ranks, and its gloo group for CPU-side agreement (Run.control); None
+    for one rank."""
+    if env.world_size == 1:
+        return None
+    init_distributed(env, device, timeout_s)
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+
+
+def close_data(run: Run | None) -> None:
+    """The run's loaders closed (their threads and pinned buffers let go), where it got as far as making them."""
+    if run is not None:
+        for loader in run.eval_data.values():
+            loader.close()
+        run.train_data.close()
 
 
 @dataclass(frozen=True)
