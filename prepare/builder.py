@@ -40,7 +40,7 @@ from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
 from prepare.sizing import RESIZE_CHOICES, fitting_resize, sampled_images, sampled_ratios
 from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
-from prepare.sources.base import Source, SourceError
+from prepare.sources.base import Part, Source, SourceError
 from prepare.workers import WorkerPool
 from shards.paths import REAL_LABELS_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
@@ -314,6 +314,16 @@ def reading_passes(order: tuple[str, ...], together: tuple[str, ...]) -> list[tu
         elif split == next(s for s in order if s in together):
             passes.append(tuple(s for s in order if s in together))
     return passes
+
+
+def passes_of(source: Source) -> list[tuple[str, ...]]:
+    """The source's passes, in reading order: what a one-node build and the shared read both read."""
+    return reading_passes(reading_order(source.splits), source.read_together())
+
+
+def pass_parts(source: Source, splits: tuple[str, ...]) -> list[Part]:
+    """The parts of one pass: a split's own, or those of the splits it yields together."""
+    return source.parts(splits[0]) if len(splits) == 1 else source.joint_parts(splits)
 
 
 def write_real_labels(dest: Path, by_key: dict[str, list[int]]) -> dict:

@@ -5,32 +5,49 @@ A node's stream is its part streams, in its share's order: records of (kind, num
 followed by `length` bytes, written by the workers that read the parts:
 
     SAMPLE   number = the sample's spill bucket, bytes = the pickled sample, as a spill file holds it
-    OUTCOME  number = the part's index in the split, bytes = the pickled outcomes of its images
+    OUTCOME  number = the part's index in its pass, bytes = the pickled outcomes of its images
+    SPLIT    number = the index, among its pass's splits, of the split the samples after it belong to
+             (a pass of several splits: winter21's stream before its index, val and train from one
+             inflation); a stream starts in its pass's first split; no bytes
 
-A receiving node appends each sample to its own bucket spill file (so what follows, dealing and
-writing shards, is exactly a one-node prepare's), and keeps each part's outcomes in a small file
-of its own, read back in source order. Memory: a chunk per node, and one sample per node that a
-chunk has cut in two; nothing grows with the dataset.
+A part's stream is written in segments of about SEGMENT_BYTES, each renamed into place when whole,
+and sent (then removed) while its worker reads on: a worker waits while PENDING_SEGMENTS of its
+segments are unsent, so a part of any size (winter21's 1.1 TB stream is one) holds at most that
+many segments of --dest, never a second copy of what it yields.
+
+A receiving node appends each sample to its own bucket spill file of the sample's split (so what
+follows, dealing and writing shards, is exactly a one-node prepare's), and keeps each part's outcomes
+in a small file of its own, read back in source order. Memory: a chunk per node, and one sample per
+node that a chunk has cut in two; nothing grows with the dataset.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import struct
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from prepare.node_group import DATA, DONE, NodeGroup
+from prepare.workers import worker_died_is_named
 from shards.progress import Progress
 from shards.resources import MB
 
 log = logging.getLogger("prepare")
 
 RECORD = struct.Struct("<BIQ")  # kind, number, length of what follows
-SAMPLE, OUTCOME = 1, 2
+SAMPLE, OUTCOME, SPLIT = 1, 2, 3
+SEGMENT_BYTES = 64 << 20  # a part stream's file: sent and removed as a whole
+PENDING_SEGMENTS = 4  # a part's segments written and not yet sent, at most: a worker waits beyond that
+# a part's stream on disk at most: the unsent segments, the one being written, and a margin (a segment's last
+# record may pass its size)
+STREAMED_AHEAD_BYTES = (PENDING_SEGMENTS + 2) * SEGMENT_BYTES
+POLL_S = 0.01  # how often the sender looks for a part's next segment, and a waiting worker for room
 
 
 def chunk_bytes(nodes: int) -> int:
@@ -39,13 +56,30 @@ def chunk_bytes(nodes: int) -> int:
     return max(256 << 10, min(4 << 20, (64 << 20) // max(nodes - 1, 1)))
 
 
+def segment_path(stream: Path, number: int) -> Path:
+    """The file of a part stream's `number`th segment (its worker renames it into place when whole)."""
+    return stream.with_name(f"{stream.name}.{number:06d}")
+
+
 class PartStream:
-    """A worker's output for one part, in the stream format above (a file in the work folder)."""
+    """A worker's output for one part, in the stream format above: segment files beside `path`, each
+    renamed into place when whole. `pending`: the segments written and unsent after which the worker
+    waits for the sender to remove one (None: never waits, where the part is streamed in the process
+    that sends it, before it sends)."""
 
-    def __init__(self, path: Path):
-        self.path, self.file = path, open(path, "wb")
+    def __init__(self, path: Path, pending: int | None = PENDING_SEGMENTS, segment_bytes: int = SEGMENT_BYTES):
+        self.path, self.pending, self.segment_bytes = path, pending, segment_bytes
+        self.number, self.split, self.file = 0, 0, None
+        self.open_segment()
 
-    def write(self, bucket: int, sample: dict) -> None:
+    def for_split(self, split: int) -> "SplitWriter":
+        """A writer of the samples of the pass's `split`th split (as a spill file takes them)."""
+        return SplitWriter(self, split)
+
+    def write(self, bucket: int, sample: dict, split: int = 0) -> None:
+        if split != self.split:
+            self._record(SPLIT, split, b"")
+            self.split = split
         self._record(SAMPLE, bucket, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
 
     def finish(self, part: int, outcomes: list) -> None:
@@ -54,21 +88,75 @@ class PartStream:
     def _record(self, kind: int, number: int, data: bytes) -> None:
         self.file.write(RECORD.pack(kind, number, len(data)))
         self.file.write(data)
+        if self.file.tell() >= self.segment_bytes:
+            self.close_segment()
+            self.open_segment()
+
+    def open_segment(self) -> None:
+        if self.pending is not None and self.number >= self.pending:
+            self.wait_for_room(segment_path(self.path, self.number - self.pending))
+        self.file = open(self.partial(), "wb")
+
+    def close_segment(self) -> None:
+        self.file.close()
+        os.rename(self.partial(), segment_path(self.path, self.number))
+        self.number += 1
+
+    def wait_for_room(self, unsent: Path) -> None:
+        """Until the sender removed `unsent`. Its folder gone means the run failed and cleaned up: stop."""
+        while unsent.exists():
+            if not self.path.parent.is_dir():
+                raise FileNotFoundError(f"{self.path.parent} went while this part was streamed (the run failed)")
+            time.sleep(POLL_S)
+
+    def partial(self) -> Path:
+        return self.path.with_name(f"{segment_path(self.path, self.number).name}.partial")
 
     def __enter__(self) -> "PartStream":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.file.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close_segment()
+        else:
+            self.file.close()
+
+
+@dataclass(frozen=True)
+class SplitWriter:
+    """A PartStream's writer of one split's samples (the scatter writes a split's samples through it)."""
+    stream: PartStream
+    split: int
+
+    def write(self, bucket: int, sample: dict) -> None:
+        self.stream.write(bucket, sample, self.split)
+
+
+def part_segments(stream: Path, written: Future) -> Iterator[Path]:
+    """A part stream's segments, in order, as its worker renames each into place; they end once the
+    worker's task (`written`) has finished and no segment is left (its failure is raised here)."""
+    number = 0
+    while True:
+        segment = segment_path(stream, number)
+        if segment.exists():
+            yield segment
+            number += 1
+        elif written.done():
+            with worker_died_is_named():
+                written.result()  # the worker's failure, if it failed
+            if not segment.exists():  # renamed between the look and the task's end: one more
+                return
+        else:
+            time.sleep(POLL_S)
 
 
 class Demux:
     """Cuts one node's stream, arriving in chunks, back into records."""
 
-    def __init__(self, node: str, on_sample: Callable[[int, memoryview], None],
+    def __init__(self, node: str, on_sample: Callable[[int, memoryview, int], None],
                  on_outcome: Callable[[int, memoryview], None]):
         self.node, self.on_sample, self.on_outcome = node, on_sample, on_outcome
-        self.pending = bytearray()
+        self.pending, self.split = bytearray(), 0
 
     def feed(self, data) -> None:
         self.pending += data
@@ -79,10 +167,15 @@ class Demux:
                 end = pos + RECORD.size + length
                 if end > len(view):
                     break
-                if kind not in (SAMPLE, OUTCOME):
+                if kind not in (SAMPLE, OUTCOME, SPLIT):
                     raise RuntimeError(f"the stream from {self.node} is corrupt (record kind {kind})")
+                if kind == SPLIT:
+                    self.split = number
                 with view[pos + RECORD.size:end] as body:  # released here: the buffer must shrink below
-                    (self.on_sample if kind == SAMPLE else self.on_outcome)(number, body)
+                    if kind == SAMPLE:
+                        self.on_sample(number, body, self.split)
+                    elif kind == OUTCOME:
+                        self.on_outcome(number, body)
                 pos = end
         del self.pending[:pos]  # once a chunk: deleting record by record would move megabytes each time
 
@@ -108,25 +201,27 @@ class ExchangeStats:
             setattr(self, name, getattr(self, name) + value)
 
 
-def stream_chunks(produced: Iterator[tuple[Path, int]], size: int, stats: ExchangeStats) -> Iterator[memoryview]:
-    """The chunks of this node's part streams, in order; each file removed once read."""
-    for path, read in produced:
+def stream_chunks(produced: Iterator[tuple[Path, int, Future]], size: int, stats: ExchangeStats) -> Iterator[memoryview]:
+    """The chunks of this node's part streams, in order, each segment as it comes and removed once read."""
+    for path, read, written in produced:
         stats.read_bytes += read
-        with open(path, "rb") as f:
-            while True:
-                buffer = bytearray(size)
-                n = f.readinto(buffer)
-                if not n:
-                    break
-                yield memoryview(buffer)[:n]
-        path.unlink()
+        for segment in part_segments(path, written):
+            with open(segment, "rb") as f:
+                while True:
+                    buffer = bytearray(size)
+                    n = f.readinto(buffer)
+                    if not n:
+                        break
+                    yield memoryview(buffer)[:n]
+            segment.unlink()
 
 
-def exchange(group: NodeGroup, produced: Iterator[tuple[Path, int]], needs: list[bool], spill: Callable,
+def exchange(group: NodeGroup, produced: Iterator[tuple[Path, int, Future]], needs: list[bool], spill: Callable,
              outcomes_dir: Path | None, desc: str, progress_interval: float) -> ExchangeStats:
-    """Send this node's part streams (`produced`: (file, source bytes read), in its share's order)
-    to the nodes that need data; if this node needs data, spill every node's samples (its own
-    included) through `spill(bucket, pickled)` and keep every part's outcomes in `outcomes_dir`.
+    """Send this node's part streams (`produced`: (stream, source bytes read, its worker's task), in its
+    share's order) to the nodes that need data; if this node needs data, spill every node's samples
+    (its own included) through `spill(bucket, pickled, split)` (the split's index in the pass) and keep
+    every part's outcomes in `outcomes_dir`.
     Returns when every node's stream has ended: all nodes leave in the same round."""
     stats = ExchangeStats()
     receive = needs[group.rank]

@@ -28,17 +28,18 @@ import logging
 import os
 import shutil
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, reading_order, resize_ratio,
+    add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, pass_parts, passes_of, resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import checked_identity, make_dest, verified_existing
 from prepare.sources import Detected, detect
-from prepare.exchange import ExchangeStats, PartStream, exchange, read_outcomes
+from prepare.exchange import PENDING_SEGMENTS, STREAMED_AHEAD_BYTES, ExchangeStats, PartStream, exchange, read_outcomes
 from shards.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
@@ -122,7 +123,7 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
                  "s" if sum(needs) == 1 else "")
         if group.rank in readers:
             log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at most)",
-                     node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead) / 1e9)
+                     node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead, config.workers) / 1e9)
         shared = SharedRead(group, needs, readers, node.parts, config, node.ahead, pool)
         manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
         try:
@@ -156,7 +157,7 @@ class NodeState:
     damaged: Manifest | None  # the damaged dataset --verify is rebuilding
     base: Manifest | None  # its complete dataset lacking evaluation sets it adds alone (finish_here)
     source: Source
-    parts: dict[str, list[Part]]
+    parts: dict[tuple[str, ...], list[Part]]  # each pass's (its splits: one, or those read together)
     ahead: int  # parts this node reads ahead of the exchange (parts_ahead)
 
     @property
@@ -171,11 +172,11 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
     try:
         found = verified_existing(dest, identity, config)
         source = open_prepare_source(detected, config)
-        parts = {split: source.parts(split) for split in source.splits}
+        parts = {splits: pass_parts(source, splits) for splits in passes_of(source)}
         needs = found.complete is None and found.base is None
         budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
-        room = read_ahead_bytes(part_sizes(parts), ahead) <= budget
+        room = read_ahead_bytes(part_sizes(parts), ahead, config.workers) <= budget
         facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
                  "seek_index": source.seek_index()}
         return NodeState(found.complete, found.damaged, found.base, source, parts, ahead), facts
@@ -250,11 +251,11 @@ def refuse_disagreement(names: list[str], plans: list[str], seek_indexes: list[s
                            "--source, as one path on shared storage, and the same options")
 
 
-def plan_digest(identity: dict, source: Source, parts: dict[str, list[Part]]) -> str:
+def plan_digest(identity: dict, source: Source, parts: dict[tuple[str, ...], list[Part]]) -> str:
     """What must be the same on every node for their streams to make one dataset."""
     facts = {"identity": identity, "classes": [c.wnid for c in source.classes],
-             "parts": {split: [part.size for part in split_parts] for split, split_parts in parts.items()},
-             "bytes": {split: source.split_bytes(split) for split in parts}}
+             "parts": {" and ".join(splits): [part.size for part in pass_parts] for splits, pass_parts in parts.items()},
+             "bytes": {split: source.split_bytes(split) for split in source.splits}}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -315,65 +316,90 @@ def read_step(dest: Path) -> dict:
 def parts_ahead(workers: int, sizes: list[int], budget: int) -> int:
     """Parts read into stream files ahead of the exchange: one more than keeps every worker busy, as
     far as the disk `budget` (bytes) holds them beside the one being sent; at least one.
-    `sizes`: the parts' sizes, any order. The official layout's parts (class tars of about 140 MB)
-    always fit; the hub's gzipped archives (27 GB each) may not: fewer are then read at once."""
-    largest = sorted(sizes, reverse=True)
-    ahead = min(workers + 1, max(len(largest) - 1, 1))  # beside the one being sent
-    while ahead > 1 and read_ahead_bytes(largest, ahead) > budget:
+    `sizes`: the parts' sizes, any order. With workers, a part's stream is sent segment by segment
+    as it is read, so a part of any size holds a few of them (`part_stream_bytes`); with one, the
+    part is read whole before it is sent, and the hub's gzipped archives (27 GB each) may not fit:
+    fewer are then read at once."""
+    ahead = min(workers + 1, max(len(sizes) - 1, 1))  # beside the one being sent
+    while ahead > 1 and read_ahead_bytes(sizes, ahead, workers) > budget:
         ahead -= 1
     return ahead
 
 
-def read_ahead_bytes(sizes: list[int], ahead: int) -> int:
+def read_ahead_bytes(sizes: list[int], ahead: int, workers: int) -> int:
     """Disk a reading node needs beyond a one-node prepare's: `ahead` part streams and the one being
-    sent (at most that many of the largest parts, a few percent above their size)."""
-    return int(1.05 * sum(sorted(sizes, reverse=True)[:ahead + 1]))
+    sent (at most that many of the largest parts' streams)."""
+    return sum(sorted((part_stream_bytes(size, workers) for size in sizes), reverse=True)[:ahead + 1])
 
 
-def part_sizes(parts: dict[str, list[Part]]) -> list[int]:
-    return [part.size for split_parts in parts.values() for part in split_parts]
+def part_stream_bytes(size: int, workers: int) -> int:
+    """The most of --dest one part's stream holds at once: a few percent above the part's size, or,
+    where a worker streams it while it is sent, the segments it may write ahead of the sender."""
+    whole = int(1.05 * size)
+    return whole if workers <= 1 else min(whole, STREAMED_AHEAD_BYTES)
+
+
+def part_sizes(parts: dict[tuple[str, ...], list[Part]]) -> list[int]:
+    return [part.size for pass_parts in parts.values() for part in pass_parts]
 
 
 class SharedRead:
-    """This node's part in the exchange: its share of each split's parts (none if it cannot read
+    """This node's part in the exchange: its share of each pass's parts (none if it cannot read
     ahead), streamed to the nodes in `needs`; what it received, if it needs data."""
 
-    def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[str, list[Part]],
+    def __init__(self, group: NodeGroup, needs: list[bool], readers: list[int], parts: dict[tuple[str, ...], list[Part]],
                  config: PrepareConfig, ahead: int, pool: WorkerPool | None):
         self.group, self.needs, self.parts, self.config, self.ahead = group, needs, parts, config, ahead
         self.pool = pool  # forked before the group's threads (prepare_in_group)
-        shares = split_shares({split: [part.size for part in split_parts] for split, split_parts in parts.items()},
+        shares = split_shares({splits: [part.size for part in pass_parts] for splits, pass_parts in parts.items()},
                               len(readers))
         mine = readers.index(group.rank) if group.rank in readers else None
-        self.shares = {split: shares[split][mine] if mine is not None else [] for split in parts}
+        self.shares = {splits: shares[splits][mine] if mine is not None else [] for splits in parts}
         self.stats = ExchangeStats()
 
     def read_ahead_bytes(self) -> int:
-        return read_ahead_bytes(part_sizes(self.parts), self.ahead)
+        return read_ahead_bytes(part_sizes(self.parts), self.ahead, self.config.workers)
 
-    def exchange_split(self, source: Source, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
-        """This node's share of the split, read and spilled by the workers into part streams and
-        sent; if this node needs data, every node's samples spilled to its buckets. Returns the
-        outcomes of every image of the split, in source order (once all have come)."""
-        config, parts, share = self.config, self.parts[split], self.shares[split]
+    def exchange_pass(self, source: Source, into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
+        """This node's share of the pass over the splits of `into` (split -> its bucket count and scratch),
+        read and spilled by the workers into part streams and sent, segment by segment; if this node
+        needs data, every node's samples spilled to each split's buckets. Returns the outcomes of every
+        image of the pass, in source order (once all have come), each naming its split where the pass
+        has several."""
+        config, splits = self.config, tuple(into)
+        parts, share, (_, work) = self.parts[splits], self.shares[splits], into[splits[0]]
         streams, outcomes = work / "parts", work / "outcomes"
         streams.mkdir()
         outcomes.mkdir()
         at_once = min(len(share), self.ahead)  # the parts read at the same time: their threads share the workers
-        part_of = part_jobs([parts[i] for i in share], source.class_index(), {split: (num_buckets, work)}, config,
-                            at_once)
-        jobs = (StreamJob(job, i, str(streams / f"{i:06d}.stream"), config.skip_bad) for i, job in zip(share, part_of))
-        produced = pool.imap_ahead(stream_part, jobs, self.ahead) if pool else map(stream_part, jobs)
+        part_of = part_jobs([parts[i] for i in share], source.class_index(), into, config, at_once)
+        jobs = [StreamJob(job, i, str(streams / f"{i:06d}.stream"), config.skip_bad, pool is not None)
+                for i, job in zip(share, part_of)]
+        produced = ((Path(job.path), job.job.part.size, written) for job, written in streamed(pool, jobs, self.ahead))
         receive = self.needs[self.group.rank]
-        with BucketSpills(work, tag="x") as spills:
-            stats = exchange(self.group, ((Path(path), read) for path, read in produced), self.needs,
-                             spills.write_pickled, outcomes, split, config.progress_interval)
+        with contextlib.ExitStack() as stack:
+            spills = [stack.enter_context(BucketSpills(split_work, tag="x")) for _, split_work in into.values()]
+            stats = exchange(self.group, produced, self.needs,
+                             lambda bucket, pickled, split: spills[split].write_pickled(bucket, pickled), outcomes,
+                             " and ".join(splits), config.progress_interval)
         self.stats.add(stats)
         log.info("%s: read %.1f MB of the source (%d of %d parts), sent %.1f MB to other nodes, received %.1f MB; "
-                 "%.1f s waiting for this node's parts, %.1f s in exchange rounds, %.1f s spilling", split,
+                 "%.1f s waiting for this node's parts, %.1f s in exchange rounds, %.1f s spilling", " and ".join(splits),
                  stats.read_bytes / 1e6, len(share), len(parts), stats.sent_bytes / 1e6, stats.received_bytes / 1e6,
                  stats.waiting_for_parts_s, stats.in_rounds_s, stats.spilling_s)
         return read_outcomes(outcomes, len(parts)) if receive else iter(())
+
+
+def streamed(pool: WorkerPool | None, jobs: list["StreamJob"], ahead: int) -> Iterator[tuple["StreamJob", Future]]:
+    """Each job with its task, in order: in the workers, `ahead` at a time, each sent while its worker
+    streams it; or, without workers, streamed here whole before it is sent."""
+    if pool is not None:
+        yield from pool.submit_ahead(stream_part, jobs, ahead)
+        return
+    for job in jobs:
+        done: Future = Future()
+        done.set_result(stream_part(job))
+        yield job, done
 
 
 class SharedReader:
@@ -387,15 +413,15 @@ class SharedReader:
         return self.shared.read_ahead_bytes()
 
     def split_images(self, split: str, num_buckets: int, work: Path, pool) -> Iterator[Scattered]:
-        return self.shared.exchange_split(self.source, split, num_buckets, work, pool)
+        return self.shared.exchange_pass(self.source, {split: (num_buckets, work)}, pool)
 
     def read_together(self) -> tuple[str, ...]:
-        """None: each split is its own exchange (winter21's stream before its index: one node reads it for
-        val, another for train)."""
-        return ()
+        """As a one-node read: winter21's stream before its index is one pass for val and train, read by one
+        node, which sends both splits' samples as it inflates them."""
+        return self.source.read_together()
 
     def pass_images(self, into: dict[str, tuple[int, Path]], pool) -> Iterator[Scattered]:
-        raise NotImplementedError("the shared read exchanges one split at a time (read_together)")
+        return self.shared.exchange_pass(self.source, into, pool)
 
     def workers(self) -> contextlib.AbstractContextManager[WorkerPool | None]:
         return contextlib.nullcontext(self.shared.pool)
@@ -412,11 +438,12 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
     work_root = dest / WORK_DIR_NAME
     shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
     try:
-        for split in reading_order(source.splits):  # as the building nodes read them
-            work = work_root / split
-            work.mkdir(parents=True)
-            num_buckets = shard_count(source.split_bytes(split), config.shard_size_mb * MB)
-            shared.exchange_split(source, split, num_buckets, work, shared.pool)
+        for splits in shared.parts:  # the passes, as the building nodes read them
+            into = {split: (shard_count(source.split_bytes(split), config.shard_size_mb * MB), work_root / split)
+                    for split in splits}
+            for _, work in into.values():
+                work.mkdir(parents=True)
+            shared.exchange_pass(source, into, shared.pool)
     except OSError as exn:
         if is_out_of_space(exn):
             raise PrepareError(f"{dest} ran out of space while reading this node's share for the others (its "
@@ -430,21 +457,22 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
 
 @dataclass(frozen=True)
 class StreamJob:
-    """Scatter one part into a stream file to send, instead of into this node's spills."""
+    """Scatter one part into a stream to send (its segment files), instead of into this node's spills."""
     job: PartJob
-    index: int  # the part's index in its split
+    index: int  # the part's index in its pass
     path: str
     skip_bad: bool
+    sent_meanwhile: bool  # by the main process as a worker streams it: the worker then waits for room
 
 
-def stream_part(stream: StreamJob) -> tuple[str, int]:
-    with PartStream(Path(stream.path)) as out:
-        outcomes = scatter_items(stream.job, {None: out})
+def stream_part(stream: StreamJob) -> None:
+    with PartStream(Path(stream.path), PENDING_SEGMENTS if stream.sent_meanwhile else None) as out:
+        writers = {None: out.for_split(0)} | {split: out.for_split(i) for i, (split, _, _) in enumerate(stream.job.joint)}
+        outcomes = scatter_items(stream.job, writers)
         out.finish(stream.index, outcomes)
     bad = [image for image in outcomes if image.error is not None and not image.left_out]
     if bad and not stream.skip_bad:  # stop now, not after the exchange (the receivers would stop there too)
         raise bad_image_stops_the_run(bad[0])
-    return stream.path, stream.job.part.size
 
 
 def one_line(exn: BaseException) -> str:

@@ -99,6 +99,16 @@ class WorkerPool:
                 pending.extend(self.executor.submit(fn, job) for job in islice(jobs, 1))
                 yield result
 
+    def submit_ahead(self, fn: Callable, jobs: Iterable, ahead: int) -> Iterator[tuple[object, Future]]:
+        """(job, the task of fn(job)) for every job, in the jobs' order, with at most `ahead` submitted
+        beyond those the caller is done with: for tasks whose output the caller takes while they run (a
+        part stream's segments). A worker that died is named when the caller asks a task's result."""
+        jobs, pending = iter(jobs), deque()
+        pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, ahead))
+        while pending:
+            yield pending.popleft()
+            pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, 1))
+
     def imap_unordered(self, fn: Callable, jobs: Iterable) -> Iterator:
         """fn(job) for every job, as each finishes."""
         pending: set[Future] = {self.executor.submit(fn, job) for job in jobs}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -19,7 +20,7 @@ import pytest
 import warm
 from conftest import ROOT, SHARD_MB, run_module, tree_bytes
 from prepare.config import PrepareError
-from prepare.exchange import OUTCOME, RECORD, SAMPLE, Demux, chunk_bytes
+from prepare.exchange import OUTCOME, RECORD, SAMPLE, SPLIT, Demux, chunk_bytes
 from prepare.node_group import node_group_env
 from prepare.sample import SampleSpec, make_sample
 from prepare.shares import assign_shares, split_shares
@@ -89,7 +90,7 @@ def test_a_stream_cut_into_chunks_of_any_size_gives_back_the_same_records():
     data = stream_of(records)
     for size in [1, 2, 12, 13, 14, 511, 4096, len(data)]:
         got = []
-        demux = Demux("node9", lambda b, body: got.append((SAMPLE, b, bytes(body))),
+        demux = Demux("node9", lambda b, body, split: got.append((SAMPLE, b, bytes(body))),
                       lambda p, body: got.append((OUTCOME, p, bytes(body))))
         for start in range(0, len(data), size):
             demux.feed(memoryview(data)[start:start + size])
@@ -105,6 +106,69 @@ def test_a_stream_ending_inside_a_record_or_of_an_unknown_kind_is_an_error():
         demux.finish()
     with pytest.raises(RuntimeError, match="from node9 is corrupt"):
         Demux("node9", lambda *a: None, lambda *a: None).feed(stream_of([(9, 1, b"x")]))
+
+
+def test_a_pass_of_several_splits_sends_each_sample_to_its_splits_spills():
+    """winter21's first job: val and train from one inflation, in one stream; a SPLIT record says whose
+    samples follow (a stream starts in its pass's first split)."""
+    records = [(SAMPLE, 4, b"v0"), (SPLIT, 1, b""), (SAMPLE, 4, b"t0"), (SAMPLE, 2, b"t1"), (SPLIT, 0, b""),
+               (SAMPLE, 3, b"v1"), (OUTCOME, 0, b"outcomes")]
+    got, outcomes = [], []
+    demux = Demux("node9", lambda bucket, body, split: got.append((split, bucket, bytes(body))),
+                  lambda part, body: outcomes.append(bytes(body)))
+    demux.feed(stream_of(records))
+    demux.finish()
+    assert got == [(0, 4, b"v0"), (1, 4, b"t0"), (1, 2, b"t1"), (0, 3, b"v1")] and outcomes == [b"outcomes"]
+
+
+def test_a_part_stream_is_written_in_segments_and_sent_as_they_come(tmp_path):
+    """The sender reads a part's segments while its worker writes them: the worker waits while PENDING of
+    them are unsent, so a part of any size holds a few segments of --dest, never itself whole."""
+    import threading
+    from concurrent.futures import Future
+
+    from prepare.exchange import PartStream, part_segments
+
+    samples = [{"__key__": f"k{i}", "jpg": bytes([i]) * 1000} for i in range(60)]
+    path, written, most_on_disk = tmp_path / "000003.stream", Future(), []
+
+    def worker():
+        with PartStream(path, pending=2, segment_bytes=4000) as out:
+            for i, sample in enumerate(samples):
+                out.for_split(i % 2).write(i, sample)
+            out.finish(3, ["outcome"])
+        written.set_result(None)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    received, outcomes = [], []
+    demux = Demux("here", lambda bucket, body, split: received.append((split, bucket, pickle.loads(body))),
+                  lambda part, body: outcomes.append((part, pickle.loads(body))))
+    segments = 0
+    for segment in part_segments(path, written):
+        time.sleep(0.02)  # a slow exchange: the worker must wait for it
+        most_on_disk.append(len([f for f in tmp_path.iterdir() if not f.name.endswith(".partial")]))
+        demux.feed(segment.read_bytes())
+        segment.unlink()
+        segments += 1
+    thread.join()
+    demux.finish()
+    assert received == [(i % 2, i, sample) for i, sample in enumerate(samples)] and outcomes == [(3, ["outcome"])]
+    assert segments >= 10 and max(most_on_disk) <= 2 and not list(tmp_path.iterdir())
+
+
+def test_a_worker_waiting_to_stream_stops_when_the_failed_run_removes_its_folder(tmp_path):
+    from prepare.exchange import PartStream
+
+    work = tmp_path / "parts"
+    work.mkdir()
+    import threading
+
+    threading.Timer(0.2, shutil.rmtree, (work,)).start()  # the run failed: its clean-up removes the scratch
+    with pytest.raises(FileNotFoundError):
+        with PartStream(work / "000000.stream", pending=1, segment_bytes=10) as out:
+            out.write(0, {"__key__": "a", "jpg": b"x" * 100})  # a whole segment: the next waits for the sender
+            out.write(0, {"__key__": "b", "jpg": b"x" * 100})
 
 
 @pytest.mark.parametrize("nodes, expected", [(2, 4 << 20), (16, 4 << 20), (17, 4 << 20), (65, 1 << 20),
@@ -502,8 +566,10 @@ GB = 10**9
     ([140 * 10**6] * 1000, 16, 100 * GB, 17),  # the official class tars: every worker busy, and one more
     ([140 * 10**6] * 1000, 16, 1 * GB, 5),  # a tight disk: fewer streams, 1.05 x 6 of them fit in 1 GB
     ([27 * GB] * 6, 16, 1000 * GB, 5),  # the hub's gzipped archives on a roomy disk: all the others ahead
-    ([27 * GB] * 6, 16, 100 * GB, 2),  # ... on 100 GB to spare: 1.05 x 3 archives
-    ([27 * GB] * 6, 16, 10 * GB, 1),  # at least one, whatever the disk: then the free-space check speaks
+    ([27 * GB] * 6, 16, 10 * GB, 5),  # ... on 10 GB: each is sent as it is read, a few segments on disk at a time
+    ([27 * GB] * 6, 16, 2 * GB, 3),  # ... 4 streams of 6 x 64 MiB fit in 2 GB
+    ([27 * GB] * 6, 1, 100 * GB, 2),  # one worker streams a part whole before it is sent: 1.05 x 3 archives
+    ([27 * GB] * 6, 1, 10 * GB, 1),  # at least one, whatever the disk: then the free-space check speaks
     ([5, 1, 9, 3], 1, 100, 2),  # any order
 ])
 def test_parts_read_ahead_keep_the_workers_busy_as_far_as_the_disk_holds_them(sizes, workers, budget, expected):
@@ -511,8 +577,8 @@ def test_parts_read_ahead_keep_the_workers_busy_as_far_as_the_disk_holds_them(si
 
     ahead = parts_ahead(workers, sizes, budget)
     assert ahead == min(expected, workers + 1)
-    assert ahead == 1 or read_ahead_bytes(sizes, ahead) <= budget
-    assert ahead == workers + 1 or ahead == len(sizes) - 1 or read_ahead_bytes(sizes, ahead + 1) > budget
+    assert ahead == 1 or read_ahead_bytes(sizes, ahead, workers) <= budget
+    assert ahead == workers + 1 or ahead == len(sizes) - 1 or read_ahead_bytes(sizes, ahead + 1, workers) > budget
 
 
 @pytest.mark.parametrize("failure", [None, PrepareError("disk full")])

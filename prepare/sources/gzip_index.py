@@ -172,12 +172,15 @@ class Inflated:
         import rapidgzip  # here, not at the top: only a winter21 stream's reads need it
 
         self.archive, self.index = archive, index
+        self.inflated = 0  # bytes read from the stream so far (what a job inflated: its log says)
         self.reader = rapidgzip.open(archive, parallelization=threads)
         if index_bytes is not None:
             self.checked(self.reader.import_index, io.BytesIO(index_bytes))
 
     def read(self, size: int = -1) -> bytes:
-        return self.checked(self.reader.read, size)
+        data = self.checked(self.reader.read, size)
+        self.inflated += len(data)
+        return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return self.checked(self.reader.seek, offset, whence)

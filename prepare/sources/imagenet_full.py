@@ -4,7 +4,7 @@
                             archive's headers and read at its offset, as the official train archive's
     winter21_whole.tar.gz   one gzip stream of a tar of 19,167 <wnid>.tar (about 1.1 TB): it cannot be read at
                             an offset without inflating what comes before. The first job reads the stream
-                            whole (a split one part, inflated in parallel by rapidgzip) and keeps a seek
+                            whole (val and train from one part, inflated in parallel by rapidgzip) and keeps a seek
                             index (prepare/sources/gzip_index.py); every later job reads a part a class tar, as
                             fall11's, each inflated from the index's nearest checkpoint
 
@@ -187,6 +187,8 @@ class FullStream:
                         yield from split_items(images, wnid, split, origin, named)
             if learn:
                 keep_index(Path(self.archive), stream, class_tars, stamp)
+        log.info("%s: inflated the stream whole, %d bytes, once for %s", Path(self.archive).name, stream.inflated,
+                 " and ".join(self.splits))
 
 
 # ---------------------------------------------------------------- the source
@@ -208,7 +210,7 @@ class FullRelease(Source):
 
     @property
     def streamed(self) -> bool:
-        """winter21 without its index: a split is one part, the stream read whole."""
+        """winter21 without its index: one part, the stream read whole, yields both splits (`joint_parts`)."""
         return self.archive.name == WINTER21 and self.index is None
 
     def seek_index(self) -> str | None:
@@ -242,7 +244,7 @@ class FullRelease(Source):
                            splits)]
 
     def parts(self, split: str) -> list:
-        if self.streamed:  # a split alone (a shared read's): the stream read whole for it
+        if self.streamed:  # a split alone (a size sample's): the stream read whole for it
             return self.joint_parts((split,))
         return [FullClassTar(str(self.archive), wnid, m.name, m.offset, m.size, split, self.seek_index(), m.crc32)
                 for wnid, m in self.class_tars]
