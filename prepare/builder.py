@@ -30,7 +30,7 @@ from pathlib import Path
 from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
-    checked_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
+    dataset_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
@@ -56,8 +56,7 @@ def prepare(config: PrepareConfig) -> Manifest:
     Returns its manifest. (With the other nodes of an srun step: prepare.shared_read.prepare_in_group,
     which builds with this module's stages and a reader of its own.)"""
     log_pil_build(log)
-    detected, dest = detect(config.source.resolve()), config.dest.resolve()
-    identity = checked_identity(detected, dest, config)
+    detected, dest, identity = identified(config)
     make_dest(dest)
     with exclusive_lock(dest):
         found = verified_existing(dest, identity, config)
@@ -69,10 +68,22 @@ def prepare(config: PrepareConfig) -> Manifest:
             return build_and_report(source, dest, config, identity, found.damaged)
 
 
+def identified(config: PrepareConfig) -> tuple[Detected, Path, dict]:
+    """The source's layout, --dest (refused inside the source), and what a complete dataset there must
+    have been made from (its identity, `dataset_identity`)."""
+    detected, dest = detect(config.source.resolve()), config.dest.resolve()
+    if detected.holds(dest):
+        raise PrepareError(f"--dest {dest} is inside --source {detected.root}: choose node-local disk outside the "
+                           "source, e.g. $SLURM_TMPDIR/imagenet")
+    return detected, dest, dataset_identity(detected.identity(), config)
+
+
 def open_prepare_source(detected: Detected, config: PrepareConfig) -> Source:
     """The source's layout, with the evaluation sets the command line adds, checked against what the
     download declares it holds before anything is read (refused if short, unless --allow-partial)."""
-    source = with_eval_sets(detected.open(), config.eval_sources, config.real_labels)
+    source = detected.open()
+    if config.eval_sources or config.real_labels:  # only then: the plain build never enters eval_sets.py
+        source = with_eval_sets(source, config.eval_sources, config.real_labels)
     check_complete(source, config.allow_partial)
     source.check_real_labels(config.allow_partial)
     return source

@@ -1,5 +1,5 @@
 """--dest before and after a build: refused inside the source, created; what it already holds, judged
-against what this run makes (`checked_identity`): the same dataset (nothing to do), one lacking only
+against what this run makes (`dataset_identity`): the same dataset (nothing to do), one lacking only
 evaluation sets the command line adds (kept, the base of the addition), a damaged one (--verify reads
 every shard against its checksum and rebuilds it), or another (refused unless --force); and what an
 interrupted or failed run left, removed (`remove_incomplete`, `remove_this_run`, `remove_unlisted`).
@@ -17,7 +17,6 @@ from pathlib import Path
 
 from prepare.config import PrepareConfig, PrepareError
 from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
-from prepare.sources import Detected
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
@@ -30,17 +29,11 @@ log = logging.getLogger("prepare")
 
 # ---------------------------------------------------------------- the destination
 
-def checked_identity(source: Detected, dest: Path, config: PrepareConfig) -> dict:
-    """What a complete dataset at `dest` must have been made from (after the first refusals)."""
-    check_dest_outside_source(source.root, dest)
-    source = source.identity() | eval_fingerprint(config.eval_sources, config.real_labels)
+def dataset_identity(source_identity: dict, config: PrepareConfig) -> dict:
+    """What a complete dataset at --dest must have been made from: the source (`Detected.identity`),
+    the evaluation sets the command line adds, the options that decide the bytes."""
+    source = source_identity | eval_fingerprint(config.eval_sources, config.real_labels)
     return {"source": source, "options": config.output_options()}
-
-
-def check_dest_outside_source(source: Path, dest: Path) -> None:
-    if dest == source or source in dest.parents:
-        raise PrepareError(f"--dest {dest} is inside --source {source}: choose node-local disk "
-                           "outside the source, e.g. $SLURM_TMPDIR/imagenet")
 
 
 def make_dest(dest: Path) -> None:

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    add_eval_sets, build_and_report, dataset_estimate, open_prepare_source, pass_parts, passes_of, resize_ratio,
+    add_eval_sets, build_and_report, dataset_estimate, identified, open_prepare_source, pass_parts, passes_of,
+    resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
-from prepare.destination import checked_identity, make_dest, verified_existing
-from prepare.sources import Detected, detect
+from prepare.destination import make_dest, verified_existing
+from prepare.sources import Detected
 from prepare.exchange import PENDING_SEGMENTS, STREAMED_AHEAD_BYTES, ExchangeStats, PartStream, exchange, read_outcomes
 from shards.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
@@ -69,8 +70,7 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     dest = config.dest.resolve()
     detected, identity, setup_error = None, None, None
     try:
-        detected = detect(config.source.resolve())
-        identity = checked_identity(detected, dest, config)
+        detected, dest, identity = identified(config)
         make_dest(dest)
         with contextlib.suppress(OSError):  # a full disk may still hold a complete dataset to serve
             (dest / node_marker(env.node)).write_text(env.step)
@@ -280,7 +280,7 @@ def verify_after_first_task(config: PrepareConfig) -> Manifest:
     """A further task of a node: wait for the node's first task (which joins the group), then
     verify what it wrote, as a task that waited for the lock does."""
     env, dest = config.group, config.dest.resolve()
-    identity = checked_identity(detect(config.source.resolve()), dest, config)
+    identity = identified(config)[2]
     log.info("task %d of %s: the node's first task prepares %s with the other nodes; waiting for it",
              env.local_task, env.node, dest)
     deadline = time.monotonic() + config.group_timeout_s

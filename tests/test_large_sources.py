@@ -336,6 +336,19 @@ def test_winter21_keeps_a_seek_index_and_later_runs_read_each_class_tar_at_its_o
     assert second.stats["read_from_source_bytes"] == 2 * sum(p.size for p in parts)
 
 
+def test_winter21_reaches_its_first_image_through_the_modules_that_carry_it_alone(tmp_path, small_held_out):
+    """#49's measure (tests/source_walk.py, `carrying`), on the first job's stream: detection asks the full
+    release's layout alone (a file's name shows it); its seek index and the tar reader are the two rooms
+    beyond the Parquet download's seven."""
+    from source_walk import walk
+
+    archive = write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz")
+    assert [module for module, _ in walk(archive, tmp_path / "out", carrying=True)] == [
+        "prepare/cli.py", "prepare/sources/__init__.py", "prepare/sources/imagenet_full.py", "prepare/builder.py",
+        "prepare/sources/base.py", "prepare/sources/gzip_index.py", "prepare/scatter.py", "prepare/workers.py",
+        "prepare/sources/tars.py"]
+
+
 def test_the_first_winter21_job_inflates_the_stream_once_for_both_splits(tmp_path, small_held_out, monkeypatch):
     """Without its seek index, val and train come from one pass (val is held out of every class tar): the bytes
     inflated are the stream's, once, where a pass a split inflated them twice. One worker: the reads are here."""

@@ -171,7 +171,19 @@ def test_the_parquet_download_walks_to_its_first_image_past_the_layouts_asked_be
     modules = [module for module, _ in walk(parquet, tmp_path / "out")]
     assert modules[0] == "prepare/cli.py" and "prepare/sources/hf_parquet.py" in modules
     assert "prepare/sources/imagenet_full.py" not in modules and "prepare/sources/imagefolder.py" not in modules
-    assert len(modules) <= 27, modules
+    assert len(modules) <= 21, modules
+
+
+def test_the_parquet_download_reaches_its_first_image_through_seven_modules_that_carry_it(parquet, tmp_path):
+    """#49's measure (tests/source_walk.py, `carrying`): the modules where a function is called with the
+    source's path or what is made from it. Detection asks no layout but the one whose names show
+    (`Signs`); the identity and the --dest check are the detected source's answers; the evaluation sets' room is
+    entered only where some are asked for."""
+    from source_walk import walk
+
+    assert [module for module, _ in walk(parquet, tmp_path / "out", carrying=True)] == [
+        "prepare/cli.py", "prepare/sources/__init__.py", "prepare/sources/base.py", "prepare/sources/hf_parquet.py",
+        "prepare/builder.py", "prepare/scatter.py", "prepare/workers.py"]
 
 
 def test_a_hub_cache_without_refs_main_says_which_snapshot_to_give(parquet, tmp_path):

@@ -241,6 +241,33 @@ def test_missing_or_unrecognised_source(tmp_path):
         prepare(config(tmp_path / "empty", tmp_path / "out"))
 
 
+def test_a_layout_is_asked_only_where_its_names_show():
+    """Detection as data (#49): each layout's `SIGNS` against --source's one listing, pure."""
+    from prepare.sources import signs_show
+    from prepare.sources.base import Signs
+
+    hub = Signs(names=("*.parquet", "snapshots"), folders=("data",))
+    assert signs_show(hub, {"": ("README.md", "data"), "data": ("train-00000-of-00002.parquet",)})
+    assert signs_show(hub, {"": ("blobs", "refs", "snapshots")})  # the hub cache's repository folder
+    assert not signs_show(hub, {"": ("README.md", "train"), "data": ("notes.txt",)})
+    assert not signs_show(hub, {None: ("data.parquet",)})  # a file: only `file` patterns speak for it
+    full = Signs(names=("winter21_whole.tar.gz",), file=("winter21_whole.tar.gz",))
+    assert signs_show(full, {None: ("winter21_whole.tar.gz",)}) and signs_show(full, {"": ("winter21_whole.tar.gz",)})
+    assert signs_show(Signs(file=("*.zip",)), {None: ("imagenet.zip",)})  # the name lower-cased by what_shows
+    assert not signs_show(Signs(names=("train",)), {"": ("val", "trains")})
+
+
+def test_every_layout_declares_its_signs_and_is_found_by_them_in_the_sample(sources):
+    """Each sample download is detected as its own layout through its signs (no layout's code declines it)."""
+    from prepare.sources import LAYOUTS, detect
+    from prepare.sources.base import Signs
+
+    assert all(isinstance(layout.SIGNS, Signs) and (layout.SIGNS.names or layout.SIGNS.file)
+               for layout in LAYOUTS.values())
+    for name, path in sources.items():
+        assert detect(path).name == name
+
+
 def copy_official(sources, tmp_path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(sources["official"], copy)

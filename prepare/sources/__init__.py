@@ -4,13 +4,17 @@ A layout's module answers these, and nothing else decides them:
 
     NAME                             its name, as the manifest records it ("official", "timm-wds", ...)
     EXPECTED                         one line for people: the files that make it (the refusal lists them all)
-    recognise(root) -> found | None  cheaply, from names alone, whether `root` holds it; what it found
-                                     (a folder, the zip, True) is handed to the two below, never looked up again
+    SIGNS                            the names its download shows at --source, as data (`Signs`)
+    recognise(root) -> found | None  where its signs show: cheaply, from names, whether `root` holds it; what
+                                     it found (a folder, the zip, True) is handed to the two below, never
+                                     looked up again
     identifying_files(root, found)   the files whose size and mtime identify the download (a rerun compares them)
     open_source(root, found)         the `Source` (prepare/sources/base.py): classes, parts, what it declares
 
-`detect(root)` asks the layouts in `LAYOUTS`' order, once; the `Detected` it returns identifies the
-source and opens it. Adding a layout is a module and a line in `layouts()` (`LAYOUTS`). Downloads that differ only in
+`detect(root)` lists --source's top (and the folders some layout looks in) once, and asks the layouts whose
+signs show there, in `LAYOUTS`' order: a download is read by its own layout's code alone, no other layout's
+runs to decline it. The `Detected` it returns answers for the source: what identifies it, whether a --dest
+lies inside it, and its `Source`. Adding a layout is a module and a line in `layouts()` (`LAYOUTS`). Downloads that differ only in
 their names and tables are values of one module, each answering the same questions (timm's
 WebDataset sets, prepare/sources/timm_wds.py's `TimmSet`s).
 
@@ -19,19 +23,21 @@ WebDataset sets, prepare/sources/timm_wds.py's `TimmSet`s).
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from prepare.sources.base import Source, SourceError, listings_kept
+from prepare.sources.base import Signs, Source, SourceError, listings_kept, names_in
 
 
 class Layout(Protocol):
     """A layout's module (or a value that answers as one)."""
     NAME: str
     EXPECTED: str
+    SIGNS: Signs
 
     def recognise(self, root: Path) -> object: ...
 
@@ -97,6 +103,10 @@ class Detected:
         rules = getattr(self.layout, "RULES", None)  # what the layout decides that the download does not say
         return {"path": str(self.root), "layout": self.name, "files": files} | ({"rules": rules} if rules else {})
 
+    def holds(self, path: Path) -> bool:
+        """Whether `path` lies inside the download (a --dest there would be read as part of it)."""
+        return path == self.root or self.root in path.parents
+
     def open(self) -> Source:
         with listings_kept(self.listings):
             return self.layout.open_source(self.root, self.found)
@@ -109,11 +119,31 @@ def detect(root: Path) -> Detected:
         raise SourceError(f"--source {root} does not exist")
     listings = {}
     with listings_kept(listings):
+        shown = what_shows(root, {folder for layout in layouts().values() for folder in layout.SIGNS.folders})
         for layout in layouts().values():
-            found = layout.recognise(root)
-            if found:
+            if signs_show(layout.SIGNS, shown) and (found := layout.recognise(root)):
                 return Detected(root, layout, found, listings)
     raise SourceError(not_recognised(root))
+
+
+def what_shows(root: Path, folders: set[str]) -> dict[str, tuple[str, ...]]:
+    """--source's names, listed once (`names_in`: kept for the layout that reads it): its top's under "",
+    each of `folders` it holds under its name; a file's own name, lower case, under None."""
+    if not root.is_dir():
+        return {None: (root.name.lower(),)}
+    shown = {"": names_in(root)}
+    for folder in sorted(folders):
+        if folder in shown[""] and (root / folder).is_dir():
+            shown[folder] = names_in(root / folder)
+    return shown
+
+
+def signs_show(signs: Signs, shown: dict) -> bool:
+    """Whether a layout's signs show among what --source shows (`what_shows`). Pure."""
+    if None in shown:
+        return any(fnmatch.fnmatchcase(shown[None][0], pattern.lower()) for pattern in signs.file)
+    return any(fnmatch.fnmatchcase(name, pattern) for folder in ("", *signs.folders) for name in shown.get(folder, ())
+               for pattern in signs.names)
 
 
 def not_recognised(root: Path) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 from prepare.completeness import Declared
+from prepare.labels import WNID
 from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
 from shards.paths import SPLITS
@@ -43,6 +44,17 @@ class SourceError(UserError, ValueError):
 
 
 @dataclass(frozen=True)
+class Signs:
+    """What a layout's download shows at --source, as data: a name matching one of `names` (fnmatch
+    patterns) at its top or in one of its `folders` (data/, say); or, where --source is a file, its name
+    matching one of `file`. The registry lists the top (and those folders) once and asks a layout's
+    `recognise` only where its signs show: no layout's code runs to decline a download."""
+    names: tuple[str, ...] = ()
+    folders: tuple[str, ...] = ()  # besides the top
+    file: tuple[str, ...] = ()  # patterns of --source's own name (lower case) where it is a file
+
+
+@dataclass(frozen=True)
 class Item:
     """One image to prepare: its key, its wnid, and its bytes."""
     key: str
@@ -51,6 +63,17 @@ class Item:
     data: bytes
     min_side: int = 0  # pixels: the layout leaves out an image whose shorter side is under this (counted, named)
     split: str | None = None  # the split it belongs to, where its part yields several (`Source.read_together`)
+
+
+def hf_key_and_wnid(stem: str, name: str, origin: str) -> tuple[str, str]:
+    """ILSVRC/imagenet-1k's naming rule (its loading script: the wnid is what follows the stem's last
+    underscore): n01440764_10026_n01440764 -> (n01440764_10026, n01440764). The key is the original
+    file's stem, as in the official archives."""
+    original, _, wnid = stem.rpartition("_")
+    if not original or not WNID.match(wnid):
+        raise SourceError(f"{origin}: the name {name!r} does not follow ILSVRC/imagenet-1k's rule "
+                          "<image>_<wnid>.JPEG: is the archive from that dataset?")
+    return checked_key(original, name, origin), wnid
 
 
 def image_key(name: str, origin: str) -> str | None:

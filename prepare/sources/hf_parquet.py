@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prepare.completeness import Declared, Gap
-from prepare.sources.hf_tars import hf_key_and_wnid
 from prepare.labels import builtin_class_names, class_table
-from prepare.sources.base import IMAGE_SUFFIXES, Item, Source, SourceError, names_in, readable_file
+from prepare.sources.base import (
+    IMAGE_SUFFIXES, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file,
+)
 
 if TYPE_CHECKING:  # imported where used: every prepare imports this module, few read Parquet (0.2 s)
     import pyarrow as pa
@@ -477,6 +478,9 @@ NAME = "hf-parquet"
 EXPECTED = (f"Hugging Face's ILSVRC/imagenet-1k as Parquet: {HF_DATA}/train-NNNNN-of-NNNNN.parquet and "
             f"{HF_DATA}/validation-NNNNN-of-NNNNN.parquet (this folder, its {HF_DATA}/ or a hub-cache snapshot): "
             f"`{DOWNLOAD}`")
+
+
+SIGNS = Signs(names=("*.parquet", "snapshots"), folders=(HF_DATA,))  # snapshots/: the hub cache's
 
 
 def recognise(root: Path) -> ParquetFolders | None:

@@ -19,7 +19,7 @@ from prepare.sources.class_lists import HF_CLASSES, class_list_file, read_class_
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import LabelError, WNID, check_val_labels, read_devkit, val_wnids_from_devkit
 from prepare.sources.base import (
-    AVERAGE_IMAGE_BYTES, DEVKIT, Item, Source, SourceError, checked_key, names_in, readable_file,
+    AVERAGE_IMAGE_BYTES, DEVKIT, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file,
 )
 from prepare.sources.tars import gzipped_tar_images
 
@@ -62,17 +62,6 @@ class GzipArchive:
             raise LabelError(f"{origin}: the name says {wnid}, the devkit's ground truth "
                              f"{'has no label for ' + key if truth is None else 'says ' + truth}: "
                              "the archive and the devkit beside it do not belong together")
-
-
-def hf_key_and_wnid(stem: str, name: str, origin: str) -> tuple[str, str]:
-    """ILSVRC/imagenet-1k's naming rule (its loading script: the wnid is what follows the stem's last
-    underscore): n01440764_10026_n01440764 -> (n01440764_10026, n01440764). The key is the original
-    file's stem, as in the official archives."""
-    original, _, wnid = stem.rpartition("_")
-    if not original or not WNID.match(wnid):
-        raise SourceError(f"{origin}: the name {name!r} does not follow ILSVRC/imagenet-1k's rule "
-                          "<image>_<wnid>.JPEG: is the archive from that dataset?")
-    return checked_key(original, name, origin), wnid
 
 
 def hf_data_folder(root: Path) -> Path | None:
@@ -187,6 +176,9 @@ class HubArchives(Source):
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+SIGNS = Signs(names=(HF_VAL, "train_images_*.tar.gz"), folders=(HF_DATA,))
+
 
 def recognise(root: Path) -> Path | None:
     """The folder that holds the archives, where `root` is such a download."""

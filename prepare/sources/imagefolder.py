@@ -11,7 +11,7 @@ from prepare.labels import (
     Devkit, WNID, builtin_class_names, devkit_train_count, leaf_synsets, parse_synset_mapping, read_devkit,
     val_wnids_from_devkit,
 )
-from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, SourceError
+from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, Signs, SourceError
 from prepare.sources.trees import Folder, TreeSource
 
 NAME = "imagefolder"
@@ -67,6 +67,9 @@ class ImageFolderTree(TreeSource):
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+SIGNS = Signs(names=("train",))
+
 
 def recognise(root: Path) -> bool:
     return root.is_dir() and (root / "train").is_dir()

@@ -34,7 +34,7 @@ from prepare.sources.gzip_index import (
     Inflated, Member, archive_stamp, close_readers, indexed_reader, keep_index, load_index,
 )
 from prepare.labels import WNID, builtin_class_names, class_table
-from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, image_key, readable_file
+from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, image_key, readable_file
 from prepare.sources.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
 
@@ -279,6 +279,9 @@ class FullRelease(Source):
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+SIGNS = Signs(names=tuple(RELEASES), file=tuple(RELEASES))
+
 
 def recognise(root: Path) -> Path | None:
     """The release's archive: --source itself, or the one its folder holds."""

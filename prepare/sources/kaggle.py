@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prepare.completeness import Declared, Gap
 from prepare.labels import parse_kaggle_val_solution, parse_synset_mapping, parse_train_cls
-from prepare.sources.base import KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, SourceError
+from prepare.sources.base import KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Signs, SourceError
 from prepare.sources.trees import Folder, Tree, TreeSource, check_folders_agree, missing_keys
 
 NAME = "kaggle"
@@ -49,6 +49,9 @@ class KaggleTree(TreeSource):
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+SIGNS = Signs(names=(KAGGLE_DATA.split("/")[0],))
+
 
 def recognise(root: Path) -> bool:
     return root.is_dir() and (root / KAGGLE_DATA / "train").is_dir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prepare.sources.base import KAGGLE_SYNSETS, SourceError
+from prepare.sources.base import KAGGLE_SYNSETS, Signs, SourceError
 from prepare.sources.kaggle import KaggleTree
 from prepare.sources.zip_tree import KAGGLE_ZIP, kaggle_zip, open_kaggle_zip
 
@@ -26,6 +26,9 @@ class KaggleZip(KaggleTree):
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)
+
+SIGNS = Signs(names=(KAGGLE_ZIP,), file=("*.zip",))
+
 
 def recognise(root: Path) -> Path | None:
     """The zip: --source itself where it is a .zip file, or Kaggle's zip in the folder."""

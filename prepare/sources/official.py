@@ -20,7 +20,7 @@ from prepare.labels import (
     Devkit, LabelError, check_val_labels, class_table, devkit_train_count, leaf_synsets, read_devkit,
     val_wnids_from_devkit, WNID,
 )
-from prepare.sources.base import DEVKIT, Item, Source, SourceError, image_key, readable_file
+from prepare.sources.base import DEVKIT, Item, Signs, Source, SourceError, image_key, readable_file
 from prepare.sources.tars import TAR_END, archive_members, check_tar_complete, iterate_tar, read_range
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -165,6 +165,9 @@ class OfficialArchives(Source):
 
 NAME = "official"
 EXPECTED = f"official archives: {TRAIN_TAR}, {VAL_TAR}, {DEVKIT}"
+
+
+SIGNS = Signs(names=(TRAIN_TAR, VAL_TAR))
 
 
 def recognise(root: Path) -> bool:

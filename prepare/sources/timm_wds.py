@@ -37,7 +37,7 @@ from typing import Iterator
 from prepare.sources.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import builtin_class_names, class_table
-from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Source, SourceError, check_safe_name, checked_key, \
+from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, check_safe_name, checked_key, \
     image_stem, readable_file
 from prepare.sources.tars import iterate_whole_tar
 from shards.format import BAD_LABEL, parse_label
@@ -59,6 +59,10 @@ class TimmSet:
     subsets: tuple[str, ...] = ()  # built-in tables of class subsets evaluated on their own (its val's)
     held_out_shards: int = 0  # without a val split: its last train shards are val (their number)
     labels_by_name: bool = False  # the class is the wnid of each image's name, not .cls (W21Shard)
+    SIGNS: Signs = Signs()  # made from the prefix (__post_init__): _info.json, or a shard of its name
+
+    def __post_init__(self):
+        object.__setattr__(self, "SIGNS", Signs(names=(TIMM_INFO, f"{self.prefix}-*.tar")))
 
     @property
     def RULES(self) -> dict | None:
