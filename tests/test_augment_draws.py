@@ -14,9 +14,8 @@ import scipy.stats
 import torch
 from torchvision.transforms import v2
 
-from train.augment.draws import (
-    AUGMENT_FIELDS, ERASE_RATIO, ERASE_SCALE, ERASE_TRIES, OPS, Augment, erasing_boxes, policy_draws,
-)
+from train.augment.choices import AUGMENT_FIELDS, Augment
+from train.augment.draws import ERASE_RATIO, ERASE_SCALE, ERASE_TRIES, OPS, erasing_boxes, policy_draws
 from train.errors import ConfigError
 from train.transforms import repeat_keys, uniforms
 
@@ -205,6 +204,25 @@ def test_the_options_default_to_what_the_policys_torchvision_class_takes():
     assert [Augment(policy="autoaugment").option(n) for n in options] == [None, None, None]
     assert Augment(policy="randaugment", magnitude=3).effective() == {
         **Augment(policy="randaugment").to_dict(), "num_ops": 2, "magnitude": 3, "num_magnitude_bins": 31}
+
+
+def test_the_policies_defaults_table_is_the_installed_torchvisions_signatures():
+    """Augment imports no torch (train/augment/choices.py): its table of the policies' defaults is held
+    to torchvision's classes here, and Augment is built without importing torch."""
+    import inspect
+    import subprocess
+    import sys
+
+    from train.augment.choices import POLICY_DEFAULTS, POLICY_OPTIONS
+    from train.augment.draws import POLICY_CLASSES
+
+    for policy, cls in POLICY_CLASSES.items():
+        parameters = inspect.signature(cls).parameters
+        assert POLICY_DEFAULTS[policy] == {name: parameters[name].default for name in POLICY_OPTIONS
+                                           if name in parameters}, policy
+    code = ("import sys; from train.augment.choices import Augment; Augment(policy='randaugment', magnitude=5); "
+            "print('torch' in sys.modules or 'numpy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
 @pytest.mark.parametrize("default, explicit", [

@@ -396,7 +396,7 @@ def test_classes_are_the_manifests_wnids_and_names_in_label_order(prepared):
 # ---------------------------------------------------------------- a typed top level
 
 def test_a_keyword_augment_renamed_is_answered_with_its_new_name():
-    from train.augment.draws import Augment
+    from train.augment.choices import Augment
 
     with pytest.raises(TypeError, match=r"Augment\(\) got an unexpected keyword argument 'interpolation': it is now "
                                         r"policy_interpolation= \(the same setting, renamed\)$"):

@@ -175,7 +175,7 @@ def test_options_a_policy_takes_are_accepted_and_a_recipes_are_not_typed():
 
 def test_the_augmentation_flags_are_augments_fields_and_build_it_as_they_are():
     """One set of names: each Augment field is a TrainConfig field and --its-name; --policy none is None."""
-    from train.augment.draws import AUGMENT_FIELDS, Augment
+    from train.augment.choices import AUGMENT_FIELDS, Augment
 
     options = {option for action in build_parser()._actions for option in action.option_strings}
     assert set(AUGMENT_FIELDS) <= {f.name for f in dataclasses.fields(TrainConfig)}
@@ -628,7 +628,7 @@ def test_a_library_refusal_carries_its_arguments_and_the_run_reads_them_not_the_
     import pickle
 
     from shards.manifest import DatasetNotReady
-    from train.augment.draws import Augment
+    from train.augment.choices import Augment
     from train.errors import ConfigError
     from train.run.flags import in_flags
 
@@ -770,7 +770,7 @@ def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
 def test_numpy_strings_are_stored_as_the_plain_strings_they_equal():
     import numpy as np
 
-    from train.augment.draws import Augment
+    from train.augment.choices import Augment
 
     augment = Augment(policy=np.str_("randaugment"), policy_interpolation=np.str_("bilinear"))
     assert type(augment.policy) is str and type(augment.policy_interpolation) is str

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 __all__ = ["ImageNetLoader", "Augment", "ResolutionRamp", "RealLabels", "ConfigError", "DatasetNotReady", "DamagedData",
            "ResumeError"]
-_HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.augment.draws",
+_HOMES = {"ImageNetLoader": "train.imagenet_loader", "Augment": "train.augment.choices",
           "ResolutionRamp": "train.transforms", "RealLabels": "train.real_labels",
           "ConfigError": "train.errors", "ResumeError": "train.errors",
           "DatasetNotReady": "shards.manifest", "DamagedData": "shards.manifest"}
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     # What type checkers and IDEs see: the real classes (at run time they are imported on first use,
     # below). tests/test_library_settings.py checks that the two lists agree.
     from shards.manifest import DamagedData, DatasetNotReady
-    from train.augment.draws import Augment
+    from train.augment.choices import Augment
     from train.errors import ConfigError, ResumeError
     from train.imagenet_loader import ImageNetLoader
     from train.real_labels import RealLabels

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from shards.manifest import DamagedData, read_complete_manifest
 from shards.resources import available_cpus
 from train.accelerators import pins_memory
-from train.augment.draws import Augment
+from train.augment.choices import Augment
 from train.augment.mixing import mixed, mixer_for, mixing_seed
 from train.cluster import DistEnv, default_workers, process_env
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, DeviceBatches

@@ -14,7 +14,7 @@ import torch
 from shards.paths import EVAL_SPLITS
 from shards.plan import even_split, steps_per_epoch
 from train.accelerators import XPU_TORCH, device_count, platform
-from train.augment.draws import Augment
+from train.augment.choices import Augment
 from train.cluster import DistEnv
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels

@@ -1,8 +1,10 @@
 """Augmentation, in one place: what a training sample gets besides its crop and flip, as torchvision
 defines it (its policies, RandomErasing, MixUp/CutMix) and the weights' EMA of its recipes.
 
-    draws.py   `Augment`, the single value of every augmentation choice and its checks; which policy
-               ops, magnitudes and erasing box each sample draws (pure, in the loader's threads)
+    choices.py `Augment`, the single value of every augmentation choice and its checks (no torch: the
+               run's configuration holds one)
+    draws.py   which policy ops, magnitudes and erasing box each sample draws (pure, in the loader's
+               threads)
     ops.py     those draws applied to the whole uint8 batch on the device, equal to torchvision's ops
     mixing.py  MixUp/CutMix over a batch, reproducible per step
     ema.py     the exponential moving average of the weights (torch's AveragedModel), as torchvision's

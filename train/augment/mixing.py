@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from shards.plan import seeded_rng
-from train.augment.draws import Augment
+from train.augment.choices import Augment
 
 
 def mixer_for(augment: Augment, num_classes: int):

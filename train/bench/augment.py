@@ -32,7 +32,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from train.augment import POLICIES
-from train.augment.draws import Augment, erasing_boxes, policy_draws
+from train.augment.choices import Augment
+from train.augment.draws import erasing_boxes, policy_draws
 from train.augment.ops import apply_policy_rounds, erase
 
 

@@ -23,7 +23,7 @@ from train.errors import ConfigError
 from train.run.flags import flag_of, in_flags, show
 
 if TYPE_CHECKING:
-    from train.augment.draws import Augment
+    from train.augment.choices import Augment
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
@@ -100,7 +100,7 @@ class TrainConfig:
         """The library's Augment of the run's settings: its fields are these fields, as they are (its
         checks are the run's: a ConfigError naming the field, which the command line says as the flag).
         Built once for each value of them: the check, the start-up lines and the loader share it."""
-        from train.augment.draws import AUGMENT_FIELDS
+        from train.augment.choices import AUGMENT_FIELDS
 
         return augment_of(tuple(getattr(self, name) for name in AUGMENT_FIELDS))
 
@@ -114,7 +114,7 @@ class TrainConfig:
 @functools.lru_cache(maxsize=4)
 def augment_of(values: tuple) -> "Augment":
     """The Augment of these values of its fields, in their order (a refusal is not kept: each asks again)."""
-    from train.augment.draws import AUGMENT_FIELDS, Augment
+    from train.augment.choices import AUGMENT_FIELDS, Augment
 
     return Augment(**dict(zip(AUGMENT_FIELDS, values)))
 
