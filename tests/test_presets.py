@@ -100,7 +100,8 @@ def torchvision_lrs(epochs: int, warmup: int, start_factor: float, lr: float) ->
 @pytest.mark.parametrize("epochs,warmup", [(600, 5), (90, 5), (10, 5), (6, 5), (7, 1), (20, 3), (12, 2)])
 @pytest.mark.parametrize("steps", [1, 3, 8])
 def test_torchvision_v2s_rate_is_torchs_sequential_schedule_held_for_each_epoch(epochs, warmup, steps):
-    config = TrainConfig("", "", **(recipe("torchvision-v2") | {"epochs": epochs, "warmup_epochs": float(warmup)}))
+    config = TrainConfig.from_settings({"data": "", "run_dir": "", **recipe("torchvision-v2"), "epochs": epochs,
+                                         "warmup_epochs": float(warmup)})
     peak = 0.5  # its --lr at 1024 images a step
     ours = schedule_of(config, steps)
     reference = torchvision_lrs(epochs, warmup, 0.01, peak)
@@ -158,7 +159,7 @@ def ffcv_step_lrs(epochs: int, steps: int, lr: float, lr_peak_epoch: int = 2) ->
 @pytest.mark.parametrize("epochs", [16, 24, 88, 3, 7])
 @pytest.mark.parametrize("steps", [1, 5, 313])
 def test_ffcvs_rate_is_its_get_lr_interpolated_per_step(epochs, steps):
-    config = TrainConfig("", "", **(recipe("ffcv-rn50", epochs) | {"epochs": epochs}))
+    config = TrainConfig.from_settings({"data": "", "run_dir": "", **recipe("ffcv-rn50", epochs), "epochs": epochs})
     peak = 1.7  # its lr at 4096 images a step
     ours = schedule_of(config, steps)
     assert [peak * ours(s) for s in range(epochs * steps)] == \
@@ -324,7 +325,7 @@ def fresh(config: TrainConfig, steps: int):
 @pytest.mark.parametrize("name", sorted(RECIPES))
 @pytest.mark.parametrize("stop", [1, 5, 6, 7, 17])  # mid-epoch in and after the warm-up, at an epoch's end
 def test_a_checkpoint_mid_epoch_resumes_the_same_rates(name, stop, tmp_path):
-    config = TrainConfig("", "", **(recipe(name) | {"epochs": 8, "warmup_epochs": 3.0}))
+    config = TrainConfig.from_settings({"data": "", "run_dir": "", **recipe(name), "epochs": 8, "warmup_epochs": 3.0})
     steps = 6
     _, optimizer, scheduler = fresh(config, steps)
     whole = rates(optimizer, scheduler, 8 * steps)

@@ -169,23 +169,27 @@ def test_a_policy_option_the_policy_does_not_take_is_refused_by_augment_naming_t
 
 
 def test_options_a_policy_takes_are_accepted_and_a_recipes_are_not_typed():
-    assert parsed("--policy", "randaugment", "--num-ops", 3).config.num_ops == 3
-    assert parsed("--recipe", "torchvision-v2").config.policy_interpolation == "bilinear"  # the recipe's, not typed
+    assert parsed("--policy", "randaugment", "--num-ops", 3).config.augment.num_ops == 3
+    assert parsed("--recipe", "torchvision-v2").config.augment.policy_interpolation == "bilinear"  # the recipe's, not typed
 
 
 def test_the_augmentation_flags_are_augments_fields_and_build_it_as_they_are():
-    """One set of names: each Augment field is a TrainConfig field and --its-name; --policy none is None."""
+    """One set of names: the run's configuration holds an Augment, each of whose fields is a setting of its
+    name and --its-name (declared once, in Augment); --policy none is None."""
     from train.augment.choices import AUGMENT_FIELDS, Augment
+    from train.run.config import SETTINGS
 
     options = {option for action in build_parser()._actions for option in action.option_strings}
-    assert set(AUGMENT_FIELDS) <= {f.name for f in dataclasses.fields(TrainConfig)}
+    assert dataclasses.fields(TrainConfig)[[f.name for f in dataclasses.fields(TrainConfig)].index("augment")].type \
+        == "Augment" and not set(AUGMENT_FIELDS) & {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(AUGMENT_FIELDS) <= set(SETTINGS)
     assert {"--" + name.replace("_", "-") for name in AUGMENT_FIELDS} <= options
     config = parsed("--policy", "randaugment", "--num-ops", 3, "--magnitude", 5, "--num-magnitude-bins", 11,
                     "--policy-interpolation", "bilinear", "--erasing", 0.25, "--mixup", 0.2, "--cutmix", 1).config
-    assert config.augment() == Augment(policy="randaugment", num_ops=3, magnitude=5, num_magnitude_bins=11,
-                                       policy_interpolation="bilinear", erasing=0.25, mixup=0.2, cutmix=1.0)
-    assert parsed("--policy", "none").config.policy is None and parsed().config.augment() == Augment()
-    assert parsed("--recipe", "torchvision-v2").config.augment() == Augment(
+    assert config.augment == Augment(policy="randaugment", num_ops=3, magnitude=5, num_magnitude_bins=11,
+                                     policy_interpolation="bilinear", erasing=0.25, mixup=0.2, cutmix=1.0)
+    assert parsed("--policy", "none").config.augment.policy is None and parsed().config.augment == Augment()
+    assert parsed("--recipe", "torchvision-v2").config.augment == Augment(
         policy="trivialaugment", policy_interpolation="bilinear", erasing=0.1, mixup=0.2, cutmix=1.0)
 
 
@@ -254,31 +258,52 @@ def test_the_settings_the_command_line_checked_are_not_checked_again_where_they_
     assert not checked_already(resumed, dataclasses.replace(resumed.config, dataset_id="x"))
 
 
+def test_checkpoints_keep_the_settings_flat_as_before_and_load_into_the_augment_the_config_holds():
+    """A checkpoint's (and config.json's) settings: every setting by its flag's name, the augmentation's among
+    them where its fields were declared before the configuration held an Augment, so that checkpoints
+    written before load, and ones written now read as before."""
+    from train.augment.choices import Augment
+
+    written = {**V2.to_dict(), "policy": "randaugment", "magnitude": 5, "erasing": 0.25, "a_setting_of_old": 1}
+    del written["cutmix"]  # a setting added since: its default
+    loaded = TrainConfig.from_dict(written)
+    assert loaded.augment == Augment(policy="randaugment", magnitude=5, policy_interpolation="bilinear", erasing=0.25,
+                                     mixup=0.2)
+    assert loaded.to_dict() == {**{k: v for k, v in written.items() if k != "a_setting_of_old"}, "cutmix": 0.0}
+    names = list(V2.to_dict())
+    assert names[names.index("nesterov") + 1:names.index("repeats")] == [
+        "policy", "num_ops", "magnitude", "num_magnitude_bins", "policy_interpolation", "erasing", "mixup", "cutmix"]
+    assert "augment" not in names and TrainConfig.from_dict(V2.to_dict()) == V2
+
+
 def test_the_runs_augment_is_built_once_for_each_value_of_its_settings():
-    """The check, the start-up lines and the loader ask for the Augment of the same settings: one object. A
-    setting that changes it gives another; a refusal is said each time it is asked."""
+    """The check, the start-up lines and the loader use the Augment the configuration holds: one object,
+    built as the command line is read and carried. A setting that changes it gives another; a refusal is
+    said each time it is asked."""
     from train.errors import ConfigError
 
     config = parsed("--policy", "randaugment", "--magnitude", "7").config
-    assert config.augment() is dataclasses.replace(config, lr=0.5, dataset_id="x").augment()
-    assert config.augment() is not dataclasses.replace(config, magnitude=8).augment()
-    assert config.augment().option("magnitude") == 7
+    assert config.augment is dataclasses.replace(config, lr=0.5, dataset_id="x").augment
+    assert config.augment is config.with_settings(lr=0.5).augment
+    assert config.augment is not config.with_settings(magnitude=8).augment
+    assert config.with_settings(magnitude=8).augment.option("magnitude") == 8
+    assert config.augment.option("magnitude") == 7
     for _ in range(2):
         with pytest.raises(ConfigError, match="magnitude"):
-            dataclasses.replace(config, policy="autoaugment").augment()
+            config.with_settings(policy="autoaugment")
 
 
 # ---------------------------------------------------------------- resuming
 
 def config(**values) -> TrainConfig:
-    return TrainConfig("d", "r", **values)
+    return TrainConfig.from_settings({"data": "d", "run_dir": "r", **values})
 
 
 V2 = config(**recipe("torchvision-v2"), recipe="torchvision-v2", dataset_id="x")
 
 
 def like_v2(**values) -> TrainConfig:
-    return dataclasses.replace(V2, **values)
+    return V2.with_settings(**values)
 
 
 def test_a_resume_without_the_recipe_keeps_it_and_everything_it_set():
@@ -286,7 +311,7 @@ def test_a_resume_without_the_recipe_keeps_it_and_everything_it_set():
     resumed, changes = settings_on_resume(now, V2, frozenset({"data", "run_dir", "workers", "log_every"}),
                                           frozenset())
     assert changes == [] and resumed.recipe == "torchvision-v2" and resumed.ema and resumed.repeats == 4
-    assert resumed.policy == "trivialaugment" and resumed.image_size == 176 and resumed.mixup == 0.2
+    assert resumed.augment.policy == "trivialaugment" and resumed.image_size == 176 and resumed.augment.mixup == 0.2
     assert (resumed.workers, resumed.log_every) == (3, 7)  # how this process runs: the command line's
 
 
@@ -298,10 +323,10 @@ def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value
         settings_on_resume(now, V2, frozenset({field}), frozenset())
     message = str(stopped.value)
     flag = "--" + field.replace("_", "-")
-    assert f"{flag} {getattr(V2, field)} there, {show(value)} here" in message and f"--force-change {flag}" in message
+    assert f"{flag} {V2.setting(field)} there, {show(value)} here" in message and f"--force-change {flag}" in message
     resumed, changes = settings_on_resume(now, V2, frozenset({field}), frozenset({field}))
-    assert getattr(resumed, field) == value and changes == [Change(field, getattr(V2, field), value)]
-    assert changes[0].line() == f"{flag} {getattr(V2, field)} -> {show(value)}"
+    assert resumed.setting(field) == value and changes == [Change(field, V2.setting(field), value)]
+    assert changes[0].line() == f"{flag} {V2.setting(field)} -> {show(value)}"
 
 
 @pytest.mark.parametrize("field,value", [("arch", "resnet18"), ("seed", 1), ("batch_size", 64), ("recipe", "classic"),

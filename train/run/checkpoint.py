@@ -72,8 +72,8 @@ class Checkpoint:
                                   "cannot continue. To resume, prepare it again with the run's options ("
                                   f"{prepare_flags(self.dataset['options'])}), or point --data at the copy it trained "
                                   "on; or start a new run in another --run-dir (python -m train.evaluate reads any copy)")
-        diffs = [f"{name}: checkpoint {getattr(saved, name)!r}, now {getattr(config, name)!r}"
-                 for name in MUST_MATCH_ON_RESUME if getattr(saved, name) != getattr(config, name)]
+        diffs = [f"{name}: checkpoint {saved.setting(name)!r}, now {config.setting(name)!r}"
+                 for name in MUST_MATCH_ON_RESUME if saved.setting(name) != config.setting(name)]
         if diffs:
             raise ResumeError(f"the checkpoint belongs to another run ({'; '.join(diffs)}): use another --run-dir, "
                               "or the settings it was made with")

@@ -1,29 +1,26 @@
 """The command line of `python -m train`, and its one typed configuration (TrainConfig): built from it,
 passed explicitly, saved in checkpoints. The library's settings and their checks are not here: the
-augmentation's flags are Augment's fields (train/augment/draws.py), built into one as they are, and the
-library's refusals are said with the flags (`in_flags`). Of the run, only cli, loop and settings use
-more of it than TrainConfig; the library never imports it."""
+configuration holds the library's Augment (train/augment/choices.py), whose fields are the augmentation's
+flags, built as they are; its settings are named flat (`SETTINGS`, `setting`, `to_dict`), as the command
+line and checkpoints name them; the library's refusals are said with the flags (`in_flags`). Of the run,
+only cli, loop and settings use more of it than TrainConfig; the library never imports it."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from shards.help import HelpFormatter
 from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
+from train.augment.choices import AUGMENT_FIELDS, Augment
 from train.errors import ConfigError
 from train.run.flags import flag_of, in_flags, show
-
-if TYPE_CHECKING:
-    from train.augment.choices import Augment
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
@@ -68,15 +65,9 @@ class TrainConfig:
     lr_update: str = "step"  # the rate changes every "step", or once an "epoch" (torchvision's reference)
     no_decay: str = "norm-and-bias"  # which parameters weight decay spares: "norm-and-bias", "norm", "bn-names"
     nesterov: bool = True
-    # The augmentation: Augment's fields, of the same names (train/augment/draws.py; `augment()`)
-    policy: str | None = None  # torchvision's TrivialAugmentWide, RandAugment, AutoAugment (ImageNet policy); None: none
-    num_ops: int | None = None  # RandAugment's (None: its default, 2)
-    magnitude: int | None = None  # RandAugment's magnitude bin (None: its default, 9)
-    num_magnitude_bins: int | None = None  # RandAugment's and TrivialAugmentWide's (None: their default, 31)
-    policy_interpolation: str = "nearest"  # of the policy's geometric ops
-    erasing: float = 0.0  # RandomErasing's probability
-    mixup: float = 0.0  # MixUp's alpha (0: off)
-    cutmix: float = 0.0  # CutMix's alpha (0: off)
+    # The augmentation: the library's Augment (train/augment/choices.py), as it is; its fields are the flags of the
+    # same names, and settings of their own names here (`SETTINGS`): the policy, its options, erasing, MixUp, CutMix
+    augment: Augment = field(default_factory=Augment)
     repeats: int = 1  # repeated augmentation: readings of each sample per epoch
     ramp: tuple[int, int, int, int] | None = None  # progressive resizing: start px, end px, start epoch, end epoch
     val_resize: int | None = None  # validation's Resize (None: val crop x 256/224, or as the fraction makes it)
@@ -89,20 +80,32 @@ class TrainConfig:
     ema_decay: float = 0.99998  # per step of 1 image x 1 epoch, adjusted as torchvision's reference does
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every setting by its name, flat (`SETTINGS`: the augmentation's where Augment lies): what
+        checkpoints and config.json keep, as they always have."""
+        return {name: self.setting(name) for name in SETTINGS}
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+    def from_dict(cls, values: Mapping) -> "TrainConfig":
+        """Settings a checkpoint or config.json kept, of any version: names it does not know are left out,
+        missing ones take their defaults."""
+        return cls.from_settings({name: value for name, value in values.items() if name in SETTINGS})
 
-    def augment(self):
-        """The library's Augment of the run's settings: its fields are these fields, as they are (its
-        checks are the run's: a ConfigError naming the field, which the command line says as the flag).
-        Built once for each value of them: the check, the start-up lines and the loader share it."""
-        from train.augment.choices import AUGMENT_FIELDS
+    @classmethod
+    def from_settings(cls, values: Mapping) -> "TrainConfig":
+        """The configuration of these settings by name (`SETTINGS`): the augmentation's build its Augment,
+        whose checks raise a ConfigError naming the setting (which the command line says as its flag)."""
+        values = dict(values)
+        augment = Augment(**{name: values.pop(name) for name in AUGMENT_FIELDS if name in values})
+        return cls(**values, augment=augment)
 
-        return augment_of(tuple(getattr(self, name) for name in AUGMENT_FIELDS))
+    def setting(self, name: str):
+        """A setting's value by its name (an augmentation's is its Augment's field)."""
+        return getattr(self.augment, name) if name in AUGMENT_FIELDS else getattr(self, name)
+
+    def with_settings(self, **values) -> "TrainConfig":
+        """This configuration with settings changed by name (an augmentation's in a new Augment, checked)."""
+        augmented = {name: values.pop(name) for name in AUGMENT_FIELDS if name in values}
+        return replace(self, **values, **({"augment": replace(self.augment, **augmented)} if augmented else {}))
 
     def image_size_or_ramp(self):
         """The library's image_size of the run's settings: a ResolutionRamp, or --image-size."""
@@ -111,12 +114,9 @@ class TrainConfig:
         return ResolutionRamp(*self.ramp) if self.ramp else self.image_size
 
 
-@functools.lru_cache(maxsize=4)
-def augment_of(values: tuple) -> "Augment":
-    """The Augment of these values of its fields, in their order (a refusal is not kept: each asks again)."""
-    from train.augment.choices import AUGMENT_FIELDS, Augment
-
-    return Augment(**dict(zip(AUGMENT_FIELDS, values)))
+# Every setting's name, flat, in the order of TrainConfig's fields: Augment's fields where it lies (the names of the
+# flags, the checkpoints' and config.json's keys)
+SETTINGS = tuple(name for f in fields(TrainConfig) for name in (AUGMENT_FIELDS if f.name == "augment" else (f.name,)))
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -244,20 +244,20 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                         "(parameters whose names contain 'bn': FFCV's)")
     g.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=d.nesterov,
                    help="Nesterov momentum (torchvision's and FFCV's recipes use plain momentum)")
-    g.add_argument("--policy", type=policy_choice, default=d.policy, metavar="{none," + ",".join(POLICIES) + "}",
+    g.add_argument("--policy", type=policy_choice, default=d.augment.policy, metavar="{none," + ",".join(POLICIES) + "}",
                    help="torchvision's per-sample augmentation policy, on each training crop (none: no policy)")
-    g.add_argument("--num-ops", type=int, default=d.num_ops,
+    g.add_argument("--num-ops", type=int, default=d.augment.num_ops,
                    help="randaugment: ops per sample (default: RandAugment's own, 2)")
-    g.add_argument("--magnitude", type=int, default=d.magnitude,
+    g.add_argument("--magnitude", type=int, default=d.augment.magnitude,
                    help="randaugment: the magnitude bin (default: RandAugment's own, 9)")
-    g.add_argument("--num-magnitude-bins", type=int, default=d.num_magnitude_bins,
+    g.add_argument("--num-magnitude-bins", type=int, default=d.augment.num_magnitude_bins,
                    help="randaugment, trivialaugment: the magnitude bins (default: their own, 31)")
-    g.add_argument("--policy-interpolation", choices=POLICY_INTERPOLATIONS, default=d.policy_interpolation,
+    g.add_argument("--policy-interpolation", choices=POLICY_INTERPOLATIONS, default=d.augment.policy_interpolation,
                    help="of the policy's geometric ops (torchvision's default is nearest; its reference "
                         "recipes pass bilinear)")
-    g.add_argument("--erasing", type=float, default=d.erasing, help="RandomErasing's probability")
-    g.add_argument("--mixup", type=float, default=d.mixup, help="MixUp's alpha (0: off)")
-    g.add_argument("--cutmix", type=float, default=d.cutmix, help="CutMix's alpha (0: off)")
+    g.add_argument("--erasing", type=float, default=d.augment.erasing, help="RandomErasing's probability")
+    g.add_argument("--mixup", type=float, default=d.augment.mixup, help="MixUp's alpha (0: off)")
+    g.add_argument("--cutmix", type=float, default=d.augment.cutmix, help="CutMix's alpha (0: off)")
     g.add_argument("--repeats", type=int, default=d.repeats,
                    help="repeated augmentation: each sample read this many times an epoch (torchvision's --ra-reps)")
     g.add_argument("--ramp", type=int, nargs=4, metavar=("START_PX", "END_PX", "START_EPOCH", "END_EPOCH"),
@@ -293,16 +293,20 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
 @dataclass(frozen=True)
 class CommandLine:
     """What `python -m train` was asked: the settings, which of them were typed (a typed flag beats the
-    recipe, and on resume must agree with the checkpoint), and the flags allowed to differ on resume."""
+    recipe, and on resume must agree with the checkpoint), and the flags allowed to differ on resume.
+    `config`: a new run's settings, checked; a resume's run control (its data, run directory, device, ...),
+    whose other settings are the checkpoint's, compared with `values` (its augmentation the default
+    Augment: what the command line types of it may be checked only against the checkpoint's)."""
     config: TrainConfig
-    given: frozenset[str]  # TrainConfig fields whose flag was typed
-    force_change: frozenset[str] = frozenset()  # TrainConfig fields --force-change names
+    given: frozenset[str]  # settings (SETTINGS) whose flag was typed
+    force_change: frozenset[str] = frozenset()  # settings --force-change names
     notes: tuple[str, ...] = ()  # what replaced a recipe's or a default's value, for the start-up log
     origin: Mapping[str, str] = field(default_factory=dict)  # field -> "typed", "--recipe NAME's", "the default"
     source_epochs: int = TrainConfig("", "").epochs  # the length the recipe (or the defaults) set its warm-up for
     # typed fields whose value is the one they would have untyped (`--recipe ffcv-rn50 --image-size 192`): typed,
     # but they ask for nothing the run would ignore
     typed_as_default: frozenset[str] = frozenset()
+    values: Mapping[str, object] = field(default_factory=dict)  # every setting by name, as the command line gives it
 
     def meant(self) -> frozenset[str]:
         """The typed fields that ask for something other than their default."""
@@ -331,7 +335,8 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     args = parser.parse_args(argv)
     given = given_fields(argv)
     notes = replace_recipe_values(args, given, values, chosen)
-    config = config_from_args(args, parser)
+    settings = TrainConfig("", "").to_dict() | settings_from_args(args, parser)  # every setting, by name
+    config = config_of(settings, args.resume, parser)
     forced = forced_fields(args.force_change, parser)
     untyped = forced - given
     if untyped:
@@ -341,9 +346,9 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     defaults = TrainConfig("", "").to_dict() | values
     command = CommandLine(
         config, frozenset(given), frozenset(forced), tuple(notes),
-        origins(given, chosen, {name: v for name, v in values.items() if getattr(config, name) == v}),
+        origins(given, chosen, {name: v for name, v in values.items() if settings[name] == v}),
         defaults["epochs"],
-        frozenset(name for name in given if name in defaults and getattr(config, name) == defaults[name]))
+        frozenset(name for name in given if name in defaults and settings[name] == defaults[name]), settings)
     if config.resume is None:  # a resume's settings are known once the checkpoint's are read: loop.main checks them
         config, fitted = fit_untyped(config, command.given, command.origin, command.source_epochs)
         problem = settings_problem(config, command.meant(), command.origin)
@@ -371,8 +376,8 @@ def renamed_flag(argv: list[str]) -> str | None:
 
 def origins(given: set[str] | frozenset[str], recipe_name: str, recipe_values: dict) -> dict[str, str]:
     """Where each setting's value came from, as the messages say it. Pure."""
-    return {f.name: "typed" if f.name in given else f"--recipe {recipe_name}'s" if f.name in recipe_values
-            else "the default" for f in fields(TrainConfig)}
+    return {name: "typed" if name in given else f"--recipe {recipe_name}'s" if name in recipe_values
+            else "the default" for name in SETTINGS}
 
 
 def flags_as_values(argv: list[str]) -> list[str]:
@@ -422,7 +427,7 @@ def policy_choice(text: str) -> str | None:
 
 def forced_fields(flags: list[str], parser: OneLineParser) -> set[str]:
     """--force-change's FLAGs as TrainConfig fields; an unknown flag is refused."""
-    known = {flag_of(f.name): f.name for f in fields(TrainConfig)}
+    known = {flag_of(name): name for name in SETTINGS}
     known |= {option: action.dest for action in parser._actions for option in action.option_strings}
     unknown = [flag for flag in flags if ("--" + flag.lstrip("-")) not in known]
     if unknown:
@@ -444,12 +449,12 @@ def replace_recipe_values(args: argparse.Namespace, given: set[str], values: dic
     torchvision-v2) moots nothing.
     Returns the log lines that say what was replaced. Pure but for `args`."""
     defaults = TrainConfig("", "")
-    typed = [item for item in MOOTS if item in given and getattr(args, item) != values.get(item, getattr(defaults, item))]
+    typed = [item for item in MOOTS if item in given and getattr(args, item) != values.get(item, defaults.setting(item))]
     moot = [item for cause in typed for item in MOOTS[cause]]
     replaced = [item for item in dict.fromkeys(moot) if item in values and item not in given
-                and values[item] != getattr(defaults, item)]
+                and values[item] != defaults.setting(item)]
     for item in replaced:
-        setattr(args, item, getattr(defaults, item))
+        setattr(args, item, defaults.setting(item))
     if not replaced:
         return []
     causes = ", ".join(f"{flag_of(item)} {show(getattr(args, item))}" for item in typed)
@@ -474,7 +479,7 @@ class Origins:
 
     def value(self, config: TrainConfig, name: str) -> str:
         """`--flag value (where it came from)`."""
-        where, value, flag = self.origin.get(name), getattr(config, name), flag_of(name)
+        where, value, flag = self.origin.get(name), config.setting(name), flag_of(name)
         typed = (flag if value else "--no-" + flag[2:]) if isinstance(value, bool) else f"{flag} {show(value)}"
         return typed + (f" ({where})" if where else "")
 
@@ -506,7 +511,7 @@ class NeededFor:
 
 # a flag -> what must be on for the run to use it (a policy's own options: Augment refuses them with another)
 USED_ONLY_WITH = {
-    "policy_interpolation": NeededFor("a --policy", lambda c: c.policy is not None, "policy",
+    "policy_interpolation": NeededFor("a --policy", lambda c: c.augment.policy is not None, "policy",
                                       "--policy trivialaugment, randaugment or autoaugment"),
     "ema_steps": NeededFor("--ema", lambda c: c.ema, "ema", "--ema"),
     "ema_decay": NeededFor("--ema", lambda c: c.ema, "ema", "--ema"),
@@ -521,7 +526,7 @@ def ignored_flag(config: TrainConfig, meant: frozenset[str] | set[str], said: Or
     for name, needed in USED_ONLY_WITH.items():
         if name in meant and not needed.in_use(config):
             has, turn_on = said.value(config, needed.has), needed.turn_on + said.forcing(needed.has)
-            return (f"{flag_of(name)} {show(getattr(config, name))} is used only with {needed.needs}, and this run has "
+            return (f"{flag_of(name)} {show(config.setting(name))} is used only with {needed.needs}, and this run has "
                     f"{has}: leave {flag_of(name)} out, or add {turn_on}")
     return None
 
@@ -543,12 +548,12 @@ def fit_untyped(config: TrainConfig, given: frozenset[str] | set[str], origin: M
 
 
 def library_problem(config: TrainConfig) -> str | None:
-    """The library's own checks of what the run hands it (the augmentation, the ramp, the validation
-    transform), in flags (`in_flags`): the command line checks none of these itself."""
+    """The library's own checks of what the run hands it (the ramp, the validation transform; the
+    augmentation's are Augment's, made with the configuration), in flags (`in_flags`): the command line
+    checks none of these itself."""
     from train.loader_arguments import checked_image_size, checked_validation
 
     try:
-        config.augment()
         checked_validation(checked_image_size(config.image_size_or_ramp()), config.val_crop, config.val_resize,
                            config.val_crop_fraction, config.val_crop_mode, config.val_interpolation)
     except ConfigError as exn:
@@ -556,7 +561,19 @@ def library_problem(config: TrainConfig) -> str | None:
     return None
 
 
-def config_from_args(args: argparse.Namespace, parser: OneLineParser) -> TrainConfig:
+def config_of(settings: dict, resume: str | None, parser: OneLineParser) -> TrainConfig:
+    """The command line's configuration (CommandLine.config): a new run's, its Augment checked here (a
+    refusal said in flags); a resume's with the default Augment, its own coming from the checkpoint."""
+    if resume is not None:
+        return TrainConfig.from_settings({**settings, **Augment().to_dict()})
+    try:
+        return TrainConfig.from_settings(settings)
+    except ConfigError as exn:
+        parser.refuse(in_flags(exn))
+
+
+def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
+    """Every setting by name (SETTINGS) as the command line gives it, after the parse's own refusals."""
     if args.data is None:
         parser.refuse("--data is required outside a SLURM job (no $SLURM_TMPDIR): the folder prepare wrote")
     for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "ema_steps"):
@@ -581,4 +598,4 @@ def config_from_args(args: argparse.Namespace, parser: OneLineParser) -> TrainCo
     values = {k: v for k, v in vars(args).items() if k != "force_change"}
     values["data"], values["run_dir"] = str(Path(args.data)), str(Path(args.run_dir))
     values["ramp"] = tuple(args.ramp) if args.ramp is not None else None
-    return TrainConfig(**values)
+    return values

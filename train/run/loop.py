@@ -279,7 +279,7 @@ def build_data(config: TrainConfig, env: DistEnv, device: torch.device, manifest
                                 image_size=config.image_size_or_ramp(), device=device, seed=config.seed,
                                 workers=workers, rank=env.rank, world_size=env.world_size, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
-                                max_bad_samples=None, augment=config.augment(), repeats=config.repeats,
+                                max_bad_samples=None, augment=config.augment, repeats=config.repeats,
                                 val_crop=config.val_crop, val_resize=config.val_resize,
                                 val_crop_fraction=config.val_crop_fraction, val_crop_mode=config.val_crop_mode,
                                 val_interpolation=config.val_interpolation)

@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
-from train.run.config import CommandLine, TrainConfig, fit_untyped
+from train.run.config import SETTINGS, CommandLine, TrainConfig, fit_untyped
 from train.errors import ConfigError, ResumeError
 from train.run.flags import flag_of, show
 
@@ -50,14 +51,15 @@ class Change:
         return f"{flag_of(self.field)} {show(self.old)} -> {show(self.new)}"
 
 
-def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[str], forced: frozenset[str],
+def settings_on_resume(now: TrainConfig | Mapping, saved: TrainConfig, given: frozenset[str], forced: frozenset[str],
                        epoch: int = 0) -> tuple[TrainConfig, list[Change]]:
     """The settings a resumed run continues with, and the changes --force-change made. `epoch`: the
     checkpoint's (the epochs finished; a forced --epochs must leave the run at least one more). A forced
     flag already equal to the checkpoint's (a requeued job that forced it before) changes nothing. Pure."""
+    now = by_name(now)
     values, changes, refused = saved.to_dict(), [], []
-    for name in (f.name for f in fields(TrainConfig)):
-        new, old = getattr(now, name), getattr(saved, name)
+    for name in SETTINGS:
+        new, old = now[name], saved.setting(name)
         if name in RUN_CONTROL:
             values[name] = new
         elif name in given and new != old:
@@ -77,14 +79,20 @@ def settings_on_resume(now: TrainConfig, saved: TrainConfig, given: frozenset[st
         raise ResumeError(f"{forced} (forced): the run has finished its {saved.epochs} epochs, so nothing would train "
                           f"with it, and the checkpoint would keep the old value. Force a longer run too (--epochs "
                           f"{epoch + 1} --force-change --epochs), or start a new run in another --run-dir")
-    return TrainConfig(**values), changes
+    return TrainConfig.from_settings(values), changes
 
 
-def carried_over(now: TrainConfig, saved: TrainConfig, given: frozenset[str]) -> list[str]:
+def by_name(settings: TrainConfig | Mapping) -> dict:
+    """Settings by name (SETTINGS): a command line's (CommandLine.values), or a configuration's."""
+    return settings.to_dict() if isinstance(settings, TrainConfig) else dict(settings)
+
+
+def carried_over(now: TrainConfig | Mapping, saved: TrainConfig, given: frozenset[str]) -> list[str]:
     """`--flag value` for each setting the resumed run keeps from its checkpoint where this command line,
     which left the flag out, would have given another value (its default, its recipe's). Pure."""
-    return [f"{flag_of(f.name)} {show(getattr(saved, f.name))}" for f in fields(TrainConfig)
-            if f.name not in RUN_CONTROL and f.name not in given and getattr(saved, f.name) != getattr(now, f.name)]
+    now = by_name(now)
+    return [f"{flag_of(name)} {show(saved.setting(name))}" for name in SETTINGS
+            if name not in RUN_CONTROL and name not in given and saved.setting(name) != now[name]]
 
 
 # ---------------------------------------------------------------- a run's settings, new or resumed
@@ -119,17 +127,20 @@ def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig |
         config, fitted_to_data = fit_to_data(config, command.given, command.origin, steps)
         return RunSettings(config, [], (*command.notes, *fitted, *fitted_to_data, *capped), dict(command.origin),
                            command.meant())
-    resumed, changes = settings_on_resume(config, saved, command.given, command.force_change, epoch)
+    # the command line's settings (its augmentation as typed: `config` holds the default Augment on a resume),
+    # with this process's run control, the manifest's dataset id among it
+    now = {**(command.values or config.to_dict()), **{name: config.setting(name) for name in RUN_CONTROL}}
+    resumed, changes = settings_on_resume(now, saved, command.given, command.force_change, epoch)
     changed = frozenset(change.field for change in changes)
     notes = []
-    kept = carried_over(config, saved, command.given)
+    kept = carried_over(now, saved, command.given)
     if kept:
         notes.append(f"resumed with the run's own {', '.join(kept)} (this command line leaves them out; --max-steps, "
                      "--workers, logging and tracking are this command line's)")
-    notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(getattr(saved, name))} already"
+    notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(saved.setting(name))} already"
               for name in sorted(command.force_change - changed)]
     origin = {name: "forced" if name in changed else "typed" if name in RUN_CONTROL and name in command.given
-              else "the checkpoint's" for name in TrainConfig.__dataclass_fields__}
+              else "the checkpoint's" for name in SETTINGS}
     return RunSettings(resumed, changes, (*notes, *capped), origin, changed)
 
 
@@ -152,8 +163,8 @@ def fit_to_data(config: TrainConfig, given: frozenset[str], origin: dict[str, st
     return config, lines
 
 
-def refusal(names: list[str], now: TrainConfig, saved: TrainConfig) -> str:
-    differ = "; ".join(f"{flag_of(name)} {show(getattr(saved, name))} there, {show(getattr(now, name))} here"
+def refusal(names: list[str], now: dict, saved: TrainConfig) -> str:
+    differ = "; ".join(f"{flag_of(name)} {show(saved.setting(name))} there, {show(now[name])} here"
                        for name in names)
     fixed = [flag_of(name) for name in names if name in FIXED]
     forcing = " ".join(f"--force-change {flag_of(name)}" for name in names)
@@ -201,16 +212,15 @@ def warmup(config: TrainConfig) -> str:
 
 
 def augmentation(config: TrainConfig) -> str:
-    parts = ["RandomResizedCrop + flip"]
-    if config.policy is not None:
-        augment = config.augment()
+    parts, augment = ["RandomResizedCrop + flip"], config.augment
+    if augment.policy is not None:
         options = f"num_ops {augment.option('num_ops')}, magnitude {augment.option('magnitude')}, " \
-            if config.policy == "randaugment" else ""
-        bins = f"{config.num_magnitude_bins} magnitude bins, " if config.num_magnitude_bins is not None else ""
-        parts.append(f"{config.policy} ({options}{bins}{config.policy_interpolation})")
-    parts += [f"random erasing {config.erasing:g}"] if config.erasing else []
-    parts += [f"MixUp {config.mixup:g}"] if config.mixup else []
-    parts += [f"CutMix {config.cutmix:g}"] if config.cutmix else []
+            if augment.policy == "randaugment" else ""
+        bins = f"{augment.num_magnitude_bins} magnitude bins, " if augment.num_magnitude_bins is not None else ""
+        parts.append(f"{augment.policy} ({options}{bins}{augment.policy_interpolation})")
+    parts += [f"random erasing {augment.erasing:g}"] if augment.erasing else []
+    parts += [f"MixUp {augment.mixup:g}"] if augment.mixup else []
+    parts += [f"CutMix {augment.cutmix:g}"] if augment.cutmix else []
     parts += [f"repeated augmentation x{config.repeats}"] if config.repeats > 1 else []
     parts += [f"EMA every {config.ema_steps} steps, decay {config.ema_decay:g}"] if config.ema else []
     return ", ".join(parts)
