@@ -188,23 +188,41 @@ class NodeGroup:
 
     def describe_failure(self, exn: Exception) -> str:
         gone = self.census()
+        self.leaving()
         who = ", ".join(self.names[r] for r in gone) if gone else "another node"
         return (f"{who} stopped answering ({first_line(exn)}): killed, lost, or out of time "
                 f"(--group-timeout). See {'its' if len(gone) <= 1 else 'their'} log; rerun the step (each node "
                 "removes what this run wrote first)")
 
     def census(self) -> list[int]:
-        """The ranks whose heartbeat stopped. The store lives in node 0's task: if it is gone, node 0
-        is (it lingers for CENSUS_S after a failure of its own, so the others can count)."""
+        """The ranks whose heartbeat stopped, but for those that left because they saw another fail
+        (`leaving`). The store lives in node 0's task: if it is gone, node 0 is (it lingers for CENSUS_S
+        after a failure of its own, so the others can count)."""
         try:
             before = self.heart.beats(self.store)
             time.sleep(CENSUS_S)
             after = self.heart.beats(self.store)
+            left = [self.store.add(f"left/{r}", 0) for r in range(self.size)]
         except Exception:
             return [0]
         if self.rank == 0:
             time.sleep(CENSUS_S)  # the store goes with this process: the others may still be counting
-        return [r for r in range(self.size) if r != self.rank and after[r] == before[r]]
+        return gone_from(before, after, left, self.rank)
+
+    def leaving(self) -> None:
+        """Say on the store that this node leaves because another failed: a node that comes to a
+        collective later, and waits there until --group-timeout, must not count it among the dead (its
+        heartbeat stops as it exits)."""
+        try:
+            self.store.add(f"left/{self.rank}", 1)
+        except Exception:
+            pass  # the store went with node 0: the others' census names node 0 anyway
+
+
+def gone_from(before: list[int], after: list[int], left: list[int], rank: int) -> list[int]:
+    """The ranks a census finds gone: their heartbeat did not move, and they did not say they left
+    (`NodeGroup.leaving`). Pure."""
+    return [r for r in range(len(after)) if r != rank and after[r] == before[r] and not left[r]]
 
 
 class Heartbeat:

@@ -100,14 +100,15 @@ class WorkerPool:
                 yield result
 
     def submit_ahead(self, fn: Callable, jobs: Iterable, ahead: int) -> Iterator[tuple[object, Future]]:
-        """(job, the task of fn(job)) for every job, in the jobs' order, with at most `ahead` submitted
-        beyond those the caller is done with: for tasks whose output the caller takes while they run (a
-        part stream's segments). A worker that died is named when the caller asks a task's result."""
+        """(job, the task of fn(job)) for every job, in the jobs' order: `ahead` submitted besides the one
+        the caller takes (as imap_ahead keeps them), for tasks whose output the caller takes while they
+        run (a part stream's segments). A worker that died is named when the caller asks a task's result."""
         jobs, pending = iter(jobs), deque()
         pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, ahead))
         while pending:
-            yield pending.popleft()
+            taken = pending.popleft()
             pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, 1))
+            yield taken
 
     def imap_unordered(self, fn: Callable, jobs: Iterable) -> Iterator:
         """fn(job) for every job, as each finishes."""
