@@ -27,10 +27,16 @@ through them.
 
 Validation: the shards in order, cut into `world_size` contiguous runs differing by at most one
 sample; every sample is read exactly once.
+
+Elastic (`elastic_train_plan`, #52; not yet used by the loader): a run's epoch laid out for the world it
+started on (its canonical world and per-rank batch) read on another world size: at each global step the
+canonical global batch, cut into equal runs for the ranks there are now, each canonical rank's stream
+read forward. A world size that does not divide the global batch is refused (`per_rank_batch`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -144,6 +150,59 @@ def repeated_train_plan(shard_sizes: list[int], *, epoch: int, seed: int, world_
     places = range(rank, emitted * world_size, world_size)  # this rank's places in the repeated list
     return ReadPlan(pieces_of_range(shard_sizes, order, 0, distinct), tuple(shared[i // repeats] for i in places),
                     tuple(i % repeats for i in places))
+
+
+def per_rank_batch(global_batch: int, world_size: int) -> int:
+    """Each rank's share of a run's global batch on `world_size` ranks (a resume on another world size
+    keeps the global batch, and with it the learning rate's schedule); a ValueError naming the world
+    sizes that divide it where this one does not."""
+    if world_size < 1 or global_batch % world_size:
+        fitting = ", ".join(str(n) for n in range(1, global_batch + 1) if global_batch % n == 0)
+        raise ValueError(f"{world_size} ranks cannot share the run's global batch of {global_batch} equally: "
+                         f"resume it on {fitting} ranks")
+    return global_batch // world_size
+
+
+def elastic_train_plan(shard_sizes: list[int], *, epoch: int, seed: int, canonical_world: int, canonical_batch: int,
+                       world_size: int, rank: int, shuffle_buffer: int, repeats: int = 1) -> ReadPlan:
+    """What rank `rank` of `world_size` reads in epoch `epoch` of a run laid out for `canonical_world`
+    ranks of `canonical_batch` samples (the world it started on): at every global step, the canonical
+    layout's global batch, its canonical ranks' batches in rank order, cut into `world_size` equal runs
+    (`per_rank_batch`). So any world size reads the same samples at the same step, each reading once,
+    and a sample's augmentation, keyed by (seed, epoch, key), is the same. Each canonical rank's stream
+    is read forward as its own plan reads it: a rank of a smaller world reads several of them,
+    interleaved, a rank of a larger one a part of one. On the canonical world, repeated_train_plan's
+    plan."""
+    batch = per_rank_batch(canonical_world * canonical_batch, world_size)
+    canonical = functools.partial(repeated_train_plan, shard_sizes, epoch=epoch, seed=seed, world_size=canonical_world,
+                                  batch_size=canonical_batch, shuffle_buffer=shuffle_buffer, repeats=repeats)
+    if world_size == canonical_world:
+        return canonical(rank=rank)
+    first, last = rank * batch // canonical_batch, ((rank + 1) * batch - 1) // canonical_batch
+    streams = {r: canonical(rank=r) for r in range(first, last + 1)}
+    pieces, offsets = joined_pieces([streams[r] for r in range(first, last + 1)])
+    steps = streams[first].num_samples // canonical_batch
+    order, readings = [], []
+    for step in range(steps):
+        for slot in range(rank * batch, (rank + 1) * batch):
+            r, j = divmod(slot, canonical_batch)
+            k = step * canonical_batch + j
+            order.append(offsets[r - first] + streams[r].order[k])
+            readings.append(streams[r].repeats[k] if streams[r].repeats else 0)
+    return ReadPlan(pieces, tuple(order), tuple(readings) if repeats > 1 else ())
+
+
+def joined_pieces(plans: list[ReadPlan]) -> tuple[tuple[Piece, ...], list[int]]:
+    """The pieces several canonical ranks' plans read, and where each plan's positions start among them:
+    one copy where they read the same (repeated augmentation: every rank reads the distinct samples),
+    else one after another (their chunks of the epoch, disjoint)."""
+    if all(plan.pieces == plans[0].pieces for plan in plans):
+        return plans[0].pieces, [0] * len(plans)
+    offsets, total = [], 0
+    for plan in plans:
+        offsets.append(total)
+        total += sum(piece.stop - piece.start for piece in plan.pieces)
+    return tuple(piece for plan in plans for piece in plan.pieces), offsets
 
 
 def even_split(total: int, parts: int, index: int) -> tuple[int, int]:

@@ -150,3 +150,77 @@ def test_repeated_orders_differ_across_epochs_and_repeat_for_a_seed():
     e0 = repeated_reads(epoch=0, seed=1, **args)
     assert repeated_reads(epoch=0, seed=1, **args) == e0
     assert repeated_reads(epoch=1, seed=1, **args) != e0
+
+
+# ---------------------------------------------------------------- elastic: a run's layout read on another world size
+
+def elastic_steps(sizes, canonical_world, canonical_batch, world, repeats=1, epoch=2, seed=5, buffer=3):
+    """[step][rank] -> the (shard, index, reading) of each emission, for a run laid out for
+    `canonical_world` ranks of `canonical_batch` read on `world` ranks."""
+    from shards.plan import elastic_train_plan, per_rank_batch
+
+    batch = per_rank_batch(canonical_world * canonical_batch, world)
+    per_rank = []
+    for rank in range(world):
+        plan = elastic_train_plan(sizes, epoch=epoch, seed=seed, canonical_world=canonical_world,
+                                  canonical_batch=canonical_batch, world_size=world, rank=rank, shuffle_buffer=buffer,
+                                  repeats=repeats)
+        read = samples_of(plan)
+        readings = plan.repeats or (0,) * plan.num_samples
+        per_rank.append([(*read[p], r) for p, r in zip(plan.order, readings)])
+    steps = len(per_rank[0]) // batch
+    assert all(len(emitted) == steps * batch for emitted in per_rank)  # equal work on every rank
+    return [[emitted[step * batch:(step + 1) * batch] for emitted in per_rank] for step in range(steps)]
+
+
+ELASTIC = [(2, 6, 1), (2, 6, 3), (2, 6, 4), (2, 6, 12), (4, 3, 2), (4, 3, 6), (3, 4, 2), (3, 4, 4), (1, 8, 2)]
+
+
+@pytest.mark.parametrize("sizes", [[7, 6, 6, 9, 11], [10] * 7, [40]])
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_any_world_size_reads_the_canonical_global_batch_at_every_step(sizes, canonical_world, canonical_batch, world,
+                                                                      repeats):
+    """#52: a run laid out on one world size, read on another: at every global step the same samples (and
+    readings), each once over the ranks, the canonical ranks' batches in rank order."""
+    canonical = elastic_steps(sizes, canonical_world, canonical_batch, canonical_world, repeats)
+    elastic = elastic_steps(sizes, canonical_world, canonical_batch, world, repeats)
+    assert len(elastic) == len(canonical) > 0
+    for ours, theirs in zip(elastic, canonical):
+        assert [s for rank in ours for s in rank] == [s for rank in theirs for s in rank]
+        assert len(set(s for rank in ours for s in rank)) == canonical_world * canonical_batch
+
+
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)
+def test_each_canonical_stream_is_read_forward_on_any_world_size(canonical_world, canonical_batch, world):
+    """A rank reading part of several canonical streams reads each in its own order (forward through its
+    pieces' positions, as the canonical rank would): no stream is read out of its order."""
+    from shards.plan import elastic_train_plan, repeated_train_plan
+
+    sizes = [7, 6, 6, 9, 11]
+    streams = [repeated_train_plan(sizes, epoch=1, seed=0, world_size=canonical_world, rank=r,
+                                   batch_size=canonical_batch, shuffle_buffer=3, repeats=1)
+               for r in range(canonical_world)]
+    position_of = {sample: (r, k) for r, plan in enumerate(streams)
+                   for k, sample in enumerate(samples_of(plan)[p] for p in plan.order)}
+    for rank in range(world):
+        plan = elastic_train_plan(sizes, epoch=1, seed=0, canonical_world=canonical_world,
+                                  canonical_batch=canonical_batch, world_size=world, rank=rank, shuffle_buffer=3)
+        read = samples_of(plan)
+        seen = {}
+        for p in plan.order:
+            r, k = position_of[read[p]]
+            assert k > seen.get(r, -1)  # later in canonical rank r's stream than what this rank read of it before
+            seen[r] = k
+
+
+def test_the_canonical_world_reads_its_own_plan_and_a_world_that_does_not_divide_the_batch_is_refused():
+    from shards.plan import elastic_train_plan, per_rank_batch, repeated_train_plan
+
+    for rank in range(2):
+        assert elastic_train_plan([9, 8], epoch=0, seed=1, canonical_world=2, canonical_batch=3, world_size=2,
+                                  rank=rank, shuffle_buffer=2) == \
+            repeated_train_plan([9, 8], epoch=0, seed=1, world_size=2, rank=rank, batch_size=3, shuffle_buffer=2, repeats=1)
+    with pytest.raises(ValueError, match="^3 ranks cannot share the run's global batch of 32 equally: resume it on "
+                                         "1, 2, 4, 8, 16, 32 ranks$"):
+        per_rank_batch(32, 3)
