@@ -540,3 +540,63 @@ def test_under_mp_spawn_a_loader_made_before_the_group_is_refused_and_after_it_r
             assert not set(got[0]) & set(got[1])
             assert len(got[0]) == len(got[1]) == steps_per_epoch(read_manifest(prepared).splits["train"].samples, 2,
                                                                  4) * 4
+
+
+# ---------------------------------------------------------------- elastic: a mid-epoch state on another world size
+
+def global_batches(per_rank: list[list[tuple]]) -> list[tuple]:
+    """The ranks' batches of each step joined in rank order: (images, labels, key hashes) of the global batch."""
+    return [(torch.cat([b[0] for b in step]), torch.cat([b[1] for b in step]), [h for b in step for h in b[2]])
+            for step in zip(*per_rank)]
+
+
+@pytest.mark.parametrize("world", [1, 4, 2])
+def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the_global_batch(prepared, world):
+    """#52: a 2-rank run's state taken mid-epoch, loaded by loaders of 1, 4 or 2 ranks that keep the global
+    batch (8): at every remaining global step the same samples, pixels and labels as the uninterrupted
+    2-rank run's, each once over the ranks, in this epoch and the next (the run's layout persists)."""
+    taken, uninterrupted = 2, []
+    for rank in range(2):
+        with loader(prepared, batch_size=4, rank=rank, world_size=2) as data:
+            data.set_epoch(3)
+            this_epoch = records(data.batches())
+            data.set_epoch(4)
+            uninterrupted.append((this_epoch, records(data.batches())))
+    with loader(prepared, batch_size=4, rank=0, world_size=2) as data:
+        data.set_epoch(3)
+        batches = data.batches()
+        for _ in range(taken):
+            next(batches)
+        state = data.state_dict()
+        batches.close()
+    resumed = []
+    for rank in range(world):
+        with loader(prepared, batch_size=8 // world, rank=rank, world_size=world) as data:
+            data.load_state_dict(state)
+            data.set_epoch(3)
+            this_epoch = records(data.batches())
+            assert (data.state_dict()["canonical_world_size"], data.state_dict()["canonical_batch_size"]) == (2, 4)
+            data.set_epoch(4)
+            resumed.append((this_epoch, records(data.batches())))
+    for epoch in (0, 1):
+        want = global_batches([run[epoch] for run in uninterrupted])[taken if epoch == 0 else 0:]
+        got = global_batches([run[epoch] for run in resumed])
+        assert len(got) == len(want) > 0 and same(got, want)
+        keys = [h for batch in got for h in batch[2]]
+        assert len(keys) == len(set(keys))
+
+
+def test_a_mid_epoch_state_on_a_world_that_cannot_keep_the_global_batch_is_refused_naming_those_that_can(prepared):
+    with loader(prepared, batch_size=2, rank=0, world_size=4) as data:
+        data.set_epoch(1)
+        batches = data.batches()
+        next(batches)
+        state = data.state_dict()
+        batches.close()
+    with loader(prepared, batch_size=2, rank=0, world_size=3) as three, pytest.raises(
+            ResumeError, match=r"world_size: the state's 4, this loader's 3.*\(3 ranks cannot share the run's global "
+                               r"batch of 8 equally: resume it on 1, 2, 4, 8 ranks\)"):
+        three.load_state_dict(state)
+    with loader(prepared, batch_size=2, rank=0, world_size=2) as two, pytest.raises(
+            ResumeError, match=r"\(on 2 ranks, batch_size=4 keeps the state's global batch of 8"):
+        two.load_state_dict(state)

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from shards.manifest import DamagedData, read_complete_manifest
+from shards.plan import per_rank_batch
 from shards.resources import available_cpus
 from train.accelerators import pins_memory
 from train.augment.choices import Augment
@@ -58,6 +59,9 @@ STATE_IDENTITY = ("format", "dataset_id", "split", "seed", "batch_size", "shuffl
 # What a position inside an epoch is valid for besides: the rest of the epoch would be read or augmented
 # otherwise. At an epoch's end nothing of it is left: the next epoch may differ in these.
 MID_EPOCH_IDENTITY = ("world_size", "repeats", "size", "augment")
+# The run's layout a training state carries (the world size and per-rank batch it started on): a loader of another
+# world size that keeps the global batch reads it (an elastic resume, #52). A state without them is its own.
+CANONICAL = ("canonical_world_size", "canonical_batch_size")
 
 
 class ImageNetClass(NamedTuple):
@@ -194,6 +198,9 @@ class ImageNetLoader:
         self.split, self.counters, self.closed = split, Counters(), False
         self._epoch, self._position = 0, 0  # the epoch of the pass under way (or next), batches of it taken
         self._chosen, self._started, self._resumable = False, False, None
+        # the run's layout (world size, per-rank batch) where this loader reads it on another world size, from
+        # an elastic load_state_dict (shards.plan.elastic_train_plan); None: its own
+        self._canonical: tuple[int, int] | None = None
         self._bad_this_epoch, self._pass_open = 0, False
 
     def with_split(self, split: str) -> "ImageNetLoader":
@@ -293,7 +300,8 @@ class ImageNetLoader:
                 "batch_size": self.batch_size, "world_size": self.world_size, "shuffle_buffer": self.shuffle_buffer,
                 "repeats": self.repeats, "size": self.size_of(self._epoch),
                 "augment": self.augment.effective() if self.split == "train" else None,
-                "epoch": self._epoch, "position": self._position}
+                "epoch": self._epoch, "position": self._position,
+                **dict(zip(CANONICAL, self._canonical or (self.world_size, self.batch_size)))}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a state_dict(): the next pass (or set_epoch with the state's epoch) yields
@@ -304,12 +312,14 @@ class ImageNetLoader:
         epoch, position = checked_state(state)
         mine = {**self.state_dict(), "size": self.size_of(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
+        keeps_layout = self.split == "train" and state["world_size"] * state["batch_size"] == \
+            self.world_size * self.batch_size  # the global batch: another world size reads the run's layout
         names = STATE_IDENTITY + (() if finished else MID_EPOCH_IDENTITY)
         wrong = [f"{name}: the state's {state[name]!r}, this loader's {mine[name]!r}" for name in names
-                 if state[name] != mine[name]]
+                 if state[name] != mine[name] and not (keeps_layout and name in ("world_size", "batch_size"))]
         if wrong:
             raise ResumeError(f"this loader state was saved by another loader ({'; '.join(wrong)}): make the loader "
-                              "as the state's was made, or start without it")
+                              f"as the state's was made, or start without it{elastic_hint(state, self.world_size)}")
         if finished:
             position = len(self)  # nothing of the epoch is left, whatever this world's length
         elif self.split != "train":  # a val pass: a rank may have one batch more than this one
@@ -318,6 +328,8 @@ class ImageNetLoader:
             raise ResumeError(f"the loader state's position {position} is outside its epoch of {len(self)} batches")
         self._epoch, self._position = epoch, position
         self._chosen, self._started, self._resumable = True, False, epoch
+        layout = canonical_of(state)
+        self._canonical = layout if keeps_layout and layout != (self.world_size, self.batch_size) else None
 
     # ------------------------------------------------------------ batches
 
@@ -350,7 +362,8 @@ class ImageNetLoader:
             args = PlanArgs(split=self.split, epoch=epoch, seed=self.seed, world_size=self.world_size, rank=self.rank,
                             batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, size=self.size_of(epoch),
                             validation=None if train else self.validation, start_step=start,
-                            repeats=self.repeats if train else 1, draws=self.augment.draws if train else None)
+                            repeats=self.repeats if train else 1, draws=self.augment.draws if train else None,
+                            canonical=self._canonical if train else None)
             # the augmentation as stages of the data path: its draws in the decode threads, its ops on the device
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
                                device_decoder=self._shared.device_decoder, dtype=self.dtype,
@@ -515,6 +528,24 @@ def checked_state(state) -> tuple[int, int]:
             raise ResumeError(f"the loader state's {name} is {state[name]!r}, not a whole number of 0 or more: "
                               "pass the dict that state_dict() returned")
     return int(numbers[0]), int(numbers[1])
+
+
+def canonical_of(state: Mapping) -> tuple[int, int]:
+    """The run's layout a state carries: (world size, per-rank batch) as the run started."""
+    return (int(state.get(CANONICAL[0], state["world_size"])), int(state.get(CANONICAL[1], state["batch_size"])))
+
+
+def elastic_hint(state: Mapping, world_size: int) -> str:
+    """What the refusal adds where a training state of another world size could be read on this one: the
+    per-rank batch that keeps its global batch, or the world sizes that divide it."""
+    if state.get("split") != "train" or state["world_size"] == world_size:
+        return ""
+    try:
+        batch = per_rank_batch(operator.index(state["world_size"]) * operator.index(state["batch_size"]), world_size)
+    except (TypeError, ValueError) as exn:
+        return f" ({exn})" if isinstance(exn, ValueError) else ""
+    return (f" (on {world_size} ranks, batch_size={batch} keeps the state's global batch of "
+            f"{state['world_size'] * state['batch_size']}, and reads its epoch where it stopped)")
 
 
 def longest_epoch(state: Mapping, samples: int) -> int:
