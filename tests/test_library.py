@@ -5,6 +5,7 @@ the example of docs/library.md, under real launchers."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -551,7 +552,8 @@ def global_batches(per_rank: list[list[tuple]]) -> list[tuple]:
 
 
 @pytest.mark.parametrize("world", [1, 4, 2])
-def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the_global_batch(prepared, world):
+def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the_global_batch(prepared, world,
+                                                                                            caplog):
     """#52: a 2-rank run's state taken mid-epoch, loaded by loaders of 1, 4 or 2 ranks that keep the global
     batch (8): at every remaining global step the same samples, pixels and labels as the uninterrupted
     2-rank run's, each once over the ranks, in this epoch and the next (the run's layout persists)."""
@@ -572,7 +574,13 @@ def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the
     resumed = []
     for rank in range(world):
         with loader(prepared, batch_size=8 // world, rank=rank, world_size=world) as data:
-            data.load_state_dict(state)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="train"):
+                data.load_state_dict(state)
+            said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed on")]
+            assert said == ([f"resumed on {world} ranks from 2: per-rank batch 4 -> {8 // world}; the same global "
+                             "batches of 8 (the run's layout, 2 x 4, read on this world)"] if world != 2 and rank == 0
+                            else [])
             data.set_epoch(3)
             this_epoch = records(data.batches())
             assert (data.state_dict()["canonical_world_size"], data.state_dict()["canonical_batch_size"]) == (2, 4)

@@ -330,6 +330,10 @@ class ImageNetLoader:
         self._chosen, self._started, self._resumable = True, False, epoch
         layout = canonical_of(state)
         self._canonical = layout if keeps_layout and layout != (self.world_size, self.batch_size) else None
+        if keeps_layout and not finished and state["world_size"] != self.world_size and self.rank == 0:
+            log.info("resumed on %d ranks from %d: per-rank batch %d -> %d; the same global batches of %d (the run's "
+                     "layout, %d x %d, read on this world)", self.world_size, state["world_size"], state["batch_size"],
+                     self.batch_size, self.world_size * self.batch_size, *layout)
 
     # ------------------------------------------------------------ batches
 
