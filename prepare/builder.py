@@ -253,12 +253,9 @@ def read_pass(source: Source, splits: tuple[str, ...], dest: Path, config: Prepa
     """The images of one pass over the source (one split, or the several it yields together) read,
     checked and spilled to each split's buckets in the scratch (by `reader`), and accounted for in
     source order."""
-    into = {}
+    into = pass_scratch(source, splits, dest / WORK_DIR_NAME, config)
     for split in splits:
-        work = dest / WORK_DIR_NAME / split
-        work.mkdir(parents=True)
         (dest / split).mkdir(exist_ok=True)
-        into[split] = (shard_count(source.split_bytes(split), config.shard_size_mb * MB), work)
     state.during = f"spilling the {' and '.join(splits)} images"
     if len(splits) == 1:
         (split, (num_buckets, work)), = into.items()
@@ -266,6 +263,16 @@ def read_pass(source: Source, splits: tuple[str, ...], dest: Path, config: Prepa
                                      config, damage_log)}
     images = reader.pass_images(into, pool)
     return account_pass(source, images, {split: n for split, (n, _) in into.items()}, config, damage_log)
+
+
+def pass_scratch(source: Source, splits: tuple[str, ...], work_root: Path, config: PrepareConfig
+                 ) -> dict[str, tuple[int, Path]]:
+    """Each split of a pass: its spill bucket count and its scratch folder under `work_root`, made."""
+    into = {}
+    for split in splits:
+        (work_root / split).mkdir(parents=True)
+        into[split] = (shard_count(source.split_bytes(split), config.shard_size_mb * MB), work_root / split)
+    return into
 
 
 def write_split(split: str, result: SplitResult, dest: Path, config: PrepareConfig, state: RunState, pool,

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    add_eval_sets, build_and_report, dataset_estimate, identified, open_prepare_source, pass_parts, passes_of,
-    resize_ratio,
+    add_eval_sets, build_and_report, dataset_estimate, identified, open_prepare_source, pass_parts, pass_scratch,
+    passes_of, resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import make_dest, verified_existing
@@ -45,7 +45,6 @@ from shards.lock import exclusive_lock, held_by_a_live_prepare
 from prepare.node_group import DONE, NodeGroup, NodeGroupEnv, PeerFailed
 from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jobs, scatter_items
 from prepare.shares import split_shares
-from prepare.shuffle import shard_count
 from prepare.sources.base import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
 from prepare.spills import BucketSpills
@@ -53,7 +52,7 @@ from prepare.workers import WorkerPool, worker_pool
 from shards.errors import UserError
 from shards.paths import STEP_FILE, WORK_DIR_NAME, node_marker
 from shards.manifest import Manifest
-from shards.resources import MB, log_pil_build
+from shards.resources import log_pil_build
 
 log = logging.getLogger("prepare")
 
@@ -439,11 +438,7 @@ def serve(shared: SharedRead, source: Source, dest: Path) -> None:
     shutil.rmtree(work_root, ignore_errors=True)  # a killed run's scratch, next to the complete dataset
     try:
         for splits in shared.parts:  # the passes, as the building nodes read them
-            into = {split: (shard_count(source.split_bytes(split), config.shard_size_mb * MB), work_root / split)
-                    for split in splits}
-            for _, work in into.values():
-                work.mkdir(parents=True)
-            shared.exchange_pass(source, into, shared.pool)
+            shared.exchange_pass(source, pass_scratch(source, splits, work_root, config), shared.pool)
     except OSError as exn:
         if is_out_of_space(exn):
             raise PrepareError(f"{dest} ran out of space while reading this node's share for the others (its "

@@ -198,9 +198,9 @@ class ImageNetLoader:
         self.split, self.counters, self.closed = split, Counters(), False
         self._epoch, self._position = 0, 0  # the epoch of the pass under way (or next), batches of it taken
         self._chosen, self._started, self._resumable = False, False, None
-        # the run's layout (world size, per-rank batch) where this loader reads it on another world size, from
-        # an elastic load_state_dict (shards.plan.elastic_train_plan); None: its own
-        self._canonical: tuple[int, int] | None = None
+        # the run's layout (world size, per-rank batch) its training passes read: its own, or a state's of another
+        # world size that keeps the global batch (an elastic load_state_dict: shards.plan.elastic_train_plan)
+        self._layout = (self.world_size, self.batch_size)
         self._bad_this_epoch, self._pass_open = 0, False
 
     def with_split(self, split: str) -> "ImageNetLoader":
@@ -301,7 +301,7 @@ class ImageNetLoader:
                 "repeats": self.repeats, "size": self.size_of(self._epoch),
                 "augment": self.augment.effective() if self.split == "train" else None,
                 "epoch": self._epoch, "position": self._position,
-                **dict(zip(CANONICAL, self._canonical or (self.world_size, self.batch_size)))}
+                **dict(zip(CANONICAL, self._layout))}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a state_dict(): the next pass (or set_epoch with the state's epoch) yields
@@ -312,8 +312,8 @@ class ImageNetLoader:
         epoch, position = checked_state(state)
         mine = {**self.state_dict(), "size": self.size_of(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
-        keeps_layout = self.split == "train" and state["world_size"] * state["batch_size"] == \
-            self.world_size * self.batch_size  # the global batch: another world size reads the run's layout
+        # the global batch kept: another world size reads the run's layout
+        keeps_layout = self.split == "train" and global_batch(state) == self.world_size * self.batch_size
         names = STATE_IDENTITY + (() if finished else MID_EPOCH_IDENTITY)
         wrong = [f"{name}: the state's {state[name]!r}, this loader's {mine[name]!r}" for name in names
                  if state[name] != mine[name] and not (keeps_layout and name in ("world_size", "batch_size"))]
@@ -328,12 +328,11 @@ class ImageNetLoader:
             raise ResumeError(f"the loader state's position {position} is outside its epoch of {len(self)} batches")
         self._epoch, self._position = epoch, position
         self._chosen, self._started, self._resumable = True, False, epoch
-        layout = canonical_of(state)
-        self._canonical = layout if keeps_layout and layout != (self.world_size, self.batch_size) else None
+        self._layout = canonical_of(state) if keeps_layout else (self.world_size, self.batch_size)
         if keeps_layout and not finished and state["world_size"] != self.world_size and self.rank == 0:
             log.info("resumed on %d ranks from %d: per-rank batch %d -> %d; the same global batches of %d (the run's "
                      "layout, %d x %d, read on this world)", self.world_size, state["world_size"], state["batch_size"],
-                     self.batch_size, self.world_size * self.batch_size, *layout)
+                     self.batch_size, self.world_size * self.batch_size, *self._layout)
 
     # ------------------------------------------------------------ batches
 
@@ -367,7 +366,7 @@ class ImageNetLoader:
                             batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer, size=self.size_of(epoch),
                             validation=None if train else self.validation, start_step=start,
                             repeats=self.repeats if train else 1, draws=self.augment.draws if train else None,
-                            canonical=self._canonical if train else None)
+                            canonical=self._layout if train else None)
             # the augmentation as stages of the data path: its draws in the decode threads, its ops on the device
             with DeviceBatches(self._shared.loader.epoch(args), self.device, self.channels_last, depth=self.prefetch,
                                device_decoder=self._shared.device_decoder, dtype=self.dtype,
@@ -539,17 +538,27 @@ def canonical_of(state: Mapping) -> tuple[int, int]:
     return (int(state.get(CANONICAL[0], state["world_size"])), int(state.get(CANONICAL[1], state["batch_size"])))
 
 
+def global_batch(state: Mapping) -> int | None:
+    """The global batch a state was taken with (its world size x per-rank batch); None where those are not
+    whole numbers (a malformed state, refused by name)."""
+    try:
+        return operator.index(state["world_size"]) * operator.index(state["batch_size"])
+    except TypeError:
+        return None
+
+
 def elastic_hint(state: Mapping, world_size: int) -> str:
     """What the refusal adds where a training state of another world size could be read on this one: the
     per-rank batch that keeps its global batch, or the world sizes that divide it."""
-    if state.get("split") != "train" or state["world_size"] == world_size:
+    total = global_batch(state)
+    if state.get("split") != "train" or state["world_size"] == world_size or total is None:
         return ""
     try:
-        batch = per_rank_batch(operator.index(state["world_size"]) * operator.index(state["batch_size"]), world_size)
-    except (TypeError, ValueError) as exn:
-        return f" ({exn})" if isinstance(exn, ValueError) else ""
-    return (f" (on {world_size} ranks, batch_size={batch} keeps the state's global batch of "
-            f"{state['world_size'] * state['batch_size']}, and reads its epoch where it stopped)")
+        batch = per_rank_batch(total, world_size)
+    except ValueError as exn:
+        return f" ({exn})"
+    return (f" (on {world_size} ranks, batch_size={batch} keeps the state's global batch of {total}, and reads its "
+            "epoch where it stopped)")
 
 
 def longest_epoch(state: Mapping, samples: int) -> int:

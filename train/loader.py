@@ -31,7 +31,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 import torch
 
-from shards.plan import ReadPlan, elastic_train_plan, repeated_train_plan, val_plan
+from shards.plan import ReadPlan, elastic_train_plan, val_plan
 from train import decoder
 from train.decoder import Images, PilFailure
 from train.shard_index import ShardSet
@@ -71,8 +71,8 @@ class PlanArgs:
     start_step: int = 0  # resume: batches of this epoch the rank already took
     repeats: int = 1  # readings of each sample per epoch (repeated augmentation)
     draws: Draws | None = None  # training's draws beyond the crop and flip; None: none
-    # the run's layout, (world size, per-rank batch) as it started, where this world reads it (an elastic
-    # resume: shards.plan.elastic_train_plan); None: this world's own
+    # the run's layout, (world size, per-rank batch) as it started, which this world reads (an elastic resume:
+    # shards.plan.elastic_train_plan); None: this world's own
     canonical: tuple[int, int] | None = None
 
     def crops(self) -> "Crops":
@@ -110,13 +110,10 @@ class Crops:
 def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
     if args.split != "train":  # val and the evaluation sets: every sample once over the ranks
         return val_plan(shard_sizes, world_size=args.world_size, rank=args.rank)
-    if args.canonical is not None and args.canonical != (args.world_size, args.batch_size):
-        return elastic_train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, canonical_world=args.canonical[0],
-                                  canonical_batch=args.canonical[1], world_size=args.world_size, rank=args.rank,
-                                  shuffle_buffer=args.shuffle_buffer, repeats=args.repeats)
-    return repeated_train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, world_size=args.world_size,
-                               rank=args.rank, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
-                               repeats=args.repeats)
+    world, batch = args.canonical or (args.world_size, args.batch_size)  # on its own layout: repeated_train_plan's
+    return elastic_train_plan(shard_sizes, epoch=args.epoch, seed=args.seed, canonical_world=world, canonical_batch=batch,
+                              world_size=args.world_size, rank=args.rank, shuffle_buffer=args.shuffle_buffer,
+                              repeats=args.repeats)
 
 
 def chunk_size(batch_size: int, threads: int) -> int:

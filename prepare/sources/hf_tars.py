@@ -17,7 +17,7 @@ from typing import Iterator
 
 from prepare.sources.class_lists import HF_CLASSES, class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
-from prepare.labels import LabelError, WNID, check_val_labels, read_devkit, val_wnids_from_devkit
+from prepare.labels import LabelError, check_val_labels, read_devkit, val_wnids_from_devkit
 from prepare.sources.base import (
     AVERAGE_IMAGE_BYTES, DEVKIT, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file,
 )

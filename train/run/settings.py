@@ -129,7 +129,7 @@ def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig |
                            command.meant())
     # the command line's settings (its augmentation as typed: `config` holds the default Augment on a resume),
     # with this process's run control, the manifest's dataset id among it
-    now = {**(command.values or config.to_dict()), **{name: config.setting(name) for name in RUN_CONTROL}}
+    now = {**command.values, **{name: config.setting(name) for name in RUN_CONTROL}}
     resumed, changes = settings_on_resume(now, saved, command.given, command.force_change, epoch)
     changed = frozenset(change.field for change in changes)
     notes = []
