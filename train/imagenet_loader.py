@@ -37,7 +37,7 @@ from shards.plan import per_rank_batch
 from shards.resources import available_cpus
 from train.accelerators import pins_memory
 from train.augment.choices import Augment
-from train.augment.mixing import mixed, mixer_for, mixing_seed
+from train.augment.mixing import mixed_in_groups, mixer_for, mixing_groups, mixing_seed
 from train.cluster import DistEnv, default_workers, process_env
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, DeviceBatches
 from train.errors import ConfigError, ResumeError
@@ -386,8 +386,13 @@ class ImageNetLoader:
                     if self.fixed_shape and train:
                         batch = filled(batch, self.batch_size, self.channels_last)
                     if self._mixer is not None and train and len(batch.labels):
-                        seed = mixing_seed(self.seed, epoch, self.rank, self._position)
-                        images, targets = mixed(batch.images, batch.labels, self._mixer, seed, self.channels_last)
+                        # within the run's per-rank batches: another world size mixes as the run's own did
+                        groups = mixing_groups(self._layout, self.world_size, self.rank, self.batch_size,
+                                               len(batch.labels))
+                        seeds = [(start, stop, mixing_seed(self.seed, epoch, owner, self._position))
+                                 for start, stop, owner in groups]
+                        images, targets = mixed_in_groups(batch.images, batch.labels, self._mixer, seeds,
+                                                          self.channels_last)
                         batch = batch._replace(images=images, targets=targets)
                     self._position += 1  # the caller has it: a state taken now resumes after it
                     yield batch

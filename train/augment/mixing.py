@@ -27,6 +27,39 @@ def mixing_seed(seed: int, epoch: int, rank: int, step: int) -> int:
     return seeded_rng(seed, "mixing", epoch, rank, step).getrandbits(63)
 
 
+def mixing_groups(layout: tuple[int, int], world_size: int, rank: int, batch_size: int, n: int
+                  ) -> list[tuple[int, int, int]]:
+    """(start, stop, owner) of each run of rank `rank`'s batch of `n` samples that MixUp/CutMix mix within,
+    `owner` the rank of the run's layout (world size, per-rank batch) whose batch the run is part of. The
+    layout's per-rank batches are the groups: a world of another size (an elastic resume) holds whole ones
+    where it is smaller, mixed as the run's own ranks mixed them, and parts of one where it is larger, each
+    part mixed within itself. A batch short of samples (bad ones left out) mixes whole. Pure."""
+    group = layout[1]
+    first = rank * batch_size
+    if n != batch_size:
+        return [(0, n, first // group)]
+    runs, slot = [], first
+    while slot < first + batch_size:
+        owner = slot // group
+        stop = min(first + batch_size, (owner + 1) * group)
+        runs.append((slot - first, stop - first, owner))
+        slot = stop
+    return runs
+
+
+def mixed_in_groups(images: torch.Tensor, labels: torch.Tensor, mixer, seeds: list[tuple[int, int, int]],
+                    channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images, soft targets) of a batch whose runs [start, stop) are mixed each within itself, with its own
+    seed: (start, stop, seed) in `seeds`. One run: `mixed` of the whole batch."""
+    parts = [mixed(images[start:stop], labels[start:stop], mixer, seed, channels_last) for start, stop, seed in seeds]
+    if len(parts) == 1:
+        return parts[0]
+    images = torch.cat([part[0] for part in parts])
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, torch.cat([part[1] for part in parts])
+
+
 def mixed(images: torch.Tensor, labels: torch.Tensor, mixer, seed: int,
           channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(images, soft targets): the batch's images and labels through MixUp/CutMix with torch's CPU
