@@ -28,10 +28,10 @@ through them.
 Validation: the shards in order, cut into `world_size` contiguous runs differing by at most one
 sample; every sample is read exactly once.
 
-Elastic (`elastic_train_plan`, #52; not yet used by the loader): a run's epoch laid out for the world it
-started on (its canonical world and per-rank batch) read on another world size: at each global step the
-canonical global batch, cut into equal runs for the ranks there are now, each canonical rank's stream
-read forward. A world size that does not divide the global batch is refused (`per_rank_batch`).
+Elastic (`elastic_train_plan`, #52): a run's epoch laid out for the world it started on (its canonical
+world and per-rank batch) read on another world size: at each global step the canonical global batch,
+its canonical ranks' batches dealt to the ranks there are now (`layout_runs`), each canonical rank's
+stream read forward. A world size that does not divide the global batch is refused (`per_rank_batch`).
 """
 
 from __future__ import annotations
@@ -167,29 +167,52 @@ def elastic_train_plan(shard_sizes: list[int], *, epoch: int, seed: int, canonic
                        world_size: int, rank: int, shuffle_buffer: int, repeats: int = 1) -> ReadPlan:
     """What rank `rank` of `world_size` reads in epoch `epoch` of a run laid out for `canonical_world`
     ranks of `canonical_batch` samples (the world it started on): at every global step, the canonical
-    layout's global batch, its canonical ranks' batches in rank order, cut into `world_size` equal runs
-    (`per_rank_batch`). So any world size reads the same samples at the same step, each reading once,
-    and a sample's augmentation, keyed by (seed, epoch, key), is the same. Each canonical rank's stream
-    is read forward as its own plan reads it: a rank of a smaller world reads several of them,
-    interleaved, a rank of a larger one a part of one. On the canonical world, repeated_train_plan's
-    plan."""
-    batch = per_rank_batch(canonical_world * canonical_batch, world_size)
+    layout's global batch, its canonical ranks' batches dealt to this world as `layout_runs` says. So any
+    world size reads the same samples at the same step, each reading once, and a sample's augmentation,
+    keyed by (seed, epoch, key), is the same. Each canonical rank's stream is read forward as its own plan
+    reads it: a rank of a smaller world reads several of them, interleaved, a rank of a larger one a part
+    of one. On the canonical world, repeated_train_plan's plan."""
     canonical = functools.partial(repeated_train_plan, shard_sizes, epoch=epoch, seed=seed, world_size=canonical_world,
                                   batch_size=canonical_batch, shuffle_buffer=shuffle_buffer, repeats=repeats)
     if world_size == canonical_world:
         return canonical(rank=rank)
-    first, last = rank * batch // canonical_batch, ((rank + 1) * batch - 1) // canonical_batch
-    streams = {r: canonical(rank=r) for r in range(first, last + 1)}
-    pieces, offsets = joined_pieces([streams[r] for r in range(first, last + 1)])
-    steps = streams[first].num_samples // canonical_batch
+    runs = layout_runs(canonical_world, canonical_batch, world_size, rank)
+    held = sorted({owner for owner, _ in runs})
+    streams = [canonical(rank=owner) for owner in held]
+    pieces, offsets = joined_pieces(streams)
+    stream_of = {owner: (stream, offset) for owner, stream, offset in zip(held, streams, offsets)}
     order, readings = [], []
-    for step in range(steps):
-        for slot in range(rank * batch, (rank + 1) * batch):
-            r, j = divmod(slot, canonical_batch)
-            k = step * canonical_batch + j
-            order.append(offsets[r - first] + streams[r].order[k])
-            readings.append(streams[r].repeats[k] if streams[r].repeats else 0)
+    for step in range(streams[0].num_samples // canonical_batch):
+        for owner, slots in runs:
+            stream, offset = stream_of[owner]
+            for k in (step * canonical_batch + j for j in slots):
+                order.append(offset + stream.order[k])
+                readings.append(stream.repeats[k] if stream.repeats else 0)
     return ReadPlan(pieces, tuple(order), tuple(readings) if repeats > 1 else ())
+
+
+def layout_runs(canonical_world: int, canonical_batch: int, world_size: int, rank: int) -> list[tuple[int, range]]:
+    """(canonical rank, slots of its batch) of each part of the canonical ranks' batches that rank `rank` of
+    `world_size` holds at every step, in its batch's order. Repeated augmentation puts the readings of a
+    sample on consecutive canonical ranks, or on consecutive slots of one where the canonical world is
+    smaller than the readings, so: a world that is a multiple of the canonical one holds every m-th slot of
+    one canonical batch (m = world_size / canonical_world; m = 1: the canonical world, each rank its own),
+    and any other deals the canonical batches in the order of their rank modulo the world size (0, W', 2W',
+    ..., then 1, 1 + W', ...), cut into equal runs: a world that divides the canonical one holds whole
+    canonical batches of ranks W' apart. Either way the readings of a sample stay on as many ranks as the
+    canonical run put them on, or as there are. ValueError where `world_size` does not divide the global
+    batch (`per_rank_batch`). Pure."""
+    batch = per_rank_batch(canonical_world * canonical_batch, world_size)
+    if world_size % canonical_world == 0:
+        m = world_size // canonical_world
+        return [(rank // m, range(rank % m, canonical_batch, m))]
+    dealt = sorted(range(canonical_world), key=lambda r: (r % world_size, r // world_size))
+    runs, first = [], rank * batch
+    for place in range(first // canonical_batch, (first + batch - 1) // canonical_batch + 1):
+        start = max(first, place * canonical_batch) - place * canonical_batch
+        stop = min(first + batch, (place + 1) * canonical_batch) - place * canonical_batch
+        runs.append((dealt[place], range(start, stop)))
+    return runs
 
 
 def joined_pieces(plans: list[ReadPlan]) -> tuple[tuple[Piece, ...], list[int]]:

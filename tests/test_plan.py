@@ -182,13 +182,49 @@ ELASTIC = [(2, 6, 1), (2, 6, 3), (2, 6, 4), (2, 6, 12), (4, 3, 2), (4, 3, 6), (3
 def test_any_world_size_reads_the_canonical_global_batch_at_every_step(sizes, canonical_world, canonical_batch, world,
                                                                       repeats):
     """#52: a run laid out on one world size, read on another: at every global step the same samples (and
-    readings), each once over the ranks, the canonical ranks' batches in rank order."""
+    readings), each once over the ranks."""
     canonical = elastic_steps(sizes, canonical_world, canonical_batch, canonical_world, repeats)
     elastic = elastic_steps(sizes, canonical_world, canonical_batch, world, repeats)
     assert len(elastic) == len(canonical) > 0
     for ours, theirs in zip(elastic, canonical):
-        assert [s for rank in ours for s in rank] == [s for rank in theirs for s in rank]
+        assert sorted(s for rank in ours for s in rank) == sorted(s for rank in theirs for s in rank)
         assert len(set(s for rank in ours for s in rank)) == canonical_world * canonical_batch
+
+
+def ranks_of_each_sample(step: list[list[tuple]]) -> dict[tuple, list[int]]:
+    """{(shard, index): the rank of each of its readings} in one global step."""
+    ranks = {}
+    for rank, emitted in enumerate(step):
+        for shard, index, _ in emitted:
+            ranks.setdefault((shard, index), []).append(rank)
+    return ranks
+
+
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", [(4, 3, 2), (8, 2, 4), (8, 2, 2), (6, 2, 3),
+                                                                   (2, 6, 1), (2, 6, 4), (2, 6, 12), (1, 8, 2),
+                                                                   (1, 12, 4), (4, 4, 8)])
+@pytest.mark.parametrize("repeats", [2, 3, 4])
+def test_a_world_that_divides_or_multiplies_the_runs_keeps_the_readings_of_a_sample_on_different_ranks(
+        canonical_world, canonical_batch, world, repeats):
+    """Repeated augmentation's rule on another world size (#52): the readings of a sample at a step fall on
+    as many ranks as there are readings, or as there are ranks, wherever the world divides the run's or is a
+    multiple of it; its own world keeps the rule as before."""
+    for sizes in ([7, 6, 6, 9, 11], [10] * 7, [40]):
+        for run_world in (canonical_world, world):
+            for step in elastic_steps(sizes, canonical_world, canonical_batch, run_world, repeats):
+                for sample, ranks in ranks_of_each_sample(step).items():
+                    assert len(set(ranks)) == min(len(ranks), run_world), (sample, ranks)
+
+
+def test_the_canonical_batches_are_dealt_whole_to_a_world_that_divides_and_in_slots_to_a_multiple():
+    from shards.plan import layout_runs
+
+    assert [layout_runs(4, 3, 4, rank) for rank in range(4)] == [[(rank, range(0, 3))] for rank in range(4)]
+    assert [layout_runs(4, 3, 2, rank) for rank in range(2)] == [[(0, range(0, 3)), (2, range(0, 3))],
+                                                                [(1, range(0, 3)), (3, range(0, 3))]]
+    assert [layout_runs(2, 4, 4, rank) for rank in range(4)] == [[(0, range(0, 4, 2))], [(0, range(1, 4, 2))],
+                                                                [(1, range(0, 4, 2))], [(1, range(1, 4, 2))]]
+    assert layout_runs(4, 3, 3, 1) == [(3, range(1, 3)), (1, range(0, 2))]  # neither: cut where they meet
 
 
 @pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)

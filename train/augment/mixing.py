@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from shards.plan import seeded_rng
+from shards.plan import layout_runs, seeded_rng
 from train.augment.choices import Augment
 
 
@@ -30,21 +30,19 @@ def mixing_seed(seed: int, epoch: int, rank: int, step: int) -> int:
 def mixing_groups(layout: tuple[int, int], world_size: int, rank: int, batch_size: int, n: int
                   ) -> list[tuple[int, int, int]]:
     """(start, stop, owner) of each run of rank `rank`'s batch of `n` samples that MixUp/CutMix mix within,
-    `owner` the rank of the run's layout (world size, per-rank batch) whose batch the run is part of. The
-    layout's per-rank batches are the groups: a world of another size (an elastic resume) holds whole ones
-    where it is smaller, mixed as the run's own ranks mixed them, and parts of one where it is larger, each
-    part mixed within itself. A batch short of samples (bad ones left out) mixes whole. Pure."""
-    group = layout[1]
-    first = rank * batch_size
+    `owner` the rank of the run's layout (world size, per-rank batch) whose batch the run is part of
+    (shards.plan.layout_runs). The layout's per-rank batches are the groups: a world of another size (an
+    elastic resume) holds whole ones where it divides the run's world, mixed as the run's own ranks mixed
+    them, and parts of them otherwise, each part mixed within itself. A batch short of samples (bad ones
+    left out) mixes whole. Pure."""
+    runs = layout_runs(*layout, world_size, rank)
     if n != batch_size:
-        return [(0, n, first // group)]
-    runs, slot = [], first
-    while slot < first + batch_size:
-        owner = slot // group
-        stop = min(first + batch_size, (owner + 1) * group)
-        runs.append((slot - first, stop - first, owner))
-        slot = stop
-    return runs
+        return [(0, n, runs[0][0])]
+    groups, at = [], 0
+    for owner, slots in runs:
+        groups.append((at, at + len(slots), owner))
+        at += len(slots)
+    return groups
 
 
 def mixed_in_groups(images: torch.Tensor, labels: torch.Tensor, mixer, seeds: list[tuple[int, int, int]],
