@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from train.run.checkpoint import Checkpoint, ResumeError, load_checkpoint, rng_state, save_checkpoint
+from train import Augment
 from train.run.config import TrainConfig
 
 
@@ -42,14 +43,81 @@ def test_a_checkpoint_of_an_earlier_version_is_refused_in_one_line(tmp_path):
         load_checkpoint(tmp_path / "old.pt")
 
 
-def test_resume_refuses_another_model_and_mid_epoch_another_world_size():
+def test_resume_refuses_another_model():
     saved = checkpoint(torch.nn.Linear(3, 2))
     with pytest.raises(ResumeError, match="arch: checkpoint 'resnet18', now 'resnet50'"):
-        saved.check_resumable(TrainConfig("data", "run", arch="resnet50"), world_size=2)
-    with pytest.raises(ResumeError, match="stopped mid-epoch with 2 ranks; this run has 4"):
-        saved.check_resumable(TrainConfig("data", "run", arch="resnet18"), world_size=4)
-    at_boundary = checkpoint(torch.nn.Linear(3, 2), step=0)
-    at_boundary.check_resumable(TrainConfig("data", "run", arch="resnet18"), world_size=4)
+        saved.check_resumable(TrainConfig("data", "run", arch="resnet50"))
+    saved.check_resumable(TrainConfig("data", "run", arch="resnet18"))
+
+
+# ---------------------------------------------------------------- another world size (#52)
+
+def loader_state(world: int, batch: int, canonical: tuple[int, int] | None = None) -> dict:
+    """The parts of a train loader's state a checkpoint reads its layout from (canonical: an earlier
+    elastic resume's; None: a state from before #52, its own)."""
+    state = {"split": "train", "world_size": world, "batch_size": batch}
+    return state | ({"canonical_world_size": canonical[0], "canonical_batch_size": canonical[1]} if canonical else {})
+
+
+def test_another_world_size_shares_the_runs_global_batch_and_mid_epoch_refuses_one_that_cannot():
+    """The run's layout is its loader state's (kept over earlier resumes), or, without one, its own world and
+    --batch-size (a checkpoint at an epoch's end from before #52)."""
+    with_batch = TrainConfig("data", "run", arch="resnet18", batch_size=16).to_dict()
+    mid = checkpoint(torch.nn.Linear(3, 2), config=with_batch, loader=loader_state(2, 16))
+    assert mid.layout == (2, 16) and [mid.batch_on(w) for w in (1, 2, 4, 8, 32)] == [32, 16, 8, 4, 1]
+    with pytest.raises(ResumeError, match=r"stopped mid-epoch on a run laid out for 2 ranks x 16: 3 ranks cannot "
+                                          r"share the run's global batch of 32 equally: resume it on 1, 2, 4, 8, 16, "
+                                          r"32 ranks"):
+        mid.batch_on(3)
+    resumed_before = checkpoint(torch.nn.Linear(3, 2), config=with_batch, world_size=1,
+                                loader=loader_state(1, 32, canonical=(2, 16)))
+    assert resumed_before.layout == (2, 16) and resumed_before.batch_on(4) == 8
+    at_end = checkpoint(torch.nn.Linear(3, 2), config=with_batch, step=0)  # no loader state: before #52
+    assert at_end.layout == (2, 16) and at_end.batch_on(4) == 8
+    assert at_end.batch_on(3) == 16  # an epoch's end: the run's --batch-size, a global batch of 48
+
+
+def test_a_resume_on_another_world_says_what_stays_the_same_and_what_does_not():
+    mixing = TrainConfig("data", "run", arch="resnet18", batch_size=4, augment=Augment(mixup=0.2)).to_dict()
+    mid = checkpoint(torch.nn.Linear(3, 2), config=mixing, world_size=4, loader=loader_state(4, 4))
+    assert mid.layout_change(4) == []
+    assert mid.layout_change(2) == [
+        "resumed on 2 ranks from 4, the same global batches of 16: the same samples at every step, augmented the "
+        "same; not the same: BatchNorm's statistics are over 8 samples a rank (4 before); each rank's random state "
+        "(dropout, stochastic depth) for the rest of epoch 2 is seeded for its place on this world"]
+    assert "MixUp/CutMix pair samples within parts of the run's per-rank batches of 4" in mid.layout_change(8)[0]
+    at_end = checkpoint(torch.nn.Linear(3, 2), config=mixing, world_size=4, step=0, loader=loader_state(4, 4))
+    assert at_end.layout_change(3) == [
+        "the run's global batch of 16 (4 x 4) is not shared equally by 3 ranks: from epoch 2, each rank takes "
+        "--batch-size 4, a global batch of 12; the learning rate follows it (--lr is per 256 images), and the "
+        "schedule the epoch's steps"]
+
+
+def test_a_mid_epoch_resume_on_another_world_shares_the_epochs_sums_out_and_seeds_each_ranks_generators():
+    from train.run.checkpoint import sums_on_world
+
+    saved = [{"loss": 2.0, "correct": 3, "samples": 8, "key_hash": 5, "bad_samples": 1, "data_wait": 1.0,
+              "elapsed": 4.0, "steps_here": 2},
+             {"loss": 1.0, "correct": 1, "samples": 8, "key_hash": 7, "bad_samples": 0, "data_wait": 3.0,
+              "elapsed": 6.0, "steps_here": 2}]
+    shares = [sums_on_world(saved, 4, rank) for rank in range(4)]
+    for name in ("loss", "correct", "samples", "key_hash", "bad_samples"):
+        assert sum(share[name] for share in shares) == sum(s[name] for s in saved)
+    for name in ("data_wait", "elapsed"):  # the epoch's record averages them over the ranks: as before
+        assert sum(share[name] for share in shares) / 4 == sum(s[name] for s in saved) / 2
+    assert {share["steps_here"] for share in shares} == {2}
+    model = torch.nn.Linear(3, 2)
+    mid = checkpoint(model, ranks=[{"rng": rng_state(torch.device("cpu")), "sums": sums} for sums in saved])
+    draws = []
+    for rank in (0, 1, 0):
+        fresh = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        sums = mid.restore(fresh, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False), rank=rank,
+                           device=torch.device("cpu"), world_size=4)
+        assert sums == shares[rank]
+        draws.append(torch.rand(4))
+    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])  # per rank, reproducible
 
 
 def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
@@ -70,9 +138,9 @@ def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
     refused = TrainConfig("/scratch/again", "run", arch="resnet18", dataset_id="new")
     with pytest.raises(ResumeError, match=r"/scratch/again holds the run's source prepared again with other options "
                                           r"\(--resize None -> 512, --shard-size 200.0 -> 50.0\)"):
-        saved.check_resumable(refused, world_size=2, dataset=again)
+        saved.check_resumable(refused, dataset=again)
     with pytest.raises(ResumeError, match="belongs to another run"):  # not the same source: as before
-        saved.check_resumable(refused, world_size=2, dataset=again | {"classes": ["n09"]})
+        saved.check_resumable(refused, dataset=again | {"classes": ["n09"]})
 
 
 def test_restore_loads_the_weights_and_this_ranks_sums():

@@ -103,14 +103,33 @@ def test_the_readme_example_runs_with_the_recipes_augmentation_added_and_nothing
 
 
 def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, tmp_path):
+    """On the world that saved it, each rank's batches are the uninterrupted run's; on 1 rank, and on 4
+    under real torchrun (#52), every remaining global step holds the same samples with the same pixels."""
     state, out = tmp_path / "state.json", tmp_path / "out"
     for mode, *stop_after in (("whole",), ("stop", 3), ("resume",)):
         ranks = warm.Ranks(2, [prepared, mode, state, f"{out}-{mode}", *stop_after], tmp_path / mode,
                            module=str(RESUME_SCRIPT), cwd=tmp_path)
         assert ranks.wait() == [0, 0], ranks.text()
+    runs = {mode: [json.loads(Path(f"{out}-{mode}.rank{rank}").read_text()) for rank in (0, 1)]
+            for mode in ("whole", "stop", "resume")}
     for rank in (0, 1):
-        whole, stop, resumed = (json.loads(Path(f"{out}-{mode}.rank{rank}").read_text())
-                                for mode in ("whole", "stop", "resume"))
+        whole, stop, resumed = (runs[mode][rank] for mode in ("whole", "stop", "resume"))
         assert stop["digests"] == whole["digests"][:3]
         assert resumed["digests"] == whole["digests"][3:] and len(whole["digests"]) > 4
         assert stop["state"] == json.loads(state.read_text())  # rank 1's own state equals what rank 0 saved
+    one = warm.Ranks(1, [prepared, "resume", state, f"{out}-on1"], tmp_path / "on1", module=str(RESUME_SCRIPT),
+                     cwd=tmp_path)
+    assert one.wait() == [0], one.text()
+    run(torchrun(str(RESUME_SCRIPT), str(prepared), "resume", str(state), f"{out}-on4", ranks=4), cwd=tmp_path)
+    want = global_steps(runs["whole"])[3:]
+    for world in (1, 4):
+        got = global_steps([json.loads(Path(f"{out}-on{world}.rank{rank}").read_text()) for rank in range(world)])
+        assert got == want, world
+
+
+def global_steps(ranks: list[dict]) -> list[dict]:
+    """{sample's key hash: its pixels' and label's digest} of each global step, over the ranks."""
+    return [{key: value for step in steps for key, value in step.items()}
+            for steps in zip(*(rank["samples"] for rank in ranks))]
+
+

@@ -589,9 +589,9 @@ def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the
             with caplog.at_level(logging.INFO, logger="train"):
                 data.load_state_dict(state)
             said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed on")]
-            assert said == ([f"resumed on {world} ranks from 2: per-rank batch 4 -> {8 // world}; the same global "
-                             "batches of 8 (the run's layout, 2 x 4, read on this world)"] if world != 2 and rank == 0
-                            else [])
+            ranks = f"{world} rank{'s' * (world > 1)}"
+            assert said == ([f"resumed on {ranks} from 2: per-rank batch 4 -> {8 // world}; the same global batches of "
+                             "8 (the run's layout, 2 x 4, read on this world)"] if world != 2 and rank == 0 else [])
             data.set_epoch(3)
             this_epoch = records(data.batches())
             assert (data.state_dict()["canonical_world_size"], data.state_dict()["canonical_batch_size"]) == (2, 4)

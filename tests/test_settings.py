@@ -739,7 +739,7 @@ def restored_run(saved: TrainConfig, now: TrainConfig, world: tuple[int, int], s
     resumed_optimizer.load_state_dict(state[0])
     resumed_scheduler.load_state_dict(state[1])
     run = SimpleNamespace(config=now, optimizer=resumed_optimizer, scheduler=resumed_scheduler,
-                          env=SimpleNamespace(world_size=world[1]), steps=steps[1])
+                          env=SimpleNamespace(world_size=world[1]), steps=steps[1], batch_size=now.batch_size)
     follow_settings(run, epoch, step)
     return (optimizer, scheduler), (resumed_optimizer, resumed_scheduler)
 

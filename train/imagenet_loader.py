@@ -329,9 +329,10 @@ class ImageNetLoader:
         self._epoch, self._position = epoch, position
         self._chosen, self._started, self._resumable = True, False, epoch
         self._layout = canonical_of(state) if keeps_layout else (self.world_size, self.batch_size)
-        if keeps_layout and not finished and state["world_size"] != self.world_size and self.rank == 0:
-            log.info("resumed on %d ranks from %d: per-rank batch %d -> %d; the same global batches of %d (the run's "
-                     "layout, %d x %d, read on this world)", self.world_size, state["world_size"], state["batch_size"],
+        if keeps_layout and state["world_size"] != self.world_size and self.rank == 0:
+            log.info("resumed on %d rank%s from %d: per-rank batch %d -> %d; the same global batches of %d (the run's "
+                     "layout, %d x %d, read on this world)", self.world_size, "s"[:self.world_size != 1],
+                     state["world_size"], state["batch_size"],
                      self.batch_size, self.world_size * self.batch_size, *self._layout)
 
     # ------------------------------------------------------------ batches

@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 
 from shards.manifest import write_file_atomic
+from shards.plan import per_rank_batch, seeded_rng
+from train.imagenet_loader import canonical_of
 from train.run.config import TrainConfig
 from train.errors import ResumeError
 from train.run.settings import FIXED
@@ -60,9 +62,57 @@ class Checkpoint:
     def mid_epoch(self) -> bool:
         return self.step > 0
 
-    def check_resumable(self, config: TrainConfig, world_size: int, dataset: dict | None = None) -> None:
-        """Refuse checkpoints of another model or dataset, or a mid-epoch state another world size cannot continue.
-        `dataset`: dataset_of the data this run reads, to name a copy prepared again with other options."""
+    @property
+    def layout(self) -> tuple[int, int]:
+        """The run's layout: the world size its epochs are laid out for and each rank's batch there. The train
+        loader's state says it (a run resumed on another world size keeps the layout it started on); a
+        checkpoint without one (an epoch's end, before #52) is laid out for its own world and --batch-size."""
+        if self.loader is not None:
+            return canonical_of(self.loader)
+        return self.world_size, TrainConfig.from_dict(self.config).batch_size
+
+    def batch_on(self, world_size: int) -> int:
+        """Each rank's batch when the run continues on `world_size` ranks: the run's global batch shared
+        equally, so that its global batches and learning rate schedule go on unchanged (an elastic resume,
+        #52). Where `world_size` does not divide it: mid-epoch refused, naming the world sizes that do; at an
+        epoch's end each rank keeps the run's --batch-size, and the global batch changes (layout_change says
+        so)."""
+        world, batch = self.layout
+        try:
+            return per_rank_batch(world * batch, world_size)
+        except ValueError as exn:
+            if self.mid_epoch:
+                raise ResumeError(f"the checkpoint stopped mid-epoch on a run laid out for {world} ranks x "
+                                  f"{batch}: {exn} (the epoch's remaining global batches are read exactly on those)"
+                                  ) from None
+            return TrainConfig.from_dict(self.config).batch_size
+
+    def layout_change(self, world_size: int, batch_norm: bool = True) -> list[str]:
+        """What continuing on `world_size` ranks changes, as a resume's start says it; nothing on the
+        checkpoint's own world. `batch_norm`: whether the model normalises over each rank's batch. The
+        loader says the batches' side (ImageNetLoader.load_state_dict)."""
+        if world_size == self.world_size:
+            return []
+        config, (world, batch) = TrainConfig.from_dict(self.config), self.layout
+        before, now = self.loader["batch_size"] if self.loader else config.batch_size, self.batch_on(world_size)
+        if now * world_size != world * batch:
+            return [f"the run's global batch of {world * batch} ({world} x {batch}) is not shared equally by "
+                    f"{ranks(world_size)}: from epoch {self.epoch}, each rank takes --batch-size {now}, a global batch "
+                    f"of {now * world_size}; the learning rate follows it (--lr is per 256 images), and the schedule "
+                    "the epoch's steps"]
+        differ = [f"BatchNorm's statistics are over {now} samples a rank ({before} before)"] if batch_norm else []
+        if (config.augment.mixup or config.augment.cutmix) and world % world_size:
+            differ.append(f"MixUp/CutMix pair samples within parts of the run's per-rank batches of {batch}")
+        if self.mid_epoch:
+            differ.append(f"each rank's random state (dropout, stochastic depth) for the rest of epoch {self.epoch} is "
+                          "seeded for its place on this world")
+        return [f"resumed on {ranks(world_size)} from {self.world_size}, the same global batches of {world * batch}: "
+                f"the same samples at every step, augmented the same; not the same: {'; '.join(differ) or 'nothing'}"]
+
+    def check_resumable(self, config: TrainConfig, dataset: dict | None = None) -> None:
+        """Refuse checkpoints of another model or dataset. `dataset`: dataset_of the data this run reads, to
+        name a copy prepared again with other options. (A world size that cannot continue a mid-epoch
+        checkpoint: `batch_on`.)"""
         saved = TrainConfig.from_dict(self.config)
         if saved.dataset_id != config.dataset_id and self.dataset and dataset:
             prepared_again = prepared_again_with(self.dataset, dataset)
@@ -77,15 +127,13 @@ class Checkpoint:
         if diffs:
             raise ResumeError(f"the checkpoint belongs to another run ({'; '.join(diffs)}): use another --run-dir, "
                               "or the settings it was made with")
-        if self.mid_epoch and self.world_size != world_size:
-            raise ResumeError(f"the checkpoint stopped mid-epoch with {self.world_size} ranks; this run has "
-                              f"{world_size}. Resume with {self.world_size} tasks so the epoch's remaining "
-                              "samples are read exactly.")
 
     def restore(self, model: torch.nn.Module, optimizer, scheduler, scaler, rank: int, device: torch.device,
-                ema: torch.nn.Module | None = None) -> dict:
+                ema: torch.nn.Module | None = None, world_size: int | None = None) -> dict:
         """Load the training state (and the weights' average, with --ema); mid-epoch, also this rank's
-        RNG state. Returns this rank's epoch sums (empty at an epoch boundary)."""
+        RNG state. Returns this rank's epoch sums (empty at an epoch boundary). On another `world_size`
+        (an elastic resume), the epoch's sums are shared out (`sums_on_world`) and each rank's generators
+        are seeded for its place in this world: no rank of the checkpoint's had it."""
         model.load_state_dict(self.model)
         if ema is not None:
             if self.ema is None:
@@ -98,8 +146,33 @@ class Checkpoint:
             scaler.load_state_dict(self.scaler)
         if not self.mid_epoch:
             return {}
+        if world_size is not None and world_size != self.world_size:
+            seed = TrainConfig.from_dict(self.config).seed
+            torch.manual_seed(seeded_rng(seed, "elastic", self.epoch, self.step, world_size, rank).getrandbits(63))
+            random.seed(seeded_rng(seed, "elastic python", self.epoch, self.step, world_size, rank).getrandbits(63))
+            return sums_on_world([saved["sums"] for saved in self.ranks], world_size, rank)
         set_rng_state(self.ranks[rank]["rng"], device)
         return self.ranks[rank]["sums"]
+
+
+def ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+# An epoch's sums (loop.EpochSums) by how they combine over ranks: counts add up, timings are each rank's own
+# (averaged over the ranks, the epoch's record), steps are the same on every rank.
+ADDED_OVER_RANKS = ("loss", "correct", "samples", "key_hash", "bad_samples")
+EACH_RANKS_OWN = ("data_wait", "elapsed")
+
+
+def sums_on_world(saved: list[dict], world_size: int, rank: int) -> dict:
+    """Rank `rank`'s share, on `world_size` ranks, of a mid-epoch checkpoint's per-rank sums: rank 0 carries
+    every count the saved ranks added up (their sum over the new ranks is the epoch's so far), each rank the
+    saved ranks' mean timings (so their mean is the epoch's), and every rank the steps. The key hashes' sum is
+    reduced modulo by the epoch's record, as at every step. Pure."""
+    share = {name: sum(sums.get(name, 0) for sums in saved) if rank == 0 else 0 for name in ADDED_OVER_RANKS}
+    share |= {name: sum(sums.get(name, 0.0) for sums in saved) / len(saved) for name in EACH_RANKS_OWN}
+    return share | {"steps_here": saved[0].get("steps_here", 0)}
 
 
 # prepare's options that decide the shards' bytes (the manifest's "options"), by the flags that set them

@@ -97,6 +97,7 @@ class Run:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     steps: int  # per epoch
+    batch_size: int  # each rank's: the run's global batch shared by this world (Checkpoint.batch_on)
     train_data: ImageNetLoader  # the public loader; eval_data's share its threads and pinned buffers
     eval_data: dict[str, ImageNetLoader]  # val, then the evaluation sets the dataset has (ImageNetV2)
     real_labels: RealLabels | None  # the val images' ReaL label sets, where prepared
@@ -237,16 +238,18 @@ def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
 
 
 def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: torch.device, control,
-              preemption: Preemption) -> Run:
+              preemption: Preemption, batch_size: int) -> Run:
+    """The run on this world, each rank taking `batch_size` samples a step (--batch-size, but where a
+    resume on another world size shares the run's global batch out: Checkpoint.batch_on)."""
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
     model = model_on(config.arch, manifest.num_classes, device, config.channels_last)
-    global_batch = config.batch_size * env.world_size
-    steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, config.batch_size)
+    global_batch = batch_size * env.world_size
+    steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, batch_size)
     if steps == 0:
         raise ConfigError(f"{manifest.splits['train'].samples} training samples make no global batch of "
-                          f"{global_batch} ({env.world_size} ranks x --batch-size {config.batch_size}): lower --batch-size")
+                          f"{global_batch} ({env.world_size} ranks x --batch-size {batch_size}): lower --batch-size")
     if config.max_steps:
         steps = min(steps, config.max_steps)
     optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay,
@@ -258,8 +261,8 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                step_model=step_module(model, env.world_size, device, config.compile), optimizer=optimizer,
                scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
-               steps=steps, control=control, preemption=preemption, ema=ema_for(model, config, global_batch),
-               **build_data(config, env, device, manifest))
+               steps=steps, batch_size=batch_size, control=control, preemption=preemption, ema=ema_for(model, config, global_batch),
+               **build_data(config, env, device, manifest, batch_size))
 
 
 def ema_for(model: torch.nn.Module, config: TrainConfig, global_batch: int) -> AveragedModel | None:
@@ -269,13 +272,13 @@ def ema_for(model: torch.nn.Module, config: TrainConfig, global_batch: int) -> A
     return ema_of(model, config.ema_decay, config.ema_steps, config.epochs, global_batch)
 
 
-def build_data(config: TrainConfig, env: DistEnv, device: torch.device, manifest: Manifest) -> dict:
+def build_data(config: TrainConfig, env: DistEnv, device: torch.device, manifest: Manifest, batch_size: int) -> dict:
     """The public loader of the train split, and those of val and the evaluation sets sharing its
     threads and buffers. Bad samples are limited by agreement over the ranks here
     (check_bad_samples), not by each rank. The run's place and threads are the environment's as the
     command line read it (once): the loader reads it again for neither."""
     workers = config.workers if config.workers is not None else default_workers(env, available_cpus())
-    train_data = ImageNetLoader(config.data, "train", batch_size=config.batch_size,
+    train_data = ImageNetLoader(config.data, "train", batch_size=batch_size,
                                 image_size=config.image_size_or_ramp(), device=device, seed=config.seed,
                                 workers=workers, rank=env.rank, world_size=env.world_size, decode=config.decode,
                                 channels_last=config.channels_last, shuffle_buffer=config.shuffle_buffer,
@@ -371,7 +374,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             preempted, bad_total, tiny = agree(run, sums.bad_samples, len(y) < 2)
             check_bad_samples(bad_total, run.config.max_bad_samples, "training", last_bad)
             if tiny:  # batch norm cannot train on one sample: only damage leaves a batch this small
-                raise DamagedData(f"a training batch kept fewer than 2 of its {run.config.batch_size} samples: "
+                raise DamagedData(f"a training batch kept fewer than 2 of its {run.batch_size} samples: "
                                   "the dataset is damaged; run prepare with --verify on this node")
             if preempted:
                 break  # before the step: the batch is read again on resume
@@ -401,7 +404,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
 
 def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps_here: int) -> None:
     """Loss, learning rate and images/s so far this epoch (this rank's x the ranks) to the tracker."""
-    images_per_sec = steps_here * run.config.batch_size * run.env.world_size / max(elapsed, 1e-9)
+    images_per_sec = steps_here * run.batch_size * run.env.world_size / max(elapsed, 1e-9)
     run.tracker.log({"train/loss": loss, "train/lr": run.scheduler.get_last_lr()[0],
                      "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
 
@@ -517,7 +520,8 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
 
 def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None = None) -> None:
     """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk.
-    Mid-epoch, `loader` is the train loader's state after `step` steps (the same on every rank)."""
+    `loader`: the train loader's state (the same on every rank) after `step` steps, or at an epoch's end
+    (`epoch_over`): what the run's layout is, for a resume on another world size."""
     ranks = gather_rank_states(run, sums)
     if run.env.is_main:
         path = checkpoint_path(run.config.run_dir)
@@ -529,6 +533,12 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
     if run.env.world_size > 1:
         dist.barrier(group=run.control)
+
+
+def epoch_over(state: dict, batches: int) -> dict:
+    """The train loader's state with its epoch of `batches` over, as a checkpoint at the epoch's end keeps it
+    (an epoch of --max-steps stopped early, and is over too): it loads into any world size. Pure."""
+    return {**state, "position": max(state["position"], batches)}
 
 
 def requeue_job(job_id: str | None) -> None:
@@ -563,7 +573,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
         [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, pil_fallbacks,
          run.train_data.device_decode_fallbacks, seeked], run)
     world = run.env.world_size
-    images_here = sums.steps_here * run.config.batch_size * world
+    images_here = sums.steps_here * run.batch_size * world
     mean_elapsed = elapsed / world
     return {"epoch": epoch, "step": (epoch + 1) * run.steps, "steps": done, "resumed_at_step": resumed_at,
             "train_loss": loss / samples, "train_top1": 100 * correct / samples, "train_images": int(samples),
@@ -572,7 +582,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
             "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": run.scheduler.get_last_lr()[0],
-            "world_size": world, "batch_size": run.config.batch_size, "image_size": train_size(run.config, epoch)}
+            "world_size": world, "batch_size": run.batch_size, "image_size": train_size(run.config, epoch)}
 
 
 def checked_already(command: CommandLine, config: TrainConfig) -> bool:
@@ -626,9 +636,11 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
                  env.world_size, env.launcher, device, platform(device, torch.version.hip),
                  manifest.splits["train"].samples,
                  manifest.splits["val"].samples, manifest.num_classes)
+    # a resume on another world size keeps the run's global batch (refused mid-epoch where it cannot)
+    batch_size = found.checkpoint.batch_on(env.world_size) if found else config.batch_size
     run = None
     try:
-        run = build_run(config, env, manifest, device, control, preemption)
+        run = build_run(config, env, manifest, device, control, preemption, batch_size)
         if env.is_main:
             say_settings(run, notes, changes, found.checkpoint if found is not None else None)
             log.info("%s", run.train_data.describe())
@@ -672,8 +684,12 @@ def say_settings(run: Run, notes: tuple[str, ...], changes: list, resumed: Check
     config, loader = run.config, run.train_data
     precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast with a GradScaler",
                  None: "fp32"}[run.amp_dtype] + f" (--amp {config.amp})"
-    for line in (*notes, *describe(config, run.env.world_size, loader.validation.describe(), precision)):
+    for line in (*notes, *describe(config, run.env.world_size, loader.validation.describe(), precision,
+                                   run.batch_size)):
         log.info("%s", line)
+    batch_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in run.model.modules())
+    for line in resumed.layout_change(run.env.world_size, batch_norm) if resumed is not None else ():
+        log.warning("%s", line)
     for change in changes:
         log.warning("--force-change: %s on resume (recorded in %s)", change.line(), SETTINGS_FILE)
     saved = TrainConfig.from_dict(resumed.config) if resumed is not None else config
@@ -692,11 +708,13 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
             log.info("--resume auto: no checkpoint in %s: a new run", run.config.run_dir)
         return 0, 0, EpochSums()
     checkpoint = found.checkpoint
-    checkpoint.check_resumable(run.config, run.env.world_size, dataset_of(run.manifest))
+    checkpoint.check_resumable(run.config, dataset_of(run.manifest))
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
-                              ema=run.ema)
+                              ema=run.ema, world_size=run.env.world_size)
     follow_settings(run, checkpoint.epoch, checkpoint.step)
-    if checkpoint.mid_epoch:
+    # mid-epoch, where the loader stopped; at an epoch's end, the run's layout where this world is not it
+    own_layout = (run.env.world_size, run.batch_size)
+    if checkpoint.mid_epoch or (checkpoint.loader is not None and checkpoint.layout != own_layout):
         run.train_data.load_state_dict(checkpoint.loader)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", found.path, checkpoint.epoch, checkpoint.step)
@@ -709,7 +727,7 @@ def follow_settings(run: Run, epoch: int, step: int) -> None:
     an epoch boundary meets another world size (the peak follows the global batch, the schedule's
     position the steps an epoch). Without a change every value is the one the checkpoint holds."""
     config, scheduler = run.config, run.scheduler
-    peak = config.lr * config.batch_size * run.env.world_size / 256
+    peak = config.lr * run.batch_size * run.env.world_size / 256
     for group, decay in zip(run.optimizer.param_groups, (config.weight_decay, 0.0)):  # parameter_groups' order
         group.update(initial_lr=peak, momentum=config.momentum, weight_decay=decay, nesterov=config.nesterov)
     scheduler.base_lrs = [peak] * len(run.optimizer.param_groups)
@@ -758,6 +776,6 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
             append_metrics(config.run_dir, record)
             run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
             log.info("%s", epoch_line(record))
-        save(run, epoch + 1, 0, EpochSums())
+        save(run, epoch + 1, 0, EpochSums(), loader=epoch_over(position, len(run.train_data)))
         start_step, sums = 0, EpochSums()
     return 0

@@ -177,13 +177,16 @@ def refusal(names: list[str], now: dict, saved: TrainConfig) -> str:
 
 # ---------------------------------------------------------------- what the run says at its start
 
-def describe(config: TrainConfig, world_size: int, validation: str, precision: str) -> list[str]:
-    """The settings in force, in a few lines for the log. Pure."""
-    global_batch = config.batch_size * world_size
+def describe(config: TrainConfig, world_size: int, validation: str, precision: str, batch_size: int | None = None
+             ) -> list[str]:
+    """The settings in force, in a few lines for the log; `batch_size`: each rank's, where a resume on another
+    world size shares the run's global batch out (None: --batch-size). Pure."""
+    batch_size = batch_size or config.batch_size
+    global_batch = batch_size * world_size
     momentum = f"momentum {config.momentum:g}{' (Nesterov)' if config.nesterov else ''}"
     return [
         f"recipe {config.recipe}: {config.arch}, {config.epochs} epochs of batch {global_batch} ({world_size} x "
-        f"{config.batch_size}), lr {config.lr * global_batch / 256:.4g} at the peak ({config.lr:g} per 256 images), "
+        f"{batch_size}), lr {config.lr * global_batch / 256:.4g} at the peak ({config.lr:g} per 256 images), "
         f"{warmup(config)} then {config.lr_schedule} decay, changing every {config.lr_update}; "
         f"weight decay {config.weight_decay:g} (none on {config.no_decay}), {momentum}, label smoothing "
         f"{config.label_smoothing:g}",
