@@ -17,7 +17,7 @@ import webdataset as wds
 
 from conftest import ARCH, ROOT, SHARD_MB, tree_bytes
 from shards.manifest import read_complete_manifest, read_manifest
-from shards.plan import train_plan
+from shards.plan import steps_per_epoch, train_plan
 from train.shard_index import key_hash
 from train.run.metrics import read_metrics
 
@@ -320,6 +320,44 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly_on_
     for record in records:  # the run's 2-rank layout, read on one rank: the same samples
         assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6)
         assert record["val_images"] == read_manifest(data).splits["val"].samples
+
+
+def test_a_two_node_jobs_checkpoint_is_resumed_by_a_one_node_job(slurm, sources, tmp_path):
+    """#52: a 2-node job preempted mid-epoch (its requeue then cancelled: the user moves the run) and a 1-node
+    job given its run directory: the run's global batch of 12 on one rank, reading the epoch where the 2 ranks
+    stopped, and the same samples each epoch as the run's 2-rank plan."""
+    shutil.copytree(sources["official"], tmp_path / "source")
+    train_args = f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1"
+    first = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, train_args)
+    log = tmp_path / f"job-{first}.out"
+    deadline = time.monotonic() + 300
+    while "epoch 0 step 3/" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and job_state(slurm, first).get("JobState") in ("PENDING", "RUNNING"), \
+            log.read_text() if log.exists() else job_state(slurm, first)
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", first], env=slurm, check=True)
+    deadline = time.monotonic() + 120
+    while int(job_state(slurm, first).get("Restarts", 0)) < 1 or job_state(slurm, first).get("JobState") != "PENDING":
+        assert time.monotonic() < deadline, job_state(slurm, first)
+        time.sleep(0.5)
+    subprocess.run(["scancel", first], env=slurm, check=True)
+    assert "checkpoint: epoch 0 step" in log.read_text()
+
+    second = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, train_args, nodes=1)
+    state = wait_job(slurm, second)
+    text = (tmp_path / f"job-{second}.out").read_text()
+    assert state["JobState"] == "COMPLETED", text
+    assert f"resumed from {tmp_path / 'run'}/last.pt at epoch 0 step" in text
+    assert "resumed on 1 rank from 2: per-rank batch 6 -> 12; the same global batches of 12" in text
+    assert "resumed on 1 rank from 2, the same global batches of 12: the same samples at every step, augmented the " \
+           "same; not the same: BatchNorm's statistics are over 12 samples a rank (6 before)" in text
+    records = read_metrics(tmp_path / "run")
+    assert [(r["epoch"], r["world_size"], r["batch_size"]) for r in records] == [(0, 1, 12), (1, 1, 12)]
+    assert records[0]["resumed_at_step"] >= 3
+    data = node_dir(second, "node1") / "imagenet"
+    for record in records:  # the run's 2-rank layout, read on one rank: the same samples
+        assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6)
+        assert record["steps"] == steps_per_epoch(read_manifest(data).splits["train"].samples, 2, 6)
 
 
 def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_path):
