@@ -220,3 +220,15 @@ def test_the_pil_builds_benchmark_times_the_same_work_in_each_interpreter(capsys
     assert all("libjpeg-turbo" in line and " 1.00x " in line and line.endswith(f"({sys.executable})") for line in table)
     for work in ("reencode", "crop"):
         assert result[work][sys.executable]["images_per_s"] > 0
+
+
+def test_the_elastic_benchmark_times_a_resumed_epoch_against_an_ordinary_one(prepared, capsys):
+    from train.bench.elastic import main
+
+    assert main(["--data", str(prepared), "--image-size", "32", "--rounds", "2", "--epochs", "1",
+                 "--cases", "2:4:1,2:4:4"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [(c["run_world"], c["run_batch"], c["world"], c["batch"]) for c in record["cases"]] == [(2, 4, 1, 8),
+                                                                                                 (2, 4, 4, 2)]
+    for case in record["cases"]:
+        assert len(case["ratios"]) == 2 and case["ratio"] > 0 and case["resumed_images_per_sec"] > 0
