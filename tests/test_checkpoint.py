@@ -65,10 +65,11 @@ def test_another_world_size_shares_the_runs_global_batch_and_mid_epoch_refuses_o
     with_batch = TrainConfig("data", "run", arch="resnet18", batch_size=16).to_dict()
     mid = checkpoint(torch.nn.Linear(3, 2), config=with_batch, loader=loader_state(2, 16))
     assert mid.layout == (2, 16) and [mid.batch_on(w) for w in (1, 2, 4, 8, 32)] == [32, 16, 8, 4, 1]
-    with pytest.raises(ResumeError, match=r"stopped mid-epoch on a run laid out for 2 ranks x 16: 3 ranks cannot "
+    four = checkpoint(torch.nn.Linear(3, 2), world_size=4, loader=loader_state(4, 8))  # the example
+    with pytest.raises(ResumeError, match=r"stopped mid-epoch on a run laid out for 4 ranks x 8: 3 ranks cannot "
                                           r"share the run's global batch of 32 equally: resume it on 1, 2, 4, 8, 16, "
                                           r"32 ranks"):
-        mid.batch_on(3)
+        four.batch_on(3)
     resumed_before = checkpoint(torch.nn.Linear(3, 2), config=with_batch, world_size=1,
                                 loader=loader_state(1, 32, canonical=(2, 16)))
     assert resumed_before.layout == (2, 16) and resumed_before.batch_on(4) == 8

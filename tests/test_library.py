@@ -606,16 +606,16 @@ def test_a_mid_epoch_state_of_two_ranks_resumes_on_any_world_size_that_keeps_the
 
 
 def test_a_mid_epoch_state_on_a_world_that_cannot_keep_the_global_batch_is_refused_naming_those_that_can(prepared):
-    with loader(prepared, batch_size=2, rank=0, world_size=4) as data:
+    with loader(prepared, batch_size=8, rank=0, world_size=4) as data:
         data.set_epoch(1)
         batches = data.batches()
         next(batches)
         state = data.state_dict()
         batches.close()
-    with loader(prepared, batch_size=2, rank=0, world_size=3) as three, pytest.raises(
+    with loader(prepared, batch_size=8, rank=0, world_size=3) as three, pytest.raises(
             ResumeError, match=r"world_size: the state's 4, this loader's 3.*\(3 ranks cannot share the run's global "
-                               r"batch of 8 equally: resume it on 1, 2, 4, 8 ranks\)"):
+                               r"batch of 32 equally: resume it on 1, 2, 4, 8, 16, 32 ranks\)"):
         three.load_state_dict(state)
-    with loader(prepared, batch_size=2, rank=0, world_size=2) as two, pytest.raises(
-            ResumeError, match=r"\(on 2 ranks, batch_size=4 keeps the state's global batch of 8"):
+    with loader(prepared, batch_size=8, rank=0, world_size=2) as two, pytest.raises(
+            ResumeError, match=r"\(on 2 ranks, batch_size=16 keeps the state's global batch of 32"):
         two.load_state_dict(state)
