@@ -266,10 +266,7 @@ def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2, 
     return result.stdout.strip().split(";")[0]
 
 
-def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly_on_one_node(slurm, sources, tmp_path):
-    """A 2-node job preempted mid-epoch requeues; held, it is shrunk to 1 node (as a queue offers fewer nodes,
-    or a job submitted with -N 1-2 starts on one), and its 1-node start resumes the checkpoint on 1 rank (#52):
-    the run's global batch of 12 on one rank, the same samples each epoch as its 2-rank plan."""
+def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slurm, sources, tmp_path):
     shutil.copytree(sources["official"], tmp_path / "source")
     job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path,
                  f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1", more=",STATS=1,STATS_EVERY=1")
@@ -287,7 +284,6 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly_on_
         if int(state.get("Restarts", 0)) >= 1 and state.get("JobState") == "PENDING":
             break
         time.sleep(0.5)
-    subprocess.run(["scontrol", "update", f"JobId={job}", "NumNodes=1"], env=slurm, check=True)
     # Slurm holds a requeued job for about two minutes before it may start again; skip the wait.
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm)
     state = wait_job(slurm, job)
@@ -297,15 +293,11 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly_on_
     # the job script always passes --resume auto: its first start says it found nothing, the requeued one what it found
     assert text.count(f"--resume auto: no checkpoint in {tmp_path / 'run'}: a new run") == 1
     assert f"resumed from {tmp_path / 'run'}/last.pt at epoch 0 step" in text
-    assert "resumed on 1 rank from 2: per-rank batch 6 -> 12; the same global batches of 12" in text
-    # STATS=1: each node sampled while it trained, both in the first start, one in the second; neither has a GPU
-    # tool, which is said
+    # STATS=1: each node sampled while it trained, in both starts; neither has a GPU tool, which is said
     for node in ("node1", "node2"):
         sampled = (tmp_path / "run" / "stats" / f"vmstat-{node}.txt").read_text().splitlines()
-        assert sum(line.split()[0].isdigit() for line in sampled) >= 2 and "free" in sampled[1], sampled[:3]
-    said = [text.count(f"sample_stats.sh: {node} has neither xpu-smi nor nvidia-smi: its GPUs are not sampled")
-            for node in ("node1", "node2")]
-    assert sorted(said) == [1, 2], said
+        assert sum(line.split()[0].isdigit() for line in sampled) >= 4 and "free" in sampled[1], sampled[:3]
+        assert text.count(f"sample_stats.sh: {node} has neither xpu-smi nor nvidia-smi: its GPUs are not sampled") == 2
     assert "srun: error" not in text.split("(restart 1)")[1]  # the samplers end by themselves, not killed
     # the requeued start took the run directory's lock, its earlier start's gone (train/run/run_lock.py)
     assert (tmp_path / "run" / ".train.lock").read_text().split()[3:5] == [job, state["Restarts"]]
@@ -313,11 +305,10 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly_on_
     records = read_metrics(tmp_path / "run")
     assert [r["epoch"] for r in records] == [0, 1]
     assert records[0]["resumed_at_step"] >= 3
-    assert [(r["world_size"], r["batch_size"]) for r in records] == [(1, 12), (1, 12)]
     for node in ("node1", "node2"):  # each node staged into its own local disk
         read_complete_manifest(node_dir(job, node) / "imagenet")
     data = node_dir(job, "node1") / "imagenet"
-    for record in records:  # the run's 2-rank layout, read on one rank: the same samples
+    for record in records:
         assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6)
         assert record["val_images"] == read_manifest(data).splits["val"].samples
 

@@ -104,7 +104,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     run = None
     try:
         control = join_ranks(env, device, config.dist_timeout)
-        run = build_run(config, env, manifest, device, control, preemption=None)
+        run = build_run(config, env, manifest, device, control, preemption=None, batch_size=config.batch_size)
         try:
             run.model.load_state_dict(checkpoint.model)
         except RuntimeError as exn:  # the head's shape: another number of classes
