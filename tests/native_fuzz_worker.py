@@ -172,6 +172,12 @@ def random_arguments(corpus: Corpus, seed: int, calls: int, max_pixels: int) -> 
         "fast_dct": [False, True, 2, None],
         "seeked": [None, np.zeros(n, np.bool_), np.zeros(n, np.uint8), np.zeros(n - 1, np.bool_), np.zeros(n, np.int32),
                    np.zeros((n, 2), np.bool_)],
+        # a letterbox's or a padded crop's region of the slot, and the padding's colour (#53)
+        "regions": [None, np.array([[0, 0, 16, 16]] * n, np.int32), np.array([[2, 3, 9, 5]] * n, np.int32),
+                    np.array([[0, 0, 9, 9]] * n, np.int32), rng.integers(-3, 20, (n, 4)).astype(np.int32),
+                    np.array([[2**31 - 1] * 4] * n, np.int32), np.zeros((n, 4), np.int64), np.zeros((n, 3), np.int32)],
+        "fill": [None, np.array([124, 116, 104], np.uint8), np.zeros(3, np.uint8), np.zeros(4, np.uint8),
+                 np.zeros(3, np.float32), b"abc"],
     }
     for _ in range(calls):
         kwargs = {name: values[rng.integers(len(values))] for name, values in pools.items()}

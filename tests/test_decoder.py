@@ -293,7 +293,18 @@ def hostile_arguments(data: bytes) -> dict:
         "boxes (n, 3)": dict(crops, boxes=boxes[:, :3].copy()),
         "flips int32": dict(crops, flips=np.zeros(n, np.int32)),
         "out float32": dict(crops, out=np.zeros((n, size, size, 3), np.float32)),
-        "out (n, 8, 4, 3)": dict(crops, out=np.zeros((n, 8, 4, 3), np.uint8)),
+        "out (n, 8, 0, 3)": dict(crops, out=np.zeros((n, 8, 0, 3), np.uint8)),
+        "out width beyond MAX_SIZE": dict(crops, out=np.zeros((0, 8, 2**20, 3), np.uint8)),
+        "regions int64": dict(crops, regions=np.zeros((n, 4), np.int64)),
+        "regions (n, 3)": dict(crops, regions=np.zeros((n, 3), np.int32)),
+        "regions too short": dict(crops, regions=np.zeros((n - 1, 4), np.int32)),
+        "a region of no pixel": dict(crops, regions=np.array([[0, 0, size, size], [0, 0, 0, size]], np.int32)),
+        "a region past the slot": dict(crops, regions=np.array([[0, 0, size, size], [1, 0, size, size]], np.int32)),
+        "a region left of the slot": dict(crops, regions=np.array([[0, -1, size, 4], [0, 0, 4, 4]], np.int32)),
+        "a region whose sum overflows int32": dict(crops, regions=np.array([[2**31 - 1, 0, 2**31 - 1, 1]] * n,
+                                                                           np.int32)),
+        "fill of 4": dict(crops, regions=np.array([[0, 0, 4, 4]] * n, np.int32), fill=np.zeros(4, np.uint8)),
+        "fill int32": dict(crops, regions=np.array([[0, 0, 4, 4]] * n, np.int32), fill=np.zeros(3, np.int32)),
         "out (n, size, size, 4)": dict(crops, out=np.zeros((n, size, size, 4), np.uint8)),
         "out not contiguous": dict(crops, out=np.zeros((2 * n, size, size, 3), np.uint8)[::2]),
         "out read-only": dict(crops, out=read_only),
@@ -436,3 +447,51 @@ def test_the_stubs_beside_the_native_modules_name_what_they_hold_and_every_argum
             for default in node.args.defaults]
         assert [(a.arg, d) for a, d in zip(arguments, defaults)] == docstring_signature(getattr(module, name)), name
         assert all(a.annotation is not None for a in arguments) and node.returns is not None, name
+
+
+# ---------------------------------------------------------------- regions of a slot, other output shapes (#53)
+
+def decoded(data: bytes, box, out: np.ndarray, **options) -> np.ndarray:
+    status = np.zeros(1, np.int32)
+    _jpegcrop.decode_crops((data,), np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([len(data)], np.int64),
+                           boxes=np.array([box], np.float32), flips=np.zeros(1, bool), out=out, first=0, status=status,
+                           max_pixels=1 << 26, dct_scaling=False, **options)
+    assert status.tolist() == [0]
+    return out[0]
+
+
+@pytest.mark.parametrize("height,width", [(24, 40), (40, 24), (1, 33), (33, 1), (17, 17)])
+def test_an_output_of_any_height_and_width_is_the_boxs_resize_to_it(height, width):
+    data = jpeg(333, 217)
+    box = (10.5, 7.0, 300.0, 200.25)
+    ours = decoded(data, box, np.zeros((1, height, width, 3), np.uint8)).astype(np.float32)
+    pil = Image.open(io.BytesIO(data)).convert("RGB").resize((width, height), Image.Resampling.BILINEAR, box=box)
+    assert np.abs(ours - np.asarray(pil, np.float32)).mean() < 0.05
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "area"])
+def test_a_region_of_a_slot_holds_the_same_pixels_as_a_slot_of_its_size_and_the_rest_is_the_fill(interpolation):
+    data = jpeg(333, 217)
+    box = (0.0, 0.0, 333.0, 217.0)
+    alone = decoded(data, box, np.zeros((1, 19, 29, 3), np.uint8), interpolation=interpolation)
+    fill = np.array([124, 116, 104], np.uint8)
+    slot = decoded(data, box, np.full((1, 32, 32, 3), 7, np.uint8), interpolation=interpolation,
+                   regions=np.array([[6, 2, 19, 29]], np.int32), fill=fill)
+    assert np.array_equal(slot[6:25, 2:31], alone)
+    outside = np.ones((32, 32), bool)
+    outside[6:25, 2:31] = False
+    assert (slot[outside] == fill).all()
+    black = decoded(data, box, np.full((1, 32, 32, 3), 7, np.uint8), interpolation=interpolation,
+                    regions=np.array([[0, 0, 32, 20]], np.int32))
+    assert (black[:, 20:] == 0).all()  # no fill: black, as torchvision's CenterCrop pads
+
+
+def test_a_failed_image_zeroes_its_whole_slot_fill_and_all():
+    out = np.full((1, 8, 8, 3), 7, np.uint8)
+    status = np.zeros(1, np.int32)
+    bad = b"\xff\xd8" + bytes(40)
+    _jpegcrop.decode_crops((bad,), np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([len(bad)], np.int64),
+                           boxes=np.array([[0, 0, 4, 4]], np.float32), flips=np.zeros(1, bool), out=out, first=0,
+                           status=status, max_pixels=1 << 26, regions=np.array([[1, 1, 4, 4]], np.int32),
+                           fill=np.array([1, 2, 3], np.uint8))
+    assert status[0] != 0 and not out.any()

@@ -39,7 +39,8 @@ def decode_crops(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offs
                  out: npt.NDArray[np.uint8], first: int, status: npt.NDArray[np.int32], max_pixels: int,
                  simd: str | None = None, seek: bool = True, seeked: _Flags | None = None,
                  dct_scaling: bool = True, interpolation: str | None = None, fast_dct: bool = False,
-                 stop_after: str | None = None) -> None: ...
+                 stop_after: str | None = None, regions: npt.NDArray[np.int32] | None = None,
+                 fill: npt.NDArray[np.uint8] | None = None) -> None: ...
 
 
 def gather(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],

@@ -160,8 +160,9 @@ typedef struct {
     size_t length;
     float box[4]; /* left, top, right, bottom in source pixels */
     int flip;
-    int size;
-    uint8_t *out; /* size * size * 3 */
+    int width, height; /* the output's, in pixels */
+    size_t stride;     /* bytes from one output row to the next: a region of a larger slot is written in place */
+    uint8_t *out;      /* the output's first pixel, RGB */
     int seek;     /* may decode only the restart intervals that cover the crop */
     int dct_scaling; /* may decode at 1/2-1/8 scale in the DCT (validation's exact grid: not) */
     filter_kind filter; /* the resize's */
@@ -193,13 +194,13 @@ static void free_scratch(scratch *s) {
     free_seek_scratch(&s->seek);
 }
 
-/* The DCT scale (1, 2, 4 or 8) that keeps the crop at least `size` px on both sides. 4x2 and 2x4
+/* The DCT scale (1, 2, 4 or 8) that keeps the crop at least the output's width and height. 4x2 and 2x4
  * chroma subsampling are decoded unscaled: libjpeg-turbo before 3.0 crops them wrongly when scaled. */
-static int dct_shrink(const struct jpeg_decompress_struct *c, double w, double h, int size) {
+static int dct_shrink(const struct jpeg_decompress_struct *c, double w, double h, int width, int height) {
     for (int i = 0; i < c->num_components; i++)
         if (c->comp_info[i].h_samp_factor > 2 || c->comp_info[i].v_samp_factor > 2)
             return 1;
-    double room = (w < h ? w : h) / size;
+    double room = w / width < h / height ? w / width : h / height;
     int shrink = 1;
     while (shrink < 8 && room >= 2.0 * shrink)
         shrink *= 2;
@@ -246,11 +247,11 @@ static void box_in(const job *j, double width, double height, double box[4]) {
 static int crop_filters(const struct jpeg_decompress_struct *c, const job *j, scratch *s) {
     double box[4];
     box_in(j, c->image_width, c->image_height, box);
-    int shrink = j->dct_scaling ? dct_shrink(c, box[2] - box[0], box[3] - box[1], j->size) : 1;
+    int shrink = j->dct_scaling ? dct_shrink(c, box[2] - box[0], box[3] - box[1], j->width, j->height) : 1;
     unsigned int width = (c->image_width + shrink - 1) / shrink, height = (c->image_height + shrink - 1) / shrink;
     double sx = (double)width / c->image_width, sy = (double)height / c->image_height;
-    if (make_filter(&s->fx, j->filter, box[0] * sx, box[2] * sx, (int)width, j->size) ||
-        make_filter(&s->fy, j->filter, box[1] * sy, box[3] * sy, (int)height, j->size))
+    if (make_filter(&s->fx, j->filter, box[0] * sx, box[2] * sx, (int)width, j->width) ||
+        make_filter(&s->fy, j->filter, box[1] * sy, box[3] * sy, (int)height, j->height))
         return 0;
     return shrink;
 }
@@ -266,21 +267,23 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGBX; /* 4 bytes a pixel: the resize's loops vectorise */
     c->dct_method = j->fast_dct ? JDCT_IFAST : JDCT_ISLOW;
     jpeg_start_decompress(c);
-    int size = j->size;
+    int out_width = j->width, out_height = j->height;
     filter *fx = &s->fx, *fy = &s->fy;
-    for (int i = 0; i < size; i++)
-        fx->first[i] -= origin_x, fy->first[i] -= origin_y;
+    for (int i = 0; i < out_width; i++)
+        fx->first[i] -= origin_x;
+    for (int i = 0; i < out_height; i++)
+        fy->first[i] -= origin_y;
     /* Source rows and columns the filters read, plus one of margin: fancy upsampling treats the
        edges of a cropped region as image edges, so the outermost decoded pixels are not used. */
-    int x0 = fx->first[0], x1 = fx->first[size - 1] + fx->count[size - 1];
-    int y0 = fy->first[0], y1 = fy->first[size - 1] + fy->count[size - 1];
+    int x0 = fx->first[0], x1 = fx->first[out_width - 1] + fx->count[out_width - 1];
+    int y0 = fy->first[0], y1 = fy->first[out_height - 1] + fy->count[out_height - 1];
     int full_width = (int)c->output_width;
     JDIMENSION xoff = x0 > 0 ? x0 - 1 : 0;
     JDIMENSION width = (JDIMENSION)(x1 + 1 < full_width ? x1 + 1 : full_width) - xoff;
     if (xoff > 0 || (int)width < full_width)
         jpeg_crop_scanline(c, &xoff, &width); /* xoff moves left to an iMCU boundary, width grows */
     size_t stride = (size_t)c->output_width * 4; /* output_width is now the cropped width */
-    size_t window_stride = (size_t)size * 3 + 1;  /* one byte of slack: see resample.h */
+    size_t window_stride = (size_t)out_width * 3 + 1; /* one byte of slack: see resample.h */
     /* The window holds the rows of one output row's taps and a group read ahead; twice that, so
        that moving the live rows to its start happens once per many rows. */
     size_t window_rows = 2 * ((size_t)fy->taps + ROW_GROUP);
@@ -292,7 +295,7 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
     if (next > 0)
         jpeg_skip_scanlines(c, (JDIMENSION)next);
     int base = next, filled = 0; /* window row i holds crop row base + i, for i < filled */
-    for (int y = 0; y < size; y++) {
+    for (int y = 0; y < out_height; y++) {
         int lo = fy->first[y], hi = lo + fy->count[y]; /* lo never decreases with y */
         while (next < hi) {
             if ((size_t)(filled + ROW_GROUP) > window_rows) { /* drop the rows above lo: no later output reads them */
@@ -306,13 +309,13 @@ static int decode_region(struct jpeg_decompress_struct *c, const job *j, scratch
             for (int r = 0; cmyk && r < want; r++)
                 cmyk_to_rgbx(s->rows + stride * r, c->output_width);
             if (go_on(j, PIXELS_ONLY))
-                rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx, size,
-                         (int)xoff, j->flip);
+                rs->rows(s->rows, stride, want, s->window + (size_t)filled * window_stride, window_stride, fx,
+                         out_width, (int)xoff, j->flip);
             filled += want, next += want;
         }
         if (go_on(j, ROWS_ONLY))
             rs->column(s->window + (size_t)(lo - base) * window_stride, window_stride, fy->k + (size_t)y * fy->taps,
-                       fy->count[y], j->out + (size_t)y * size * 3, size * 3);
+                       fy->count[y], j->out + (size_t)y * j->stride, out_width * 3);
     }
     return OK;
 }
@@ -326,7 +329,7 @@ static int entropy_rows(struct jpeg_decompress_struct *c, const job *j, const sc
     c->scale_denom = (unsigned int)shrink;
     c->buffered_image = TRUE;
     jpeg_start_decompress(c);
-    int last = j->size - 1;
+    int last = j->height - 1;
     long rows = (long)s->fy.first[last] + s->fy.count[last] - origin_y + 1; /* decode_region's y1 and margin */
     long per_imcu = (long)c->max_v_samp_factor * c->min_DCT_scaled_size;
     JDIMENSION need = (JDIMENSION)((rows + per_imcu - 1) / per_imcu);
@@ -380,9 +383,9 @@ static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scr
     if (!j->seek || !seekable(c, j->data, &p))
         return 0;
     const filter *fx = &s->fx, *fy = &s->fy;
-    int last = j->size - 1;
+    int last = j->width - 1, bottom_row = j->height - 1;
     double left = fx->first[0] - SEEK_MARGIN, right = fx->first[last] + fx->count[last] + SEEK_MARGIN;
-    double top = fy->first[0] - SEEK_MARGIN, bottom = fy->first[last] + fy->count[last] + SEEK_MARGIN;
+    double top = fy->first[0] - SEEK_MARGIN, bottom = fy->first[bottom_row] + fy->count[bottom_row] + SEEK_MARGIN;
     size_t mcus = plan_window(&p, left * shrink, top * shrink, right * shrink, bottom * shrink);
     /* MCUs are 8 to 32 px wide and high, a multiple of the DCT scale wherever it is not 1 (dct_shrink
        keeps 3x and 4x sampling unscaled): the window starts on an output pixel */
@@ -390,7 +393,7 @@ static int seek_window(const struct jpeg_decompress_struct *c, const job *j, scr
     int width = (int)((p.window_width + shrink - 1) / shrink), height = (int)((p.window_height + shrink - 1) / shrink);
     if (mcus >= SEEK_SHARE * (double)p.row1 * p.mcus_per_row || !window_upsampled_alike(c, p.window_width, shrink) ||
         fx->first[0] < x || fy->first[0] < y || fx->first[last] + fx->count[last] > x + width ||
-        fy->first[last] + fy->count[last] > y + height)
+        fy->first[bottom_row] + fy->count[bottom_row] > y + height)
         return 0; /* (the window holds every pixel the filters read: the last tests are a guard) */
     size_t most = SEEK_HEADER + SEEK_BYTES_PER_PIXEL * (size_t)mcus * p.mcu_width * p.mcu_height;
     size_t built = build_window_jpeg(&p, j->data, j->length, most, &s->seek);
@@ -566,20 +569,43 @@ static int find_name(const char *name, const char *const *names, int count, int 
     return -1;
 }
 
+/* The first of n regions (top, left, height, width; NULL: none) that is not at least a pixel inside a
+ * height x width slot, or -1. 64-bit sums: no int32 overflows. */
+static Py_ssize_t region_outside(const int32_t *r, Py_ssize_t n, Py_ssize_t height, Py_ssize_t width) {
+    for (Py_ssize_t i = 0; r && i < n; i++) {
+        int64_t top = r[4 * i], left = r[4 * i + 1], rows = r[4 * i + 2], columns = r[4 * i + 3];
+        if (top < 0 || left < 0 || rows < 1 || columns < 1 || top + rows > height || left + columns > width)
+            return i;
+    }
+    return -1;
+}
+
+/* A slot of `bytes` RGB bytes in one colour (NULL: black): where a region leaves it, the padding. */
+static void fill_slot(uint8_t *slot, size_t bytes, const uint8_t *colour) {
+    if (colour == NULL || (colour[0] == colour[1] && colour[1] == colour[2])) {
+        memset(slot, colour ? colour[0] : 0, bytes);
+        return;
+    }
+    for (size_t k = 0; k < bytes; k += 3)
+        slot[k] = colour[0], slot[k + 1] = colour[1], slot[k + 2] = colour[2];
+}
+
 static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"buffers", "which", "offsets", "lengths", "boxes", "flips", "out", "first", "status",
                                "max_pixels", "simd", "seek", "seeked", "dct_scaling", "interpolation", "fast_dct",
-                               "stop_after", NULL};
+                               "stop_after", "regions", "fill", NULL};
     PyObject *buffers, *which, *offsets, *lengths, *boxes_o, *flips_o, *out_o, *status_o, *seeked_o = Py_None;
+    PyObject *regions_o = Py_None, *fill_o = Py_None;
     PyObject *result = NULL;
     Py_ssize_t first;
     long long max_pixels;
     const char *simd = NULL, *interpolation = NULL, *stop_after = NULL;
     int seek = 1, dct_scaling = 1, fast_dct = 0, filter, stop;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzpz", keywords, &buffers, &which, &offsets,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOnOL|zpOpzpzOO", keywords, &buffers, &which, &offsets,
                                      &lengths, &boxes_o, &flips_o, &out_o, &first, &status_o, &max_pixels, &simd, &seek,
-                                     &seeked_o, &dct_scaling, &interpolation, &fast_dct, &stop_after) ||
+                                     &seeked_o, &dct_scaling, &interpolation, &fast_dct, &stop_after, &regions_o,
+                                     &fill_o) ||
         check_max_pixels(max_pixels) < 0)
         return NULL;
     filter = find_name(interpolation, filter_names, FILTER_KINDS, FILTER_BILINEAR,
@@ -593,7 +619,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
         return NULL;
     }
     images im;
-    Py_buffer boxes = {0}, flips = {0}, out = {0}, status = {0}, seeked = {0};
+    Py_buffer boxes = {0}, flips = {0}, out = {0}, status = {0}, seeked = {0}, regions = {0}, fill = {0};
     if (open_images(&im, buffers, which, offsets, lengths) == 0 &&
         get_array(boxes_o, &boxes, "boxes", FLOAT, 4, 2, (const Py_ssize_t[]){im.n, 4}, 0) == 0 &&
         get_array(flips_o, &flips, "flips", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 0) == 0 &&
@@ -601,27 +627,44 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
                   1) == 0 &&
         get_array(status_o, &status, "status", SIGNED_INT, 4, 1, (const Py_ssize_t[]){im.n}, 1) == 0 &&
         (seeked_o == Py_None ||
-         get_array(seeked_o, &seeked, "seeked", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 1) == 0)) {
-        Py_ssize_t slots = out.shape[0], size = out.shape[1];
-        if (out.shape[2] != size || size < 1 || size > MAX_SIZE) {
-            PyErr_Format(PyExc_ValueError, "out must be (slots, size, size, 3) with size 1 to %d, not size %zd x %zd",
-                         MAX_SIZE, size, out.shape[2]);
+         get_array(seeked_o, &seeked, "seeked", FLAG, 1, 1, (const Py_ssize_t[]){im.n}, 1) == 0) &&
+        (regions_o == Py_None ||
+         get_array(regions_o, &regions, "regions", SIGNED_INT, 4, 2, (const Py_ssize_t[]){im.n, 4}, 0) == 0) &&
+        (fill_o == Py_None || get_array(fill_o, &fill, "fill", UNSIGNED_INT, 1, 1, (const Py_ssize_t[]){3}, 0) == 0)) {
+        Py_ssize_t slots = out.shape[0], height = out.shape[1], width = out.shape[2];
+        const int32_t *r = regions.buf; /* NULL: each image fills its slot */
+        Py_ssize_t bad = region_outside(r, im.n, height, width);
+        if (height < 1 || height > MAX_SIZE || width < 1 || width > MAX_SIZE) {
+            PyErr_Format(PyExc_ValueError, "out must be (slots, height, width, 3) with sides 1 to %d, not %zd x %zd",
+                         MAX_SIZE, height, width);
         } else if (first < 0 || im.n > slots || first > slots - im.n) {
             PyErr_Format(PyExc_ValueError, "slots first=%zd to %zd: out has %zd", first, first + im.n, slots);
+        } else if (bad >= 0) {
+            PyErr_Format(PyExc_ValueError, "regions[%zd] = (top %d, left %d, height %d, width %d) is not a region of "
+                         "at least a pixel inside the %zd x %zd slot", bad, r[4 * bad], r[4 * bad + 1],
+                         r[4 * bad + 2], r[4 * bad + 3], height, width);
         } else {
             const float *b = boxes.buf;
-            const uint8_t *f = flips.buf;
+            const uint8_t *f = flips.buf, *colour = fill.buf; /* NULL: black */
             int32_t *st = status.buf;
             uint8_t *sk = seeked.buf; /* NULL when not asked for */
-            size_t slot = (size_t)size * (size_t)size * 3;
+            size_t row = (size_t)width * 3, slot = (size_t)height * row;
             uint8_t *slot0 = (uint8_t *)out.buf + (size_t)first * slot;
             Py_BEGIN_ALLOW_THREADS
             scratch s;
             memset(&s, 0, sizeof(s));
             for (Py_ssize_t i = 0; i < im.n; i++) {
-                job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .size = (int)size,
-                         .out = slot0 + (size_t)i * slot, .seek = seek, .dct_scaling = dct_scaling,
-                         .filter = (filter_kind)filter, .fast_dct = fast_dct, .stop = (stage)stop};
+                uint8_t *here = slot0 + (size_t)i * slot;
+                int32_t top = 0, left = 0, rows = (int32_t)height, columns = (int32_t)width;
+                if (r) {
+                    top = r[4 * i], left = r[4 * i + 1], rows = r[4 * i + 2], columns = r[4 * i + 3];
+                    if (rows < height || columns < width)
+                        fill_slot(here, slot, colour);
+                }
+                job j = {.data = im.data[i], .length = im.length[i], .flip = f[i] != 0, .width = (int)columns,
+                         .height = (int)rows, .stride = row, .out = here + (size_t)top * row + (size_t)left * 3,
+                         .seek = seek, .dct_scaling = dct_scaling, .filter = (filter_kind)filter, .fast_dct = fast_dct,
+                         .stop = (stage)stop};
                 memcpy(j.box, b + 4 * i, sizeof(j.box));
                 int seeked_here;
                 st[i] = decode_one(&j, &s, max_pixels, rs, &seeked_here);
@@ -630,7 +673,7 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
                 if (s.seek.capacity_bytes > SEEK_KEEP || s.seek.capacity_spans > SEEK_KEEP)
                     free_seek_scratch(&s.seek);
                 if (st[i] != OK)
-                    memset(j.out, 0, slot); /* what a failed decode wrote is not kept */
+                    memset(here, 0, slot); /* what a failed decode wrote is not kept */
             }
             free_scratch(&s);
             Py_END_ALLOW_THREADS
@@ -643,6 +686,8 @@ static PyObject *py_decode_crops(PyObject *self, PyObject *args, PyObject *kwarg
     release_view(&out);
     release_view(&status);
     release_view(&seeked);
+    release_view(&regions);
+    release_view(&fill);
     return result;
 }
 
@@ -696,10 +741,13 @@ static PyMethodDef methods[] = {
      "is bytes [offsets[i], offsets[i] + lengths[i]) (int64) of buffers[which[i]] (int32). GIL released."},
     {"decode_crops", (PyCFunction)(void (*)(void))py_decode_crops, METH_VARARGS | METH_KEYWORDS,
      "decode_crops(buffers, which, offsets, lengths, boxes, flips, out, first, status, max_pixels, simd=None, "
-     "seek=True, seeked=None, dct_scaling=True, interpolation=None, fast_dct=False, stop_after=None): "
-     "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to size x size, flip where "
-     "flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x size x size x 3); status (int32 n) "
-     "per image; a slot whose image fails is zeroed. simd: 'AVX512', 'AVX2', 'SSE2', 'C' or None (the fastest here). "
+     "seek=True, seeked=None, dct_scaling=True, interpolation=None, fast_dct=False, stop_after=None, "
+     "regions=None, fill=None): "
+     "decode each image's box (float32 n x 4: left, top, right, bottom), resize it to the slot's height x width, "
+     "flip where flips (bool or uint8 n) is set, into slot first + i of out (uint8 slots x height x width x 3); "
+     "with regions (int32 n x 4: top, left, height, width inside the slot), into that region alone, the rest of "
+     "the slot in fill (uint8 3: an RGB colour; None: black), the padding of a letterbox or of a crop larger than "
+     "the image; status (int32 n) per image; a slot whose image fails is zeroed. simd: 'AVX512', 'AVX2', 'SSE2', 'C' or None (the fastest here). "
      "seek: a JPEG with restart markers may decode only the intervals its crop covers, where that pays; "
      "seeked (bool or uint8 n), if given, says which did. dct_scaling: a crop at least twice the output may "
      "decode at 1/2 to 1/8 scale in the DCT (False: at full scale, the exact resize of the whole image's grid). "
