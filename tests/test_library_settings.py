@@ -119,7 +119,7 @@ def test_a_whole_number_setting_takes_any_integer_as_the_plain_int(prepared, nam
     ({"rank": True, "world_size": 2}, "rank must be a whole number"),
     ({"rank": 0, "world_size": 1.0}, "world_size must be a whole number"),
     ({"repeats": 0}, "repeats must be at least 1"), ({"prefetch": 0}, "prefetch must be at least 1"),
-    ({"val_crop": 32, "val_resize": 31}, "val_resize must be at least 32"),
+    ({"val_crop": 32, "val_resize": 0}, "val_resize must be at least 1"),
     ({"image_size": ResolutionRamp(32, 64, 0, 2)}, None),  # accepted: the control
 ])
 def test_other_numbers_out_of_range_or_of_the_wrong_kind_are_refused_by_name(prepared, options, message):

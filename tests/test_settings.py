@@ -627,7 +627,8 @@ def test_force_change_that_cannot_be_kept_is_refused_and_the_records_stay_true(p
     (["--cutmix", "nan"], "--cutmix (an alpha, 0: off) must be a finite number, not nan"),
     (["--ramp", 0, 192, 1, 2, "--epochs", 8], "--ramp START_PX must be at least 1, not 0"),
     (["--ramp", 160, 192, 5, 2, "--epochs", 8], "--ramp END_EPOCH must be at least 5, not 2"),
-    (["--val-crop", 300, "--val-resize", 200], "--val-resize must be at least 300, not 200"),
+    (["--val-crop", 300, "--val-resize", 0], "--val-resize must be at least 1"),
+    (["--val-crop-mode", "ffcv", "--val-crop-fraction", 1.15], "--val-crop-fraction must be at most 1, not 1.15"),
     (["--val-resize", 256, "--val-crop-fraction", 0.9], "--val-resize=256 and --val-crop-fraction=0.9 both set"),
 ])
 def test_the_librarys_refusals_name_the_flags(capsys, argv, said):

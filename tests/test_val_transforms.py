@@ -41,13 +41,15 @@ def sample_jpeg(width: int, height: int) -> bytes:
 
 
 def ours(data: bytes, **val) -> np.ndarray:
-    """The loader's validation pixels of one JPEG (uint8 HWC), from the library's val_* arguments."""
+    """The loader's validation pixels of one JPEG (uint8 HWC), from the library's val_* arguments (and the
+    normalisation's mean, whose colour "border" pads with)."""
     validation = checked_validation(224, **val)
     width, height = Image.open(io.BytesIO(data)).size
-    box = validation.boxes(np.array([width]), np.array([height]))
+    box, regions = validation.placements(np.array([width]), np.array([height]))
     out = np.zeros((1, validation.crop, validation.crop, 3), np.uint8)
     status = decode_crops(Images.from_blobs([data]), box, np.zeros(1, bool), out, 0, dct_scaling=False,
-                          interpolation=validation.interpolation, fast_dct=validation.fast_dct)
+                          interpolation=validation.interpolation, fast_dct=validation.fast_dct, regions=regions,
+                          fill=validation.fill)
     assert status.tolist() == [0]
     return out[0]
 
@@ -82,10 +84,23 @@ def timm_case(model_name: str):
     cfg = resolve_data_config({}, pretrained_cfg=get_pretrained_cfg(model_name).to_dict())
     transform = create_transform(**cfg)
     val = {"val_crop": cfg["input_size"][-1], "val_crop_fraction": cfg["crop_pct"], "val_crop_mode": cfg["crop_mode"],
-           "val_interpolation": cfg["interpolation"]}
+           "val_interpolation": cfg["interpolation"], "mean": cfg["mean"]}
 
     def reference(data: bytes) -> np.ndarray:
         return grey_levels(transform(Image.open(io.BytesIO(data)).convert("RGB")), cfg["mean"], cfg["std"])
+    return val, reference
+
+
+def torchvision_padding_case(resize: int, crop: int):
+    """(the loader's arguments, the reference) of torchvision's Resize(resize) + CenterCrop(crop) with a
+    resize smaller than the crop: CenterCrop pads with black."""
+    from torchvision import transforms
+
+    preset = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(crop), transforms.PILToTensor()])
+    val = {"val_crop": crop, "val_resize": resize, "val_interpolation": "bilinear"}
+
+    def reference(data: bytes) -> np.ndarray:
+        return preset(Image.open(io.BytesIO(data)).convert("RGB")).permute(1, 2, 0).numpy().astype(np.float32)
     return val, reference
 
 
@@ -126,6 +141,11 @@ CASES = {
     "timm vit_base_patch16_224.augreg2 (crop_pct 0.9 bicubic)":
         lambda: timm_case("vit_base_patch16_224.augreg2_in21k_ft_in1k"),
     "timm dm_nfnet_f1.dm_in1k (squash, crop_pct 0.91 bicubic)": lambda: timm_case("dm_nfnet_f1.dm_in1k"),
+    # #53: the padded ones
+    "timm volo_d5_512.sail_in1k (crop_pct 1.15: padded, bicubic)": lambda: timm_case("volo_d5_512.sail_in1k"),
+    "timm deepseek_vit_412m.deepseek_v4_flash_vision_exp (border 392, bicubic)":
+        lambda: timm_case("deepseek_vit_412m.deepseek_v4_flash_vision_exp"),
+    "torchvision Resize(194) + CenterCrop(224) (padded, bilinear)": lambda: torchvision_padding_case(194, 224),
     "FFCV CenterCropRGBImageDecoder 224/256 to 256 (area, fast IDCT)": ffcv_case,
 }
 # Each filter's bound on the mean difference a pixel, in grey levels (measured: 0.02, 0.02 and 0.19 at
@@ -183,10 +203,11 @@ def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
 @pytest.mark.parametrize("val, refused", [
     ({"val_resize": 256, "val_crop_fraction": 0.875}, "val_resize=256 and val_crop_fraction=0.875 both set"),
     ({"val_resize": 256, "val_crop_mode": "ffcv"}, "val_resize=256 with val_crop_mode='ffcv'"),
-    ({"val_crop_mode": "border"}, "val_crop_mode must be one of center, squash, ffcv, not 'border'"),
+    ({"val_crop_mode": "letterbox"}, "val_crop_mode must be one of center, squash, border, ffcv, not 'letterbox'"),
     ({"val_interpolation": "nearest"}, "val_interpolation must be one of bilinear, bicubic, area, not 'nearest'"),
     ({"val_crop_fraction": 0}, "val_crop_fraction must be more than 0"),
-    ({"val_crop_fraction": 1.2}, "val_crop_fraction must be at most 1"),
+    ({"val_crop_fraction": 1.2, "val_crop_mode": "ffcv"}, "val_crop_fraction must be at most 1"),
+    ({"val_crop_fraction": 225}, "val_crop_fraction must be at most 224"),  # a resize of no pixel
     ({"val_crop_fraction": True}, "val_crop_fraction must be a number"),
 ])
 def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, refused):

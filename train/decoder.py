@@ -121,10 +121,12 @@ def image_sizes(images: Images, check_markers: bool = False, max_pixels: int = M
 def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray, first: int, *,
                  max_pixels: int = MAX_PIXELS, simd: str | None = None, seek: bool = True,
                  seeked: np.ndarray | None = None, dct_scaling: bool = True, interpolation: str = "bilinear",
-                 fast_dct: bool = False, stop_after: str | None = None) -> np.ndarray:
-    """Decode image i's box (float32 (n, 4)), resized to out's size and flipped where `flips`, into
-    out[first + i] (out: uint8 (N, size, size, 3), C-contiguous); a slot whose image fails is
-    zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
+                 fast_dct: bool = False, stop_after: str | None = None, regions: np.ndarray | None = None,
+                 fill: tuple[int, int, int] | None = None) -> np.ndarray:
+    """Decode image i's box (float32 (n, 4)), resized to out's height and width and flipped where
+    `flips`, into out[first + i] (out: uint8 (N, height, width, 3), C-contiguous); with `regions`
+    (int32 (n, 4): top, left, height, width), into that region of the slot, the rest `fill` (RGB;
+    None: black): a letterbox's or a padded crop's padding. A slot whose image fails is zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
     with restart markers decodes only the restart intervals its box covers where that pays (the same
     pixels); `seeked` (bool (n,)), if given, is set where that happened. With `dct_scaling`, a box at
     least twice the output decodes at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact
@@ -136,7 +138,9 @@ def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.n
     _jpegcrop.decode_crops(**images.arrays(), boxes=np.ascontiguousarray(boxes, np.float32),
                            flips=np.ascontiguousarray(flips, np.bool_), out=out, first=first, status=status,
                            max_pixels=max_pixels, simd=simd, seek=seek, seeked=seeked, dct_scaling=dct_scaling,
-                           interpolation=interpolation, fast_dct=fast_dct, stop_after=stop_after)
+                           interpolation=interpolation, fast_dct=fast_dct, stop_after=stop_after,
+                           regions=None if regions is None else np.ascontiguousarray(regions, np.int32),
+                           fill=None if fill is None else np.array(fill, np.uint8))
     return status
 
 
@@ -184,24 +188,25 @@ def pil_size(data: bytes) -> tuple[int, int]:
 PIL_FILTERS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "area": "BOX"}
 
 
-def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int,
+def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: bool, size: int | tuple[int, int],
                     dct_scaling: bool = True, interpolation: str = "bilinear") -> np.ndarray:
     """The PIL path (pillow-simd): decode at 1/2, 1/4 or 1/8 scale when the box allows (and
-    `dct_scaling`), resize the box to size x size (antialiased, PIL's filter for `interpolation`:
-    PIL_FILTERS), flip. PilFailure for a bad image (damaged, unknown, too large): PIL raises many
-    exception types on such bytes, all of them mean that."""
+    `dct_scaling`), resize the box to size x size, or (height, width) (antialiased, PIL's filter for
+    `interpolation`: PIL_FILTERS), flip. PilFailure for a bad image (damaged, unknown, too large): PIL
+    raises many exception types on such bytes, all of them mean that."""
     from PIL import Image
 
+    out_height, out_width = (size, size) if isinstance(size, int) else size
     image = pil_open(data)
     try:
         width, height = image.size
-        shrink = min((box[2] - box[0]) / size, (box[3] - box[1]) / size)
+        shrink = min((box[2] - box[0]) / out_width, (box[3] - box[1]) / out_height)
         if dct_scaling and shrink >= 2 and image.format == "JPEG":
             image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
         fx, fy = width / image.size[0], height / image.size[1]
         if image.mode != "RGB":
             image = image.convert("RGB")
-        image = image.resize((size, size), Image.Resampling[PIL_FILTERS[interpolation]],
+        image = image.resize((out_width, out_height), Image.Resampling[PIL_FILTERS[interpolation]],
                              box=(box[0] / fx, box[1] / fy, box[2] / fx, box[3] / fy))
     except MemoryError:
         raise

@@ -159,10 +159,6 @@ class ImageNetLoader:
         # Every setting checked, and every number made a plain int or float, before a thread starts.
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
-        self.validation = checked_validation(self.image_size, val_crop, val_resize, val_crop_fraction, val_crop_mode,
-                                             val_interpolation)
-        # validation's output side, and its Resize (None with val_crop_mode "ffcv", which has none)
-        self.val_crop, self.val_resize = self.validation.crop, self.validation.resize
         self.augment, self.repeats = checked_augment(augment), whole_number("repeats", repeats, least=1)
         check_only_train_augments(split, self.augment, self.repeats)
         self.seed = whole_number("seed", seed)
@@ -173,6 +169,10 @@ class ImageNetLoader:
         check_decode(decode)
         check_dtype(dtype, self.augment)
         self.mean, self.std = checked_normalisation(dtype, mean, std)
+        self.validation = checked_validation(self.image_size, val_crop, val_resize, val_crop_fraction, val_crop_mode,
+                                             val_interpolation, self.mean)  # "border" pads in the mean's colour
+        # validation's output side, and its Resize (None with val_crop_mode "ffcv", which has none)
+        self.val_crop, self.val_resize = self.validation.crop, self.validation.resize
         self.device, self.root = checked_device(device), Path(root)
         check_device_decode(decode, self.device, torch.version.hip)
         self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape

@@ -106,6 +106,11 @@ class Crops:
         """The resize's filter: training's is bilinear (RandomResizedCrop's default), validation's its own."""
         return "bilinear" if self.validation is None else self.validation.interpolation
 
+    @property
+    def fill(self) -> tuple[int, int, int]:
+        """The padding's colour, where validation's resized image is smaller than its crop."""
+        return (0, 0, 0) if self.validation is None else self.validation.fill
+
 
 def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
     if args.split != "train":  # val and the evaluation sets: every sample once over the ranks
@@ -174,6 +179,7 @@ class Chunk:
     dims: np.ndarray | None = None  # int32 (n, 2): width, height
     boxes: np.ndarray | None = None  # float32 (n, 4)
     flips: np.ndarray | None = None  # bool (n,)
+    regions: np.ndarray | None = None  # int32 (n, 4): where each box goes in its slot, the rest padding; None: whole
     status: np.ndarray | None = None  # per image: KEPT (or, before the decode, fine so far) or why not
     notes: dict[int, str] = field(default_factory=dict)  # image -> why, where PIL said more than the status
     fallbacks: int = 0  # decoded by the PIL path
@@ -210,7 +216,7 @@ def draw_crops(chunk: Chunk, spec: Crops, check_markers: bool = False) -> None:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
     fine = (chunk.status == KEPT) | (chunk.status == decoder.NOT_JPEG)
     dims = np.where(fine[:, None], chunk.dims, 1)
-    chunk.boxes, chunk.flips = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, spec.validation)
+    chunk.boxes, chunk.flips, chunk.regions = crops(chunk.keys, dims[:, 0], dims[:, 1], spec.train, spec.validation)
     if spec.train is not None and spec.draws is not None:
         chunk.draws = spec.draws(chunk.keys, *spec.train, spec.size)
 
@@ -297,21 +303,26 @@ class CpuDecode(DecodeStrategy):
         seeked = np.zeros(len(chunk.images), np.bool_)
         decoded = decoder.decode_crops(chunk.images, chunk.boxes, chunk.flips, out, chunk.first, seeked=seeked,
                                        dct_scaling=spec.dct_scaling, interpolation=spec.interpolation,
-                                       fast_dct=spec.fast_dct)
+                                       fast_dct=spec.fast_dct, regions=chunk.regions, fill=spec.fill)
         chunk.status = np.where(chunk.status == KEPT, decoded, chunk.status)
         chunk.seeked = int((seeked & (chunk.status == KEPT)).sum())
         for i in np.flatnonzero(np.isin(chunk.status, (decoder.REFUSED, decoder.NOT_JPEG))).tolist():
             self.pil_fallback(chunk, i, out, spec)
 
     def pil_fallback(self, chunk: Chunk, i: int, out: np.ndarray, spec: Crops) -> None:
-        """The PIL path for an image the native decoder does not take: same crop, same slot."""
+        """The PIL path for an image the native decoder does not take: same crop, same slot (same region,
+        same padding)."""
+        top, left, height, width = (0, 0, *out.shape[1:3]) if chunk.regions is None else chunk.regions[i].tolist()
         try:
-            out[chunk.first + i] = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
-                                                           bool(chunk.flips[i]), out.shape[1], spec.dct_scaling,
-                                                           spec.interpolation)
+            pixels = decoder.pil_decode_crop(chunk.images.data(i), tuple(chunk.boxes[i].tolist()),
+                                             bool(chunk.flips[i]), (height, width), spec.dct_scaling,
+                                             spec.interpolation)
         except PilFailure as failure:
             chunk.status[i], chunk.notes[i] = failure.status, failure.why
             return
+        if chunk.regions is not None:
+            out[chunk.first + i] = spec.fill
+        out[chunk.first + i, top:top + height, left:left + width] = pixels
         chunk.status[i] = KEPT
         chunk.fallbacks += 1
 

@@ -21,7 +21,8 @@ from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels
 from train.errors import ConfigError, about
 from train.loader import DECODES
 from train.numbers import optional, real_number, real_triple, whole_number
-from train.transforms import FFCV_CROP_FRACTION, VAL_CROP_MODES, ResolutionRamp, ValTransform, default_resize
+from train.transforms import (FFCV_CROP_FRACTION, IMAGENET_FILL, VAL_CROP_MODES, ResolutionRamp, ValTransform,
+                              default_resize)
 
 
 def check_split(split: str, splits: Mapping) -> str:
@@ -48,27 +49,39 @@ def largest_size(image_size: int | ResolutionRamp) -> int:
 
 
 def checked_validation(image_size: int | ResolutionRamp, val_crop=None, val_resize=None, val_crop_fraction=None,
-                       val_crop_mode: str = "center", val_interpolation: str = "bilinear") -> ValTransform:
+                       val_crop_mode: str = "center", val_interpolation: str = "bilinear",
+                       mean: tuple[float, float, float] | None = None) -> ValTransform:
     """Validation's transform from the loader's val_* arguments: the crop by default the training
-    size (a ramp's last); the resize given, or floor(crop / fraction) as timm's crop_pct makes it, or
-    the classic ratio (256 for 224); "ffcv" keeps a fraction of the short side (FFCV's 224/256 by
-    default) and has no resize. A combination that sets one thing twice is refused, naming both."""
+    size (a ramp's last); the resize given, or floor(crop / fraction) as timm's crop_pct makes it (a
+    fraction above 1, timm's volo_d5_512's 1.15, makes it smaller than the crop: padded), or the classic
+    ratio (256 for 224); "ffcv" keeps a fraction of the short side (FFCV's 224/256 by default) and has no
+    resize; "border" pads with `mean`'s colour (timm's round(255 x mean); None: ImageNet's). A combination
+    that sets one thing twice is refused, naming both."""
     mode = choice("val_crop_mode", val_crop_mode, VAL_CROP_MODES)
     interpolation = choice("val_interpolation", val_interpolation, INTERPOLATIONS)
     check_val_conflicts(val_resize, val_crop_fraction, mode)
     default = image_size if isinstance(image_size, int) else image_size.end
     crop = default if val_crop is None else whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
-    fraction = optional(real_number, "val_crop_fraction", val_crop_fraction, above=0, most=1)
+    # FFCV's fraction is a share of the short side; timm's crop_pct divides the crop (at most `crop`: a resize of
+    # at least a pixel)
+    most = 1 if mode == "ffcv" else crop
+    fraction = optional(real_number, "val_crop_fraction", val_crop_fraction, above=0, most=most)
     if mode == "ffcv":
         return ValTransform(crop, None, FFCV_CROP_FRACTION if fraction is None else fraction, mode, interpolation)
-    return ValTransform(crop, val_resize_of(crop, val_resize, fraction), None, mode, interpolation)
+    fill = padding_fill(mean) if mode == "border" else (0, 0, 0)
+    return ValTransform(crop, val_resize_of(crop, val_resize, fraction), None, mode, interpolation, fill)
+
+
+def padding_fill(mean: tuple[float, float, float] | None) -> tuple[int, int, int]:
+    """timm's border fill: [round(255 * v) for v in mean] (ImageNet's mean: 124, 116, 104)."""
+    return IMAGENET_FILL if mean is None else tuple(min(255, max(0, round(255 * v))) for v in mean)
 
 
 def val_resize_of(crop: int, val_resize, fraction: float | None) -> int:
     """Resize's size before CenterCrop(crop): given, or timm's floor(crop / crop_pct) (its
     transforms_imagenet_eval, the same float division), or the classic ratio."""
     if val_resize is not None:
-        return whole_number("val_resize", val_resize, least=crop)
+        return whole_number("val_resize", val_resize, least=1)
     return math.floor(crop / fraction) if fraction is not None else default_resize(crop)
 
 

@@ -7,14 +7,20 @@ hash and a per-epoch seed, so a sample's augmentation does not depend on which t
 on the batch it falls in, or on a resume; each reading of a repeated sample has a key of its own
 (`repeat_keys`), which its crop, flip and augmentation (train/augment/draws.py) are drawn from.
 
-Validation (`ValTransform`), one of three geometries, each as the box in source pixels that is
-resized to crop x crop in one step:
+Validation (`ValTransform`), one of four geometries, each as the box in source pixels that is
+resized in one step to crop x crop, or, where the resized image is smaller than the crop along an
+axis, to a region of it, the rest padding (`placements`):
 - "center": torchvision's Resize(resize) + CenterCrop(crop) (the evaluation preset; 256 and 224
   classically, 232 and 224 in torchvision's V2 recipe), and timm's crop_mode "center" (resize =
   floor(crop / crop_pct)): the box that the resize grid and the crop's integer offset keep, so
-  that the one-step resize samples at the whole image's resize positions with its filter;
+  that the one-step resize samples at the whole image's resize positions with its filter; a resize
+  smaller than the crop (timm's crop_pct above 1: volo_d5_512's 1.15) pads with black, as
+  CenterCrop pads;
 - "squash": timm's crop_mode "squash", Resize((resize, resize)) (the aspect ratio not kept) +
   CenterCrop(crop), on its grid the same way;
+- "border": timm's crop_mode "border", ResizeKeepRatio(resize, longest=1) (the longer side to
+  resize, the ratio kept) + CenterCropOrPad(crop) padding with the mean's colour (`fill`): the
+  whole image letterboxed;
 - "ffcv": FFCV's CenterCropRGBImageDecoder, the centre square of int(fraction x the short side)
   pixels at integer offsets, resized to crop x crop (its DEFAULT_CROP_RATIO: 224/256), decoded as
   its imdecode decodes, with libjpeg-turbo's fast integer IDCT (`fast_dct`).
@@ -39,7 +45,8 @@ from train.numbers import whole_number
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 RESIZE_FOR_CROP = 256 / 224  # the classic evaluation's resize for a crop: Resize(256) for CenterCrop(224)
-VAL_CROP_MODES = ("center", "squash", "ffcv")  # validation's geometries: see the module's docstring
+VAL_CROP_MODES = ("center", "squash", "border", "ffcv")  # validation's geometries: see the module's docstring
+IMAGENET_FILL = (124, 116, 104)  # timm's border padding for ImageNet's mean: round(255 x (0.485, 0.456, 0.406))
 FFCV_CROP_FRACTION = 224 / 256  # FFCV's DEFAULT_CROP_RATIO: the centre square's share of the short side
 TRIES = 10  # RandomResizedCrop's attempts before the centre-crop fallback
 DRAWS = 2 * TRIES + 3  # uniforms per sample: (area, log ratio) per try, top, left, flip
@@ -123,22 +130,32 @@ def train_crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray,
 class ValTransform:
     """Validation's transform, resolved (the loader checks the arguments it comes from: see
     loader_arguments.checked_validation): `crop` the output side; `resize` the Resize of "center"
-    (the short side) or "squash" (both sides), None for "ffcv"; `fraction` the share of the short
-    side "ffcv" keeps, None for the others; `interpolation` the resize's filter."""
+    (the short side), "squash" (both sides) or "border" (the long side), None for "ffcv"; `fraction`
+    the share of the short side "ffcv" keeps, None for the others; `interpolation` the resize's
+    filter; `fill` the padding's colour (RGB), where the resized image is smaller than the crop."""
     crop: int
     resize: int | None = None
     fraction: float | None = None
     mode: str = "center"
     interpolation: str = "bilinear"
+    fill: tuple[int, int, int] = (0, 0, 0)
 
     def boxes(self, widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
         """Each image's box in source pixels, float32 (n, 4)."""
+        return self.placements(widths, heights)[0]
+
+    def placements(self, widths: np.ndarray, heights: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(boxes, regions): each image's box in source pixels, float32 (n, 4), and the region of the
+        crop x crop output it is resized to, int32 (n, 4): top, left, height, width, the rest `fill`;
+        None where every image fills its output."""
         if self.mode == "ffcv":
-            return ffcv_crops(widths, heights, self.fraction)
+            return ffcv_crops(widths, heights, self.fraction), None
         if self.mode == "squash":
             side = np.full(len(widths), self.resize, np.int64)
-            return crops_on_grid(widths, heights, side, side, self.crop)
-        return centre_crops(widths, heights, self.resize, self.crop)
+            return placed_on_grid(widths, heights, side, side, self.crop)
+        if self.mode == "border":
+            return placed_on_grid(widths, heights, *longest_side_sizes(widths, heights, self.resize), self.crop)
+        return placed_on_grid(widths, heights, *resized_sizes(widths, heights, self.resize), self.crop)
 
     @property
     def fast_dct(self) -> bool:
@@ -151,17 +168,21 @@ class ValTransform:
         if self.mode == "ffcv":
             return (f"the centre {self.fraction:g} of the short side resized to {self.crop} ({self.interpolation}, "
                     "fast IDCT: FFCV's CenterCropRGBImageDecoder)")
+        if self.mode == "border":
+            return (f"ResizeKeepRatio({self.resize}, {self.interpolation}, longest=1) + CenterCropOrPad({self.crop}, "
+                    f"fill={list(self.fill)}) (timm's crop_mode border)")
         resize = self.resize if self.mode == "center" else (self.resize, self.resize)
         return f"Resize({resize}, {self.interpolation}) + CenterCrop({self.crop})"
 
 
 def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray, augment: tuple[int, int] | None,
-          validation: ValTransform | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(boxes, flips) for a batch: train_crops with augment = (seed, epoch), else validation's
-    boxes and no flips."""
+          validation: ValTransform | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(boxes, flips, regions) for a batch: train_crops with augment = (seed, epoch) (no regions: each
+    fills its output), else validation's placements and no flips."""
     if augment is None:
-        return validation.boxes(widths, heights), np.zeros(len(widths), bool)
-    return train_crops(key_hashes, widths, heights, *augment)
+        boxes, regions = validation.placements(widths, heights)
+        return boxes, np.zeros(len(widths), bool), regions
+    return (*train_crops(key_hashes, widths, heights, *augment), None)
 
 
 def default_resize(crop: int) -> int:
@@ -180,19 +201,40 @@ def resized_sizes(widths: np.ndarray, heights: np.ndarray, resize: int) -> tuple
 
 def centre_crops(widths: np.ndarray, heights: np.ndarray, resize: int, crop: int) -> np.ndarray:
     """The box, in source pixels, that torchvision's Resize(resize) + CenterCrop(crop) keeps, on
-    their grid (crops_on_grid; resize >= crop)."""
-    return crops_on_grid(widths, heights, *resized_sizes(widths, heights, resize), crop)
+    their grid (placed_on_grid's; resize >= crop)."""
+    return placed_on_grid(widths, heights, *resized_sizes(widths, heights, resize), crop)[0]
 
 
-def crops_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray, crop: int
-                  ) -> np.ndarray:
-    """The box, in source pixels, that a resize to new_w x new_h then CenterCrop(crop) keeps, on
-    their grid: CenterCrop's integer offset (round half to even, as round()) in the resized image,
-    mapped back through each axis's own scale (source / resized), so that resizing the box to crop x
-    crop samples at the whole image's resize positions with its filter (new sizes >= crop)."""
-    top, left = np.rint((new_h - crop) / 2.0), np.rint((new_w - crop) / 2.0)
-    sx, sy = widths / new_w.astype(np.float64), heights / new_h.astype(np.float64)
-    return np.stack([left * sx, top * sy, (left + crop) * sx, (top + crop) * sy], axis=1).astype(np.float32)
+def longest_side_sizes(widths: np.ndarray, heights: np.ndarray, resize: int) -> tuple[np.ndarray, np.ndarray]:
+    """(width, height) after timm's ResizeKeepRatio(resize, longest=1): both sides divided by the larger of
+    side / resize, each rounded (round half to even, as its round()): the longer side `resize`."""
+    w, h = widths.astype(np.float64), heights.astype(np.float64)
+    ratio = np.maximum(w / resize, h / resize)
+    return np.rint(w / ratio).astype(np.int64), np.rint(h / ratio).astype(np.int64)
+
+
+def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray, crop: int
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(boxes, regions) of a resize to new_w x new_h then CenterCrop(crop) (timm's CenterCropOrPad), axis by
+    axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer offset (round half to
+    even, as round()) in the resized image, mapped back through the axis's own scale (source / resized), the
+    whole output's side, so that resizing the box samples at the whole image's resize positions with its
+    filter. A shorter axis is padded: the whole source axis, resized to its own length at offset (crop -
+    new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
+    boxes, regions = [], []
+    for source, new in ((widths, new_w), (heights, new_h)):
+        new = new.astype(np.int64)
+        offset = np.where(new >= crop, np.rint((new - crop) / 2.0), 0.0)
+        scale = source / new.astype(np.float64)
+        kept = np.minimum(new, crop)
+        boxes.append((offset * scale, (offset + kept) * scale))
+        regions.append(((crop - kept) // 2, kept))
+    (left, right), (top, bottom) = boxes
+    box = np.stack([left, top, right, bottom], axis=1).astype(np.float32)
+    (x, width), (y, height) = regions
+    if (width == crop).all() and (height == crop).all():
+        return box, None
+    return box, np.stack([y, x, height, width], axis=1).astype(np.int32)
 
 
 def ffcv_crops(widths: np.ndarray, heights: np.ndarray, fraction: float) -> np.ndarray:

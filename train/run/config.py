@@ -217,6 +217,12 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
             raise argparse.ArgumentTypeError(f"{text} is not from 0 to 1")
         return value
 
+    def positive(text: str) -> float:  # a number above 0
+        value = float(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0")
+        return value
+
     def share(text: str) -> float:  # a number above 0, at most 1
         value = float(text)
         if not 0 < value <= 1:
@@ -270,15 +276,17 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
                         "makes it); not with --val-crop-fraction nor --val-crop-mode ffcv")
     g.add_argument("--val-crop", type=int, default=d.val_crop,
                    help="validation's output side, its CenterCrop (default: the training size, a ramp's end)")
-    g.add_argument("--val-crop-fraction", type=share, default=d.val_crop_fraction,
+    g.add_argument("--val-crop-fraction", type=positive, default=d.val_crop_fraction,
                    help="the crop's share of the resized image, timm's crop_pct: Resize(floor(--val-crop / it)) (e.g. "
-                        "0.875, 0.95); with --val-crop-mode ffcv the share of the short side kept (default: none: "
-                        "Resize from --val-resize or 256/224; with --val-crop-mode ffcv, 224/256)")
+                        "0.875, 0.95; above 1, volo_d5_512's 1.15, pads); with --val-crop-mode ffcv the share of the "
+                        "short side kept, at most 1 (default: none: Resize from --val-resize or 256/224; with "
+                        "--val-crop-mode ffcv, 224/256)")
     g.add_argument("--no-val-crop-fraction", dest="val_crop_fraction", action="store_const", const=None,
                    help="no --val-crop-fraction (a recipe's): validation's Resize from --val-resize or 256/224")
     g.add_argument("--val-crop-mode", choices=VAL_CROP_MODES, default=d.val_crop_mode,
                    help="center: Resize of the short side, then CenterCrop (torchvision's; timm's crop_mode center); "
-                        "squash: Resize to a square, then CenterCrop (timm's); ffcv: the centre square of "
+                        "squash: Resize to a square, then CenterCrop (timm's); border: the long side resized, the "
+                        "ratio kept, padded to a square in the mean's colour (timm's); ffcv: the centre square of "
                         "--val-crop-fraction x the short side, resized to --val-crop (FFCV's CenterCropRGBImageDecoder)")
     g.add_argument("--val-interpolation", choices=INTERPOLATIONS, default=d.val_interpolation,
                    help="validation's resize filter: bilinear (PIL's, antialiased: torchvision's default), bicubic "
