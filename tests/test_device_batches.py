@@ -166,3 +166,27 @@ def test_a_mean_and_std_of_ones_own_normalise_in_0_1_units():
     assert torch.allclose(x, expected, atol=1e-6)
     imagenets = to_device(host, torch.device("cpu"), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     assert torch.equal(to_device(host, torch.device("cpu")), imagenets)  # the default
+
+
+def test_device_decode_of_padded_validation_is_the_cpu_paths(tmp_path):
+    """#53: --decode gpu with timm's border mode, images of several shapes in two chunks of the batch (the
+    first all squares, padding nothing; chunk_size: 4 images): the regions and the fill reach the device,
+    which gives the CPU path's pixels."""
+    from train.loader import PlanArgs
+    from train.loader_arguments import checked_validation
+
+    blobs = [jpeg(w, h, seed=w + h) for w, h in [(64, 64), (48, 48), (50, 50), (40, 40), (90, 40), (30, 45)]]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", blob, i) for i, blob in enumerate(blobs)])
+    shards = ShardSet([tmp_path / "s.tar"], [len(blobs)], classes=10)
+    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=6, shuffle_buffer=8, size=40,
+                    validation=checked_validation(40, 40, None, 1.0, "border", "bicubic"))
+    got = {}
+    for decode in ("cpu", "gpu"):
+        with Loader({"val": shards}, batch_size=6, image_size=40, threads=2, decode=decode) as loader:
+            batch = next(loader.epoch(args))
+            got[decode] = batch.images.clone() if decode == "cpu" else \
+                decode_to_device(batch.images, torch.device("cpu"), DeviceDecoder())[0]
+    assert got["gpu"].shape == (6, 3, 40, 40)
+    difference = (got["gpu"].round() - got["cpu"].permute(0, 3, 1, 2).float()).abs()
+    assert difference.mean() < 0.3 and difference.max() <= 2
+    assert (got["cpu"][4, 0] == torch.tensor([124, 116, 104], dtype=torch.uint8)).all()  # padded: the fill

@@ -15,6 +15,7 @@ from PIL import Image
 from jpegs import as_images, jpeg, photo
 from train import decoder
 from train.device_decode import GROUP_BYTES, DeviceDecoder, crop_resize_flip, resize_groups, resize_weights
+from train.loader_arguments import checked_validation
 from train.transforms import ValTransform, centre_crops, decode_windows, default_resize, train_crops
 
 CPU = torch.device("cpu")
@@ -36,13 +37,15 @@ def pil_reference(blob: bytes, box, flip: bool, size: int) -> np.ndarray:
 
 
 def device_path(blobs: list[bytes], boxes: np.ndarray, flips: np.ndarray, size: int,
-                group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear") -> np.ndarray:
+                group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear", regions: np.ndarray | None = None,
+                fill: tuple[int, int, int] = (0, 0, 0)) -> np.ndarray:
     """The --decode gpu path on the CPU device: windows, region decode, batched resize; NHWC float."""
     dims, status = decoder.image_sizes(as_images(blobs), check_markers=True)
     assert (status == decoder.DECODED).all()
     windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], size, interpolation)
     images = DeviceDecoder().decode(blobs, windows, CPU)
-    x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size, group_bytes, interpolation)
+    x = crop_resize_flip(images, torch.from_numpy(inside), torch.from_numpy(flips), size, group_bytes, interpolation,
+                         None if regions is None else torch.from_numpy(regions), fill)
     assert x.shape == (len(blobs), 3, size, size) and x.is_contiguous(memory_format=torch.channels_last)
     return x.permute(0, 2, 3, 1).numpy()
 
@@ -86,6 +89,35 @@ def test_the_other_filters_match_the_cpu_decoders(mode, interpolation, size):
     for name, image, theirs in zip(KINDS, got, cpu):
         difference = np.abs(np.round(image) - theirs)
         assert difference.mean() < 0.3 and difference.max() <= 2, (name, difference.mean(), difference.max())
+
+
+@pytest.mark.parametrize("mode, fraction", [("border", 1.0), ("center", 1.15), ("squash", 1.15)])
+@pytest.mark.parametrize("group_bytes", [1, GROUP_BYTES])
+def test_padded_validation_on_the_device_is_the_cpu_decoders(mode, fraction, group_bytes):
+    """#53: a letterbox (border) and a resize smaller than the crop, wide, tall, small and square images,
+    groups of one and of all: each box resized into its region, the padding in the fill, as the crop-region
+    decoder writes them."""
+    blobs = [jpeg(w, h, seed=w) for w, h in [(333, 217), (217, 333), (40, 30), (64, 64), (500, 120)]]
+    dims, _ = decoder.image_sizes(as_images(blobs))
+    validation = checked_validation(48, 48, None, fraction, mode, "bicubic")
+    boxes, regions = validation.placements(dims[:, 0], dims[:, 1])
+    flips = np.zeros(len(blobs), bool)
+    got = device_path(blobs, boxes, flips, 48, group_bytes, "bicubic", regions, validation.fill)
+    cpu = np.zeros((len(blobs), 48, 48, 3), np.uint8)
+    decoder.decode_crops(as_images(blobs), boxes, flips, cpu, 0, dct_scaling=False, interpolation="bicubic",
+                         regions=regions, fill=validation.fill)
+    for image, theirs in zip(got, cpu):
+        difference = np.abs(np.round(image) - theirs)
+        assert difference.mean() < 0.3 and difference.max() <= 2, (difference.mean(), difference.max())
+
+
+def test_a_flip_inside_a_region_mirrors_the_region_alone():
+    blob = jpeg(333, 217, seed=3)
+    boxes = np.array([[0, 0, 333, 217]] * 2, np.float32)
+    regions = np.array([[5, 3, 30, 40], [5, 3, 30, 40]], np.int32)
+    got = device_path([blob, blob], boxes, np.array([False, True]), 48, regions=regions, fill=(9, 8, 7))
+    assert np.allclose(got[1][5:35, 3:43], got[0][5:35, 3:43][:, ::-1], atol=1e-3)
+    assert (got[1][:5] == [9, 8, 7]).all() and (got[1][:, 43:] == [9, 8, 7]).all()
 
 
 @pytest.mark.parametrize("box", [(0, 0, 50, 40), (283, 0, 333, 30), (0, 177, 40, 217), (300, 190, 333, 217),

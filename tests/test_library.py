@@ -619,3 +619,14 @@ def test_a_mid_epoch_state_on_a_world_that_cannot_keep_the_global_batch_is_refus
     with loader(prepared, batch_size=8, rank=0, world_size=2) as two, pytest.raises(
             ResumeError, match=r"\(on 2 ranks, batch_size=16 keeps the state's global batch of 32"):
         two.load_state_dict(state)
+
+
+def test_a_val_loader_in_timms_border_mode_letterboxes_in_its_means_colour(prepared):
+    """#53: the library's val_crop_mode="border" pads with round(255 x mean): the loader's own mean."""
+    with loader(prepared, "val", val_crop_mode="border", val_crop_fraction=1.0, mean=(0.5, 0.5, 0.5),
+                std=(0.5, 0.5, 0.5)) as data:
+        assert data.validation.fill == (128, 128, 128) and "CenterCropOrPad" in data.validation.describe()
+        images = torch.cat([x for x, _ in data])
+    assert images.shape[1:] == (3, SIZE, SIZE)
+    padding = (128 / 255 - 0.5) / 0.5
+    assert ((images - padding).abs() < 1e-6).all(dim=1).any()  # the sample's photos are not square: padded

@@ -219,3 +219,33 @@ def test_out_of_memory_is_the_machines_not_a_bad_sample(prepared, monkeypatch):
     with Loader({"val": shards}, batch_size=4, image_size=32, threads=1) as loader:
         with pytest.raises(MemoryError, match=f"out of memory while decoding {shards.paths[0]}: "):
             next(loader.epoch(plan_args(shards, split="val", batch=4)))
+
+
+@pytest.mark.parametrize("mode,fraction", [("border", 1.0), ("center", 1.15)])
+def test_padded_validation_through_the_loader_is_timms_on_jpegs_and_on_what_pil_decodes(tmp_path, mode, fraction):
+    """#53: timm's crop_mode "border" (letterboxed in the mean's colour) and a crop_pct above 1 (padded in
+    black), wide, tall and small images, natively and through the PIL path (a PNG), against timm's own
+    eval transform of the same bytes."""
+    pytest.importorskip("timm")
+    from timm.data import create_transform
+
+    from train.loader_arguments import checked_validation
+
+    good = [jpeg(*size, seed=s) for s, size in enumerate([(90, 40), (40, 90), (25, 30), (64, 64)])]
+    made = {2: png}
+    write_shard(tmp_path / "s.tar", [(f"k{i}", made[i](d) if i in made else d, i) for i, d in enumerate(good)])
+    shards = ShardSet([tmp_path / "s.tar"], [len(good)], classes=10)
+    validation = checked_validation(40, 40, None, fraction, mode, "bicubic")
+    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=4, shuffle_buffer=8, size=40,
+                    validation=validation)
+    with Loader({"val": shards}, batch_size=4, image_size=40, threads=2) as loader:
+        (batch,) = [b.images.clone() for b in loader.epoch(args)]
+        assert loader.fallbacks == 1
+    timm = create_transform(input_size=(3, 40, 40), crop_pct=fraction, crop_mode=mode, interpolation="bicubic",
+                            is_training=False, normalize=False)
+    for i, data in enumerate(good):
+        reference = np.asarray(timm(Image.open(io.BytesIO(made.get(i, bytes)(data))).convert("RGB"))).astype(int)
+        if reference.shape[0] == 3:
+            reference = reference.transpose(1, 2, 0)
+        assert np.abs(batch[i].numpy().astype(int) - reference).max() <= 2, i
+    assert validation.placements(np.array([90]), np.array([40]))[1] is not None  # each case pads something

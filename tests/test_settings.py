@@ -800,3 +800,18 @@ def test_numpy_strings_are_stored_as_the_plain_strings_they_equal():
 
     augment = Augment(policy=np.str_("randaugment"), policy_interpolation=np.str_("bilinear"))
     assert type(augment.policy) is str and type(augment.policy_interpolation) is str
+
+
+def test_timms_border_mode_and_a_crop_pct_above_1_are_flags_of_python_m_train():
+    """#53: --val-crop-mode border (padded in ImageNet's mean colour: python -m train normalises with it) and
+    --val-crop-fraction above 1 (volo_d5_512's 1.15: Resize(445) + CenterCrop(512), padded in black)."""
+    from train.loader_arguments import checked_validation
+
+    border = parsed("--val-crop-mode", "border", "--val-crop", 392, "--val-crop-fraction", 1.0).config
+    validation = checked_validation(224, border.val_crop, border.val_resize, border.val_crop_fraction,
+                                    border.val_crop_mode, border.val_interpolation)
+    assert (validation.mode, validation.resize, validation.fill) == ("border", 392, (124, 116, 104))
+    assert validation.describe() == ("ResizeKeepRatio(392, bilinear, longest=1) + CenterCropOrPad(392, fill=[124, 116, "
+                                     "104]) (timm's crop_mode border)")
+    volo = parsed("--val-crop", 512, "--val-crop-fraction", 1.15).config
+    assert checked_validation(224, volo.val_crop, None, volo.val_crop_fraction).resize == 445

@@ -148,14 +148,25 @@ def bicubic(x: torch.Tensor) -> torch.Tensor:
 
 
 def resize_weights(start: torch.Tensor, stop: torch.Tensor, length: torch.Tensor, size: int,
-                   padded: int, interpolation: str = "bilinear") -> torch.Tensor:
+                   padded: int, interpolation: str = "bilinear", offset: torch.Tensor | None = None,
+                   extent: torch.Tensor | None = None, flip: torch.Tensor | None = None) -> torch.Tensor:
     """(n, size, padded) float32: the weights that resize [start, stop) of a line of `length`
     pixels (per image, float tensors (n,)) to `size` pixels, as train/native/resample.c makes them:
     PIL's antialiased bilinear (triangle) or bicubic kernel, stretched by the downscale, or OpenCV's
     area (each pixel weighted by how much of the output pixel's cell it covers); taps clamped to the
-    line, each row summing to 1 (where any weight is left); columns from `length` to `padded` are zero."""
-    scale = ((stop - start) / size)[:, None, None]
-    outputs = torch.arange(size, device=start.device)[None, :, None]
+    line, each row summing to 1 (where any weight is left); columns from `length` to `padded` are zero.
+    With `offset` and `extent` (per image), to the `extent` outputs from `offset` alone, the others'
+    rows zero (a region of the output: the padding's); with `flip` (bool, per image), in reverse order
+    within them."""
+    n = len(start)
+    offset = torch.zeros(n, device=start.device) if offset is None else offset.float()
+    extent = torch.full((n,), float(size), device=start.device) if extent is None else extent.float()
+    scale = ((stop - start) / extent)[:, None, None]
+    local = torch.arange(size, device=start.device)[None, :, None] - offset[:, None, None]  # within the region
+    inside = (local >= 0) & (local < extent[:, None, None])
+    if flip is not None:
+        local = torch.where(flip[:, None, None], extent[:, None, None] - 1 - local, local)
+    outputs = local
     taps = torch.arange(padded, device=start.device)[None, None, :]
     if interpolation == "area":
         cell = start[:, None, None] + outputs * scale
@@ -164,7 +175,7 @@ def resize_weights(start: torch.Tensor, stop: torch.Tensor, length: torch.Tensor
         centre = start[:, None, None] + (outputs + 0.5) * scale
         x = (taps + 0.5 - centre) / scale.clamp(min=1.0)
         weights = bicubic(x) if interpolation == "bicubic" else (1 - x.abs()).clamp(min=0)
-    weights = weights * (taps < length[:, None, None])
+    weights = weights * (taps < length[:, None, None]) * inside
     total = weights.sum(-1, keepdim=True)
     return weights / torch.where(total.abs() < 1e-12, torch.ones_like(total), total)
 
@@ -186,10 +197,12 @@ def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_B
 
 
 def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int,
-                     group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear") -> torch.Tensor:
+                     group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear",
+                     regions: torch.Tensor | None = None, fill: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor:
     """Each HWC uint8 image's box (float (n, 4) left, top, right, bottom in its own pixels) resized
     to size x size as the CPU decoder does (PIL's resize(box=...) with its bilinear or bicubic
-    filter, or OpenCV's area), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
+    filter, or OpenCV's area), or with `regions` (int (n, 4): top, left, height, width) to that region
+    of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
     the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
     a GPU: exact for pixels, weights to 11 bits), columns first and each clipped to 0-255, as PIL
     resizes and clips (bicubic's negative lobes overshoot: clipped in the other order, a pixel by a
@@ -199,6 +212,7 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
     heights = np.array([image.shape[0] for image in images])
     widths = np.array([image.shape[1] for image in images])
     boxes, flips = boxes.to(device, torch.float32), flips.to(device)
+    regions = None if regions is None else regions.to(device)
     out = torch.empty((len(images), size, size, 3), dtype=dtype, device=device)  # NHWC
     for group in resize_groups(heights, widths, group_bytes):
         g, h, w = len(group), int(heights[group].max()), int(widths[group].max())
@@ -207,11 +221,24 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
             padded[k, :, :heights[i], :widths[i]] = images[i].permute(2, 0, 1)
         at = torch.from_numpy(group).to(device)
         box = boxes[at]
-        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), size, h, interpolation)
-        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), size, w, interpolation)
-        cols = torch.where(flips[at].view(-1, 1, 1), cols.flip(1), cols)
+        region = None if regions is None else regions[at]
+        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), size, h, interpolation,
+                              *(() if region is None else (region[:, 0], region[:, 2])))
+        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), size, w, interpolation,
+                              *((None, None) if region is None else (region[:, 1], region[:, 3])), flip=flips[at])
         # columns: (g, 3h, w) @ (g, w, size) -> (g, 3h, size); then rows: (g, size, h) @ (g, h, 3 size)
         wide = torch.bmm(padded.view(g, 3 * h, w).to(dtype), cols.transpose(1, 2).to(dtype)).clamp_(0, 255)
         wide = wide.view(g, 3, h, size).transpose(1, 2).reshape(g, h, 3 * size)
         out[at] = torch.bmm(rows.to(dtype), wide).clamp_(0, 255).view(g, size, 3, size).transpose(2, 3)
+    if regions is not None:  # the padding: zero weights left it black; in `fill` where that is another colour
+        out = torch.where(outside_regions(regions, size)[..., None], torch.tensor(fill, dtype=dtype, device=device),
+                          out)
     return out.permute(0, 3, 1, 2).float()
+
+
+def outside_regions(regions: torch.Tensor, size: int) -> torch.Tensor:
+    """bool (n, size, size): the pixels of each size x size output outside its region (top, left, height, width)."""
+    at = torch.arange(size, device=regions.device)
+    rows = (at[None, :] >= regions[:, 0:1]) & (at[None, :] < regions[:, 0:1] + regions[:, 2:3])
+    cols = (at[None, :] >= regions[:, 1:2]) & (at[None, :] < regions[:, 1:2] + regions[:, 3:4])
+    return ~(rows[:, :, None] & cols[:, None, :])

@@ -142,6 +142,8 @@ class EncodedBatch(NamedTuple):
     size: int
     describe: Callable[[int], str]  # image i's shard and key, for messages
     interpolation: str = "bilinear"  # the resize's filter (transforms.ValTransform's)
+    regions: torch.Tensor | None = None  # int32 (n, 4): where each box goes in its output, the rest `fill`; None: all
+    fill: tuple[int, int, int] = (0, 0, 0)  # the padding's colour (transforms.ValTransform's)
 
     @property
     def jpegs(self) -> list[np.ndarray]:
@@ -358,8 +360,20 @@ class GpuDecode(DecodeStrategy):
         boxes = np.concatenate([c.boxes for c in chunks])[keep]
         windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], spec.size, spec.interpolation)
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
+        regions = batch_regions(chunks, spec.size)
+        regions = None if regions is None else torch.from_numpy(regions[keep])
         return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
-                            flips, spec.size, lambda i: shards.describe(int(kept[i])), spec.interpolation)
+                            flips, spec.size, lambda i: shards.describe(int(kept[i])), spec.interpolation, regions,
+                            spec.fill)
+
+
+def batch_regions(chunks: list[Chunk], size: int) -> np.ndarray | None:
+    """The regions of a batch's images, chunk after chunk (a chunk that pads nothing: each its whole
+    size x size output); None where no chunk pads any."""
+    if all(chunk.regions is None for chunk in chunks):
+        return None
+    whole = np.array([0, 0, size, size], np.int32)
+    return np.concatenate([np.tile(whole, (len(c.boxes), 1)) if c.regions is None else c.regions for c in chunks])
 
 
 DECODES = ("cpu", "gpu")
