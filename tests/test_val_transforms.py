@@ -46,7 +46,7 @@ def ours(data: bytes, **val) -> np.ndarray:
     validation = checked_validation(224, **val)
     width, height = Image.open(io.BytesIO(data)).size
     box, regions = validation.placements(np.array([width]), np.array([height]))
-    out = np.zeros((1, validation.crop, validation.crop, 3), np.uint8)
+    out = np.zeros((1, *validation.shape, 3), np.uint8)
     status = decode_crops(Images.from_blobs([data]), box, np.zeros(1, bool), out, 0, dct_scaling=False,
                           interpolation=validation.interpolation, fast_dct=validation.fast_dct, regions=regions,
                           fill=validation.fill)

@@ -61,15 +61,36 @@ def checked_validation(image_size: int | ResolutionRamp, val_crop=None, val_resi
     interpolation = choice("val_interpolation", val_interpolation, INTERPOLATIONS)
     check_val_conflicts(val_resize, val_crop_fraction, mode)
     default = image_size if isinstance(image_size, int) else image_size.end
-    crop = default if val_crop is None else whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
-    # FFCV's fraction is a share of the short side; timm's crop_pct divides the crop (at most `crop`: a resize of
-    # at least a pixel)
-    most = 1 if mode == "ffcv" else crop
+    height, crop = (default, default) if val_crop is None else crop_shape(val_crop, mode, val_resize)
+    # FFCV's fraction is a share of the short side; timm's crop_pct divides the crop (at most its shorter side: a
+    # resize of at least a pixel)
+    most = 1 if mode == "ffcv" else min(height, crop)
     fraction = optional(real_number, "val_crop_fraction", val_crop_fraction, above=0, most=most)
     if mode == "ffcv":
         return ValTransform(crop, None, FFCV_CROP_FRACTION if fraction is None else fraction, mode, interpolation)
     fill = padding_fill(mean) if mode == "border" else (0, 0, 0)
+    if height != crop:  # timm's scale_size: each side's own floor(side / crop_pct)
+        return ValTransform(crop, val_resize_of(crop, None, fraction), None, mode, interpolation, fill, height,
+                            val_resize_of(height, None, fraction))
     return ValTransform(crop, val_resize_of(crop, val_resize, fraction), None, mode, interpolation, fill)
+
+
+def crop_shape(val_crop, mode: str, val_resize) -> tuple[int, int]:
+    """(height, width) of val_crop: one side, or (height, width) as timm's input_size ends (a square pair is
+    the one side). A non-square output is resized by val_crop_fraction (timm's scale_size), not val_resize,
+    and not in FFCV's mode, whose crop is square."""
+    if isinstance(val_crop, (tuple, list)) and len(val_crop) == 2:
+        height = whole_number("val_crop", val_crop[0], least=1, most=MAX_IMAGE_SIZE, said="val_crop's height")
+        width = whole_number("val_crop", val_crop[1], least=1, most=MAX_IMAGE_SIZE, said="val_crop's width")
+        if height != width and (mode == "ffcv" or val_resize is not None):
+            given = "val_crop_mode='ffcv' (a square crop)" if mode == "ffcv" else f"val_resize={val_resize!r}"
+            raise ConfigError(f"{{val_crop}}=({height}, {width}), not square, with {given}: a non-square output is "
+                              "resized by {val_crop_fraction} (timm's crop_pct of each side), in the center, squash or "
+                              "border mode", VAL_ARGUMENTS)
+        return height, width
+    side = whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE,
+                        note=" (one side, or (height, width))")
+    return side, side
 
 
 def padding_fill(mean: tuple[float, float, float] | None) -> tuple[int, int, int]:

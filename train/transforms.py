@@ -139,6 +139,18 @@ class ValTransform:
     mode: str = "center"
     interpolation: str = "bilinear"
     fill: tuple[int, int, int] = (0, 0, 0)
+    # a non-square output (timm's input_size (3, H, W)): its height, and its resize's (None: square, `crop`, `resize`)
+    crop_height: int | None = None
+    resize_height: int | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The output's (height, width)."""
+        return (self.crop_height or self.crop, self.crop)
+
+    @property
+    def square(self) -> bool:
+        return self.crop_height is None or self.crop_height == self.crop
 
     def boxes(self, widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
         """Each image's box in source pixels, float32 (n, 4)."""
@@ -150,12 +162,16 @@ class ValTransform:
         None where every image fills its output."""
         if self.mode == "ffcv":
             return ffcv_crops(widths, heights, self.fraction), None
+        resize = (self.resize_height or self.resize, self.resize)  # (height, width)
         if self.mode == "squash":
-            side = np.full(len(widths), self.resize, np.int64)
-            return placed_on_grid(widths, heights, side, side, self.crop)
-        if self.mode == "border":
-            return placed_on_grid(widths, heights, *longest_side_sizes(widths, heights, self.resize), self.crop)
-        return placed_on_grid(widths, heights, *resized_sizes(widths, heights, self.resize), self.crop)
+            sizes = np.full(len(widths), resize[1], np.int64), np.full(len(widths), resize[0], np.int64)
+        elif self.mode == "border":
+            sizes = kept_ratio_sizes(widths, heights, resize, longest=True)
+        elif self.square:  # torchvision's Resize(int): the short side, the long one int(...)
+            sizes = resized_sizes(widths, heights, self.resize)
+        else:  # timm's ResizeKeepRatio(scale_size): both sides at least their target's
+            sizes = kept_ratio_sizes(widths, heights, resize, longest=False)
+        return placed_on_grid(widths, heights, *sizes, self.shape)
 
     @property
     def fast_dct(self) -> bool:
@@ -168,11 +184,16 @@ class ValTransform:
         if self.mode == "ffcv":
             return (f"the centre {self.fraction:g} of the short side resized to {self.crop} ({self.interpolation}, "
                     "fast IDCT: FFCV's CenterCropRGBImageDecoder)")
+        crop = self.crop if self.square else self.shape
+        resize_shape = (self.resize_height or self.resize, self.resize)
         if self.mode == "border":
-            return (f"ResizeKeepRatio({self.resize}, {self.interpolation}, longest=1) + CenterCropOrPad({self.crop}, "
+            resize = self.resize if self.square else resize_shape
+            return (f"ResizeKeepRatio({resize}, {self.interpolation}, longest=1) + CenterCropOrPad({crop}, "
                     f"fill={list(self.fill)}) (timm's crop_mode border)")
-        resize = self.resize if self.mode == "center" else (self.resize, self.resize)
-        return f"Resize({resize}, {self.interpolation}) + CenterCrop({self.crop})"
+        if self.mode == "center" and not self.square:
+            return f"ResizeKeepRatio({resize_shape}, {self.interpolation}) + CenterCrop({crop})"
+        resize = self.resize if self.mode == "center" else resize_shape
+        return f"Resize({resize}, {self.interpolation}) + CenterCrop({crop})"
 
 
 def crops(key_hashes: np.ndarray, widths: np.ndarray, heights: np.ndarray, augment: tuple[int, int] | None,
@@ -205,24 +226,28 @@ def centre_crops(widths: np.ndarray, heights: np.ndarray, resize: int, crop: int
     return placed_on_grid(widths, heights, *resized_sizes(widths, heights, resize), crop)[0]
 
 
-def longest_side_sizes(widths: np.ndarray, heights: np.ndarray, resize: int) -> tuple[np.ndarray, np.ndarray]:
-    """(width, height) after timm's ResizeKeepRatio(resize, longest=1): both sides divided by the larger of
-    side / resize, each rounded (round half to even, as its round()): the longer side `resize`."""
+def kept_ratio_sizes(widths: np.ndarray, heights: np.ndarray, resize: tuple[int, int], longest: bool
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(width, height) after timm's ResizeKeepRatio((height, width) `resize`, longest=1 or 0): both sides
+    divided by the larger (longest) or the smaller of side / target, each rounded (round half to even, as
+    its round()): the image fits inside the target, or covers it."""
     w, h = widths.astype(np.float64), heights.astype(np.float64)
-    ratio = np.maximum(w / resize, h / resize)
+    by_width, by_height = w / resize[1], h / resize[0]
+    ratio = np.maximum(by_width, by_height) if longest else np.minimum(by_width, by_height)
     return np.rint(w / ratio).astype(np.int64), np.rint(h / ratio).astype(np.int64)
 
 
-def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray, crop: int
-                   ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(boxes, regions) of a resize to new_w x new_h then CenterCrop(crop) (timm's CenterCropOrPad), axis by
-    axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer offset (round half to
+def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray,
+                   crop: int | tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(boxes, regions) of a resize to new_w x new_h then CenterCrop(crop) (timm's CenterCropOrPad; a pair:
+    (height, width)), axis by axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer offset (round half to
     even, as round()) in the resized image, mapped back through the axis's own scale (source / resized), the
     whole output's side, so that resizing the box samples at the whole image's resize positions with its
     filter. A shorter axis is padded: the whole source axis, resized to its own length at offset (crop -
     new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
+    crop_h, crop_w = (crop, crop) if isinstance(crop, int) else crop
     boxes, regions = [], []
-    for source, new in ((widths, new_w), (heights, new_h)):
+    for source, new, crop in ((widths, new_w, crop_w), (heights, new_h, crop_h)):
         new = new.astype(np.int64)
         offset = np.where(new >= crop, np.rint((new - crop) / 2.0), 0.0)
         scale = source / new.astype(np.float64)
@@ -232,7 +257,7 @@ def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, n
     (left, right), (top, bottom) = boxes
     box = np.stack([left, top, right, bottom], axis=1).astype(np.float32)
     (x, width), (y, height) = regions
-    if (width == crop).all() and (height == crop).all():
+    if (width == crop_w).all() and (height == crop_h).all():
         return box, None
     return box, np.stack([y, x, height, width], axis=1).astype(np.int32)
 
