@@ -190,3 +190,24 @@ def test_device_decode_of_padded_validation_is_the_cpu_paths(tmp_path):
     difference = (got["gpu"].round() - got["cpu"].permute(0, 3, 1, 2).float()).abs()
     assert difference.mean() < 0.3 and difference.max() <= 2
     assert (got["cpu"][4, 0] == torch.tensor([124, 116, 104], dtype=torch.uint8)).all()  # padded: the fill
+
+
+def test_device_decode_of_a_non_square_validation_size_is_the_cpu_paths(tmp_path):
+    """#53: --decode gpu with a (height, width) output (timm's center mode: ResizeKeepRatio, CenterCrop)."""
+    from train.loader import PlanArgs
+    from train.loader_arguments import checked_validation
+
+    blobs = [jpeg(w, h, seed=w + h) for w, h in [(64, 64), (90, 40), (40, 90), (30, 45)]]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", blob, i) for i, blob in enumerate(blobs)])
+    shards = ShardSet([tmp_path / "s.tar"], [len(blobs)], classes=10)
+    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=4, shuffle_buffer=8, size=24,
+                    validation=checked_validation(24, (40, 24), None, 0.9, "center", "bicubic"))
+    got = {}
+    for decode in ("cpu", "gpu"):
+        with Loader({"val": shards}, batch_size=4, image_size=40, threads=2, decode=decode) as loader:
+            batch = next(loader.epoch(args))
+            got[decode] = batch.images.clone() if decode == "cpu" else \
+                decode_to_device(batch.images, torch.device("cpu"), DeviceDecoder())[0]
+    assert got["cpu"].shape == (4, 40, 24, 3) and got["gpu"].shape == (4, 3, 40, 24)
+    difference = (got["gpu"].round() - got["cpu"].permute(0, 3, 1, 2).float()).abs()
+    assert difference.mean() < 0.3 and difference.max() <= 2

@@ -630,3 +630,13 @@ def test_a_val_loader_in_timms_border_mode_letterboxes_in_its_means_colour(prepa
     assert images.shape[1:] == (3, SIZE, SIZE)
     padding = (128 / 255 - 0.5) / 0.5
     assert ((images - padding).abs() < 1e-6).all(dim=1).any()  # the sample's photos are not square: padded
+
+
+def test_a_non_square_validation_size_gives_batches_of_that_height_and_width(prepared):
+    """#53: val_crop=(height, width), as timm's input_size (3, 1024, 768) ends: (B, 3, height, width)."""
+    with loader(prepared, "val", val_crop=(40, 24), val_crop_fraction=0.875, val_interpolation="bicubic") as data:
+        assert data.validation.shape == (40, 24) and data.validation.resize_height == 45
+        shapes = {tuple(x.shape[1:]) for x, _ in data}
+    assert shapes == {(3, 40, 24)}
+    with pytest.raises(ConfigError, match=r"val_crop=\(40, 24\), not square, with val_resize=48"):
+        loader(prepared, "val", val_crop=(40, 24), val_resize=48)

@@ -815,3 +815,13 @@ def test_timms_border_mode_and_a_crop_pct_above_1_are_flags_of_python_m_train():
                                      "104]) (timm's crop_mode border)")
     volo = parsed("--val-crop", 512, "--val-crop-fraction", 1.15).config
     assert checked_validation(224, volo.val_crop, None, volo.val_crop_fraction).resize == 445
+
+
+def test_a_non_square_validation_size_is_height_then_width(capsys):
+    """#53: --val-crop HEIGHT WIDTH (timm's input_size 3 H W); one number, or a square pair, is the side."""
+    assert parsed("--val-crop", 1024, 768, "--val-crop-fraction", 1.0).config.val_crop == (1024, 768)
+    assert parsed("--val-crop", 256, 256).config.val_crop == 256 and parsed("--val-crop", 256).config.val_crop == 256
+    assert "--val-crop takes one side or HEIGHT WIDTH, not 3 numbers" in refused(capsys, "--val-crop", 1, 2, 3)
+    assert "--val-crop must be at least 1" in refused(capsys, "--val-crop", 0, 768)
+    assert "--val-crop=(300, 200), not square, with --val-resize=300" in refused(capsys, "--val-crop", 300, 200,
+                                                                                 "--val-resize", 300)

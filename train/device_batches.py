@@ -79,7 +79,7 @@ def decode_to_device(batch: EncodedBatch, device: torch.device, device_decoder: 
     bad = tuple((batch.describe(i), "damaged data (no decoder on the device or the host takes it)")
                 for i, image in enumerate(images) if image is None)
     if not kept:
-        return torch.empty((0, 3, batch.size, batch.size), device=device), kept, bad
+        return torch.empty((0, 3, *batch.size), device=device), kept, bad
     regions = None if batch.regions is None else batch.regions[kept]
     return crop_resize_flip([images[i] for i in kept], batch.boxes[kept], batch.flips[kept], batch.size,
                             interpolation=batch.interpolation, regions=regions, fill=batch.fill), kept, bad

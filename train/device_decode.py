@@ -196,13 +196,13 @@ def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_B
     return groups
 
 
-def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int,
+def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int | tuple[int, int],
                      group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear",
                      regions: torch.Tensor | None = None, fill: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor:
     """Each HWC uint8 image's box (float (n, 4) left, top, right, bottom in its own pixels) resized
-    to size x size as the CPU decoder does (PIL's resize(box=...) with its bilinear or bicubic
-    filter, or OpenCV's area), or with `regions` (int (n, 4): top, left, height, width) to that region
-    of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
+    to size x size (or a (height, width) size) as the CPU decoder does (PIL's resize(box=...) with its
+    bilinear or bicubic filter, or OpenCV's area), or with `regions` (int (n, 4): top, left, height,
+    width) to that region of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
     the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
     a GPU: exact for pixels, weights to 11 bits), columns first and each clipped to 0-255, as PIL
     resizes and clips (bicubic's negative lobes overshoot: clipped in the other order, a pixel by a
@@ -213,7 +213,8 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
     widths = np.array([image.shape[1] for image in images])
     boxes, flips = boxes.to(device, torch.float32), flips.to(device)
     regions = None if regions is None else regions.to(device)
-    out = torch.empty((len(images), size, size, 3), dtype=dtype, device=device)  # NHWC
+    out_h, out_w = (size, size) if isinstance(size, int) else size
+    out = torch.empty((len(images), out_h, out_w, 3), dtype=dtype, device=device)  # NHWC
     for group in resize_groups(heights, widths, group_bytes):
         g, h, w = len(group), int(heights[group].max()), int(widths[group].max())
         padded = torch.empty((g, 3, h, w), dtype=torch.uint8, device=device)  # CHW; outside each window: weight 0
@@ -222,23 +223,24 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
         at = torch.from_numpy(group).to(device)
         box = boxes[at]
         region = None if regions is None else regions[at]
-        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), size, h, interpolation,
-                              *(() if region is None else (region[:, 0], region[:, 2])))
-        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), size, w, interpolation,
-                              *((None, None) if region is None else (region[:, 1], region[:, 3])), flip=flips[at])
-        # columns: (g, 3h, w) @ (g, w, size) -> (g, 3h, size); then rows: (g, size, h) @ (g, h, 3 size)
+        rows = resize_weights(box[:, 1], box[:, 3], torch.from_numpy(heights[group]).to(device), out_h, h,
+                              interpolation, *(() if region is None else (region[:, 0], region[:, 2])))
+        cols = resize_weights(box[:, 0], box[:, 2], torch.from_numpy(widths[group]).to(device), out_w, w,
+                              interpolation, *((None, None) if region is None else (region[:, 1], region[:, 3])),
+                              flip=flips[at])
+        # columns: (g, 3h, w) @ (g, w, out_w) -> (g, 3h, out_w); then rows: (g, out_h, h) @ (g, h, 3 out_w)
         wide = torch.bmm(padded.view(g, 3 * h, w).to(dtype), cols.transpose(1, 2).to(dtype)).clamp_(0, 255)
-        wide = wide.view(g, 3, h, size).transpose(1, 2).reshape(g, h, 3 * size)
-        out[at] = torch.bmm(rows.to(dtype), wide).clamp_(0, 255).view(g, size, 3, size).transpose(2, 3)
+        wide = wide.view(g, 3, h, out_w).transpose(1, 2).reshape(g, h, 3 * out_w)
+        out[at] = torch.bmm(rows.to(dtype), wide).clamp_(0, 255).view(g, out_h, 3, out_w).transpose(2, 3)
     if regions is not None:  # the padding: zero weights left it black; in `fill` where that is another colour
-        out = torch.where(outside_regions(regions, size)[..., None], torch.tensor(fill, dtype=dtype, device=device),
-                          out)
+        out = torch.where(outside_regions(regions, (out_h, out_w))[..., None],
+                          torch.tensor(fill, dtype=dtype, device=device), out)
     return out.permute(0, 3, 1, 2).float()
 
 
-def outside_regions(regions: torch.Tensor, size: int) -> torch.Tensor:
-    """bool (n, size, size): the pixels of each size x size output outside its region (top, left, height, width)."""
-    at = torch.arange(size, device=regions.device)
-    rows = (at[None, :] >= regions[:, 0:1]) & (at[None, :] < regions[:, 0:1] + regions[:, 2:3])
-    cols = (at[None, :] >= regions[:, 1:2]) & (at[None, :] < regions[:, 1:2] + regions[:, 3:4])
+def outside_regions(regions: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """bool (n, height, width): the pixels of each output outside its region (top, left, height, width)."""
+    down, across = torch.arange(shape[0], device=regions.device), torch.arange(shape[1], device=regions.device)
+    rows = (down[None, :] >= regions[:, 0:1]) & (down[None, :] < regions[:, 0:1] + regions[:, 2:3])
+    cols = (across[None, :] >= regions[:, 1:2]) & (across[None, :] < regions[:, 1:2] + regions[:, 3:4])
     return ~(rows[:, :, None] & cols[:, None, :])

@@ -184,7 +184,7 @@ class ImageNetLoader:
         split = check_split(split, manifest.splits)
         self._check_batches(split, manifest.splits[split].samples)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
-        largest = max(self.val_crop, largest_size(self.image_size))
+        largest = max(*self.validation.shape, largest_size(self.image_size))  # a batch slot's side
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
                         image_size=largest, threads=decode_threads(threads, env), decode=decode,
                         pin_memory=pins_memory(self.device))

@@ -107,6 +107,11 @@ class Crops:
         return "bilinear" if self.validation is None else self.validation.interpolation
 
     @property
+    def shape(self) -> tuple[int, int]:
+        """The output's (height, width): size x size, but where validation's is not square."""
+        return (self.size, self.size) if self.validation is None else self.validation.shape
+
+    @property
     def fill(self) -> tuple[int, int, int]:
         """The padding's colour, where validation's resized image is smaller than its crop."""
         return (0, 0, 0) if self.validation is None else self.validation.fill
@@ -139,7 +144,7 @@ class EncodedBatch(NamedTuple):
     windows: np.ndarray  # int32 (n, 4): left, top, right, bottom in the image
     boxes: torch.Tensor  # float32 (n, 4): the crop, in the window's pixels
     flips: torch.Tensor  # bool (n,)
-    size: int
+    size: tuple[int, int]  # the output's (height, width)
     describe: Callable[[int], str]  # image i's shard and key, for messages
     interpolation: str = "bilinear"  # the resize's filter (transforms.ValTransform's)
     regions: torch.Tensor | None = None  # int32 (n, 4): where each box goes in its output, the rest `fill`; None: all
@@ -244,7 +249,7 @@ class DecodeStrategy:
     def release(self, ring: int) -> None:
         pass
 
-    def buffer(self, ring: int, slot: int, size: int) -> np.ndarray | None:
+    def buffer(self, ring: int, slot: int, shape: tuple[int, int]) -> np.ndarray | None:
         return None
 
     def decode(self, chunk: Chunk, out: np.ndarray | None, spec: "Crops") -> None:
@@ -292,12 +297,13 @@ class CpuDecode(DecodeStrategy):
         with self.lock:
             self.free.append(ring)
 
-    def view(self, ring: int, slot: int, size: int) -> torch.Tensor:
-        """The slot as a batch of size x size images, uint8 (B, size, size, 3), C-contiguous."""
-        return self.rings[ring][slot][:self.batch_size * size * size * 3].view(self.batch_size, size, size, 3)
+    def view(self, ring: int, slot: int, shape: tuple[int, int]) -> torch.Tensor:
+        """The slot as a batch of height x width images, uint8 (B, height, width, 3), C-contiguous."""
+        height, width = shape
+        return self.rings[ring][slot][:self.batch_size * height * width * 3].view(self.batch_size, height, width, 3)
 
-    def buffer(self, ring: int, slot: int, size: int) -> np.ndarray:
-        return self.view(ring, slot, size).numpy()
+    def buffer(self, ring: int, slot: int, shape: tuple[int, int]) -> np.ndarray:
+        return self.view(ring, slot, shape).numpy()
 
     def decode(self, chunk: Chunk, out: np.ndarray, spec: Crops) -> None:
         """In a decode thread: the chunk's crops into out[chunk.first:]."""
@@ -331,7 +337,7 @@ class CpuDecode(DecodeStrategy):
     def images(self, shards: ShardSet, ids: np.ndarray, chunks: list[Chunk], keep: np.ndarray, ring: int,
                slot: int, spec: Crops) -> torch.Tensor:
         """The kept images of a finished batch: a view of its ring slot, gaps closed in order."""
-        images = self.view(ring, slot, spec.size)
+        images = self.view(ring, slot, spec.shape)
         if len(keep) < len(ids):
             images[:len(keep)] = images[torch.from_numpy(keep)]
         return images[:len(keep)]
@@ -358,21 +364,21 @@ class GpuDecode(DecodeStrategy):
         decoder.gather(images, data)
         dims = np.concatenate([c.dims for c in chunks])[keep]
         boxes = np.concatenate([c.boxes for c in chunks])[keep]
-        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], spec.size, spec.interpolation)
+        windows, inside = decode_windows(boxes, dims[:, 0], dims[:, 1], min(spec.shape), spec.interpolation)
         flips = torch.from_numpy(np.concatenate([c.flips for c in chunks])[keep])
-        regions = batch_regions(chunks, spec.size)
+        regions = batch_regions(chunks, spec.shape)
         regions = None if regions is None else torch.from_numpy(regions[keep])
         return EncodedBatch(data, np.concatenate([[0], np.cumsum(images.lengths)]), windows, torch.from_numpy(inside),
-                            flips, spec.size, lambda i: shards.describe(int(kept[i])), spec.interpolation, regions,
+                            flips, spec.shape, lambda i: shards.describe(int(kept[i])), spec.interpolation, regions,
                             spec.fill)
 
 
-def batch_regions(chunks: list[Chunk], size: int) -> np.ndarray | None:
+def batch_regions(chunks: list[Chunk], shape: tuple[int, int]) -> np.ndarray | None:
     """The regions of a batch's images, chunk after chunk (a chunk that pads nothing: each its whole
-    size x size output); None where no chunk pads any."""
+    height x width output); None where no chunk pads any."""
     if all(chunk.regions is None for chunk in chunks):
         return None
-    whole = np.array([0, 0, size, size], np.int32)
+    whole = np.array([0, 0, *shape], np.int32)
     return np.concatenate([np.tile(whole, (len(c.boxes), 1)) if c.regions is None else c.regions for c in chunks])
 
 
@@ -489,7 +495,7 @@ class Loader:
                 spec: Crops) -> InFlight:
         """Queue the batch's tasks, a chunk each."""
         shards.ensure_indexed(ids)
-        images, out = shards.images(ids), self.strategy.buffer(ring, slot, spec.size)
+        images, out = shards.images(ids), self.strategy.buffer(ring, slot, spec.shape)
         keys = repeat_keys(shards.hashes[ids], repeats)
         chunks = [Chunk(first, images[first:first + self.chunk], keys[first:first + self.chunk])
                   for first in range(0, len(ids), self.chunk)]

@@ -83,13 +83,12 @@ def crop_shape(val_crop, mode: str, val_resize) -> tuple[int, int]:
         height = whole_number("val_crop", val_crop[0], least=1, most=MAX_IMAGE_SIZE, said="val_crop's height")
         width = whole_number("val_crop", val_crop[1], least=1, most=MAX_IMAGE_SIZE, said="val_crop's width")
         if height != width and (mode == "ffcv" or val_resize is not None):
-            given = "val_crop_mode='ffcv' (a square crop)" if mode == "ffcv" else f"val_resize={val_resize!r}"
+            given = "{val_crop_mode}='ffcv' (a square crop)" if mode == "ffcv" else f"{{val_resize}}={val_resize!r}"
             raise ConfigError(f"{{val_crop}}=({height}, {width}), not square, with {given}: a non-square output is "
                               "resized by {val_crop_fraction} (timm's crop_pct of each side), in the center, squash or "
                               "border mode", VAL_ARGUMENTS)
         return height, width
-    side = whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE,
-                        note=" (one side, or (height, width))")
+    side = whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
     return side, side
 
 

@@ -71,7 +71,8 @@ class TrainConfig:
     repeats: int = 1  # repeated augmentation: readings of each sample per epoch
     ramp: tuple[int, int, int, int] | None = None  # progressive resizing: start px, end px, start epoch, end epoch
     val_resize: int | None = None  # validation's Resize (None: val crop x 256/224, or as the fraction makes it)
-    val_crop: int | None = None  # validation's output side (None: the training size, a ramp's last)
+    # validation's output side, or (height, width) (timm's input_size (3, H, W)); None: the training size, a ramp's last
+    val_crop: int | tuple[int, int] | None = None
     val_crop_fraction: float | None = None  # timm's crop_pct: Resize(floor(val crop / it)); "ffcv": FFCV's ratio
     val_crop_mode: str = "center"  # "center" (torchvision's, timm's), "squash" (timm's), "ffcv" (FFCV's)
     val_interpolation: str = "bilinear"  # validation's resize filter: "bilinear", "bicubic", "area"
@@ -274,8 +275,9 @@ def add_recipe_arguments(p: argparse.ArgumentParser, d: "TrainConfig") -> None:
     g.add_argument("--val-resize", type=int, default=d.val_resize,
                    help="validation's Resize, torchvision's (default: --val-crop x 256/224, or as --val-crop-fraction "
                         "makes it); not with --val-crop-fraction nor --val-crop-mode ffcv")
-    g.add_argument("--val-crop", type=int, default=d.val_crop,
-                   help="validation's output side, its CenterCrop (default: the training size, a ramp's end)")
+    g.add_argument("--val-crop", type=int, nargs="+", metavar="PX", default=d.val_crop,
+                   help="validation's output side, its CenterCrop, or its HEIGHT WIDTH (timm's input_size 3 H W; "
+                        "resized by --val-crop-fraction) (default: the training size, a ramp's end)")
     g.add_argument("--val-crop-fraction", type=positive, default=d.val_crop_fraction,
                    help="the crop's share of the resized image, timm's crop_pct: Resize(floor(--val-crop / it)) (e.g. "
                         "0.875, 0.95; above 1, volo_d5_512's 1.15, pads); with --val-crop-mode ffcv the share of the "
@@ -341,6 +343,7 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     chosen, values = early.recipe, recipe(early.recipe, early.epochs)  # a recipe's ramp follows --epochs
     parser.set_defaults(**values)
     args = parser.parse_args(argv)
+    args.val_crop = side_or_sides(args.val_crop, parser)  # nargs: a list, as one side or (height, width)
     given = given_fields(argv)
     notes = replace_recipe_values(args, given, values, chosen)
     settings = TrainConfig("", "").to_dict() | settings_from_args(args, parser)  # every setting, by name
@@ -580,6 +583,19 @@ def config_of(settings: dict, resume: str | None, parser: OneLineParser) -> Trai
         parser.refuse(in_flags(exn))
 
 
+def side_or_sides(values, parser: OneLineParser) -> int | tuple[int, int] | None:
+    """--val-crop's one side (an int), or HEIGHT WIDTH (a pair; a square one is its side)."""
+    if values is None or isinstance(values, (int, tuple)):
+        return values
+    if len(values) > 2:
+        parser.refuse(f"--val-crop takes one side or HEIGHT WIDTH, not {len(values)} numbers")
+    return values[0] if len(values) == 1 or values[0] == values[1] else tuple(values)
+
+
+def sides(value: int | tuple[int, int]) -> tuple[int, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
 def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
     """Every setting by name (SETTINGS) as the command line gives it, after the parse's own refusals."""
     if args.data is None:
@@ -588,7 +604,7 @@ def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
         if getattr(args, name) < 1:
             parser.refuse(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("val_resize", "val_crop"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
+        if getattr(args, name) is not None and min(sides(getattr(args, name))) < 1:
             parser.refuse(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 < args.ema_decay < 1:
         parser.refuse("--ema-decay is between 0 and 1")
