@@ -7,6 +7,7 @@ import pytest
 from eval_transforms_all import main
 
 
+@pytest.mark.slow
 def test_every_published_eval_transform_gives_its_reference_pixels(capsys):
     pytest.importorskip("timm")
     assert main([]) == 0, capsys.readouterr().out
