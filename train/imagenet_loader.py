@@ -126,15 +126,20 @@ class ImageNetLoader:
                      MixUp/CutMix (train/augment/); None: RandomResizedCrop + flip alone
     repeats:         train only: readings of each sample per epoch, each with its own augmentation
                      (repeated augmentation, torchvision's RASampler); the epoch keeps its length
-    val_crop:        validation's output side (None: the training size, a ramp's last)
+    val_crop:        validation's output side, or (height, width) (timm's input_size (3, H, W):
+                     batches of (B, 3, H, W)) (None: the training size, a ramp's last)
     val_resize:      validation's Resize before CenterCrop(val_crop), as torchvision's evaluation
-                     preset (None: val_crop x 256/224, or what val_crop_fraction makes it)
+                     preset (None: val_crop x 256/224, or what val_crop_fraction makes it); smaller
+                     than val_crop, the crop pads with black, as CenterCrop pads
     val_crop_fraction: the crop's share of the resized image, timm's crop_pct: Resize(floor(val_crop /
-                     val_crop_fraction)); with val_crop_mode "ffcv", FFCV's ratio (default 224/256)
+                     val_crop_fraction)), padded where above 1; with val_crop_mode "ffcv", FFCV's ratio
+                     (default 224/256, at most 1)
     val_crop_mode:   "center" (Resize's short side, then CenterCrop: torchvision's, and timm's
-                     crop_mode "center"), "squash" (timm's: Resize to a square, then CenterCrop) or
-                     "ffcv" (FFCV's CenterCropRGBImageDecoder: the centre square of val_crop_fraction
-                     x the short side, resized to val_crop; no val_resize)
+                     crop_mode "center"), "squash" (timm's: Resize to a square, then CenterCrop),
+                     "border" (timm's: the long side resized, the ratio kept, padded in round(255 x
+                     mean)) or "ffcv" (FFCV's CenterCropRGBImageDecoder: the centre square of
+                     val_crop_fraction x the short side, resized to val_crop; no val_resize). A published
+                     model's: train.eval_transform_arguments(its timm config or torchvision preset)
     val_interpolation: validation's resize filter: "bilinear" (PIL's, antialiased: torchvision's
                      default), "bicubic" (PIL's, a = -0.5: timm's default, torchvision's for some
                      weights) or "area" (OpenCV's INTER_AREA: FFCV's)
