@@ -83,8 +83,9 @@ def timm_case(model_name: str):
 
     cfg = resolve_data_config({}, pretrained_cfg=get_pretrained_cfg(model_name).to_dict())
     transform = create_transform(**cfg)
-    val = {"val_crop": cfg["input_size"][-1], "val_crop_fraction": cfg["crop_pct"], "val_crop_mode": cfg["crop_mode"],
-           "val_interpolation": cfg["interpolation"], "mean": cfg["mean"]}
+    height, width = cfg["input_size"][1:]
+    val = {"val_crop": width if height == width else (height, width), "val_crop_fraction": cfg["crop_pct"],
+           "val_crop_mode": cfg["crop_mode"], "val_interpolation": cfg["interpolation"], "mean": cfg["mean"]}
 
     def reference(data: bytes) -> np.ndarray:
         return grey_levels(transform(Image.open(io.BytesIO(data)).convert("RGB")), cfg["mean"], cfg["std"])
@@ -146,6 +147,8 @@ CASES = {
     "timm deepseek_vit_412m.deepseek_v4_flash_vision_exp (border 392, bicubic)":
         lambda: timm_case("deepseek_vit_412m.deepseek_v4_flash_vision_exp"),
     "torchvision Resize(194) + CenterCrop(224) (padded, bilinear)": lambda: torchvision_padding_case(194, 224),
+    "timm vit_base_patch16_sapiens2.fb (1024 x 768, squash, bicubic)":
+        lambda: timm_case("vit_base_patch16_sapiens2.fb"),
     "FFCV CenterCropRGBImageDecoder 224/256 to 256 (area, fast IDCT)": ffcv_case,
 }
 # Each filter's bound on the mean difference a pixel, in grey levels (measured: 0.02, 0.02 and 0.19 at
