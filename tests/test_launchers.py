@@ -103,8 +103,9 @@ def test_the_readme_example_runs_with_the_recipes_augmentation_added_and_nothing
 
 
 def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, tmp_path):
-    """On the world that saved it, each rank's batches are the uninterrupted run's; on 1 rank, and on 4
-    under real torchrun (#52), every remaining global step holds the same samples with the same pixels."""
+    """On the world that saved it, each rank's batches are the uninterrupted run's; on 1 rank, and on 4 under
+    real torchrun and under accelerate launch (#52), every remaining global step holds the same samples with the
+    same pixels."""
     state, out = tmp_path / "state.json", tmp_path / "out"
     for mode, *stop_after in (("whole",), ("stop", 3), ("resume",)):
         ranks = warm.Ranks(2, [prepared, mode, state, f"{out}-{mode}", *stop_after], tmp_path / mode,
@@ -121,10 +122,12 @@ def test_a_mid_epoch_state_saved_by_rank_0_resumes_every_rank_exactly(prepared, 
                      cwd=tmp_path)
     assert one.wait() == [0], one.text()
     run(torchrun(str(RESUME_SCRIPT), str(prepared), "resume", str(state), f"{out}-on4", ranks=4), cwd=tmp_path)
+    run(accelerate(str(RESUME_SCRIPT), str(prepared), "resume", str(state), f"{out}-accelerate", ranks=4),
+        cwd=tmp_path)
     want = global_steps(runs["whole"])[3:]
-    for world in (1, 4):
-        got = global_steps([json.loads(Path(f"{out}-on{world}.rank{rank}").read_text()) for rank in range(world)])
-        assert got == want, world
+    for name, world in (("on1", 1), ("on4", 4), ("accelerate", 4)):
+        got = global_steps([json.loads(Path(f"{out}-{name}.rank{rank}").read_text()) for rank in range(world)])
+        assert got == want, name
 
 
 def global_steps(ranks: list[dict]) -> list[dict]:

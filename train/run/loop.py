@@ -712,10 +712,9 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema, world_size=run.env.world_size)
     follow_settings(run, checkpoint.epoch, checkpoint.step)
-    # mid-epoch, where the loader stopped; at an epoch's end, the run's layout where this world is not it
-    own_layout = (run.env.world_size, run.batch_size)
-    if checkpoint.mid_epoch or (checkpoint.loader is not None and checkpoint.layout != own_layout):
-        run.train_data.load_state_dict(checkpoint.loader)
+    state = checkpoint.loader_to_load(run.env.world_size, run.batch_size)  # where it stopped, or the run's layout
+    if state is not None:
+        run.train_data.load_state_dict(state)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", found.path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
