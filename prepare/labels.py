@@ -150,6 +150,7 @@ BUILTIN_TABLES = {  # the class tables prepare ships, by name: (file, how many c
     "imagenet-1k": (BUILTIN_CLASSES, 1000),
     "imagenet-12k": ("imagenet12k_classes.txt", 11821),  # timm's 12k subset of fall11
     "imagenet-22k": ("imagenet22k_classes.txt", 21841),  # fall11's classes
+    "imagenet-w21": ("imagenet_w21_classes.txt", 19167),  # winter21's: 22k's less 2,674 (#53; not yet a default)
 }
 
 
@@ -170,6 +171,18 @@ def read_builtin_table(table: str) -> dict[str, str]:
         raise LabelError(f"prepare/{name} holds {len(names)} classes, not {count} sorted ones: the package is damaged, "
                          "reinstall it")
     return names
+
+
+def indices_in(table: str, within: str) -> list[int]:
+    """The index in the built-in table `within` of each class of `table`, in `table`'s order (winter21's
+    19,167 in 22k's 21,841: how a label of one is a label of the other); LabelError where a class of `table` is
+    not in `within`. Pure but for reading the two tables."""
+    position = {wnid: index for index, wnid in enumerate(read_builtin_table(within))}
+    missing = [wnid for wnid in read_builtin_table(table) if wnid not in position]
+    if missing:
+        raise LabelError(f"{len(missing)} classes of {table} are not in {within} (the first: {missing[0]}): the two "
+                         "tables do not nest")
+    return [position[wnid] for wnid in read_builtin_table(table)]
 
 
 def parse_hf_classes(text: str, origin: str) -> dict[str, str]:

@@ -114,6 +114,22 @@ def test_the_shipped_tables_are_timms_sorted_and_12k_lies_in_22k():
     assert builtin_class_names("imagenet-22k")["n00004475"] == "organism, being"  # timm's lemma, the first wnid
 
 
+def test_winter21s_own_table_is_22ks_less_2674_classes_and_maps_into_it():
+    """#53's first step: winter21's 19,167 synsets (birder's list, Apache-2.0), sorted, each with 22k's words; the
+    index of each in 22k's table (the mapping a manifest will record, as 12k's in 22k)."""
+    from prepare.labels import indices_in
+
+    w21 = builtin_class_names("imagenet-w21")
+    assert len(w21) == 19167 and list(w21) == sorted(w21) and set(w21) <= set(TABLE_22K)
+    assert len(set(TABLE_22K) - set(w21)) == 2674
+    assert all(w21[wnid] == builtin_class_names("imagenet-22k")[wnid] for wnid in w21)
+    in_22k = indices_in("imagenet-w21", "imagenet-22k")
+    assert [TABLE_22K[i] for i in in_22k] == list(w21) and in_22k == sorted(in_22k)
+    assert in_22k[list(w21).index("n01440764")] == TABLE_22K.index("n01440764")  # tench, in both
+    with pytest.raises(Exception, match="2674 classes of imagenet-22k are not in imagenet-w21"):
+        indices_in("imagenet-22k", "imagenet-w21")
+
+
 def test_the_shipped_tables_are_the_installed_timms():
     """prepare ships timm's lists (it does not depend on timm); the test extra installs timm to check them."""
     from importlib.resources import files
