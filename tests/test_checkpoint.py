@@ -81,14 +81,15 @@ def test_another_world_size_shares_the_runs_global_batch_and_mid_epoch_refuses_o
 def test_a_resume_loads_the_loaders_state_mid_epoch_and_at_an_epochs_end_only_to_keep_the_runs_layout():
     with_batch = TrainConfig("data", "run", arch="resnet18", batch_size=6).to_dict()
     mid = checkpoint(torch.nn.Linear(3, 2), config=with_batch, loader=loader_state(2, 6))
-    assert mid.loader_to_load(2, 6) is mid.loader and mid.loader_to_load(1, 12) is mid.loader
-    elastic = loader_state(1, 12, canonical=(2, 6))  # an earlier resume on one rank: the run's layout is 2 x 6
+    assert mid.loader_to_load(2, 6, 16) is mid.loader and mid.loader_to_load(1, 12, 16) is mid.loader
+    elastic = loader_state(1, 12, canonical=(2, 6)) | {"shuffle_buffer": 16}  # an earlier resume on one rank
     end = checkpoint(torch.nn.Linear(3, 2), config=with_batch, world_size=1, step=0, loader=elastic)
-    assert end.loader_to_load(4, 3) is elastic and end.loader_to_load(1, 12) is elastic  # read on another world
-    assert end.loader_to_load(2, 6) is None  # the run's own world: its own plan
-    assert end.loader_to_load(5, 6) is None  # a world that cannot keep the batch: a new layout, nothing to load
+    assert end.loader_to_load(4, 3, 16) == elastic and end.loader_to_load(1, 12, 16) == elastic  # another world
+    assert end.loader_to_load(4, 3, 17) == elastic | {"shuffle_buffer": 17}  # a forced window: the next epoch's
+    assert end.loader_to_load(2, 6, 16) is None  # the run's own world: its own plan
+    assert end.loader_to_load(5, 6, 16) is None  # a world that cannot keep the batch: a new layout, nothing to load
     before = checkpoint(torch.nn.Linear(3, 2), config=with_batch, step=0)  # no state (before #52)
-    assert before.loader_to_load(1, 12) is None
+    assert before.loader_to_load(1, 12, 16) is None
 
 
 def test_a_resume_on_another_world_says_what_stays_the_same_and_what_does_not():

@@ -120,6 +120,12 @@ def test_preemption_mid_epoch_then_resume_on_2_1_or_4_ranks_reads_exactly_the_re
         assert final.layout == (2, 6)  # the run's layout, kept at the epoch's end for the next resume
         for name, tensor in reference_final.model.items():
             assert torch.allclose(final.model[name].float(), tensor.float(), atol=1e-5), name
+    # at an epoch's end, on yet another world, a longer run with a shuffle window --force-change sets: taken
+    longer = Ranks(4, train_args(prepared, on[1], *args, "--resume", "auto", "--epochs", 3, "--force-change", "--epochs",
+                                 "--shuffle-buffer", 17, "--force-change", "--shuffle-buffer"), tmp_path / "c4",
+                   cwd=tmp_path)
+    assert longer.wait() == [0] * 4, longer.text()
+    assert [(r["epoch"], r["world_size"], r["batch_size"]) for r in read_metrics(on[1])][2] == (2, 4, 3)
 
 
 def test_a_missing_dataset_fails_fast_with_the_prepare_command(tmp_path):

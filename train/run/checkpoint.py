@@ -87,15 +87,18 @@ class Checkpoint:
                                   ) from None
             return TrainConfig.from_dict(self.config).batch_size
 
-    def loader_to_load(self, world_size: int, batch_size: int) -> dict | None:
+    def loader_to_load(self, world_size: int, batch_size: int, shuffle_buffer: int) -> dict | None:
         """The train loader's state a resume on `world_size` ranks of `batch_size` loads: mid-epoch, where it
         stopped; at an epoch's end, the run's layout where this world reads it (another world that keeps the
-        global batch; on its own layout, or on a new one, nothing to load). Pure."""
+        global batch; on its own layout, or on a new one, nothing to load), with this run's `shuffle_buffer`
+        (nothing of the epoch is left: a window --force-change set reads the next one). Pure."""
         if self.mid_epoch:
             return self.loader
         world, batch = self.layout
         keeps = world * batch == world_size * batch_size
-        return self.loader if self.loader is not None and keeps and (world, batch) != (world_size, batch_size) else None
+        if self.loader is None or not keeps or (world, batch) == (world_size, batch_size):
+            return None
+        return {**self.loader, "shuffle_buffer": shuffle_buffer}
 
     def layout_change(self, world_size: int, batch_norm: bool = True) -> list[str]:
         """What continuing on `world_size` ranks changes, as a resume's start says it; nothing on the

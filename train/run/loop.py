@@ -712,7 +712,8 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema, world_size=run.env.world_size)
     follow_settings(run, checkpoint.epoch, checkpoint.step)
-    state = checkpoint.loader_to_load(run.env.world_size, run.batch_size)  # where it stopped, or the run's layout
+    # where it stopped, or the run's layout
+    state = checkpoint.loader_to_load(run.env.world_size, run.batch_size, run.config.shuffle_buffer)
     if state is not None:
         run.train_data.load_state_dict(state)
     if run.env.is_main:
