@@ -507,6 +507,9 @@ def spawned_rank(rank: int, world: int, rendezvous: str, root: str, order: str, 
 
     def join():
         dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+        # every rank's side of gloo's mesh up before any leaves: a rank refused at once (order "before") that exits
+        # while its peer still connects made the peer's init fail ("Connection closed by peer")
+        dist.barrier()
 
     if order == "after":
         join()
@@ -518,7 +521,8 @@ def spawned_rank(rank: int, world: int, rendezvous: str, root: str, order: str, 
     except ConfigError as error:
         results.put((rank, str(error)))
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @pytest.mark.slow
