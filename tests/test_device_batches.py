@@ -168,46 +168,42 @@ def test_a_mean_and_std_of_ones_own_normalise_in_0_1_units():
     assert torch.equal(to_device(host, torch.device("cpu")), imagenets)  # the default
 
 
+def validation_on_both_paths(tmp_path, sizes: list[tuple[int, int]], size: int, image_size: int, *validation):
+    """The first val batch of JPEGs of `sizes` (width, height) under checked_validation(size, *validation), from
+    the CPU path (uint8 NHWC) and from --decode gpu's device path on the CPU device (float NCHW in 0-255)."""
+    from train.loader import PlanArgs
+    from train.loader_arguments import checked_validation
+
+    blobs = [jpeg(w, h, seed=w + h) for w, h in sizes]
+    write_shard(tmp_path / "s.tar", [(f"k{i}", blob, i) for i, blob in enumerate(blobs)])
+    shards = ShardSet([tmp_path / "s.tar"], [len(blobs)], classes=10)
+    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=len(blobs), shuffle_buffer=8,
+                    size=size, validation=checked_validation(size, *validation))
+    got = {}
+    for decode in ("cpu", "gpu"):
+        with Loader({"val": shards}, batch_size=len(blobs), image_size=image_size, threads=2, decode=decode) as loader:
+            batch = next(loader.epoch(args))
+            got[decode] = batch.images.clone() if decode == "cpu" else \
+                decode_to_device(batch.images, torch.device("cpu"), DeviceDecoder())[0]
+    return got["cpu"], got["gpu"]
+
+
 def test_device_decode_of_padded_validation_is_the_cpu_paths(tmp_path):
     """#53: --decode gpu with timm's border mode, images of several shapes in two chunks of the batch (the
     first all squares, padding nothing; chunk_size: 4 images): the regions and the fill reach the device,
     which gives the CPU path's pixels."""
-    from train.loader import PlanArgs
-    from train.loader_arguments import checked_validation
-
-    blobs = [jpeg(w, h, seed=w + h) for w, h in [(64, 64), (48, 48), (50, 50), (40, 40), (90, 40), (30, 45)]]
-    write_shard(tmp_path / "s.tar", [(f"k{i}", blob, i) for i, blob in enumerate(blobs)])
-    shards = ShardSet([tmp_path / "s.tar"], [len(blobs)], classes=10)
-    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=6, shuffle_buffer=8, size=40,
-                    validation=checked_validation(40, 40, None, 1.0, "border", "bicubic"))
-    got = {}
-    for decode in ("cpu", "gpu"):
-        with Loader({"val": shards}, batch_size=6, image_size=40, threads=2, decode=decode) as loader:
-            batch = next(loader.epoch(args))
-            got[decode] = batch.images.clone() if decode == "cpu" else \
-                decode_to_device(batch.images, torch.device("cpu"), DeviceDecoder())[0]
-    assert got["gpu"].shape == (6, 3, 40, 40)
-    difference = (got["gpu"].round() - got["cpu"].permute(0, 3, 1, 2).float()).abs()
+    cpu, gpu = validation_on_both_paths(tmp_path, [(64, 64), (48, 48), (50, 50), (40, 40), (90, 40), (30, 45)], 40, 40,
+                                        40, None, 1.0, "border", "bicubic")
+    assert gpu.shape == (6, 3, 40, 40)
+    difference = (gpu.round() - cpu.permute(0, 3, 1, 2).float()).abs()
     assert difference.mean() < 0.3 and difference.max() <= 2
-    assert (got["cpu"][4, 0] == torch.tensor([124, 116, 104], dtype=torch.uint8)).all()  # padded: the fill
+    assert (cpu[4, 0] == torch.tensor([124, 116, 104], dtype=torch.uint8)).all()  # padded: the fill
 
 
 def test_device_decode_of_a_non_square_validation_size_is_the_cpu_paths(tmp_path):
     """#53: --decode gpu with a (height, width) output (timm's center mode: ResizeKeepRatio, CenterCrop)."""
-    from train.loader import PlanArgs
-    from train.loader_arguments import checked_validation
-
-    blobs = [jpeg(w, h, seed=w + h) for w, h in [(64, 64), (90, 40), (40, 90), (30, 45)]]
-    write_shard(tmp_path / "s.tar", [(f"k{i}", blob, i) for i, blob in enumerate(blobs)])
-    shards = ShardSet([tmp_path / "s.tar"], [len(blobs)], classes=10)
-    args = PlanArgs(split="val", epoch=0, seed=0, world_size=1, rank=0, batch_size=4, shuffle_buffer=8, size=24,
-                    validation=checked_validation(24, (40, 24), None, 0.9, "center", "bicubic"))
-    got = {}
-    for decode in ("cpu", "gpu"):
-        with Loader({"val": shards}, batch_size=4, image_size=40, threads=2, decode=decode) as loader:
-            batch = next(loader.epoch(args))
-            got[decode] = batch.images.clone() if decode == "cpu" else \
-                decode_to_device(batch.images, torch.device("cpu"), DeviceDecoder())[0]
-    assert got["cpu"].shape == (4, 40, 24, 3) and got["gpu"].shape == (4, 3, 40, 24)
-    difference = (got["gpu"].round() - got["cpu"].permute(0, 3, 1, 2).float()).abs()
+    cpu, gpu = validation_on_both_paths(tmp_path, [(64, 64), (90, 40), (40, 90), (30, 45)], 24, 40,
+                                        (40, 24), None, 0.9, "center", "bicubic")
+    assert cpu.shape == (4, 40, 24, 3) and gpu.shape == (4, 3, 40, 24)
+    difference = (gpu.round() - cpu.permute(0, 3, 1, 2).float()).abs()
     assert difference.mean() < 0.3 and difference.max() <= 2

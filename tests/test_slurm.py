@@ -266,24 +266,30 @@ def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2, 
     return result.stdout.strip().split(";")[0]
 
 
-def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slurm, sources, tmp_path):
-    shutil.copytree(sources["official"], tmp_path / "source")
-    job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path,
-                 f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1", more=",STATS=1,STATS_EVERY=1")
-    log = tmp_path / f"job-{job}.out"
+def preempted(slurm, job: str, log: Path, text: str = "epoch 0 step 3/") -> bool:
+    """Once the job's log says `text`, what #SBATCH --signal=B:USR1@180 does before the time limit: signal the
+    batch shell only. Whether the job is then requeued and pending within 120 s."""
     deadline = time.monotonic() + 300
-    while "epoch 0 step 3/" not in (log.read_text() if log.exists() else ""):
+    while text not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline and job_state(slurm, job).get("JobState") in ("PENDING", "RUNNING"), \
             log.read_text() if log.exists() else job_state(slurm, job)
         time.sleep(0.2)
-    # What #SBATCH --signal=B:USR1@180 does before the time limit: signal the batch shell only.
     subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=slurm, check=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         state = job_state(slurm, job)
         if int(state.get("Restarts", 0)) >= 1 and state.get("JobState") == "PENDING":
-            break
+            return True
         time.sleep(0.5)
+    return False
+
+
+def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slurm, sources, tmp_path):
+    shutil.copytree(sources["official"], tmp_path / "source")
+    job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path,
+                 f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1", more=",STATS=1,STATS_EVERY=1")
+    log = tmp_path / f"job-{job}.out"
+    preempted(slurm, job, log)
     # Slurm holds a requeued job for about two minutes before it may start again; skip the wait.
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm)
     state = wait_job(slurm, job)
@@ -321,16 +327,7 @@ def test_a_two_node_jobs_checkpoint_is_resumed_by_a_one_node_job(slurm, sources,
     train_args = f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1"
     first = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, train_args)
     log = tmp_path / f"job-{first}.out"
-    deadline = time.monotonic() + 300
-    while "epoch 0 step 3/" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline and job_state(slurm, first).get("JobState") in ("PENDING", "RUNNING"), \
-            log.read_text() if log.exists() else job_state(slurm, first)
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--signal=USR1", "--batch", first], env=slurm, check=True)
-    deadline = time.monotonic() + 120
-    while int(job_state(slurm, first).get("Restarts", 0)) < 1 or job_state(slurm, first).get("JobState") != "PENDING":
-        assert time.monotonic() < deadline, job_state(slurm, first)
-        time.sleep(0.5)
+    assert preempted(slurm, first, log), job_state(slurm, first)
     subprocess.run(["scancel", first], env=slurm, check=True)
     assert "checkpoint: epoch 0 step" in log.read_text()
 

@@ -126,7 +126,8 @@ def decode_crops(images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.n
     """Decode image i's box (float32 (n, 4)), resized to out's height and width and flipped where
     `flips`, into out[first + i] (out: uint8 (N, height, width, 3), C-contiguous); with `regions`
     (int32 (n, 4): top, left, height, width), into that region of the slot, the rest `fill` (RGB;
-    None: black): a letterbox's or a padded crop's padding. A slot whose image fails is zeroed. `simd` picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
+    None: black): a letterbox's or a padded crop's padding. A slot whose image fails is zeroed. `simd`
+    picks the resize's implementation (SIMD; None: the fastest). With `seek`, a JPEG
     with restart markers decodes only the restart intervals its box covers where that pays (the same
     pixels); `seeked` (bool (n,)), if given, is set where that happened. With `dct_scaling`, a box at
     least twice the output decodes at 1/2-1/8 scale in the DCT (0.7-1.6 grey levels from the exact

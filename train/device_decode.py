@@ -166,13 +166,12 @@ def resize_weights(start: torch.Tensor, stop: torch.Tensor, length: torch.Tensor
     inside = (local >= 0) & (local < extent[:, None, None])
     if flip is not None:
         local = torch.where(flip[:, None, None], extent[:, None, None] - 1 - local, local)
-    outputs = local
     taps = torch.arange(padded, device=start.device)[None, None, :]
     if interpolation == "area":
-        cell = start[:, None, None] + outputs * scale
+        cell = start[:, None, None] + local * scale
         weights = (torch.minimum(taps + 1, cell + scale) - torch.maximum(taps, cell)).clamp(min=0)
     else:
-        centre = start[:, None, None] + (outputs + 0.5) * scale
+        centre = start[:, None, None] + (local + 0.5) * scale
         x = (taps + 0.5 - centre) / scale.clamp(min=1.0)
         weights = bicubic(x) if interpolation == "bicubic" else (1 - x.abs()).clamp(min=0)
     weights = weights * (taps < length[:, None, None]) * inside
@@ -196,13 +195,14 @@ def resize_groups(heights: np.ndarray, widths: np.ndarray, budget: int = GROUP_B
     return groups
 
 
-def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor, size: int | tuple[int, int],
-                     group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear",
+def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: torch.Tensor,
+                     size: int | tuple[int, int], group_bytes: int = GROUP_BYTES, interpolation: str = "bilinear",
                      regions: torch.Tensor | None = None, fill: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor:
     """Each HWC uint8 image's box (float (n, 4) left, top, right, bottom in its own pixels) resized
     to size x size (or a (height, width) size) as the CPU decoder does (PIL's resize(box=...) with its
     bilinear or bicubic filter, or OpenCV's area), or with `regions` (int (n, 4): top, left, height,
-    width) to that region of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last memory) in 0-255 on
+    width) to that region of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last
+    memory) in 0-255 on
     the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
     a GPU: exact for pixels, weights to 11 bits), columns first and each clipped to 0-255, as PIL
     resizes and clips (bicubic's negative lobes overshoot: clipped in the other order, a pixel by a

@@ -568,8 +568,8 @@ def elastic_hint(state: Mapping, world_size: int) -> str:
         batch = per_rank_batch(total, world_size)
     except ValueError as exn:
         return f" ({exn})"
-    return (f" (on {world_size} rank{'s' * (world_size != 1)}, batch_size={batch} keeps the state's global batch of {total}, and reads its "
-            "epoch where it stopped)")
+    return (f" (on {world_size} rank{'s' * (world_size != 1)}, batch_size={batch} keeps the state's global batch "
+            f"of {total}, and reads its epoch where it stopped)")
 
 
 def longest_epoch(state: Mapping, samples: int) -> int:

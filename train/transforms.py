@@ -149,6 +149,11 @@ class ValTransform:
         return (self.crop_height or self.crop, self.crop)
 
     @property
+    def resize_shape(self) -> tuple[int, int]:
+        """The resize's (height, width) target (of "squash" and "border", and of a non-square "center")."""
+        return (self.resize_height or self.resize, self.resize)
+
+    @property
     def square(self) -> bool:
         return self.crop_height is None or self.crop_height == self.crop
 
@@ -162,7 +167,7 @@ class ValTransform:
         None where every image fills its output."""
         if self.mode == "ffcv":
             return ffcv_crops(widths, heights, self.fraction), None
-        resize = (self.resize_height or self.resize, self.resize)  # (height, width)
+        resize = self.resize_shape
         if self.mode == "squash":
             sizes = np.full(len(widths), resize[1], np.int64), np.full(len(widths), resize[0], np.int64)
         elif self.mode == "border":
@@ -184,8 +189,7 @@ class ValTransform:
         if self.mode == "ffcv":
             return (f"the centre {self.fraction:g} of the short side resized to {self.crop} ({self.interpolation}, "
                     "fast IDCT: FFCV's CenterCropRGBImageDecoder)")
-        crop = self.crop if self.square else self.shape
-        resize_shape = (self.resize_height or self.resize, self.resize)
+        crop, resize_shape = self.crop if self.square else self.shape, self.resize_shape
         if self.mode == "border":
             resize = self.resize if self.square else resize_shape
             return (f"ResizeKeepRatio({resize}, {self.interpolation}, longest=1) + CenterCropOrPad({crop}, "
@@ -240,9 +244,9 @@ def kept_ratio_sizes(widths: np.ndarray, heights: np.ndarray, resize: tuple[int,
 def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray,
                    crop: int | tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
     """(boxes, regions) of a resize to new_w x new_h then CenterCrop(crop) (timm's CenterCropOrPad; a pair:
-    (height, width)), axis by axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer offset (round half to
-    even, as round()) in the resized image, mapped back through the axis's own scale (source / resized), the
-    whole output's side, so that resizing the box samples at the whole image's resize positions with its
+    (height, width)), axis by axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer
+    offset (round half to even, as round()) in the resized image, mapped back through the axis's own scale
+    (source / resized), the whole output's side, so that resizing the box samples at the whole image's resize positions with its
     filter. A shorter axis is padded: the whole source axis, resized to its own length at offset (crop -
     new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
     crop_h, crop_w = (crop, crop) if isinstance(crop, int) else crop

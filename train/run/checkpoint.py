@@ -63,13 +63,18 @@ class Checkpoint:
         return self.step > 0
 
     @property
+    def settings(self) -> TrainConfig:
+        """The configuration of the run that wrote it."""
+        return TrainConfig.from_dict(self.config)
+
+    @property
     def layout(self) -> tuple[int, int]:
         """The run's layout: the world size its epochs are laid out for and each rank's batch there. The train
         loader's state says it (a run resumed on another world size keeps the layout it started on); a
         checkpoint without one (an epoch's end, before #52) is laid out for its own world and --batch-size."""
         if self.loader is not None:
             return canonical_of(self.loader)
-        return self.world_size, TrainConfig.from_dict(self.config).batch_size
+        return self.world_size, self.settings.batch_size
 
     def batch_on(self, world_size: int) -> int:
         """Each rank's batch when the run continues on `world_size` ranks: the run's global batch shared
@@ -85,7 +90,7 @@ class Checkpoint:
                 raise ResumeError(f"the checkpoint stopped mid-epoch on a run laid out for {world} ranks x "
                                   f"{batch}: {exn} (the epoch's remaining global batches are read exactly on those)"
                                   ) from None
-            return TrainConfig.from_dict(self.config).batch_size
+            return self.settings.batch_size
 
     def loader_to_load(self, world_size: int, batch_size: int, shuffle_buffer: int) -> dict | None:
         """The train loader's state a resume on `world_size` ranks of `batch_size` loads: mid-epoch, where it
@@ -106,7 +111,7 @@ class Checkpoint:
         loader says the batches' side (ImageNetLoader.load_state_dict)."""
         if world_size == self.world_size:
             return []
-        config, (world, batch) = TrainConfig.from_dict(self.config), self.layout
+        config, (world, batch) = self.settings, self.layout
         before, now = self.loader["batch_size"] if self.loader else config.batch_size, self.batch_on(world_size)
         if now * world_size != world * batch:
             return [f"the run's global batch of {world * batch} ({world} x {batch}) is not shared equally by "
@@ -126,7 +131,7 @@ class Checkpoint:
         """Refuse checkpoints of another model or dataset. `dataset`: dataset_of the data this run reads, to
         name a copy prepared again with other options. (A world size that cannot continue a mid-epoch
         checkpoint: `batch_on`.)"""
-        saved = TrainConfig.from_dict(self.config)
+        saved = self.settings
         if saved.dataset_id != config.dataset_id and self.dataset and dataset:
             prepared_again = prepared_again_with(self.dataset, dataset)
             if prepared_again:
@@ -160,7 +165,7 @@ class Checkpoint:
         if not self.mid_epoch:
             return {}
         if world_size is not None and world_size != self.world_size:
-            seed = TrainConfig.from_dict(self.config).seed
+            seed = self.settings.seed
             torch.manual_seed(seeded_rng(seed, "elastic", self.epoch, self.step, world_size, rank).getrandbits(63))
             random.seed(seeded_rng(seed, "elastic python", self.epoch, self.step, world_size, rank).getrandbits(63))
             return sums_on_world([saved["sums"] for saved in self.ranks], world_size, rank)
