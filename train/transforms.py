@@ -246,9 +246,9 @@ def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, n
     """(boxes, regions) of a resize to new_w x new_h then CenterCrop(crop) (timm's CenterCropOrPad; a pair:
     (height, width)), axis by axis on their grid. An axis at least `crop` long is cropped: CenterCrop's integer
     offset (round half to even, as round()) in the resized image, mapped back through the axis's own scale
-    (source / resized), the whole output's side, so that resizing the box samples at the whole image's resize positions with its
-    filter. A shorter axis is padded: the whole source axis, resized to its own length at offset (crop -
-    new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
+    (source / resized), the whole output's side, so that resizing the box samples at the whole image's resize
+    positions with its filter. A shorter axis is padded: the whole source axis, resized to its own length at
+    offset (crop - new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
     crop_h, crop_w = (crop, crop) if isinstance(crop, int) else crop
     boxes, regions = [], []
     for source, new, crop in ((widths, new_w, crop_w), (heights, new_h, crop_h)):
