@@ -30,7 +30,7 @@ from pathlib import Path
 from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
-    dataset_identity, make_dest, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
+    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
@@ -75,7 +75,19 @@ def identified(config: PrepareConfig) -> tuple[Detected, Path, dict]:
     if detected.holds(dest):
         raise PrepareError(f"--dest {dest} is inside --source {detected.root}: choose node-local disk outside the "
                            "source, e.g. $SLURM_TMPDIR/imagenet")
+    detected = labelled(detected, config.class_table, dest)
     return detected, dest, dataset_identity(detected.identity(), config)
+
+
+def labelled(detected: Detected, asked: str | None, dest: Path) -> Detected:
+    """The download in the class table --class-table asks for; without it, in the table of the dataset prepared
+    from it at --dest (said, where that is not the layout's default: winter21 in 22k's, from before its own table
+    was the default), else in the layout's default."""
+    chosen = detected.labelled_in(asked, prepared_source(dest))
+    if chosen.table != detected.table and asked is None:
+        log.info("%s holds this download prepared in the %s class table: it keeps it (--class-table %s --force "
+                 "prepares it in %s, now the default)", dest, chosen.table, detected.table, detected.table)
+    return chosen
 
 
 def open_prepare_source(detected: Detected, config: PrepareConfig) -> Source:
@@ -239,7 +251,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     elapsed = time.monotonic() - start
     stats = run_stats(results, splits, elapsed, config.workers) | reader.stats()
     return Manifest(source=identity["source"], options=identity["options"], classes=source.classes,
-                    class_subsets=source.class_subsets(),
+                    class_subsets=source.class_subsets(), class_maps=source.class_maps(),
                     splits={split: splits[split] for split in source.splits},
                     converted=merged(results, "converted"), skipped=merged(results, "skipped"),
                     damaged=merged(results, "damaged"), stats=stats,

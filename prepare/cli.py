@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--real-labels", type=Path, default=None, metavar="FILE",
                    help="ReaL's real.json (the val images' label sets), kept with the dataset: training then reports "
                         "real_top1. Added to a dataset prepared without it, only it is prepared")
+    p.add_argument("--class-table", choices=("imagenet-w21", "imagenet-22k"), default=None,
+                   help="ImageNet-21k's winter21 release (winter21_whole.tar.gz, timm/imagenet-w21-wds) only: the "
+                        "class table its labels index: imagenet-w21, its own 19,167 synsets as timm's w21 shards "
+                        "number them (the default), or imagenet-22k, fall11's 21,841 (to combine it with fall11 or "
+                        "timm/imagenet-22k-wds). A dataset at --dest prepared from the same download keeps its table "
+                        "without it. The manifest maps either table into the other (class_maps)")
     p.add_argument("--seed", type=int, default=0, help="seed of the global shuffle")
     p.add_argument("--shard-size", type=float, default=200.0, metavar="MB",
                    help="target shard size; the shard count is the source size divided by it")
@@ -101,7 +107,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                          skip_bad=args.skip_bad, force=args.force, verify=args.verify, workers=args.workers,
                          progress_interval=args.progress_interval, group=group, group_timeout_s=args.group_timeout,
                          eval_sources=tuple(args.eval_source), real_labels=args.real_labels,
-                         allow_partial=args.allow_partial)
+                         allow_partial=args.allow_partial, class_table=args.class_table)
 
 
 def setup_logging() -> None:

@@ -34,6 +34,7 @@ class PrepareConfig:
     eval_sources: tuple[Path, ...] = ()  # ImageNetV2 variants (archives or folders): further splits (eval_sets.py)
     real_labels: Path | None = None  # ReaL's real.json: the val images' label sets
     allow_partial: bool = False  # prepare what is there of an incomplete download (recorded in the manifest)
+    class_table: str | None = None  # winter21's: the table its labels index (None: as prepared at --dest, else its own)
 
     def output_options(self) -> dict:
         """The options that decide the bytes of the shards (a re-run must match them)."""

@@ -36,6 +36,15 @@ def dataset_identity(source_identity: dict, config: PrepareConfig) -> dict:
     return {"source": source, "options": config.output_options()}
 
 
+def prepared_source(dest: Path) -> dict | None:
+    """The source the dataset at --dest was prepared from, as its manifest records it; None where it holds
+    none (or one unreadable: `verified_existing` says so, under the lock)."""
+    try:
+        return read_manifest(dest).source
+    except DatasetNotReady:
+        return None
+
+
 def make_dest(dest: Path) -> None:
     try:
         dest.mkdir(parents=True, exist_ok=True)

@@ -227,6 +227,9 @@ class WithEvalSets(Source):
     def class_subsets(self) -> dict[str, list[int]]:
         return self.base.class_subsets()
 
+    def class_maps(self) -> dict[str, dict]:
+        return self.base.class_maps()
+
     def parts(self, split: str):
         return self.v2[split].parts() if split in self.v2 else self.base.parts(split)
 

@@ -150,8 +150,11 @@ BUILTIN_TABLES = {  # the class tables prepare ships, by name: (file, how many c
     "imagenet-1k": (BUILTIN_CLASSES, 1000),
     "imagenet-12k": ("imagenet12k_classes.txt", 11821),  # timm's 12k subset of fall11
     "imagenet-22k": ("imagenet22k_classes.txt", 21841),  # fall11's classes
-    "imagenet-w21": ("imagenet_w21_classes.txt", 19167),  # winter21's: 22k's less 2,674 (#53; not yet a default)
+    "imagenet-w21": ("imagenet_w21_classes.txt", 19167),  # winter21's own: 22k's less 2,674 (as w21's .cls numbers them)
 }
+# tables whose classes nest (winter21's in fall11's): a dataset labelled in one records where its classes lie in
+# the other (the manifest's `class_maps`), so that a model of either table evaluates on it
+MAPPED_TABLES = {"imagenet-22k": ("imagenet-w21",), "imagenet-w21": ("imagenet-22k",)}
 
 
 def builtin_class_names(table: str = "imagenet-1k") -> dict[str, str]:
@@ -159,7 +162,8 @@ def builtin_class_names(table: str = "imagenet-1k") -> dict[str, str]:
     (prepare/imagenet_classes.txt), timm's ImageNet-12k and ImageNet-22k (imagenet12k_classes.txt,
     imagenet22k_classes.txt), made from timm's timm/data/_info/ synset lists and imagenet_synset_to_lemma.txt
     (github.com/huggingface/pytorch-image-models, Apache-2.0, prepare/LICENSE-timm; each file's first lines
-    say which release). A copy of the table read once."""
+    say which release), and winter21's own 19,167 (imagenet_w21_classes.txt, birder-project/birder's list with
+    22k's words, Apache-2.0, prepare/LICENSE-birder). A copy of the table read once."""
     return dict(read_builtin_table(table))
 
 
@@ -183,6 +187,18 @@ def indices_in(table: str, within: str) -> list[int]:
         raise LabelError(f"{len(missing)} classes of {table} are not in {within} (the first: {missing[0]}): the two "
                          "tables do not nest")
     return [position[wnid] for wnid in read_builtin_table(table)]
+
+
+def class_maps(table: str) -> dict[str, dict]:
+    """Where the classes of a dataset labelled in the built-in `table` lie in each table it nests with
+    (`MAPPED_TABLES`): {other table: {"classes": its count, "index": the index there of each class of
+    `table`, in `table`'s order, -1 where it has none}} (the manifest's `class_maps`). Pure but for reading
+    the tables."""
+    maps = {}
+    for other in MAPPED_TABLES.get(table, ()):
+        position = {wnid: index for index, wnid in enumerate(read_builtin_table(other))}
+        maps[other] = {"classes": len(position), "index": [position.get(wnid, -1) for wnid in read_builtin_table(table)]}
+    return maps
 
 
 def parse_hf_classes(text: str, origin: str) -> dict[str, str]:

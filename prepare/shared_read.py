@@ -112,7 +112,8 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
         raise_first_error(group, [s["error"] for s in statuses])
-        refuse_disagreement(group.names, [s["plan"] for s in statuses], [s.get("seek_index") for s in statuses])
+        refuse_disagreement(group.names, [s["plan"] for s in statuses], [s.get("seek_index") for s in statuses],
+                            [s.get("table") for s in statuses])
         needs = [s["needs"] for s in statuses]
         if not any(needs):
             return finish_here(node, dest, config, identity, pool)
@@ -177,7 +178,7 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
         room = read_ahead_bytes(part_sizes(parts), ahead, config.workers) <= budget
         facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
-                 "seek_index": source.seek_index()}
+                 "seek_index": source.seek_index(), "table": detected.table}
         return NodeState(found.complete, found.damaged, found.base, source, parts, ahead), facts
     except USER_ERRORS as exn:
         return None, {"error": one_line(exn)}
@@ -231,9 +232,17 @@ def refuse_shared_dest(dest: Path, names: list[str], sharing: list[list[str]]) -
                            "--no-shared-read to have one node write it and the others wait for it")
 
 
-def refuse_disagreement(names: list[str], plans: list[str], seek_indexes: list[str | None]) -> None:
+def refuse_disagreement(names: list[str], plans: list[str], seek_indexes: list[str | None],
+                        tables: list[str | None]) -> None:
     """Every node must plan the same read: the same source, options, parts and labels (`plan_digest`),
+    the same class table (without --class-table, a node keeps the table of the dataset its --dest holds),
     and the same seek index or none (a node's own cache may hold one the others lack)."""
+    if len(set(tables)) > 1:
+        by_table = {table: [name for name, other in zip(names, tables) if other == table] for table in tables}
+        raise PrepareError("the nodes would label the download in different class tables (" + "; ".join(
+            f"{', '.join(nodes)}: {table}" for table, nodes in by_table.items()) + "): without --class-table a node "
+            "keeps the table of the dataset its --dest holds from before. Give every node the same --class-table "
+            "(with --force where that replaces a node's dataset)")
     index = next((index for index in seek_indexes if index is not None), None)
     if index is not None and any(other != index for other in seek_indexes):
         with_it = [name for name, other in zip(names, seek_indexes) if other == index]

@@ -74,6 +74,10 @@ class Manifest:
     # a named subset of the classes evaluated on its own -> its classes' indices in `classes`, in the
     # subset's own label order: ImageNet-22k's {"12k": [...]} (timm/imagenet-22k-wds's val is the 12k one)
     class_subsets: dict[str, list[int]] = field(default_factory=dict)
+    # another class table the classes nest with -> {"classes": its count, "index": the index there of each class
+    # of `classes`, -1 where it has none}: winter21's datasets record 22k's (labelled in winter21's own 19,167) or
+    # winter21's own (labelled in 22k's), so that a model of either table evaluates on them (python -m train.evaluate)
+    class_maps: dict[str, dict] = field(default_factory=dict)
     format: str = FORMAT
 
     def to_json(self) -> str:
@@ -101,6 +105,7 @@ class Manifest:
             partial=raw.get("partial", {}),
             warnings=raw.get("warnings", {}),
             class_subsets=raw.get("class_subsets", {}),
+            class_maps=raw.get("class_maps", {}),
         )
 
     @property

@@ -28,6 +28,7 @@ from tests.jpegs import jpeg
 from train.run.metrics import read_metrics
 
 TABLE_22K = list(builtin_class_names("imagenet-22k"))
+TABLE_W21 = list(builtin_class_names("imagenet-w21"))
 TABLE_12K = list(builtin_class_names("imagenet-12k"))
 SET_12K = set(TABLE_12K)  # once: a set made in each comprehension's test took 8 s of every run's collection
 IN_12K = [wnid for wnid in TABLE_22K if wnid in SET_12K]
@@ -290,21 +291,28 @@ def test_the_held_out_rule_takes_the_first_50_by_name_of_classes_over_500():
     assert "n00004475_2.JPEG" not in val and "n00004475_142.JPEG" in val
 
 
-@pytest.mark.parametrize("name,prefix,mode", [("fall11_whole.tar", "", "w"),
-                                              ("winter21_whole.tar.gz", "winter21_whole/", "w:gz")])
-def test_a_full_release_prepares_with_22k_labels_and_a_held_out_val(tmp_path, small_held_out, name, prefix, mode):
-    """winter21's stream through rapidgzip (a dependency), with its members in a folder as some copies hold them."""
+@pytest.mark.parametrize("name,prefix,mode,asked,table", [
+    ("fall11_whole.tar", "", "w", None, TABLE_22K),
+    ("winter21_whole.tar.gz", "winter21_whole/", "w:gz", None, TABLE_W21),  # its own table, the default
+    ("winter21_whole.tar.gz", "winter21_whole/", "w:gz", "imagenet-22k", TABLE_22K),  # as before #53
+])
+def test_a_full_release_prepares_in_its_class_table_with_a_held_out_val(tmp_path, small_held_out, name, prefix, mode,
+                                                                        asked, table):
+    """winter21's stream through rapidgzip (a dependency), with its members in a folder as some copies hold them.
+    The last two of FULL_CLASSES have another index in winter21's table than in 22k's."""
     archive = write_full(tmp_path / "src" / name, prefix, mode)
     assert detect(archive.parent).name == detect(archive).name == "imagenet-full"
     # fall11 lacks 21,836 of ImageNet-22k's class tars here (the next test): prepared as it is
-    manifest = prepare(config(archive.parent, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
-    assert manifest.num_classes == 21841
+    manifest = prepare(config(archive.parent, tmp_path / "out", shard_size_mb=0.02, allow_partial=True,
+                              class_table=asked))
+    assert [c.wnid for c in manifest.classes] == table
     keys = shard_labels(tmp_path / "out")
     big = [wnid for wnid, count in PER_CLASS.items() if count > 5]  # 6, 7, 8 images: 2 each held out
     assert sorted(keys["val"]) == sorted(f"{wnid}_{n}" for wnid in big for n in (1, 2))
     assert len(keys["train"]) == sum(PER_CLASS.values()) - 2 * len(big)
     assert not keys["train"].keys() & keys["val"].keys()
-    assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+    assert all(table[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+    assert {label for labels in keys.values() for label in labels.values()} >= {table.index(w) for w in FULL_CLASSES[-2:]}
 
 
 def test_fall11_missing_a_class_tar_is_named_and_allow_partial_prepares_the_rest(tmp_path, small_held_out):
@@ -479,10 +487,20 @@ def test_bytes_that_inflate_to_others_through_the_index_are_refused_by_their_cla
 def test_nodes_that_see_different_seek_indexes_are_refused_naming_the_index():
     from prepare.shared_read import refuse_disagreement
 
-    refuse_disagreement(["a", "b"], ["p", "p"], ["/src/x.prepare-index"] * 2)
+    refuse_disagreement(["a", "b"], ["p", "p"], ["/src/x.prepare-index"] * 2, [None, None])
     with pytest.raises(Exception, match="nodes a read the source through its seek index /src/x.prepare-index, nodes b do "
                                         "not see that index .*: delete it"):
-        refuse_disagreement(["a", "b"], ["p", "q"], ["/src/x.prepare-index", None])
+        refuse_disagreement(["a", "b"], ["p", "q"], ["/src/x.prepare-index", None], [None, None])
+
+
+def test_nodes_that_would_label_in_different_class_tables_are_refused_naming_them():
+    """Without --class-table a node keeps the table of the dataset its --dest holds: nodes of which some hold
+    winter21 prepared in 22k's table before, the others nothing, would write different labels."""
+    from prepare.shared_read import refuse_disagreement
+
+    with pytest.raises(Exception, match="different class tables \\(a, c: imagenet-22k; b: imagenet-w21\\): without "
+                                        "--class-table a node keeps .* Give every node the same --class-table"):
+        refuse_disagreement(["a", "b", "c"], ["p", "q", "p"], [None] * 3, ["imagenet-22k", "imagenet-w21", "imagenet-22k"])
 
 
 def test_parse_index_takes_only_an_index_of_this_archive_whole():
@@ -592,23 +610,26 @@ def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22
 
 
 W21_CLASSES = TABLE_22K[:3]  # where winter21's index is 22k's (none of the 2,674 it lacks comes before them)
+# winter21's first synset, the first whose index in 22k's table is not its own (12,212 of 22k's come before the
+# first class winter21 lacks), and its last: the real table's ends and a place where the two tables part
+W21_SPREAD = [TABLE_W21[0], TABLE_W21[12212], TABLE_W21[-1]]
 W21_PRESENT = [0, 1, 2038, 2039, 2047]  # of its 2,048 shards: val is the last 10 (2038..2047)
 
 
 def w21_sample(wnid: str, n: int, cls: int | None = None) -> dict[str, bytes]:
     """As rwightman's writer makes them: KEY the image's stem, .cls the index among winter21's sorted wnids."""
-    meta = {"label": TABLE_22K.index(wnid), "class_name": wnid, "width": 40, "height": 32}
+    meta = {"label": TABLE_W21.index(wnid) if wnid in TABLE_W21 else -1, "class_name": wnid, "width": 40, "height": 32}
     return {"__key__": f"{wnid}_{n}", "jpg": jpeg(40, 32, seed=n % 7),
-            "cls": str(TABLE_22K.index(wnid) if cls is None else cls).encode(), "json": json.dumps(meta).encode()}
+            "cls": str(TABLE_W21.index(wnid) if cls is None else cls).encode(), "json": json.dumps(meta).encode()}
 
 
-def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None) -> Path:
+def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None, classes: list[str] = W21_CLASSES) -> Path:
     """timm/imagenet-w21-wds: _info.json lists 2,048 train shards (and no other split); W21_PRESENT are here,
     two samples each (`bad` in the first)."""
     root.mkdir(parents=True)
     files = [f"imagenet_w21-train-{n:04d}.tar" for n in range(2048)]
     for n in W21_PRESENT:
-        samples = [w21_sample(W21_CLASSES[(n + i) % 3], 10 * n + i) for i in range(2)]
+        samples = [w21_sample(classes[(n + i) % len(classes)], 10 * n + i) for i in range(2)]
         write_tar(root / files[n], ([bad] if bad and n == 0 else []) + samples)
     if info:
         lengths = [2 + (n == 0 and bad is not None) for n in range(2048)]
@@ -617,9 +638,21 @@ def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None
     return root
 
 
+def source_cls(root: Path) -> dict[str, int]:
+    """key -> the .cls of every sample of a timm download's shards."""
+    labels = {}
+    for shard in root.glob("*.tar"):
+        with tarfile.open(shard) as tar:
+            labels |= {m.name.removesuffix(".cls"): int(tar.extractfile(m).read()) for m in tar if m.name.endswith(".cls")}
+    return labels
+
+
 @pytest.mark.parametrize("info", [True, False])
-def test_timms_w21_prepares_with_22k_labels_by_name_and_its_last_10_shards_held_out(tmp_path, info):
-    root = write_w21(tmp_path / "imagenet-w21-wds", info)
+@pytest.mark.parametrize("asked,table", [(None, TABLE_W21), ("imagenet-22k", TABLE_22K)])
+def test_timms_w21_prepares_in_its_class_table_with_its_last_10_shards_held_out(tmp_path, info, asked, table):
+    """By default in winter21's own 19,167 classes, each label the shards' own .cls; with --class-table
+    imagenet-22k in 22k's 21,841, by the wnid each image's name carries (as before #53)."""
+    root = write_w21(tmp_path / "imagenet-w21-wds", info, classes=W21_SPREAD)
     detected = detect(root)
     assert detected.name == "timm-w21-wds"
     source = detected.open()
@@ -627,12 +660,14 @@ def test_timms_w21_prepares_with_22k_labels_by_name_and_its_last_10_shards_held_
     assert shortfall(source.declared("val")).startswith("the val split lacks 7 of the 10 shards")
     with pytest.raises(SourceError, match="imagenet_w21-train-0002.tar"):
         prepare(config(root, tmp_path / "out", shard_size_mb=0.02))
-    manifest = prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
-    assert manifest.num_classes == 21841 and manifest.source["layout"] == "timm-w21-wds"
+    manifest = prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True, class_table=asked))
+    assert [c.wnid for c in manifest.classes] == table and manifest.source["layout"] == "timm-w21-wds"
     keys = shard_labels(tmp_path / "out")
     assert sorted(int(key.split("_")[1]) // 10 for key in keys["val"]) == [2038, 2038, 2039, 2039, 2047, 2047]
     assert sorted(int(key.split("_")[1]) // 10 for key in keys["train"]) == [0, 0, 1, 1]
-    assert all(TABLE_22K[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+    assert all(table[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
+    labels = keys["train"] | keys["val"]
+    assert (labels == source_cls(root)) == (asked is None)  # its own table: the labels are its .cls
 
 
 def no_wnid(sample: dict[str, bytes], class_name: bool) -> dict[str, bytes]:
@@ -649,19 +684,39 @@ def no_wnid(sample: dict[str, bytes], class_name: bool) -> dict[str, bytes]:
     (w21_sample(TABLE_22K[5000], 99, cls=0), f".cls 1 of {W21_CLASSES[1]} is not below .cls 0 of {TABLE_22K[5000]}"),
     (no_wnid(w21_sample(TABLE_22K[0], 99), class_name=False), "neither the image's name image_99 nor its .json's class_name"),
 ])
-def test_a_w21_sample_whose_cls_or_name_does_not_fit_is_refused(tmp_path, bad, why):
+def test_a_w21_sample_whose_cls_or_name_does_not_fit_22ks_table_is_refused(tmp_path, bad, why):
+    """In 22k's table the labels are the names' wnids: .cls is checked to number them as sorted wnids."""
+    root = write_w21(tmp_path / "imagenet-w21-wds", bad=bad)
+    with pytest.raises(SourceError, match=why):
+        prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True, class_table="imagenet-22k"))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+LACKED = next(wnid for wnid in TABLE_22K if wnid not in set(TABLE_W21))  # one of the 2,674 winter21 lacks
+
+
+@pytest.mark.parametrize("bad,why", [
+    (w21_sample(W21_CLASSES[0], 99, cls=1), f".cls 1 is {W21_CLASSES[1]} in the class table, but the image's name "
+                                            f"{W21_CLASSES[0]}_99 says {W21_CLASSES[0]}"),
+    (w21_sample(W21_CLASSES[0], 99, cls=19167), "not a class index of the class table \\(0..19166\\)"),
+    (w21_sample(LACKED, 99, cls=0), f"the image's name {LACKED}_99 says {LACKED}"),
+])
+def test_a_w21_sample_whose_cls_does_not_fit_its_own_table_is_refused(tmp_path, bad, why):
+    """In winter21's own table the label is .cls, checked against the wnid the image's name carries."""
     root = write_w21(tmp_path / "imagenet-w21-wds", bad=bad)
     with pytest.raises(SourceError, match=why):
         prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_a_w21_sample_without_a_wnid_in_its_name_takes_its_jsons_class_name(tmp_path):
-    root = write_w21(tmp_path / "imagenet-w21-wds", bad=no_wnid(w21_sample(W21_CLASSES[2], 99), class_name=True))
-    prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+@pytest.mark.parametrize("asked,table", [(None, TABLE_W21), ("imagenet-22k", TABLE_22K)])
+def test_a_w21_sample_without_a_wnid_in_its_name_takes_its_cls_or_its_jsons_class_name(tmp_path, asked, table):
+    """Its own table: the label is .cls; 22k's: the wnid of its .json's class_name."""
+    root = write_w21(tmp_path / "imagenet-w21-wds", bad=no_wnid(w21_sample(W21_SPREAD[2], 99), class_name=True))
+    prepare(config(root, tmp_path / "out", shard_size_mb=0.02, allow_partial=True, class_table=asked))
     with tarfile.open(next((tmp_path / "out" / "train").glob("*.tar"))) as tar:
         labels = {m.name: int(tar.extractfile(m).read()) for m in tar if m.name.endswith(".cls")}
-    assert labels["image_99.cls"] == TABLE_22K.index(W21_CLASSES[2])
+    assert labels["image_99.cls"] == table.index(W21_SPREAD[2])
 
 
 def test_cls_order_takes_any_index_among_sorted_wnids_and_refuses_what_disagrees_with_the_names():
@@ -679,10 +734,110 @@ def test_cls_order_takes_any_index_among_sorted_wnids_and_refuses_what_disagrees
 def test_w21_without_info_refuses_a_shard_beyond_its_numbering_and_records_its_rules(tmp_path):
     root = write_w21(tmp_path / "imagenet-w21-wds", info=False)
     assert detect(root).identity()["rules"] == {"held_out_shards": 10,
-                                                "labels": "the wnid of each image's name, in ImageNet-22k's table"}
+                                                "labels": ".cls, checked against the wnid of each image's name"}
+    # in 22k's table, the rules datasets prepared before #53 recorded, word for word: they keep their identity
+    assert detect(root).labelled_in("imagenet-22k", None).identity()["rules"] == {
+        "held_out_shards": 10, "labels": "the wnid of each image's name, in ImageNet-22k's table"}
     write_tar(root / "imagenet_w21-train-2048.tar", [w21_sample(W21_CLASSES[0], 1)])
     with pytest.raises(SourceError, match="holds imagenet_w21-train-2048.tar, which is not among .* 2,048 train shards"):
         detect(root).open()
+
+
+# ---------------------------------------------------------------- winter21's class table (#53)
+
+def winter21_download(tmp_path: Path, layout: str) -> Path:
+    """winter21 as image-net.org's archive or as timm's w21 shards, of W21_SPREAD's classes."""
+    if layout == "imagenet-full":
+        return write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz",
+                          counts={wnid: 6 for wnid in W21_SPREAD})
+    return write_w21(tmp_path / "imagenet-w21-wds", classes=W21_SPREAD)
+
+
+@pytest.mark.parametrize("layout", ["imagenet-full", "timm-w21-wds"])
+def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is_asked_for(tmp_path, small_held_out,
+                                                                                          caplog, layout):
+    """A dataset prepared before winter21's own table was the default is in 22k's, with the identity
+    --class-table imagenet-22k gives now (the rules it recorded, word for word): a rerun without --class-table
+    finds it whole and keeps it; winter21's own table is another dataset (refused without --force, through the
+    command line's flag)."""
+    from prepare.cli import main
+
+    root, dest = winter21_download(tmp_path, layout), tmp_path / "out"
+    options = {"shard_size_mb": 0.02, "allow_partial": True}
+    before = prepare(config(root, dest, class_table="imagenet-22k", **options))
+    assert before.num_classes == 21841 and before.source["rules"] == {
+        "imagenet-full": {"held_out_per_class": 50, "held_out_from": 500, "min_side": 32},
+        "timm-w21-wds": {"held_out_shards": 10, "labels": "the wnid of each image's name, in ImageNet-22k's table"},
+    }[layout]
+    shards = tree_bytes(dest)
+    with caplog.at_level("INFO", logger="prepare"):
+        again = prepare(config(root, dest, **options))
+    assert again.num_classes == 21841 and tree_bytes(dest) == shards
+    assert f"{dest} holds this download prepared in the imagenet-22k class table: it keeps it" in caplog.text
+    assert "already holds this dataset" in caplog.text
+    flags = ["--source", str(root), "--dest", str(dest), "--shard-size", "0.02", "--allow-partial", "--no-shared-read",
+             "--class-table", "imagenet-w21"]
+    assert main(flags) == 2 and "was prepared differently" in caplog.text and read_manifest(dest).num_classes == 21841
+    assert main([*flags, "--force"]) == 0
+    after = read_manifest(dest)
+    assert after.num_classes == 19167 and after.class_maps["imagenet-22k"]["classes"] == 21841
+    assert prepare(config(root, dest, **options)).num_classes == 19167  # now its own table is what --dest keeps
+
+
+def test_the_manifest_maps_winter21s_classes_into_the_other_table(tmp_path, small_held_out):
+    """Labelled in its own table, each class's index among 22k's; labelled in 22k's, each one's among winter21's
+    (-1 for the 2,674 it lacks): recorded as 22k's val records 12k's classes."""
+    from prepare.labels import indices_in
+
+    root = winter21_download(tmp_path, "imagenet-full")
+    own = prepare(config(root, tmp_path / "own", shard_size_mb=0.02))
+    in_22k = prepare(config(root, tmp_path / "in-22k", shard_size_mb=0.02, class_table="imagenet-22k"))
+    assert own.class_maps == {"imagenet-22k": {"classes": 21841, "index": indices_in("imagenet-w21", "imagenet-22k")}}
+    back = in_22k.class_maps["imagenet-w21"]
+    assert back["classes"] == 19167 and back["index"].count(-1) == 2674
+    assert all(TABLE_W21[j] == TABLE_22K[i] for i, j in enumerate(back["index"]) if j >= 0)
+    assert read_manifest(tmp_path / "own").class_maps == own.class_maps  # as written, read back
+    keys_own, keys_22k = shard_labels(tmp_path / "own"), shard_labels(tmp_path / "in-22k")
+    assert {key: own.class_maps["imagenet-22k"]["index"][label] for key, label in keys_own["train"].items()} \
+        == keys_22k["train"]
+
+
+@pytest.mark.slow  # about 15 s: 19,167 classes twice
+def test_winter21_and_w21_with_every_one_of_the_19167_synsets_label_each_as_its_w21_cls(tmp_path, small_held_out):
+    """Fakes that hold each of winter21's real synsets: w21 shards with one sample a synset (.cls its index among
+    the sorted synsets, as timm's shards number them), winter21_whole.tar.gz with one class tar a synset (six
+    images in every 1,000th, for a val). Both prepare to 19,167 classes in that order, and every image's label is
+    the .cls of its synset."""
+    image = jpeg(16, 16)
+    w21 = tmp_path / "imagenet-w21-wds"
+    w21.mkdir()
+    samples = [{"__key__": f"{wnid}_{n}", "jpg": image, "cls": str(n).encode()} for n, wnid in enumerate(TABLE_W21)]
+    write_tar(w21 / "imagenet_w21-train-0000.tar", samples[:19000])
+    write_tar(w21 / "imagenet_w21-train-2047.tar", samples[19000:])  # a val shard: the last 10 are held out
+    counts = {wnid: 6 if n % 1000 == 0 else 1 for n, wnid in enumerate(TABLE_W21)}
+    winter21 = write_full(tmp_path / "src" / "winter21_whole.tar.gz", "winter21_whole/", "w:gz", counts=counts)
+    cls = {key.split("_")[0]: label for key, label in source_cls(w21).items()}
+    assert sorted(cls.values()) == list(range(19167))
+    for root, dest in ((w21, tmp_path / "from-w21"), (winter21, tmp_path / "from-winter21")):
+        manifest = prepare(config(root, dest, shard_size_mb=1, allow_partial=True))
+        assert [c.wnid for c in manifest.classes] == TABLE_W21
+        labels = {key: label for split in shard_labels(dest).values() for key, label in split.items()}
+        assert {key.split("_")[0] for key in labels} == set(TABLE_W21)  # every synset, each image labelled
+        assert all(label == cls[key.split("_")[0]] for key, label in labels.items())
+
+
+def test_a_class_table_the_download_is_not_labelled_in_is_refused_naming_it(tmp_path, sources, small_held_out):
+    """fall11 holds the 2,674 classes winter21 lacks: only 22k's table; ImageNet-1k has its own alone."""
+    fall11 = write_full(tmp_path / "src" / "fall11_whole.tar")
+    with pytest.raises(SourceError, match="--class-table imagenet-w21: this download \\(layout imagenet-full\\) is "
+                                          "labelled in its own table, imagenet-22k alone; .* leave it out"):
+        prepare(config(fall11, tmp_path / "out", class_table="imagenet-w21", allow_partial=True))
+    with pytest.raises(SourceError, match="--class-table imagenet-22k: this download \\(layout official\\) is "
+                                          "labelled in its own table alone"):
+        prepare(config(sources["official"], tmp_path / "out", class_table="imagenet-22k"))
+    assert not (tmp_path / "out").exists()
+    assert prepare(config(fall11, tmp_path / "out", class_table="imagenet-22k", allow_partial=True,
+                          shard_size_mb=0.02)).num_classes == 21841  # its own, named
 
 
 def test_images_under_32_px_in_a_full_release_are_left_out_counted_and_named(tmp_path, caplog, small_held_out):

@@ -10,6 +10,16 @@ A layout's module answers these, and nothing else decides them:
                                      looked up again
     identifying_files(root, found)   the files whose size and mtime identify the download (a rerun compares them)
     open_source(root, found)         the `Source` (prepare/sources/base.py): classes, parts, what it declares
+    RULES                            (where it has some) what it decides that the download does not say: in the
+                                     source's identity, so that a change makes a dataset prepared by the old
+                                     rule another dataset
+
+A layout whose labels may index more than one class table (winter21's: its own 19,167 synsets or
+ImageNet-22k's 21,841) answers instead of RULES:
+
+    tables(found)                    the built-in tables it labels in (prepare/labels.py), its default first
+    rules(found, table)              its RULES where it labels in `table`
+    open_source(root, found, table)  its `Source`, labelled in `table`
 
 `detect(root)` lists --source's top (and the folders some layout looks in) once, and asks the layouts whose
 signs show there, in `LAYOUTS`' order: a download is read by its own layout's code alone, no other layout's
@@ -26,7 +36,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -84,6 +94,7 @@ class Detected:
     layout: Layout
     found: object  # what the layout's `recognise` found, handed back to it
     listings: dict = field(default_factory=dict, compare=False, repr=False)  # folders detection listed (names_in)
+    table: str | None = None  # the class table it labels in, where the layout offers more than one (`tables`)
 
     @property
     def name(self) -> str:
@@ -100,8 +111,38 @@ class Detected:
             st = path.stat()
             name = path.name if self.root.is_file() else os.path.relpath(path, self.root)
             files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        rules = getattr(self.layout, "RULES", None)  # what the layout decides that the download does not say
+        rules = self.rules()
         return {"path": str(self.root), "layout": self.name, "files": files} | ({"rules": rules} if rules else {})
+
+    def rules(self) -> dict | None:
+        """What the layout decides that the download does not say (its class table among them)."""
+        if self.table is not None:
+            return self.layout.rules(self.found, self.table)
+        return getattr(self.layout, "RULES", None)
+
+    def tables(self) -> tuple[str, ...]:
+        """The class tables the layout labels this download in, its default first; () where it has its own alone."""
+        offered = getattr(self.layout, "tables", None)
+        return offered(self.found) if offered else ()
+
+    def labelled_in(self, asked: str | None, prepared: dict | None) -> "Detected":
+        """The download labelled in the table --class-table asks for; without one, in the table of the dataset
+        prepared from it before (`prepared`: the source its manifest records, None where --dest holds none),
+        else in the layout's default. Refused where the layout does not label in the table asked for. Pure."""
+        offered = self.tables()
+        if asked is not None:
+            if asked not in offered:
+                raise SourceError(table_refusal(self.name, asked, offered))
+            return replace(self, table=asked)
+        return replace(self, table=self.kept_table(prepared) or self.table)
+
+    def kept_table(self, prepared: dict | None) -> str | None:
+        """The table a dataset prepared from this download was labelled in, read from the source its
+        manifest records (its path, layout and rules); None where it was not prepared from this download."""
+        if not prepared or (prepared.get("path"), prepared.get("layout")) != (str(self.root), self.name):
+            return None
+        return next((table for table in self.tables()
+                     if replace(self, table=table).rules() == prepared.get("rules")), None)
 
     def holds(self, path: Path) -> bool:
         """Whether `path` lies inside the download (a --dest there would be read as part of it)."""
@@ -109,7 +150,19 @@ class Detected:
 
     def open(self) -> Source:
         with listings_kept(self.listings):
+            if self.table is not None:
+                return self.layout.open_source(self.root, self.found, self.table)
             return self.layout.open_source(self.root, self.found)
+
+
+def table_refusal(layout: str, asked: str, offered: tuple[str, ...]) -> str:
+    """--class-table naming a table the download is not labelled in. Pure."""
+    if len(offered) > 1:
+        return f"--class-table {asked}: this download (layout {layout}) is labelled in {' or '.join(offered)}"
+    own = f"its own table, {offered[0]}" if offered else "its own table"
+    return (f"--class-table {asked}: this download (layout {layout}) is labelled in {own} alone; --class-table "
+            "chooses between winter21's own 19,167 classes and ImageNet-22k's 21,841 for ImageNet-21k's winter21 "
+            "release (winter21_whole.tar.gz, timm/imagenet-w21-wds): leave it out")
 
 
 def detect(root: Path) -> Detected:
@@ -122,7 +175,8 @@ def detect(root: Path) -> Detected:
         shown = what_shows(root, {folder for layout in layouts().values() for folder in layout.SIGNS.folders})
         for layout in layouts().values():
             if signs_show(layout.SIGNS, shown) and (found := layout.recognise(root)):
-                return Detected(root, layout, found, listings)
+                detected = Detected(root, layout, found, listings)
+                return replace(detected, table=next(iter(detected.tables()), None))  # the layout's default
     raise SourceError(not_recognised(root))
 
 

@@ -193,6 +193,11 @@ class Source:
         `class_subsets`): name -> the subset's classes' indices in `classes`, in its label order."""
         return {}
 
+    def class_maps(self) -> dict[str, dict]:
+        """Where the classes lie in another table they nest with (the manifest's `class_maps`, made by
+        prepare.labels.class_maps): {table: {"classes": its count, "index": each class's index there or -1}}."""
+        return {}
+
     def val_keys(self) -> set[str] | None:
         """The val images' keys where the layout lists them before reading (its labels name them)."""
         return None

@@ -8,9 +8,14 @@
                             index (prepare/sources/gzip_index.py); every later job reads a part a class tar, as
                             fall11's, each inflated from the index's nearest checkpoint
 
-Labels are the index among ImageNet-22k's 21,841 sorted wnids (fall11's; timm's imagenet22k_synsets.txt, the
-table prepare ships): winter21's 19,167 synsets are among them, so a class has the same index in either
-release and in timm/imagenet-22k-wds, and no pass over a 1.1 TB stream is needed to list its classes first.
+Labels are a class's index among a table's sorted wnids, a table prepare ships (prepare/labels.py), so no
+pass over a 1.1 TB stream is needed to list the classes first. fall11's are ImageNet-22k's 21,841 (timm's
+imagenet22k_synsets.txt). winter21's are by default its own 19,167 (`--class-table imagenet-w21`), as timm's
+w21 shards number them (.cls) and timm, birder and others train them: a checkpoint trained here is theirs
+to evaluate or fine-tune, and the other way round. `--class-table imagenet-22k` labels winter21 in 22k's
+table instead (a class has the same index in either release and in timm/imagenet-22k-wds), for whoever
+combines it with them; a dataset prepared before winter21's own table was the default keeps 22k's. Either way
+the manifest records where its classes lie in the other table (`class_maps`).
 
 Neither release has a val split: prepare holds one out by a fixed rule (`held_out`), ImageNet-21K-P's
 (Ridnik et al. 2021): of each class with more than HELD_OUT_FROM images, the first HELD_OUT_PER_CLASS by name
@@ -33,7 +38,7 @@ from prepare.completeness import Declared, Gap
 from prepare.sources.gzip_index import (
     Inflated, Member, archive_stamp, close_readers, indexed_reader, keep_index, load_index,
 )
-from prepare.labels import WNID, builtin_class_names, class_table
+from prepare.labels import WNID, builtin_class_names, class_maps, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, image_key, readable_file
 from prepare.sources.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
@@ -47,9 +52,11 @@ RELEASES = {FALL11: 21_841, WINTER21: 19_167}  # archive -> the synsets it holds
 HELD_OUT_PER_CLASS = 50  # val images a class gives (ImageNet-21K-P's)
 HELD_OUT_FROM = 500  # ... where it has more than this many (21K-P keeps only such classes)
 MIN_SIDE = 32  # pixels: smaller images are left out, counted and named (timm's w21 dropped about 2,000 such)
-TABLE = "imagenet-22k"
+TABLES = {FALL11: ("imagenet-22k",), WINTER21: ("imagenet-w21", "imagenet-22k")}  # archive -> its tables, default first
+TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's 21,841 (fall11's)", "imagenet-w21": "winter21's own 19,167 (imagenet-w21)"}
 # what this layout decides that the download does not say: in the source's identity, so that a change makes a
-# dataset prepared by the old rule another dataset (prepare/sources/__init__.py's Detected.identity)
+# dataset prepared by the old rule another dataset (prepare/sources/__init__.py's Detected.identity); the
+# table where it is not 22k's (a dataset prepared in 22k's before winter21's own was the default keeps its identity)
 RULES = {"held_out_per_class": HELD_OUT_PER_CLASS, "held_out_from": HELD_OUT_FROM, "min_side": MIN_SIDE}
 EXPECTED = (f"image-net.org's full release: {FALL11} or {WINTER21} (a tar of <wnid>.tar), this folder or the file; "
             f"val is held out ({HELD_OUT_PER_CLASS} a class)")
@@ -80,14 +87,16 @@ def split_items(images: list[tuple[str, bytes]], wnid: str, split: str, origin: 
                        split if named else None)
 
 
-def class_of(member: str, known: frozenset[str], origin: str) -> str | None:
-    """The wnid of an outer member named [folder/]<wnid>.tar; None for what is not a class tar."""
+def class_of(member: str, known: frozenset[str], origin: str, table: str = "imagenet-22k") -> str | None:
+    """The wnid of an outer member named [folder/]<wnid>.tar (one of `known`, `table`'s); None for what is
+    not a class tar."""
     wnid = member.rsplit("/", 1)[-1].removesuffix(".tar")
     if not member.endswith(".tar") or not WNID.match(wnid):
         return None
     if wnid not in known:
-        raise SourceError(f"{origin}:{member}: synset {wnid} is not among ImageNet-22k's 21,841 (fall11's): is the "
-                          "archive image-net.org's full release?")
+        other = " (--class-table imagenet-22k labels in ImageNet-22k's 21,841)" if table != "imagenet-22k" else ""
+        raise SourceError(f"{origin}:{member}: synset {wnid} is not among {TABLE_WORDS[table]}, the table its labels "
+                          f"index: is the archive image-net.org's full release?{other}")
     return wnid
 
 
@@ -164,6 +173,7 @@ class FullStream:
     size: int
     known: frozenset[str]
     splits: tuple[str, ...]
+    table: str = "imagenet-22k"  # the one `known` is, for the refusal of a class tar outside it
 
     def wnids(self) -> set[str]:
         return set(self.known)
@@ -177,7 +187,7 @@ class FullStream:
         class_tars = []
         with Inflated(self.archive, available_cpus()) as stream:
             for member, data in iterate_whole_tar_members(stream, self.archive):
-                wnid = class_of(member.name, self.known, self.archive)
+                wnid = class_of(member.name, self.known, self.archive, self.table)
                 if wnid is not None:
                     if learn:
                         class_tars.append(Member(member.name, member.offset_data, member.size, zlib.crc32(data)))
@@ -194,12 +204,12 @@ class FullStream:
 # ---------------------------------------------------------------- the source
 
 class FullRelease(Source):
-    """fall11_whole.tar or winter21_whole.tar.gz: ImageNet-22k's class table, val held out."""
+    """fall11_whole.tar or winter21_whole.tar.gz, labelled in `table` (one of `tables`), val held out."""
     layout = NAME
 
-    def __init__(self, root: Path, archive: Path):
-        self.root, self.archive = root, readable_file(archive, "the full release's archive")
-        names = builtin_class_names(TABLE)
+    def __init__(self, root: Path, archive: Path, table: str):
+        self.root, self.archive, self.table = root, readable_file(archive, "the full release's archive"), table
+        names = builtin_class_names(table)
         self.classes = class_table(list(names), names)
         self.synsets = RELEASES[archive.name]
         self.index = load_index(archive) if archive.name == WINTER21 else None
@@ -229,7 +239,7 @@ class FullRelease(Source):
             members = [Member(m.name, m.offset_data, m.size) for m in archive_members(self.archive) if m.isreg()]
         found = []
         for member in members:
-            wnid = class_of(member.name, known, str(self.archive))
+            wnid = class_of(member.name, known, str(self.archive), self.table)
             if wnid is not None:
                 found.append((wnid, member))
         return found
@@ -241,7 +251,7 @@ class FullRelease(Source):
 
     def joint_parts(self, splits: tuple[str, ...]) -> list:
         return [FullStream(str(self.archive), sum(map(self.split_bytes, splits)), frozenset(self.class_index()),
-                           splits)]
+                           splits, self.table)]
 
     def parts(self, split: str) -> list:
         if self.streamed:  # a split alone (a size sample's): the stream read whole for it
@@ -266,6 +276,10 @@ class FullRelease(Source):
             missing = tuple(f"{c.wnid}.tar" for c in self.classes if c.wnid not in present)
             return Declared(split, (Gap("class archives", len(self.classes), "ImageNet-22k's table (fall11's)", missing),))
         return Declared(split)
+
+    def class_maps(self) -> dict[str, dict]:
+        """Where its classes lie in the table it nests with (winter21's own in 22k's, and 22k's in it)."""
+        return class_maps(self.table)
 
     def why_empty(self, split: str) -> str:
         if split != "val":
@@ -297,5 +311,14 @@ def identifying_files(root: Path, found: Path) -> list[Path]:
     return [found]
 
 
-def open_source(root: Path, found: Path) -> FullRelease:
-    return FullRelease(root, found)
+def tables(found: Path) -> tuple[str, ...]:
+    """fall11's own table, 22k's; winter21's own (the default), or 22k's."""
+    return TABLES[found.name]
+
+
+def rules(found: Path, table: str) -> dict:
+    return RULES | ({"class_table": table} if table != "imagenet-22k" else {})
+
+
+def open_source(root: Path, found: Path, table: str) -> FullRelease:
+    return FullRelease(root, found, table)

@@ -15,10 +15,12 @@ Each sample is KEY.jpg, KEY.cls (the class's index among the sorted wnids), KEY.
 beside the shards lists them and counts their samples. The downloads differ only in their names and
 class tables, so each is a `TimmSet` of this module and a line of the registry (prepare/sources/__init__.py).
 ImageNet-1k's classes come from a class list beside the shards or the built-in table
-(prepare/sources/class_lists.py); 12k's and 22k's from the tables prepare ships (timm's, prepare/imagenet12k_classes.txt,
-imagenet22k_classes.txt). w21's .cls numbers a 19,167-class table that nothing ships: its labels are
-22k's, by the wnid each image's name carries (the index winter21_whole.tar.gz's classes get too, layout
-imagenet-full), and .cls is checked to agree with the names (`check_cls_order`). The WebP variant
+(prepare/sources/class_lists.py); 12k's, 22k's and w21's from the tables prepare ships (timm's,
+prepare/imagenet12k_classes.txt, imagenet22k_classes.txt; winter21's own 19,167, imagenet_w21_classes.txt), .cls
+checked against the wnid the image's name carries. w21 may be labelled in 22k's table instead
+(`--class-table imagenet-22k`, the index winter21_whole.tar.gz's classes get there too, and what a dataset
+prepared before winter21's own table was the default keeps): then its labels are 22k's, by the wnid each
+image's name carries, and .cls is checked to agree with the names (`check_cls_order`). The WebP variant
 (timm/imagenet-w21-webp-wds) is refused: prepare writes JPEG shards, and its images would have to be
 decoded and re-encoded (`webp_refusal`).
 
@@ -36,7 +38,7 @@ from typing import Iterator
 
 from prepare.sources.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
-from prepare.labels import builtin_class_names, class_table
+from prepare.labels import builtin_class_names, class_maps, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, check_safe_name, checked_key, \
     image_stem, readable_file
 from prepare.sources.tars import iterate_whole_tar
@@ -54,24 +56,30 @@ class TimmSet:
     NAME: str  # the layout's name (the registry's and the manifest's)
     repo: str  # where it is downloaded from
     prefix: str  # of its shards' names: {prefix}-train-0000.tar
-    table: str | None  # the built-in class table (labels.BUILTIN_TABLES); None: a class list beside, or ImageNet-1k's
+    table: str | None  # the built-in class table its .cls numbers (labels.BUILTIN_TABLES); None: a class list beside,
+    # or ImageNet-1k's
     shard_counts: dict[str, int]  # split -> its shards, where _info.json is not there to list them
     subsets: tuple[str, ...] = ()  # built-in tables of class subsets evaluated on their own (its val's)
     held_out_shards: int = 0  # without a val split: its last train shards are val (their number)
-    labels_by_name: bool = False  # the class is the wnid of each image's name, not .cls (W21Shard)
+    other_tables: tuple[str, ...] = ()  # built-in tables it may be labelled in instead, by its names' wnids (W21Shard)
     SIGNS: Signs = Signs()  # made from the prefix (__post_init__): _info.json, or a shard of its name
 
     def __post_init__(self):
         object.__setattr__(self, "SIGNS", Signs(names=(TIMM_INFO, f"{self.prefix}-*.tar")))
 
-    @property
-    def RULES(self) -> dict | None:
+    def tables(self, found) -> tuple[str, ...]:
+        """The tables it is labelled in, its own first; () for ImageNet-1k's (a class list beside may give it)."""
+        return (self.table, *self.other_tables) if self.table else ()
+
+    def rules(self, found, table: str) -> dict | None:
         """What prepare decides that the download does not say, in the source's identity (a change makes
-        a dataset prepared by the old rule another dataset): w21's val and labels."""
-        if not (self.held_out_shards or self.labels_by_name):
+        a dataset prepared by the old rule another dataset): w21's val and labels. (In 22k's table, the words
+        of the datasets prepared before winter21's own table was the default: they keep their identity.)"""
+        if not self.held_out_shards:
             return None
         return {"held_out_shards": self.held_out_shards,
-                "labels": "the wnid of each image's name, in ImageNet-22k's table" if self.labels_by_name else ".cls"}
+                "labels": ".cls, checked against the wnid of each image's name" if table == self.table
+                else f"the wnid of each image's name, in {TABLE_WORDS[table]} table"}
 
     @property
     def EXPECTED(self) -> str:
@@ -103,8 +111,8 @@ class TimmSet:
     def identifying_files(self, root: Path, found: bool) -> list[Path]:
         return wds_files(root, self)
 
-    def open_source(self, root: Path, found: bool) -> "WdsShards":
-        return WdsShards(root, self)
+    def open_source(self, root: Path, found: bool, table: str | None = None) -> "WdsShards":
+        return WdsShards(root, self, table)
 
 
 IMAGENET_1K = TimmSet("timm-wds", "timm/imagenet-1k-wds", "imagenet1k", None, {"train": 1024, "val": 64})
@@ -116,8 +124,9 @@ IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "
 # the last 10 of 2,048 are val: about 64,000 images, 0.5 % (10/2,048 of its 13,151,276 is 64,215, our own
 # division; birder's info.txt counts 128,430 for the last 10 of its WebP variant's 1,024 shards).
 HELD_OUT_SHARDS = 10
-IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-22k", {"train": 2048},
-                       held_out_shards=HELD_OUT_SHARDS, labels_by_name=True)
+IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-w21", {"train": 2048},
+                       held_out_shards=HELD_OUT_SHARDS, other_tables=("imagenet-22k",))
+TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's", "imagenet-w21": "winter21's own"}
 
 
 def listed_prefix(info: Path) -> str | None:
@@ -187,8 +196,8 @@ class WdsShard:
 
 @dataclass(frozen=True)
 class W21Shard(WdsShard):
-    """A shard of timm/imagenet-w21-wds: the class is the wnid of the image's name (or of its .json's
-    class_name), in 22k's table. Its .cls, an index in a table nothing ships, decides nothing; it is
+    """A shard of timm/imagenet-w21-wds labelled in 22k's table: the class is the wnid of the image's name
+    (or of its .json's class_name). Its .cls, an index in winter21's own table, decides nothing; it is
     checked only to agree with the names (`check_cls_order`)."""
 
     def items(self) -> Iterator[Item]:
@@ -204,8 +213,8 @@ class W21Shard(WdsShard):
         wnid = named.group(1) if named else json_class_name(sample.get("json"))
         if wnid not in self.known:
             raise SourceError(f"{origin}: neither the image's name {key} nor its .json's class_name gives one of "
-                              f"ImageNet-22k's wnids, which is where prepare takes {self.repo}'s classes from: is the "
-                              f"shard {self.repo}'s? Download it again")
+                              f"the class table's {len(self.classes):,} wnids, which is where prepare takes "
+                              f"{self.repo}'s classes from: is the shard {self.repo}'s? Download it again")
         return wnid
 
     @functools.cached_property
@@ -407,19 +416,18 @@ def wds_files(root: Path, spec: TimmSet = IMAGENET_1K) -> list[Path]:
 
 
 def wds_shards_present(root: Path, listed: WdsSplit, missing: set[str], wnids: tuple[str, ...],
-                       spec: TimmSet) -> list[WdsShard]:
+                       spec: TimmSet, table: str | None) -> list[WdsShard]:
     lengths = listed.shard_lengths or (None,) * len(listed.filenames)
     present = [(root / name, count) for name, count in zip(listed.filenames, lengths) if name not in missing]
-    kind = W21Shard if spec.labels_by_name else WdsShard
+    kind = W21Shard if table != spec.table else WdsShard  # in another table than its .cls numbers: by name
     return [kind(str(readable_file(path, "a shard")), path.stat().st_size, count, wnids, spec.repo)
             for path, count in present]
 
 
-def timm_classes(root: Path, spec: TimmSet) -> list[ClassInfo]:
-    """12k's and 22k's built-in tables (timm's, the index its .cls is); for ImageNet-1k, a class list beside
-    the shards or the built-in 1000."""
-    if spec.table is not None:
-        names = builtin_class_names(spec.table)
+def timm_classes(root: Path, table: str | None) -> list[ClassInfo]:
+    """A built-in table (12k's, 22k's, w21's); for ImageNet-1k, a class list beside the shards or the built-in 1000."""
+    if table is not None:
+        names = builtin_class_names(table)
         return class_table(list(names), names)
     return read_class_list(class_list_file([root])).classes
 
@@ -428,17 +436,17 @@ class WdsShards(Source):
     """One of timm's WebDataset downloads: its shards, one part each; .cls is the class index in the
     sorted-wnid order (this project's), checked against the names where they carry a wnid."""
 
-    def __init__(self, root: Path, spec: TimmSet = IMAGENET_1K):
-        self.root, self.spec, self.layout = root, spec, spec.NAME
+    def __init__(self, root: Path, spec: TimmSet = IMAGENET_1K, table: str | None = None):
+        self.root, self.spec, self.layout, self.table = root, spec, spec.NAME, table or spec.table
         self.splits_info = wds_splits(root, spec)
-        self.classes = timm_classes(root, spec)
+        self.classes = timm_classes(root, self.table)
         wnids = tuple(c.wnid for c in self.classes)
         info = (root / TIMM_INFO).is_file()
         self._parts, self._declared = {}, {}
         stated = spec is not IMAGENET_1K or len(self.classes) == IMAGENET_1K_CLASSES
         for split, listed in self.splits_info.items():
             gap = wds_gap(root, listed, info, spec.shard_counts.get(split) if stated else None, spec)
-            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids, spec)
+            self._parts[split] = wds_shards_present(root, listed, set(gap.missing), wnids, spec, self.table)
             found = sum(part.count for part in self._parts[split]) if listed.shard_lengths else None
             self._declared[split] = Declared(split, (gap,), listed.num_samples, TIMM_INFO if info else None, found)
 
@@ -460,6 +468,10 @@ class WdsShards(Source):
         """22k: its val is 12k's, evaluated also among the 12k classes alone ("12k")."""
         return {table.removeprefix("imagenet-"): subset_indices(self.classes, builtin_class_names(table))
                 for table in self.spec.subsets}
+
+    def class_maps(self) -> dict[str, dict]:
+        """Where its classes lie in the table they nest with (w21's own in 22k's; 22k's in w21's)."""
+        return class_maps(self.table) if self.table else {}
 
 
 def subset_indices(classes: list[ClassInfo], subset: dict[str, str]) -> list[int]:
