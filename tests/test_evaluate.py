@@ -84,7 +84,8 @@ def test_what_cannot_be_evaluated_is_refused_in_one_line(ema_run, tmp_path, capl
     assert main([str(tmp_path / "empty")]) == 2
     assert f"no checkpoint at {tmp_path / 'empty' / 'last.pt'}: nothing to evaluate" in caplog.text
     assert main([str(run), "--data", str(other_classes)]) == 2
-    assert f"does not fit {other_classes}, which has 2 classes (size mismatch for " in caplog.text
+    assert (f"the checkpoint's model predicts the 6 classes its run trained on, not the 2 of {other_classes} "
+            "(another class table), and the data's manifest maps its classes into no table of theirs") in caplog.text
     assert "give --data the dataset the run was trained on" in caplog.text
 
 

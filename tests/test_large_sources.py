@@ -598,13 +598,16 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
         assert index.is_file()  # kept by the node that read the stream, or used
 
 
-def test_the_library_loader_exposes_the_22k_table_and_the_12k_subset(prepared_22k):
+def test_the_library_loader_exposes_the_22k_table_the_12k_subset_and_the_map_into_winter21s(prepared_22k):
     from train import ImageNetLoader
 
     with ImageNetLoader(prepared_22k, "val", batch_size=4, image_size=32, device="cpu", workers=1) as data:
         assert data.num_classes == 21841 and data.classes[0].wnid == "n00004475"
         subset = data.class_subsets["12k"]
         assert [data.classes[label].wnid for label in subset] == TABLE_12K
+        to_w21 = data.class_maps["imagenet-w21"]  # a w21 model's label of each class, -1 where it has none
+        assert len(to_w21) == 21841 and to_w21.count(-1) == 2674
+        assert all(TABLE_W21[j] == data.classes[i].wnid for i, j in enumerate(to_w21) if j >= 0)
         labels = [int(label) for batch in data.batches() for label in batch.labels]
         assert len(labels) == 8 and set(labels) <= set(subset)  # 22k's val is 12k's
 
@@ -824,6 +827,60 @@ def test_winter21_and_w21_with_every_one_of_the_19167_synsets_label_each_as_its_
         labels = {key: label for split in shard_labels(dest).values() for key, label in split.items()}
         assert {key.split("_")[0] for key in labels} == set(TABLE_W21)  # every synset, each image labelled
         assert all(label == cls[key.split("_")[0]] for key, label in labels.items())
+
+
+@pytest.mark.slow  # two training processes
+def test_a_model_trained_in_either_table_evaluates_on_winter21_in_the_other_through_the_recorded_mapping(
+        tmp_path, small_held_out, caplog):
+    """python -m train.evaluate of a checkpoint trained on winter21 in one table, given winter21 prepared in the
+    other: the data's manifest maps its classes into the checkpoint's table. The w21 model (19,167 outputs) on
+    22k's labels predicts what it predicted on its own (its classes are all there): the run's own figures. The
+    22k model (21,841) on w21's labels is scored among the data's classes: never worse than on its own."""
+    from train.run.evaluation import EVAL_NAME, main
+
+    root = winter21_download(tmp_path, "imagenet-full")
+    datasets = {table: tmp_path / table for table in ("imagenet-w21", "imagenet-22k")}
+    for table, dest in datasets.items():
+        prepare(config(root, dest, shard_size_mb=0.02, class_table=table))
+    for trained, other in (("imagenet-w21", "imagenet-22k"), ("imagenet-22k", "imagenet-w21")):
+        run = tmp_path / f"run-{trained}"
+        result = warm.run("train", "--data", datasets[trained], "--run-dir", run, "--arch", "resnet18", "--image-size",
+                          "32", "--batch-size", "4", "--epochs", "1", "--workers", "1", "--warmup-epochs", "1",
+                          "--shuffle-buffer", "16")
+        assert result.returncode == 0, result.stderr[-3000:]
+        (own,) = read_metrics(run)
+        with caplog.at_level("INFO", logger="train"):
+            assert main([str(run), "--data", str(datasets[other]), "--workers", "1"]) == 0
+        record = json.loads((run / EVAL_NAME).read_text().splitlines()[-1])
+        assert record["class_map"] == trained and record["val_images"] == own["val_images"] == 6
+        assert f"through its manifest's mapping into {trained}" in caplog.text
+        if trained == "imagenet-w21":
+            assert [record[k] for k in ("val_top1", "val_top5")] == [own[k] for k in ("val_top1", "val_top5")]
+            assert record["val_loss"] == pytest.approx(own["val_loss"], rel=1e-5)
+        else:
+            assert record["val_top1"] >= own["val_top1"] and record["val_top5"] >= own["val_top5"]
+
+
+def test_outputs_are_placed_on_the_datas_classes_only_through_a_mapping_the_manifest_records():
+    """mapped_outputs (pure): the table whose mapping names the checkpoint's classes; ClassPlacement: the model's
+    columns on the data's, what the model lacks below everything it has."""
+    import torch
+
+    from shards.manifest import ClassInfo, Manifest
+    from train.run.evaluation import mapped_outputs
+    from train.run.loop import ClassPlacement
+
+    data = ["n1", "n2", "n3"]  # labelled in a table of 3; the model's table holds n3 and n1 (and n9, not here)
+    manifest = Manifest(source={"path": "/data"}, options={}, classes=[ClassInfo(i, w, w) for i, w in enumerate(data)],
+                        splits={}, class_maps={"small": {"classes": 3, "index": [1, -1, 0]}})
+    assert mapped_outputs(None, manifest, "/data") is None and mapped_outputs(data, manifest, "/data") is None
+    assert mapped_outputs(["n3", "n1", "n9"], manifest, "/data") == ("small", [1, 0], [0, 2])
+    for trained in (["n1", "n3", "n9"], ["n3", "n1"], ["a", "b"]):  # another order, another count, other classes
+        with pytest.raises(Exception, match=f"predicts the {len(trained)} classes its run trained on, not the 3 of "
+                                            "/data .*it maps them into: small \\(3\\)\\): give --data"):
+            mapped_outputs(trained, manifest, "/data")
+    placed = ClassPlacement([1, 0], [0, 2], 3, torch.device("cpu")).place(torch.tensor([[5.0, 7.0, 9.0]]))
+    assert placed[0, 0] == 7.0 and placed[0, 2] == 5.0 and placed[0, 1] == 5.0 - ClassPlacement.LACKING
 
 
 def test_a_class_table_the_download_is_not_labelled_in_is_refused_naming_it(tmp_path, sources, small_held_out):

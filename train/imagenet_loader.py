@@ -86,9 +86,10 @@ class _Shared:
     (the last close() ends them), and how many loaders still use them."""
 
     def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...],
-                 class_subsets: dict[str, tuple[int, ...]]):
+                 class_subsets: dict[str, tuple[int, ...]], class_maps: dict[str, tuple[int, ...]]):
         self.loader, self.device_decoder = loader, device_decoder
         self.dataset_id, self.classes, self.class_subsets = dataset_id, classes, class_subsets
+        self.class_maps = class_maps
         self.users = 1
         self.passes: weakref.WeakSet = weakref.WeakSet()  # the generators of the passes not yet finished
         self.lock = threading.Lock()
@@ -194,7 +195,8 @@ class ImageNetLoader:
                         image_size=largest, threads=decode_threads(threads, env), decode=decode,
                         pin_memory=pins_memory(self.device))
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest),
-                               {name: tuple(indices) for name, indices in manifest.class_subsets.items()})
+                               {name: tuple(indices) for name, indices in manifest.class_subsets.items()},
+                               {table: tuple(mapping["index"]) for table, mapping in manifest.class_maps.items()})
         self._mixer = mixer_for(self.augment, manifest.num_classes)
         self._begin(split)
 
@@ -245,6 +247,17 @@ class ImageNetLoader:
         (timm/imagenet-22k-wds, whose val is ImageNet-12k's), {"12k": the labels of the 12k classes, in 12k's
         order}: `logits[:, subset].argmax(1)` is a prediction among them. Empty for most datasets."""
         return dict(self._shared.class_subsets)
+
+    @property
+    def class_maps(self) -> dict[str, tuple[int, ...]]:
+        """Where the classes lie in another class table they nest with, from the manifest: winter21
+        (winter21_whole.tar.gz, timm/imagenet-w21-wds) labelled in its own 19,167 classes gives
+        {"imagenet-22k": each label's index among ImageNet-22k's 21,841}; labelled in 22k's, {"imagenet-w21":
+        each label's index among winter21's, -1 for the 2,674 it lacks}. A model of the other table is scored on
+        these labels with `logits[:, torch.tensor(maps["imagenet-22k"])]` (a 22k model, its outputs on w21's
+        labels) or on `torch.tensor(maps["imagenet-w21"])[labels]` (a w21 model, 22k's labels as its own). Empty
+        for most datasets."""
+        return dict(self._shared.class_maps)
 
     @property
     def threads(self) -> int:

@@ -6,6 +6,11 @@ subset's val), with the run's own model, validation transform and metrics, every
 of ranks (launched as training's are: srun, torchrun). For the numbers again after a crash in the last
 epoch's evaluation, on another prepared copy of the data, or on a checkpoint kept from earlier.
 
+A checkpoint trained in another class table the data's nests with (winter21 in its own 19,167 classes,
+evaluated on winter21 or fall11 prepared in ImageNet-22k's 21,841, or the other way round) is evaluated through
+the mapping the data's manifest records (`class_maps`): its outputs are placed on the data's classes
+(`mapped_outputs`), and it is scored among the data's classes.
+
 It reads the checkpoint and appends one record to RUN_DIR/eval.jsonl; it never writes last.pt or
 metrics.jsonl, so it takes no run directory lock and may run while the run trains (it reads last.pt as
 last saved: checkpoints are written atomically).
@@ -64,6 +69,26 @@ def what_was_evaluated(checkpoint, path: Path, data: str, dataset_id: str, run_d
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def mapped_outputs(trained: list[str] | None, manifest, data: str) -> tuple[str, list[int], list[int]] | None:
+    """Where the checkpoint's outputs (the classes its run trained on, `trained`: their wnids in its label
+    order) lie among the classes of the data at `data`, through a mapping its manifest records (`class_maps`):
+    (the table, the model's output columns, the data's class columns), or None where the data's classes are
+    the checkpoint's (or the checkpoint does not name them: its model's shape decides). A UserError where
+    they differ and no recorded mapping is the checkpoint's table. Pure."""
+    wnids = [c.wnid for c in manifest.classes]
+    if trained is None or trained == wnids:
+        return None
+    for table, mapping in manifest.class_maps.items():
+        pairs = [(j, i) for i, j in enumerate(mapping["index"]) if j >= 0]
+        if mapping["classes"] == len(trained) and all(trained[j] == wnids[i] for j, i in pairs):
+            return table, [j for j, _ in pairs], [i for _, i in pairs]
+    recorded = ", ".join(f"{table} ({m['classes']:,})" for table, m in manifest.class_maps.items()) or "none"
+    raise UserError(f"the checkpoint's model predicts the {len(trained):,} classes its run trained on, not the "
+                    f"{len(wnids):,} of {data} (another class table), and the data's "
+                    f"manifest maps its classes into no table of theirs (it maps them into: {recorded}): give "
+                    "--data the dataset the run was trained on, or one prepared from its source")
+
+
 def evaluation_line(record: dict) -> str:
     """The log line of a record: where the run was, then val's and the evaluation sets' figures."""
     from train.run.metrics import evaluation_sets
@@ -88,7 +113,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.config import TrainConfig
     from train.run.devices import device_for
-    from train.run.loop import build_run, close_data, evaluate_all, join_ranks
+    from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
     from train.run.metrics import append_durably
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
@@ -99,12 +124,16 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     saved = TrainConfig.from_dict(checkpoint.config)
     config = evaluation_config(saved, args)
     manifest = read_complete_manifest(Path(config.data))
+    mapped = mapped_outputs((checkpoint.dataset or {}).get("classes"), manifest, config.data)
     device = device_for(env, config.device)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
     run = None
     try:
         control = join_ranks(env, device, config.dist_timeout)
-        run = build_run(config, env, manifest, device, control, preemption=None, batch_size=config.batch_size)
+        run = build_run(config, env, manifest, device, control, preemption=None, batch_size=config.batch_size,
+                        model_classes=len(checkpoint.dataset["classes"]) if mapped else None)
+        if mapped:
+            run.outputs_on_data = ClassPlacement(mapped[1], mapped[2], manifest.num_classes, device)
         try:
             run.model.load_state_dict(checkpoint.model)
         except RuntimeError as exn:  # the head's shape: another number of classes
@@ -115,10 +144,14 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
             run.ema.load_state_dict(checkpoint.ema)
         dataset_id = manifest.dataset_id()
         record = what_was_evaluated(checkpoint, path, config.data, dataset_id, saved.dataset_id,
-                                    env.world_size) | evaluate_all(run)
+                                    env.world_size) | ({"class_map": mapped[0]} if mapped else {}) | evaluate_all(run)
         if env.is_main:
             append_durably(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
-            if dataset_id != saved.dataset_id:
+            if mapped:
+                log.info("the checkpoint's %d classes are placed on %s's %d through its manifest's mapping into %s: "
+                         "the model is scored among the data's classes", len(checkpoint.dataset["classes"]),
+                         config.data, manifest.num_classes, mapped[0])
+            elif dataset_id != saved.dataset_id:
                 log.info("%s is not the dataset the run trained on (dataset_id %s, the run's %s): another prepared "
                          "copy of the same classes", config.data, dataset_id, saved.dataset_id)
             log.info("%s", evaluation_line(record))

@@ -105,6 +105,8 @@ class Run:
     preemption: Preemption
     tracker: NoTracker = field(default_factory=NoTracker)  # --tracker's (rank 0): opened where the run resumes
     ema: AveragedModel | None = None  # --ema: the average of the weights, evaluated and checkpointed too
+    # python -m train.evaluate of a checkpoint trained in another class table: its outputs placed on the data's
+    outputs_on_data: "ClassPlacement | None" = None
 
 
 # ---------------------------------------------------------------- set-up
@@ -238,13 +240,14 @@ def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
 
 
 def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: torch.device, control,
-              preemption: Preemption, batch_size: int) -> Run:
+              preemption: Preemption, batch_size: int, model_classes: int | None = None) -> Run:
     """The run on this world, each rank taking `batch_size` samples a step (--batch-size, but where a
-    resume on another world size shares the run's global batch out: Checkpoint.batch_on)."""
+    resume on another world size shares the run's global batch out: Checkpoint.batch_on); its model
+    with `model_classes` outputs where they are not the data's classes (an evaluation across class tables)."""
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
-    model = model_on(config.arch, manifest.num_classes, device, config.channels_last)
+    model = model_on(config.arch, model_classes or manifest.num_classes, device, config.channels_last)
     global_batch = batch_size * env.world_size
     steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, batch_size)
     if steps == 0:
@@ -454,6 +457,8 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
             continue
         with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
             logits = model(x).float()
+        if run.outputs_on_data is not None:
+            logits = run.outputs_on_data.place(logits)
         top = logits.topk(k, dim=1).indices
         sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
                                  (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
@@ -500,6 +505,25 @@ class ClassSubset:
         top = logits[:, self.indices].topk(self.k, dim=1).indices
         right = top == place[:, None]
         return torch.stack([(right[:, 0] & counted).sum(), (right.any(dim=1) & counted).sum(), counted.sum()]).double()
+
+
+class ClassPlacement:
+    """A model's outputs placed on the data's classes, where the model was trained in another class table the
+    data's nests with (the manifest's `class_maps`): output `model_columns[i]` is data class `data_columns[i]`.
+    A data class the model lacks gets a logit LACKING below the batch's lowest (no probability: never among its
+    top-5, an image of it is counted wrong, its loss finite); a model class the data lacks is left out (the
+    model is scored among the data's classes, as a subset is)."""
+    LACKING = 1e4
+
+    def __init__(self, model_columns: list[int], data_columns: list[int], data_classes: int, device: torch.device):
+        self.model_columns = torch.tensor(model_columns, dtype=torch.long, device=device)
+        self.data_columns = torch.tensor(data_columns, dtype=torch.long, device=device)
+        self.data_classes = data_classes
+
+    def place(self, logits: torch.Tensor) -> torch.Tensor:
+        placed = logits.new_full((len(logits), self.data_classes), -self.LACKING) + logits.amin()
+        placed[:, self.data_columns] = logits[:, self.model_columns]
+        return placed
 
 
 def class_subsets(manifest: Manifest, device: torch.device) -> dict[str, ClassSubset]:
