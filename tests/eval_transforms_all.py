@@ -1,14 +1,14 @@
 """Every distinct published evaluation transform against validation's pixels (#53): each timm pretrained
 data config (`resolve_data_config` of every `timm.list_pretrained()` name, distinct by input size, crop_pct,
 crop_mode, interpolation and mean; no weights are downloaded) and each torchvision weight's `transforms()`
-(distinct by crop, resize and interpolation), on wide, tall and small photo-like JPEGs, taking the loader's
+(distinct by crop, resize, interpolation, mean and std: 28), on wide, tall and small photo-like JPEGs, taking the loader's
 arguments as docs/library.md shows a user taking them (`train.eval_transform_arguments`). A transform passes
 where every image is within tests/test_val_transforms.py's bounds (a mean of MEAN_BOUND grey levels a
 pixel, 2 at most); one the loader cannot be asked for is counted as refused, by name.
 
     .venv/bin/python tests/eval_transforms_all.py [--images 3]
 
-Prints one line per failure or refusal and the count; exit status 1 unless every one passes. The release
+Prints one line per failure or refusal and the count; exit status 1 unless every one passes. The behaviour
 tier runs it (tests/test_eval_transforms_all.py).
 """
 
@@ -54,7 +54,9 @@ def torchvision_transforms() -> dict[str, tuple]:
     for model in list_models(module=torchvision.models):
         for weight in get_model_weights(model):
             preset = weight.transforms()
-            key = (tuple(preset.crop_size), tuple(preset.resize_size or ()), preset.interpolation.value)
+            # the normalisation too: VGG16's IMAGENET1K_FEATURES shares its sizes with others, not its mean and std
+            key = (tuple(preset.crop_size), tuple(preset.resize_size or ()), preset.interpolation.value,
+                   tuple(preset.mean), tuple(preset.std))
             distinct.setdefault(key, (f"torchvision {weight}", preset))
     return {name: (preset, preset) for name, preset in distinct.values()}
 
