@@ -3,6 +3,7 @@ salloc, sbatch and scancel, each node with its own SLURM_TMPDIR. CPU and gloo.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -253,11 +254,12 @@ def wait_job(slurm, job: str, timeout: float = 600) -> dict:
     raise AssertionError(f"job {job} did not finish in {timeout} s: {job_state(slurm, job)}")
 
 
-def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2, more: str = "") -> str:
-    """Submit a job script in CPU test mode: the GPU and size options overridden on the command line; `more`:
-    more of the environment (",NAME=VALUE,...")."""
+def sbatch(slurm, script: str, tmp_path: Path, train_args: str, nodes: int = 2, more: str = "",
+           options: tuple[str, ...] = ()) -> str:
+    """Submit a job script in CPU test mode: the GPU and size options overridden on the command line (and
+    `options`, a site's); `more`: more of the environment (",NAME=VALUE,...")."""
     cpu_mode = [f"--nodes={nodes}", "--ntasks-per-node=1", "--gpus-per-task=0", "--cpus-per-task=2",
-                "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out"]
+                "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out", *options]
     export = (f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
               f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={train_args}{more}")
     result = subprocess.run(["sbatch", "--parsable", *cpu_mode, export, script], cwd=ROOT, env=slurm,
@@ -346,6 +348,27 @@ def test_a_two_node_jobs_checkpoint_is_resumed_by_a_one_node_job(slurm, sources,
     for record in records:  # the run's 2-rank layout, read on one rank: the same samples
         assert record["train_key_hash"] == planned_key_hash(data, record["epoch"], 2, 6)
         assert record["steps"] == steps_per_epoch(read_manifest(data).splits["train"].samples, 2, 6)
+
+
+def test_dawns_job_script_runs_on_two_nodes_with_the_cpu_and_samples_them(slurm, sources, tmp_path):
+    """#51: jobs/dawn.sbatch (Intel's GPUs, eight ranks a node) in CPU test mode: its partition and GPUs overridden on
+    the command line, DEVICE=cpu. Its oneCCL settings are exported to the ranks, the device reaches python -m
+    train, and STATS (on by default there) samples each node's vmstat and says in one line that it has no xpu-smi."""
+    shutil.copytree(sources["official"], tmp_path / "source")
+    train_args = TRAIN_CPU.replace("--device cpu ", "") + " --epochs 1 --batch-size 6 --workers 1"
+    job = sbatch(slurm, "jobs/dawn.sbatch", tmp_path, train_args, more=",DEVICE=cpu,STATS_EVERY=1",
+                 options=("--partition=debug", "--gres=none"))
+    state = wait_job(slurm, job)
+    text = (tmp_path / f"job-{job}.out").read_text()
+    assert state["JobState"] == "COMPLETED", text
+    assert ("DAWN: 2 ranks on --device cpu, ZE_FLAT_DEVICE_HIERARCHY=FLAT, CCL_ATL_TRANSPORT=ofi FI_PROVIDER=verbs "
+            "CCL_ZE_IPC_EXCHANGE=sockets") in text
+    assert [r["epoch"] for r in read_metrics(tmp_path / "run")] == [0]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["settings"]["device"] == "cpu"
+    for node in ("node1", "node2"):
+        sampled = (tmp_path / "run" / "stats" / f"vmstat-{node}.txt").read_text().splitlines()
+        assert sum(line.split()[0].isdigit() for line in sampled) >= 2, sampled[:3]
+        assert text.count(f"sample_stats.sh: {node} has neither xpu-smi nor nvidia-smi: its GPUs are not sampled") == 1
 
 
 def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_path):
