@@ -29,6 +29,7 @@ from train.run.metrics import read_metrics
 
 TABLE_22K = list(builtin_class_names("imagenet-22k"))
 TABLE_W21 = list(builtin_class_names("imagenet-w21"))
+SET_W21 = set(TABLE_W21)  # once, as SET_12K
 TABLE_12K = list(builtin_class_names("imagenet-12k"))
 SET_12K = set(TABLE_12K)  # once: a set made in each comprehension's test took 8 s of every run's collection
 IN_12K = [wnid for wnid in TABLE_22K if wnid in SET_12K]
@@ -695,7 +696,7 @@ def test_a_w21_sample_whose_cls_or_name_does_not_fit_22ks_table_is_refused(tmp_p
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-LACKED = next(wnid for wnid in TABLE_22K if wnid not in set(TABLE_W21))  # one of the 2,674 winter21 lacks
+LACKED = next(wnid for wnid in TABLE_22K if wnid not in SET_W21)  # one of the 2,674 winter21 lacks
 
 
 @pytest.mark.parametrize("bad,why", [
@@ -756,6 +757,7 @@ def winter21_download(tmp_path: Path, layout: str) -> Path:
     return write_w21(tmp_path / "imagenet-w21-wds", classes=W21_SPREAD)
 
 
+@pytest.mark.slow  # five prepares of each
 @pytest.mark.parametrize("layout", ["imagenet-full", "timm-w21-wds"])
 def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is_asked_for(tmp_path, small_held_out,
                                                                                           caplog, layout):
@@ -787,6 +789,7 @@ def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is
     assert prepare(config(root, dest, **options)).num_classes == 19167  # now its own table is what --dest keeps
 
 
+@pytest.mark.slow  # two prepares in 19,167 and 21,841 classes
 def test_the_manifest_maps_winter21s_classes_into_the_other_table(tmp_path, small_held_out):
     """Labelled in its own table, each class's index among 22k's; labelled in 22k's, each one's among winter21's
     (-1 for the 2,674 it lacks): recorded as 22k's val records 12k's classes."""
