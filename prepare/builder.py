@@ -30,7 +30,8 @@ from pathlib import Path
 from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
-    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild, verified_existing,
+    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild,
+    verified_existing,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect

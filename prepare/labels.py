@@ -150,7 +150,7 @@ BUILTIN_TABLES = {  # the class tables prepare ships, by name: (file, how many c
     "imagenet-1k": (BUILTIN_CLASSES, 1000),
     "imagenet-12k": ("imagenet12k_classes.txt", 11821),  # timm's 12k subset of fall11
     "imagenet-22k": ("imagenet22k_classes.txt", 21841),  # fall11's classes
-    "imagenet-w21": ("imagenet_w21_classes.txt", 19167),  # winter21's own: 22k's less 2,674 (as w21's .cls numbers them)
+    "imagenet-w21": ("imagenet_w21_classes.txt", 19167),  # winter21's own, 22k's less 2,674: what w21's .cls numbers
 }
 # tables whose classes nest (winter21's in fall11's): a dataset labelled in one records where its classes lie in
 # the other (the manifest's `class_maps`), so that a model of either table evaluates on it
@@ -197,7 +197,8 @@ def class_maps(table: str) -> dict[str, dict]:
     maps = {}
     for other in MAPPED_TABLES.get(table, ()):
         position = {wnid: index for index, wnid in enumerate(read_builtin_table(other))}
-        maps[other] = {"classes": len(position), "index": [position.get(wnid, -1) for wnid in read_builtin_table(table)]}
+        index = [position.get(wnid, -1) for wnid in read_builtin_table(table)]
+        maps[other] = {"classes": len(position), "index": index}
     return maps
 
 

@@ -313,7 +313,8 @@ def test_a_full_release_prepares_in_its_class_table_with_a_held_out_val(tmp_path
     assert len(keys["train"]) == sum(PER_CLASS.values()) - 2 * len(big)
     assert not keys["train"].keys() & keys["val"].keys()
     assert all(table[label] == key.split("_")[0] for split in keys for key, label in keys[split].items())
-    assert {label for labels in keys.values() for label in labels.values()} >= {table.index(w) for w in FULL_CLASSES[-2:]}
+    labels = {label for split in keys.values() for label in split.values()}
+    assert labels >= {table.index(wnid) for wnid in FULL_CLASSES[-2:]}
 
 
 def test_fall11_missing_a_class_tar_is_named_and_allow_partial_prepares_the_rest(tmp_path, small_held_out):
@@ -501,7 +502,8 @@ def test_nodes_that_would_label_in_different_class_tables_are_refused_naming_the
 
     with pytest.raises(Exception, match="different class tables \\(a, c: imagenet-22k; b: imagenet-w21\\): without "
                                         "--class-table a node keeps .* Give every node the same --class-table"):
-        refuse_disagreement(["a", "b", "c"], ["p", "q", "p"], [None] * 3, ["imagenet-22k", "imagenet-w21", "imagenet-22k"])
+        refuse_disagreement(["a", "b", "c"], ["p", "q", "p"], [None] * 3,
+                            ["imagenet-22k", "imagenet-w21", "imagenet-22k"])
 
 
 def test_parse_index_takes_only_an_index_of_this_archive_whole():
@@ -627,7 +629,8 @@ def w21_sample(wnid: str, n: int, cls: int | None = None) -> dict[str, bytes]:
             "cls": str(TABLE_W21.index(wnid) if cls is None else cls).encode(), "json": json.dumps(meta).encode()}
 
 
-def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None, classes: list[str] = W21_CLASSES) -> Path:
+def write_w21(root: Path, info: bool = True, bad: dict[str, bytes] | None = None,
+              classes: list[str] = W21_CLASSES) -> Path:
     """timm/imagenet-w21-wds: _info.json lists 2,048 train shards (and no other split); W21_PRESENT are here,
     two samples each (`bad` in the first)."""
     root.mkdir(parents=True)
@@ -647,7 +650,8 @@ def source_cls(root: Path) -> dict[str, int]:
     labels = {}
     for shard in root.glob("*.tar"):
         with tarfile.open(shard) as tar:
-            labels |= {m.name.removesuffix(".cls"): int(tar.extractfile(m).read()) for m in tar if m.name.endswith(".cls")}
+            labels |= {m.name.removesuffix(".cls"): int(tar.extractfile(m).read())
+                       for m in tar if m.name.endswith(".cls")}
     return labels
 
 

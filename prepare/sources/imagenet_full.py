@@ -53,7 +53,8 @@ HELD_OUT_PER_CLASS = 50  # val images a class gives (ImageNet-21K-P's)
 HELD_OUT_FROM = 500  # ... where it has more than this many (21K-P keeps only such classes)
 MIN_SIDE = 32  # pixels: smaller images are left out, counted and named (timm's w21 dropped about 2,000 such)
 TABLES = {FALL11: ("imagenet-22k",), WINTER21: ("imagenet-w21", "imagenet-22k")}  # archive -> its tables, default first
-TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's 21,841 (fall11's)", "imagenet-w21": "winter21's own 19,167 (imagenet-w21)"}
+TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's 21,841 (fall11's)",
+               "imagenet-w21": "winter21's own 19,167 (imagenet-w21)"}
 # what this layout decides that the download does not say: in the source's identity, so that a change makes a
 # dataset prepared by the old rule another dataset (prepare/sources/__init__.py's Detected.identity); the
 # table where it is not 22k's (a dataset prepared in 22k's before winter21's own was the default keeps its identity)
