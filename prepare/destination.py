@@ -176,6 +176,11 @@ def describe_difference(old: dict, new: dict) -> list[str]:
     for name in ("path", "layout"):
         if old["source"].get(name) != new["source"].get(name):
             diffs.append(f"source {name} was {old['source'].get(name)!r}, now {new['source'].get(name)!r}")
+    old_rules, new_rules = old["source"].get("rules") or {}, new["source"].get("rules") or {}
+    for name in sorted(set(old_rules) | set(new_rules)):  # what the layout decides: winter21's class table among them
+        if old_rules.get(name) != new_rules.get(name):
+            was, now = (repr(rules[name]) if name in rules else "unset" for rules in (old_rules, new_rules))
+            diffs.append(f"the layout's rule {name} was {was}, now {now}")
     for name, what in (("eval_sets", "--eval-source"), ("real_labels", "--real-labels")):
         if old["source"].get(name) != new["source"].get(name):
             diffs.append(f"{what} was {describe_eval(old['source'].get(name))}, now {describe_eval(new['source'].get(name))}")
