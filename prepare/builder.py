@@ -31,7 +31,7 @@ from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
     dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild,
-    verified_existing,
+    verified_existing, with_class_maps,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
@@ -62,9 +62,9 @@ def prepare(config: PrepareConfig) -> Manifest:
     with exclusive_lock(dest):
         found = verified_existing(dest, identity, config)
         if found.complete is not None:
-            return found.complete
+            return with_class_maps(dest, found.complete, detected.class_maps())
         if found.base is not None:
-            return add_eval_sets(dest, config, identity, found.base)
+            return add_eval_sets(dest, config, identity, with_class_maps(dest, found.base, detected.class_maps()))
         with open_prepare_source(detected, config) as source:  # closes what it opened to read, at the end
             return build_and_report(source, dest, config, identity, found.damaged)
 

@@ -12,7 +12,7 @@ import logging
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prepare.config import PrepareConfig, PrepareError
@@ -20,6 +20,7 @@ from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
+    write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import MB
@@ -43,6 +44,20 @@ def prepared_source(dest: Path) -> dict | None:
         return read_manifest(dest).source
     except DatasetNotReady:
         return None
+
+
+def with_class_maps(dest: Path, manifest: Manifest, maps: dict[str, dict]) -> Manifest:
+    """A complete dataset prepared before manifests recorded `class_maps` (#53: winter21, fall11, timm's 22k),
+    given them by the rerun that finds it whole: its manifest written again, atomically, with them (its files and
+    dataset id as they were), so that a model of the other class table evaluates on it. As it is where it has
+    them, or its layout has none."""
+    if manifest.class_maps or not maps:
+        return manifest
+    manifest = replace(manifest, class_maps=maps)
+    write_manifest(dest, manifest)
+    log.info("%s: recorded where its classes lie in %s (the manifest's class_maps, which it was prepared without)",
+             dest, " and ".join(maps))
+    return manifest
 
 
 def make_dest(dest: Path) -> None:

@@ -38,7 +38,7 @@ from prepare.builder import (
     passes_of, resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
-from prepare.destination import make_dest, verified_existing
+from prepare.destination import make_dest, verified_existing, with_class_maps
 from prepare.sources import Detected
 from prepare.exchange import PENDING_SEGMENTS, STREAMED_AHEAD_BYTES, ExchangeStats, PartStream, exchange, read_outcomes
 from shards.lock import exclusive_lock, held_by_a_live_prepare
@@ -136,10 +136,11 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
 def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: dict,
                 pool: WorkerPool | None) -> Manifest:
     """What this node does once the others need nothing more of it: nothing where its dataset is
-    complete; else add the evaluation sets it lacks, from its own read of them (under its lock)."""
+    complete (but the class_maps a dataset prepared before them lacks); else add the evaluation sets it lacks,
+    from its own read of them (under its lock)."""
     if node.base is None:
-        return node.existing
-    return add_eval_sets(dest, config, identity, node.base, pool)
+        return with_class_maps(dest, node.existing, node.source.class_maps())
+    return add_eval_sets(dest, config, identity, with_class_maps(dest, node.base, node.source.class_maps()), pool)
 
 
 def step_marker(dest: Path, env: NodeGroupEnv):

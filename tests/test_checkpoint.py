@@ -158,6 +158,26 @@ def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
         saved.check_resumable(refused, dataset=again | {"classes": ["n09"]})
 
 
+def test_a_resume_on_winter21_labelled_in_its_other_table_names_the_flag_that_gives_the_runs():
+    """A run trained on winter21 in 22k's table (the default before #53), resumed by a job that prepared its node-local
+    disk anew in winter21's own: refused naming --class-table imagenet-22k; and the other way round."""
+    from train.run.checkpoint import labelled_again_in
+
+    source = {"path": "/data/winter21_whole.tar.gz", "layout": "imagenet-full"}
+    in_22k = {"source": source, "classes": [f"n{i:08d}" for i in range(21841)], "samples": {}, "options": {}}
+    in_w21 = in_22k | {"classes": in_22k["classes"][:19167]}
+    assert labelled_again_in(in_22k, in_w21) == ("19,167 classes, where the run trained on 21,841. To resume, prepare "
+                                                 "it with --class-table imagenet-22k (the run's table), or point --data "
+                                                 "at the copy it trained on; or start a new run in another --run-dir")
+    assert "--class-table imagenet-w21" in labelled_again_in(in_w21, in_22k)
+    assert labelled_again_in(in_22k, in_22k) == labelled_again_in(in_22k, in_w21 | {"source": {"path": "/x"}}) == ""
+    saved = checkpoint(torch.nn.Linear(3, 2))
+    saved.dataset = in_22k
+    with pytest.raises(ResumeError, match="/scratch/w21 holds the run's source labelled in another class table: 19,167 "
+                                          "classes, .* --class-table imagenet-22k"):
+        saved.check_resumable(TrainConfig("/scratch/w21", "run", arch="resnet18", dataset_id="new"), dataset=in_w21)
+
+
 def test_restore_loads_the_weights_and_this_ranks_sums():
     model = torch.nn.Linear(3, 2)
     saved = checkpoint(model)

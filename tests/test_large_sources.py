@@ -766,10 +766,13 @@ def winter21_download(tmp_path: Path, layout: str) -> Path:
 def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is_asked_for(tmp_path, small_held_out,
                                                                                           caplog, layout):
     """A dataset prepared before winter21's own table was the default is in 22k's, with the identity
-    --class-table imagenet-22k gives now (the rules it recorded, word for word): a rerun without --class-table
-    finds it whole and keeps it; winter21's own table is another dataset (refused without --force, through the
-    command line's flag)."""
+    --class-table imagenet-22k gives now (the rules it recorded, word for word), and without class_maps: a rerun
+    without --class-table finds it whole and keeps it, recording its class_maps; winter21's own table is another
+    dataset (refused without --force, through the command line's flag)."""
+    from dataclasses import replace
+
     from prepare.cli import main
+    from shards.manifest import write_manifest
 
     root, dest = winter21_download(tmp_path, layout), tmp_path / "out"
     options = {"shard_size_mb": 0.02, "allow_partial": True}
@@ -778,12 +781,15 @@ def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is
         "imagenet-full": {"held_out_per_class": 50, "held_out_from": 500, "min_side": 32},
         "timm-w21-wds": {"held_out_shards": 10, "labels": "the wnid of each image's name, in ImageNet-22k's table"},
     }[layout]
+    write_manifest(dest, replace(before, class_maps={}))  # as manifests were before #53
     shards = tree_bytes(dest)
     with caplog.at_level("INFO", logger="prepare"):
         again = prepare(config(root, dest, **options))
-    assert again.num_classes == 21841 and tree_bytes(dest) == shards
+    assert again.num_classes == 21841 and tree_bytes(dest) == shards and again.dataset_id() == before.dataset_id()
+    assert read_manifest(dest).class_maps == again.class_maps == before.class_maps  # recorded, as a build does
     assert f"{dest} holds this download prepared in the imagenet-22k class table: it keeps it" in caplog.text
     assert "already holds this dataset" in caplog.text
+    assert f"{dest}: recorded where its classes lie in imagenet-w21 (the manifest's class_maps" in caplog.text
     flags = ["--source", str(root), "--dest", str(dest), "--shard-size", "0.02", "--allow-partial", "--no-shared-read",
              "--class-table", "imagenet-w21"]
     assert main(flags) == 2 and read_manifest(dest).num_classes == 21841
@@ -846,7 +852,8 @@ def test_a_model_trained_in_either_table_evaluates_on_winter21_in_the_other_thro
     """python -m train.evaluate of a checkpoint trained on winter21 in one table, given winter21 prepared in the
     other: the data's manifest maps its classes into the checkpoint's table. The w21 model (19,167 outputs) on
     22k's labels predicts what it predicted on its own (its classes are all there): the run's own figures. The
-    22k model (21,841) on w21's labels is scored among the data's classes: never worse than on its own."""
+    22k model (21,841) on w21's labels is scored among the data's classes: never worse than on its own, and its loss
+    lower (the softmax over fewer classes)."""
     from train.run.evaluation import EVAL_NAME, main
 
     root = winter21_download(tmp_path, "imagenet-full")
@@ -868,8 +875,9 @@ def test_a_model_trained_in_either_table_evaluates_on_winter21_in_the_other_thro
         if trained == "imagenet-w21":
             assert [record[k] for k in ("val_top1", "val_top5")] == [own[k] for k in ("val_top1", "val_top5")]
             assert record["val_loss"] == pytest.approx(own["val_loss"], rel=1e-5)
-        else:
+        else:  # its 2,674 other outputs left out: the true class's rank and softmax can only gain
             assert record["val_top1"] >= own["val_top1"] and record["val_top5"] >= own["val_top5"]
+            assert record["val_loss"] < own["val_loss"]
 
 
 def test_outputs_are_placed_on_the_datas_classes_only_through_a_mapping_the_manifest_records():

@@ -144,6 +144,13 @@ class Detected:
         return next((table for table in self.tables()
                      if replace(self, table=table).rules() == prepared.get("rules")), None)
 
+    def class_maps(self) -> dict[str, dict]:
+        """Where the classes of the table it labels in lie in the tables that nest with it (the manifest's
+        `class_maps`, as its `Source` gives them): none for a layout without a built-in table."""
+        from prepare.labels import class_maps  # (labels.py reads scipy: only where a table is asked for)
+
+        return class_maps(self.table) if self.table else {}
+
     def holds(self, path: Path) -> bool:
         """Whether `path` lies inside the download (a --dest there would be read as part of it)."""
         return path == self.root or self.root in path.parents

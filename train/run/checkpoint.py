@@ -133,6 +133,9 @@ class Checkpoint:
         checkpoint: `batch_on`.)"""
         saved = self.settings
         if saved.dataset_id != config.dataset_id and self.dataset and dataset:
+            relabelled = labelled_again_in(self.dataset, dataset)
+            if relabelled:
+                raise ResumeError(f"{config.data} holds the run's source labelled in another class table: {relabelled}")
             prepared_again = prepared_again_with(self.dataset, dataset)
             if prepared_again:
                 raise ResumeError(f"{config.data} holds the run's source prepared again with other options "
@@ -204,6 +207,21 @@ def dataset_of(manifest) -> dict:
     return {"source": {name: manifest.source.get(name) for name in ("path", "layout")},
             "options": dict(manifest.options), "classes": [c.wnid for c in manifest.classes],
             "samples": {name: split.samples for name, split in manifest.splits.items() if name in ("train", "val")}}
+
+
+TABLE_FLAGS = {21841: "--class-table imagenet-22k", 19167: "--class-table imagenet-w21"}  # winter21's two tables
+
+
+def labelled_again_in(trained: dict, now: dict) -> str:
+    """Where `now` is `trained`'s source (the same path and layout) labelled in winter21's other class table: what
+    each holds and the prepare flag that gives the run's (winter21's default became its own 19,167 classes, where
+    it was 22k's 21,841: a run on node-local disk prepared anew each job meets it); "" otherwise. Pure."""
+    counts = len(trained["classes"]), len(now["classes"])
+    if trained["source"] != now["source"] or set(counts) != set(TABLE_FLAGS):
+        return ""
+    return (f"{counts[1]:,} classes, where the run trained on {counts[0]:,}. To resume, prepare it with "
+            f"{TABLE_FLAGS[counts[0]]} (the run's table), or point --data at the copy it trained on; or start a new "
+            "run in another --run-dir")
 
 
 def prepared_again_with(trained: dict, now: dict) -> str:

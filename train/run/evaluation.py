@@ -83,8 +83,9 @@ def mapped_outputs(trained: list[str] | None, manifest, data: str) -> tuple[str,
         if mapping["classes"] == len(trained) and all(trained[j] == wnids[i] for j, i in pairs):
             return table, [j for j, _ in pairs], [i for _, i in pairs]
     recorded = ", ".join(f"{table} ({m['classes']:,})" for table, m in manifest.class_maps.items()) or "none"
+    other = "another class table" if len(trained) != len(wnids) else "other classes, or in another order"
     raise UserError(f"the checkpoint's model predicts the {len(trained):,} classes its run trained on, not the "
-                    f"{len(wnids):,} of {data} (another class table), and the data's "
+                    f"{len(wnids):,} of {data} ({other}), and the data's "
                     f"manifest maps its classes into no table of theirs (it maps them into: {recorded}): give "
                     "--data the dataset the run was trained on, or one prepared from its source")
 
