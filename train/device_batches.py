@@ -31,9 +31,7 @@ import torch
 from shards.not_built import not_built
 from train.device_decode import DeviceDecoder, crop_resize_flip
 from train.loader import Batch, EncodedBatch, take
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from train.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 
 Channels = tuple[float, float, float]

@@ -202,8 +202,7 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: torch.Tensor, flips: tor
     to size x size (or a (height, width) size) as the CPU decoder does (PIL's resize(box=...) with its
     bilinear or bicubic filter, or OpenCV's area), or with `regions` (int (n, 4): top, left, height,
     width) to that region of it, the rest `fill` (RGB), flipped where `flips`: float NCHW (channels_last
-    memory) in 0-255 on
-    the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
+    memory) in 0-255 on the images' device. Per group of windows: one padded copy, two batched matrix products (fp16 on
     a GPU: exact for pixels, weights to 11 bits), columns first and each clipped to 0-255, as PIL
     resizes and clips (bicubic's negative lobes overshoot: clipped in the other order, a pixel by a
     sharp edge near 0 or 255 would differ by 10 levels and more); the fractions are kept."""

@@ -39,7 +39,7 @@ from train.accelerators import pins_memory
 from train.augment.choices import Augment
 from train.augment.mixing import mixed_in_groups, mixer_for, mixing_groups, mixing_seed
 from train.cluster import DistEnv, default_workers, process_env
-from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, DeviceBatches
+from train.device_batches import DeviceBatches
 from train.errors import ConfigError, ResumeError
 from train.loader import Batch, Loader, PlanArgs, take
 from train.loader_arguments import (check_decode, check_device_decode, check_dtype, check_has_batches,
@@ -48,7 +48,7 @@ from train.loader_arguments import (check_decode, check_device_decode, check_dty
                                     epoch_length, largest_size, place_of)
 from train.numbers import Real, Whole, optional, whole_number
 from train.shard_index import ShardSet
-from train.transforms import ResolutionRamp
+from train.transforms import IMAGENET_MEAN, IMAGENET_STD, ResolutionRamp
 
 log = logging.getLogger("train")
 

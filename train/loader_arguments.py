@@ -17,12 +17,12 @@ from train.accelerators import XPU_TORCH, device_count, platform
 from train.augment.choices import Augment
 from train.cluster import DistEnv
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
-from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, Channels
+from train.device_batches import Channels
 from train.errors import ConfigError, about
 from train.loader import DECODES
 from train.numbers import optional, real_number, real_triple, whole_number
-from train.transforms import (FFCV_CROP_FRACTION, IMAGENET_FILL, VAL_CROP_MODES, ResolutionRamp, ValTransform,
-                              default_resize)
+from train.transforms import (FFCV_CROP_FRACTION, IMAGENET_FILL, IMAGENET_MEAN, IMAGENET_STD, VAL_CROP_MODES,
+                              ResolutionRamp, ValTransform, default_resize)
 
 
 def check_split(split: str, splits: Mapping) -> str:

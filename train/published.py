@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from train.errors import ConfigError
+from train.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.constants.DEFAULT_CROP_PCT, where a config leaves crop_pct out
 
@@ -40,8 +41,7 @@ def timm_arguments(config: Mapping) -> dict:
     crop = int(width) if height == width else (int(height), int(width))
     return {"val_crop": crop, "val_crop_fraction": float(config.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),
             "val_crop_mode": config.get("crop_mode") or "center", "val_interpolation": interpolation,
-            "mean": tuple(config.get("mean", (0.485, 0.456, 0.406))),
-            "std": tuple(config.get("std", (0.229, 0.224, 0.225)))}
+            "mean": tuple(config.get("mean", IMAGENET_MEAN)), "std": tuple(config.get("std", IMAGENET_STD))}
 
 
 def torchvision_arguments(preset) -> dict:

@@ -46,7 +46,9 @@ SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
 RESIZE_FOR_CROP = 256 / 224  # the classic evaluation's resize for a crop: Resize(256) for CenterCrop(224)
 VAL_CROP_MODES = ("center", "squash", "border", "ffcv")  # validation's geometries: see the module's docstring
-IMAGENET_FILL = (124, 116, 104)  # timm's border padding for ImageNet's mean: round(255 x (0.485, 0.456, 0.406))
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # ImageNet's normalisation (torchvision's and timm's defaults)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_FILL = tuple(round(255 * v) for v in IMAGENET_MEAN)  # timm's border padding for it: (124, 116, 104)
 FFCV_CROP_FRACTION = 224 / 256  # FFCV's DEFAULT_CROP_RATIO: the centre square's share of the short side
 TRIES = 10  # RandomResizedCrop's attempts before the centre-crop fallback
 DRAWS = 2 * TRIES + 3  # uniforms per sample: (area, log ratio) per try, top, left, flip
@@ -251,13 +253,13 @@ def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, n
     offset (crop - new) // 2 of the output (CenterCrop's padding). Regions None where no axis is padded."""
     crop_h, crop_w = (crop, crop) if isinstance(crop, int) else crop
     boxes, regions = [], []
-    for source, new, crop in ((widths, new_w, crop_w), (heights, new_h, crop_h)):
+    for source, new, side in ((widths, new_w, crop_w), (heights, new_h, crop_h)):
         new = new.astype(np.int64)
-        offset = np.where(new >= crop, np.rint((new - crop) / 2.0), 0.0)
+        offset = np.where(new >= side, np.rint((new - side) / 2.0), 0.0)
         scale = source / new.astype(np.float64)
-        kept = np.minimum(new, crop)
+        kept = np.minimum(new, side)
         boxes.append((offset * scale, (offset + kept) * scale))
-        regions.append(((crop - kept) // 2, kept))
+        regions.append(((side - kept) // 2, kept))
     (left, right), (top, bottom) = boxes
     box = np.stack([left, top, right, bottom], axis=1).astype(np.float32)
     (x, width), (y, height) = regions

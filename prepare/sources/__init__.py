@@ -146,7 +146,7 @@ class Detected:
 
     def class_maps(self) -> dict[str, dict]:
         """Where the classes of the table it labels in lie in the tables that nest with it (the manifest's
-        `class_maps`, as its `Source` gives them): none for a layout without a built-in table."""
+        `class_maps`, as its `Source` gives them: Source.class_maps): none for a layout without a built-in table."""
         from prepare.labels import class_maps  # (labels.py reads scipy: only where a table is asked for)
 
         return class_maps(self.table) if self.table else {}

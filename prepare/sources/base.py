@@ -137,6 +137,7 @@ class Source:
     root: Path
     classes: list[ClassInfo]
     splits: tuple[str, ...] = SPLITS  # the evaluation sets (prepare/eval_sets.py) add to these
+    table: str | None = None  # the built-in class table it labels in (prepare/labels.py), where it has one
 
     def parts(self, split: str) -> list[Part]:
         """The split as pieces that a worker reads on its own (each with `items()`), in order."""
@@ -194,9 +195,12 @@ class Source:
         return {}
 
     def class_maps(self) -> dict[str, dict]:
-        """Where the classes lie in another table they nest with (the manifest's `class_maps`, made by
-        prepare.labels.class_maps): {table: {"classes": its count, "index": each class's index there or -1}}."""
-        return {}
+        """Where the classes of its built-in table lie in another table they nest with (the manifest's
+        `class_maps`, prepare.labels.class_maps): {table: {"classes": its count, "index": each class's index
+        there or -1}}; none without a built-in table."""
+        from prepare.labels import class_maps  # (labels.py reads scipy: only where a table is asked for)
+
+        return class_maps(self.table) if self.table else {}
 
     def val_keys(self) -> set[str] | None:
         """The val images' keys where the layout lists them before reading (its labels name them)."""

@@ -38,7 +38,7 @@ from prepare.completeness import Declared, Gap
 from prepare.sources.gzip_index import (
     Inflated, Member, archive_stamp, close_readers, indexed_reader, keep_index, load_index,
 )
-from prepare.labels import WNID, builtin_class_names, class_maps, class_table
+from prepare.labels import WNID, builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, image_key, readable_file
 from prepare.sources.tars import archive_members, check_tar_complete, iterate_tar, iterate_whole_tar_members, read_at
 from shards.resources import available_cpus
@@ -277,10 +277,6 @@ class FullRelease(Source):
             missing = tuple(f"{c.wnid}.tar" for c in self.classes if c.wnid not in present)
             return Declared(split, (Gap("class archives", len(self.classes), "ImageNet-22k's table (fall11's)", missing),))
         return Declared(split)
-
-    def class_maps(self) -> dict[str, dict]:
-        """Where its classes lie in the table it nests with (winter21's own in 22k's, and 22k's in it)."""
-        return class_maps(self.table)
 
     def why_empty(self, split: str) -> str:
         if split != "val":

@@ -38,7 +38,7 @@ from typing import Iterator
 
 from prepare.sources.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
-from prepare.labels import builtin_class_names, class_maps, class_table
+from prepare.labels import builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, check_safe_name, checked_key, \
     image_stem, readable_file
 from prepare.sources.tars import iterate_whole_tar
@@ -126,7 +126,7 @@ IMAGENET_22K = TimmSet("timm-22k-wds", "timm/imagenet-22k-wds", "imagenet22k", "
 HELD_OUT_SHARDS = 10
 IMAGENET_W21 = TimmSet("timm-w21-wds", "timm/imagenet-w21-wds", "imagenet_w21", "imagenet-w21", {"train": 2048},
                        held_out_shards=HELD_OUT_SHARDS, other_tables=("imagenet-22k",))
-TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's", "imagenet-w21": "winter21's own"}
+TABLE_WORDS = {"imagenet-22k": "ImageNet-22k's"}  # of the tables a set may be labelled in besides its own
 
 
 def listed_prefix(info: Path) -> str | None:
@@ -468,10 +468,6 @@ class WdsShards(Source):
         """22k: its val is 12k's, evaluated also among the 12k classes alone ("12k")."""
         return {table.removeprefix("imagenet-"): subset_indices(self.classes, builtin_class_names(table))
                 for table in self.spec.subsets}
-
-    def class_maps(self) -> dict[str, dict]:
-        """Where its classes lie in the table they nest with (w21's own in 22k's; 22k's in w21's)."""
-        return class_maps(self.table) if self.table else {}
 
 
 def subset_indices(classes: list[ClassInfo], subset: dict[str, str]) -> list[int]:

@@ -85,9 +85,9 @@ def mapped_outputs(trained: list[str] | None, manifest, data: str) -> tuple[str,
     recorded = ", ".join(f"{table} ({m['classes']:,})" for table, m in manifest.class_maps.items()) or "none"
     other = "another class table" if len(trained) != len(wnids) else "other classes, or in another order"
     raise UserError(f"the checkpoint's model predicts the {len(trained):,} classes its run trained on, not the "
-                    f"{len(wnids):,} of {data} ({other}), and the data's "
-                    f"manifest maps its classes into no table of theirs (it maps them into: {recorded}): give "
-                    "--data the dataset the run was trained on, or one prepared from its source")
+                    f"{len(wnids):,} of {data} ({other}), and the data's manifest maps its classes into no table of "
+                    f"theirs (it maps them into: {recorded}): give --data the dataset the run was trained on, or one "
+                    "prepared from its source")
 
 
 def evaluation_line(record: dict) -> str:
@@ -112,7 +112,6 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from shards.resources import available_cpus
     from train.cluster import cpu_threads
     from train.run.checkpoint import checkpoint_path, load_checkpoint
-    from train.run.config import TrainConfig
     from train.run.devices import device_for
     from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
     from train.run.metrics import append_durably
@@ -122,7 +121,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
         raise UserError(f"no checkpoint at {path}: nothing to evaluate (a run saves RUN_DIR/last.pt at each epoch's "
                         "end and at a preemption; --checkpoint names another file)")
     checkpoint = load_checkpoint(path)
-    saved = TrainConfig.from_dict(checkpoint.config)
+    saved = checkpoint.settings
     config = evaluation_config(saved, args)
     manifest = read_complete_manifest(Path(config.data))
     mapped = mapped_outputs((checkpoint.dataset or {}).get("classes"), manifest, config.data)
