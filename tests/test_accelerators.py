@@ -87,3 +87,22 @@ def test_device_xpu_without_xpu_support_is_refused_in_one_line_by_the_command_an
     assert not (tmp_path / "run").exists()  # refused before anything is written
     with pytest.raises(ConfigError, match=r"device 'xpu', but this torch sees no Intel GPU .* use device='cpu'"):
         ImageNetLoader(prepared, device="xpu", batch_size=4, image_size=32)
+
+
+def test_the_torch_floor_admits_no_release_without_the_accelerator_api_the_device_choice_calls():
+    """pyproject's floor is what pip checks a venv's torch against: one older than torch.accelerator's
+    current_accelerator(check_available=...) (2.7) would satisfy a lower floor and fail every run at its start."""
+    import inspect
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from conftest import ROOT
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floors = {r.name: r.specifier for r in map(Requirement, listed) if r.name in ("torch", "torchvision")}
+    assert "check_available" in inspect.signature(torch.accelerator.current_accelerator).parameters
+    assert not floors["torch"].contains(Version("2.6.99")) and floors["torch"].contains(Version("2.7.0"))
+    assert not floors["torchvision"].contains(Version("0.21.99")) and floors["torchvision"].contains(Version("0.22.0"))
+    assert floors["torch"].contains(Version(torch.__version__.split("+")[0]))
