@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -81,7 +81,7 @@ class Manifest:
     format: str = FORMAT
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        return json.dumps(as_plain(self), indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
@@ -119,8 +119,22 @@ class Manifest:
         splits = {name: {"samples": split.samples, "bytes": split.bytes,
                          "shards": [{"name": s.name, "samples": s.samples, "bytes": s.bytes} for s in split.shards]}
                   for name, split in self.splits.items() if name in SPLITS}
-        content = json.dumps([self.options, [asdict(c) for c in self.classes], splits], sort_keys=True)
+        content = json.dumps([self.options, as_plain(self.classes), splits], sort_keys=True)
         return hashlib.blake2b(content.encode(), digest_size=8).hexdigest()
+
+
+def as_plain(value):
+    """`value` with each dataclass in it a dict, as dataclasses.asdict gives, without copying what holds none:
+    asdict copies every list and dict, deep (a 22k manifest's 21,841 classes and its class maps: 0.1 s a write)."""
+    if isinstance(value, (str, int, float)) or value is None:  # (most of what a manifest holds: first)
+        return value
+    if is_dataclass(value):
+        return {name: as_plain(item) for name, item in vars(value).items()}
+    if isinstance(value, list) and value and is_dataclass(value[0]):
+        return [as_plain(item) for item in value]
+    if isinstance(value, dict) and any(is_dataclass(item) for item in value.values()):
+        return {key: as_plain(item) for key, item in value.items()}
+    return value
 
 
 def split_order(name: str) -> int:
