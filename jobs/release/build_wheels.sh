@@ -18,7 +18,7 @@
 #
 # Needs: Python 3.11 or newer (PYTHON=...), NASM (x86-64 SIMD; Debian: apt install nasm), PyPI, and for
 # the other Pythons root and mmdebstrap (or SIMD_PYTHONS="3.11" for the one this script runs with).
-# About 3 minutes on 2 cores from nothing (5 with other work beside it); the root file systems, the first
+# About 3 minutes on 2 cores from nothing (5-7 with other work beside it); the root file systems, the first
 # time, are made meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
