@@ -189,11 +189,11 @@ def indices_in(table: str, within: str) -> list[int]:
     return [position[wnid] for wnid in read_builtin_table(table)]
 
 
-def class_maps(table: str) -> dict[str, dict]:
+def class_maps(table: str | None) -> dict[str, dict]:
     """Where the classes of a dataset labelled in the built-in `table` lie in each table it nests with
     (`MAPPED_TABLES`): {other table: {"classes": its count, "index": the index there of each class of
-    `table`, in `table`'s order, -1 where it has none}} (the manifest's `class_maps`). Pure but for reading
-    the tables."""
+    `table`, in `table`'s order, -1 where it has none}} (the manifest's `class_maps`); none for a table that
+    nests with none, or no built-in table (None). Pure but for reading the tables."""
     maps = {}
     for other in MAPPED_TABLES.get(table, ()):
         position = {wnid: index for index, wnid in enumerate(read_builtin_table(other))}

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from prepare.labels import class_maps
 from prepare.sources.base import Signs, Source, SourceError, listings_kept, names_in
 
 
@@ -147,9 +148,7 @@ class Detected:
     def class_maps(self) -> dict[str, dict]:
         """Where the classes of the table it labels in lie in the tables that nest with it (the manifest's
         `class_maps`, as its `Source` gives them: Source.class_maps): none for a layout without a built-in table."""
-        from prepare.labels import class_maps  # (labels.py reads scipy: only where a table is asked for)
-
-        return class_maps(self.table) if self.table else {}
+        return class_maps(self.table)  # (no table: none)
 
     def holds(self, path: Path) -> bool:
         """Whether `path` lies inside the download (a --dest there would be read as part of it)."""

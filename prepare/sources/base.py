@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 from prepare.completeness import Declared
-from prepare.labels import WNID
+from prepare.labels import WNID, class_maps
 from shards.errors import UserError
 from shards.format import MAX_KEY_LENGTH
 from shards.paths import SPLITS
@@ -198,9 +198,7 @@ class Source:
         """Where the classes of its built-in table lie in another table they nest with (the manifest's
         `class_maps`, prepare.labels.class_maps): {table: {"classes": its count, "index": each class's index
         there or -1}}; none without a built-in table."""
-        from prepare.labels import class_maps  # (labels.py reads scipy: only where a table is asked for)
-
-        return class_maps(self.table) if self.table else {}
+        return class_maps(self.table)  # (no table: none)
 
     def val_keys(self) -> set[str] | None:
         """The val images' keys where the layout lists them before reading (its labels name them)."""
