@@ -6,7 +6,8 @@
 # wheels' folder), in a copy of the clone. Then, in each system:
 #   - PIL is pillow-simd on the pinned libjpeg-turbo (the native decoder's version);
 #   - the pinned-pixel test passes;
-#   - the demo trains: the built-in sample prepared, a ResNet-18 trained on it, the metrics;
+#   - the demo trains: the built-in sample prepared, a ResNet-18 trained on it for 2 epochs (the warm-up's and
+#     one after it: every path of the demo's 8, each run once: 26 CPU-seconds less a system), the metrics;
 #   - the demo's shards and their decoded crops equal the development build's (.venv, from
 #     jobs/install.sh) byte for byte.
 # Where the machine runs arm64 binaries (qemu-user-static and binfmt_misc), the aarch64 wheel in an arm64
@@ -125,7 +126,7 @@ assert simd and features.version('libjpeg_turbo') == pinned, (text, pinned)"
 $py -m prepare.sample demo/source
 $py -m prepare --source demo/source --dest demo/imagenet --shard-size 2
 $py -m train --data demo/imagenet --run-dir demo/run --device cpu --arch resnet18 --image-size 64 \
-    --epochs 8 --batch-size 32 --lr 0.8 --warmup-epochs 1
+    --epochs 2 --batch-size 32 --lr 0.8 --warmup-epochs 1
 $py -m train.report demo/run
 $py check/jobs/pixels_digest.py demo/imagenet > digest.json
 clone/.venv/bin/pip install -q pytest
