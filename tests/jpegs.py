@@ -19,7 +19,8 @@ def photo(width: int, height: int, seed: int = 0) -> Image.Image:
 
 
 # Drawn once a size and seed: the quick tier asked for 2,575 photos of 150 kinds (117 million pixels drawn, 16.5
-# distinct: 50 MB kept a worker), and drawing them was a tenth of its tests' time. Read-only, so no caller changes them.
+# million of them distinct: 50 MB kept a worker), and drawing them was a tenth of its tests' time. Read-only, so no
+# caller changes them.
 @functools.cache
 def photo_pixels(width: int, height: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
