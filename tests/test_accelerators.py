@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 
 from train import ConfigError, ImageNetLoader
-from train.accelerators import (ACCELERATORS, XPU_TORCH, accelerator_here, autocast_default, backend_for,
-                                pins_memory, platform, rank_device)
+from train.accelerators import (ACCELERATORS, XPU_TORCH, accelerator_here, autocast_default, autotunes_convolutions,
+                                backend_for, pins_memory, platform, rank_device, streams_of)
 from train.cluster import ClusterError, DistEnv
 from train.loader_arguments import check_device_decode
 from train.run.devices import device_for
@@ -41,6 +41,68 @@ def test_pinned_memory_and_autocast_follow_the_device_not_its_vendor():
     assert [pins_memory(d) for d in (CPU, CUDA, XPU)] == [False, True, True]
     assert [autocast_default(d) for d in (CPU, CUDA, XPU)] == [None, torch.bfloat16, torch.bfloat16]
     assert set(ACCELERATORS) == {"cuda", "xpu"}
+
+
+def test_the_side_stream_and_the_timings_go_through_each_accelerators_own_torch_module():
+    """DeviceBatches' stream, its events and the consumer's stream, and the benchmark's synchronisation, through the
+    module torch itself names for the type: torch.cuda on NVIDIA's and AMD's GPUs (the very calls they made before
+    this was generic), torch.xpu on Intel's, each with the same five calls; none on the CPU."""
+    assert streams_of(CUDA) is torch.get_device_module("cuda") is torch.cuda
+    assert streams_of(XPU) is torch.get_device_module("xpu") is torch.xpu
+    assert streams_of(CPU) is None and streams_of(torch.device("meta")) is None
+    for module in (torch.cuda, torch.xpu):
+        for call in ("Stream", "Event", "stream", "current_stream", "synchronize"):
+            assert callable(getattr(module, call)), (module.__name__, call)
+
+
+def test_convolutions_are_autotuned_where_cudnn_benchmark_reaches_them():
+    """torch.backends.cudnn.benchmark: cuDNN's search on NVIDIA's GPUs and MIOpen's on AMD's, both of type cuda;
+    Intel's oneDNN and the CPU have none (the flag is left alone there)."""
+    assert [autotunes_convolutions(d) for d in (CPU, CUDA, XPU)] == [False, True, False]
+
+
+def test_the_device_types_are_one_table_the_parsers_read_without_torch():
+    """--device's choices, in python -m train, train.evaluate and train.bench, are train/device_types.py's, which
+    imports nothing (the parsers answer --help and refusals without torch)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from train.bench.cli import build_parser as bench_parser
+    from train.device_types import DEVICE_TYPES
+    from train.run.config import build_parser
+    from train.run.evaluation import build_parser as evaluate_parser
+
+    assert DEVICE_TYPES == (*ACCELERATORS, "cpu")
+    for made in (build_parser(), evaluate_parser(), bench_parser()):
+        (device,) = [action for action in made._actions if "--device" in action.option_strings]
+        assert tuple(device.choices) == DEVICE_TYPES
+    imported = subprocess.run([sys.executable, "-c", "import sys, train.device_types; print(sorted(sys.modules))"],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "'torch'" not in imported and "'numpy'" not in imported
+
+
+def test_the_type_nvidias_and_amds_gpus_share_is_named_only_by_the_table_and_nvidias_decode():
+    """#51: `grep -rn '"cuda"' train/` finds the type's name in train/device_types.py (the one table every decision
+    reads) and in NVIDIA's decode path alone (the batched nvJPEG decode and its check, its stage benchmark)."""
+    import ast
+
+    from conftest import ROOT
+
+    found = set()
+    for path in sorted((ROOT / "train").rglob("*.py")):
+        text = path.read_text()
+        if '"cuda"' not in text:
+            continue
+        functions = [node for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        for number, line in enumerate(text.splitlines(), 1):
+            if '"cuda"' in line:
+                around = [f.name for f in functions if f.lineno <= number <= f.end_lineno]
+                found.add((path.relative_to(ROOT).as_posix(), around[0] if around else "<module>"))
+    assert found == {("train/device_types.py", "<module>"),
+                     ("train/loader_arguments.py", "check_device_decode"),
+                     ("train/device_decode.py", "DeviceDecoder"), ("train/device_decode.py", "crop_resize_flip"),
+                     ("train/bench/stages.py", "gpu_stages")}, found
 
 
 def test_the_start_up_line_names_the_platform_rocm_included():

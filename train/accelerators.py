@@ -1,5 +1,6 @@
-"""The accelerator a process trains on, decided through torch's device-generic API: NVIDIA's GPUs ("cuda"), AMD's
-(ROCm's torch keeps the type "cuda"), Intel's ("xpu"), or the CPU.
+"""The accelerator a process trains on, decided through torch's device-generic API: NVIDIA's GPUs (type cuda), AMD's
+(ROCm's torch keeps that type), Intel's (xpu), or the CPU. The types' names and what each one's torch offers beyond
+the generic API lie in one table, train/device_types.py; everything here decides from it.
 
 torch.accelerator names the one this torch build can use and counts its devices; torch.distributed maps each
 device type to its process group's backend (cpu gloo, cuda nccl, which ROCm's torch routes to RCCL, xpu xccl).
@@ -10,15 +11,18 @@ JPEG decode (`decode="gpu"`: nvImageCodec, nvJPEG), is refused elsewhere in one 
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.distributed as dist
 
-ACCELERATORS = ("cuda", "xpu")  # the device types the training and the library accept beside "cpu"
+from train.device_types import ACCELERATORS, AUTOTUNED_CONVOLUTIONS, PLATFORMS, ROCM, ROCM_TYPE
+
 XPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/xpu"  # torch's build for Intel GPUs
 
 
 def accelerator_here() -> str | None:
-    """The type of the accelerator this torch build can use in this process ("cuda", "xpu"), or None."""
+    """The type of the accelerator this torch build can use in this process (cuda, xpu), or None."""
     found = torch.accelerator.current_accelerator(check_available=True)
     return None if found is None else found.type
 
@@ -51,8 +55,21 @@ def autocast_default(device: torch.device) -> torch.dtype | None:
 
 
 def platform(device: torch.device, hip: str | None = None) -> str:
-    """The device's platform as the start-up line says it: NVIDIA CUDA, AMD ROCm (torch.version.hip), Intel XPU,
-    or the CPU. Pure."""
-    if device.type == "cuda":
-        return f"AMD ROCm {hip}" if hip else "NVIDIA CUDA"
-    return {"xpu": "Intel XPU", "cpu": "CPU"}.get(device.type, device.type)
+    """The device's platform as the start-up line says it: NVIDIA CUDA, AMD ROCm (`hip`: torch.version.hip, set
+    by ROCm's torch, whose GPUs keep NVIDIA's type), Intel XPU, or the CPU. Pure."""
+    if hip and device.type == ROCM_TYPE:
+        return f"{ROCM} {hip}"
+    return PLATFORMS.get(device.type, device.type)
+
+
+def streams_of(device: torch.device) -> ModuleType | None:
+    """torch's module for the device's accelerator (torch.cuda, torch.xpu: each has Stream, Event, stream(),
+    current_stream() and synchronize() alike), through which the batches' side stream and the timings'
+    synchronisation work on every accelerator; None for the CPU, which has no streams. Pure."""
+    return None if device.type not in ACCELERATORS else torch.get_device_module(device.type)
+
+
+def autotunes_convolutions(device: torch.device) -> bool:
+    """Whether the training sets torch.backends.cudnn.benchmark for `device` (its fixed input shapes: the fastest
+    convolution picked once, by cuDNN on NVIDIA's GPUs, MIOpen on AMD's). Pure."""
+    return device.type in AUTOTUNED_CONVOLUTIONS

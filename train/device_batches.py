@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from shards.not_built import not_built
+from train.accelerators import streams_of
 from train.device_decode import DeviceDecoder, crop_resize_flip
 from train.loader import Batch, EncodedBatch, take
 from train.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -228,7 +229,7 @@ class DeviceBatches:
 
     A background thread takes batches from the loader, moves each onto the device (the copy of
     pinned uint8, or the whole decode='gpu' decode) and finishes it there (`finished`: `augment`,
-    the augmentation's device stage, where the batches carry draws; normalisation) on a CUDA stream
+    the augmentation's device stage, where the batches carry draws; normalisation) on a stream
     of its own, so that work overlaps the model's step instead of stalling it: on the model's stream
     a pageable or in-order copy makes the GPU idle while the host waits for it. The thread waits for each copy
     to finish before asking the loader for the next batch, which frees the host buffer for reuse;
@@ -245,7 +246,8 @@ class DeviceBatches:
         self.mean, self.std = mean, std  # in 0-1 units; unused for uint8 output
         self.augment = augment  # applies the batches' draws (Augment.on_device); None: they carry none
         self.device_decoder = device_decoder  # for decode='gpu' batches; made at the first one if not given
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.streams = streams_of(device)  # torch.cuda, torch.xpu: the accelerator's streams; None on the CPU
+        self.stream = self.streams.Stream(device) if self.streams else None
         # a CPU device's normalised batches, reused: the caller's, those queued, the one being made, and spares
         self.outputs = HostOutputs(limit=depth + 3) if device.type == "cpu" else None
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -274,7 +276,7 @@ class DeviceBatches:
     def _fill(self, batches: Iterable[Batch]) -> None:
         iterator = iter(batches)
         try:
-            with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
+            with self.streams.stream(self.stream) if self.stream else contextlib.nullcontext():
                 for batch in iterator:
                     if isinstance(batch.images, EncodedBatch):
                         self.device_decoder = self.device_decoder or DeviceDecoder()
@@ -287,7 +289,7 @@ class DeviceBatches:
                     y = batch.labels.to(self.device, non_blocking=True)
                     ready = None
                     if self.stream:
-                        ready = torch.cuda.Event()
+                        ready = self.streams.Event()
                         ready.record(self.stream)
                         ready.synchronize()  # the host buffer is read: the loader may reuse it
                     if not self._put((batch._replace(images=x, labels=y), ready)):
@@ -310,7 +312,7 @@ class DeviceBatches:
                 raise item
             batch, ready = item
             if ready is not None:
-                consumer = torch.cuda.current_stream(self.device)
+                consumer = self.streams.current_stream(self.device)
                 consumer.wait_event(ready)
                 batch.images.record_stream(consumer)  # made on our stream, freed after the consumer's use
                 batch.labels.record_stream(consumer)

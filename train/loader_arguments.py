@@ -17,6 +17,7 @@ from train.accelerators import XPU_TORCH, device_count, platform
 from train.augment.choices import Augment
 from train.cluster import DistEnv
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
+from train.device_types import ACCELERATORS, VISIBLE_DEVICES
 from train.device_batches import Channels
 from train.errors import ConfigError, about
 from train.loader import DECODES
@@ -215,19 +216,25 @@ def checked_device(device) -> torch.device:
     if device.type == "meta":
         raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'xpu', "
                           "'cpu')")
-    if device.type == "xpu" and device_count("xpu") == 0:
-        raise ConfigError(f"device {str(device)!r}, but this torch sees no Intel GPU (torch.xpu.is_available() is "
-                          f"False): on a node with Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere "
-                          "use device='cpu'")
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"device {str(device)!r}, but torch sees no CUDA GPU in this process "
-                              "(torch.cuda.is_available() is False): use device='cpu', or run where a GPU is visible")
-        if device.index is not None and device.index >= count:
-            raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), cuda:0 to "
-                              f"cuda:{count - 1} (CUDA_VISIBLE_DEVICES renumbers them): use cuda:LOCAL_RANK")
+    if device.type not in ACCELERATORS:
+        return device
+    count = device_count(device.type)
+    if count == 0:
+        raise ConfigError(no_device_seen(device))
+    if device.index is not None and device.index >= count:
+        kind = device.type
+        raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to {kind}:{count - 1} "
+                          f"({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK")
     return device
+
+
+def no_device_seen(device: torch.device) -> str:
+    """Why an accelerator's device cannot be used in this process, and what to do, in one line. Pure."""
+    if device.type == "xpu":
+        return (f"device {str(device)!r}, but this torch sees no Intel GPU (torch.xpu.is_available() is False): on a "
+                f"node with Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere use device='cpu'")
+    return (f"device {str(device)!r}, but torch sees no {device.type.upper()} GPU in this process "
+            f"(torch.{device.type}.is_available() is False): use device='cpu', or run where a GPU is visible")
 
 
 def place_of(rank, world_size, env: DistEnv | None) -> tuple[int, int, bool]:

@@ -3,7 +3,8 @@
 `transforms()` (its ImageClassification preset).
 
     from train import ImageNetLoader, eval_transform_arguments
-    val = ImageNetLoader(root, "val", batch_size=256, image_size=224, device="cuda",
+    device = torch.accelerator.current_accelerator()  # NVIDIA's, AMD's or Intel's GPU
+    val = ImageNetLoader(root, "val", batch_size=256, image_size=224, device=device,
                          **eval_transform_arguments(timm.data.resolve_data_config({}, model=model)))
 
 Pure, and torch-free: it reads the config's fields (or the preset's attributes) and names what the loader

@@ -16,10 +16,12 @@ import torch.distributed as dist
 import train.bench
 from shards.manifest import read_complete_manifest
 from shards.resources import available_cpus, log_pil_build
+from train.accelerators import pins_memory
 from train.bench.loaders import AUGMENTS, Ours, extract_image_folder
 from train.bench.measure import global_rate, measure_data, measure_feed, measure_full, measure_model
 from train.bench.report import plot, summarise, table
 from train.cluster import dist_env, init_distributed
+from train.device_types import DEVICE_TYPES
 from train.run.devices import device_for
 
 log = logging.getLogger("benchmark")
@@ -51,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="resnet50", help="model for the model and full modes")
     p.add_argument("--model-batch-size", type=int, default=256, help="batch for the model and full modes")
     p.add_argument("--steps", type=int, default=20, help="timed steps in the model, feed and full modes")
-    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None)
+    p.add_argument("--device", choices=DEVICE_TYPES, default=None)
     p.add_argument("--decode", choices=["cpu", "gpu"], default="cpu",
                    help="decode path of the feed and full modes (as train --decode); data mode always decodes on the CPU")
     p.add_argument("--no-dali", action="store_true", help="skip DALI even when installed")
@@ -62,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def chosen_modes(spec: str | None, device: torch.device) -> set[str]:
-    """--modes, or by default all of them on a GPU and `data` alone on the CPU."""
-    modes = set((spec or (",".join(MODES) if device.type == "cuda" else "data")).split(","))
+    """--modes, or by default all of them on an accelerator and `data` alone on the CPU."""
+    modes = set((spec or (",".join(MODES) if device.type != "cpu" else "data")).split(","))
     if modes - set(MODES):
         raise SystemExit(f"--modes: unknown {sorted(modes - set(MODES))}; choose from {', '.join(MODES)}")
     return modes
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if "model" in modes:
         extra["model_images_per_sec"] = global_rate(measure_model(args, num_classes, env, device), env)
     feed = lambda: Ours(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
-                        rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=device.type == "cuda",
+                        rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=pins_memory(device),
                         augment=AUGMENTS[args.augment])
     if "feed" in modes:
         extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed()), env)

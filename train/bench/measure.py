@@ -20,6 +20,7 @@ from shards.resources import evict_from_page_cache
 from train.bench.decoders import decode_ceiling
 from train.bench.loaders import (Ours, baseline_loader, dali_available, dali_batches, dali_loader, library_passes,
                                  normalise_ms_per_image, worker_rss_mb)
+from train.accelerators import autotunes_convolutions, streams_of
 from train.bench.pil_loader import pil_batches
 from train.device_batches import DeviceBatches, to_device
 from train.run.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
@@ -63,7 +64,8 @@ def time_batches(batches: Iterable, images: int, warmup: int, consume: Callable 
 
 
 def device_sync(device: torch.device) -> Callable[[], None]:
-    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    streams = streams_of(device)
+    return (lambda: streams.synchronize(device)) if streams else (lambda: None)
 
 
 # ---------------------------------------------------------------- data mode
@@ -142,7 +144,7 @@ def training_step(args, num_classes: int, env, device: torch.device) -> Callable
     """train.run.loop's step on a model and optimiser of the benchmark's own (python -m train's
     defaults: SGD with Nesterov momentum, bf16 autocast on a GPU, channels_last, DDP across ranks)."""
     torch.manual_seed(0)
-    if device.type == "cuda":
+    if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True
     model = model_on(args.arch, num_classes, device, channels_last=True)
     optimizer = build_optimizer(model, lr=0.1, momentum=0.9, weight_decay=1e-4)

@@ -248,7 +248,7 @@ def prepare_flags(options: dict) -> str:
 
 
 def rng_state(device: torch.device) -> dict:
-    """The host's generators, and the accelerator's under its own type ("cuda": NVIDIA's and AMD's, "xpu")."""
+    """The host's generators, and the accelerator's under its own type (NVIDIA's and AMD's GPUs share one)."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if device.type != "cpu":
         state[device.type] = torch.get_device_module(device.type).get_rng_state(device)

@@ -19,6 +19,7 @@ from shards.help import HelpFormatter
 from shards.paths import default_dest
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.augment.choices import AUGMENT_FIELDS, Augment
+from train.device_types import DEVICE_TYPES
 from train.errors import ConfigError
 from train.run.flags import flag_of, in_flags, show
 
@@ -149,7 +150,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--workers", type=int, default=None,
                    help="decoding threads per rank (default: the rank's share of the task's CPUs, less one for the "
                         "training thread); batches are the same for any count")
-    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None,
+    p.add_argument("--device", choices=DEVICE_TYPES, default=None,
                    help="cuda (NVIDIA's GPUs, and AMD's under ROCm's torch), xpu (Intel's) or cpu; default: the GPU "
                         "this torch build has, where one is visible")
     p.add_argument("--image-size", type=int, default=d.image_size,

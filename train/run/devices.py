@@ -11,7 +11,7 @@ from train.cluster import ClusterError, DistEnv
 
 def device_for(env: DistEnv, requested: str | None) -> torch.device:
     """KIND:<local rank mod the visible devices> (with --gpus-per-task: index 0) of the accelerator asked for, or of
-    the one this torch build has (torch.accelerator: NVIDIA's and AMD's GPUs are "cuda", Intel's "xpu"); else cpu."""
+    the one this torch build has (torch.accelerator: NVIDIA's and AMD's GPUs are type cuda, Intel's xpu); else cpu."""
     kind = requested or accelerator_here() or "cpu"
     if kind == "cpu":
         return torch.device("cpu")

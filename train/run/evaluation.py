@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shards.errors import UserError
+from train.device_types import DEVICE_TYPES
 
 log = logging.getLogger("train")
 
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the prepared dataset (default: the run's --data); another prepared copy of the same "
                         "classes is fine: the record names it")
     p.add_argument("--workers", type=int, default=None, help="decode threads per rank (default: as training's)")
-    p.add_argument("--device", choices=["cuda", "xpu", "cpu"], default=None,
+    p.add_argument("--device", choices=DEVICE_TYPES, default=None,
                    help="default: the GPU this torch build has, where one is visible")
     p.add_argument("--decode", choices=["cpu", "gpu"], default=None, help="default: the run's --decode")
     p.add_argument("--dist-timeout", type=float, default=None,

@@ -32,7 +32,7 @@ from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import (Checkpoint, checkpoint_path, dataset_of, find_checkpoint, load_checkpoint, rng_state,
                                   save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
-from train.accelerators import autocast_default, platform
+from train.accelerators import autocast_default, autotunes_convolutions, platform
 from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
@@ -245,7 +245,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     resume on another world size shares the run's global batch out: Checkpoint.batch_on); its model
     with `model_classes` outputs where they are not the data's classes (an evaluation across class tables)."""
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    if device.type == "cuda":
+    if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
     model = model_on(config.arch, model_classes or manifest.num_classes, device, config.channels_last)
     global_batch = batch_size * env.world_size
