@@ -17,8 +17,8 @@ from train.accelerators import XPU_TORCH, device_count, platform
 from train.augment.choices import Augment
 from train.cluster import DistEnv
 from train.decoder import INTERPOLATIONS, MAX_IMAGE_SIZE
-from train.device_types import ACCELERATORS, VISIBLE_DEVICES
 from train.device_batches import Channels
+from train.device_types import ACCELERATORS, VISIBLE_DEVICES
 from train.errors import ConfigError, about
 from train.loader import DECODES
 from train.numbers import optional, real_number, real_triple, whole_number
@@ -223,8 +223,8 @@ def checked_device(device) -> torch.device:
         raise ConfigError(no_device_seen(device))
     if device.index is not None and device.index >= count:
         kind = device.type
-        raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to {kind}:{count - 1} "
-                          f"({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK")
+        raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to "
+                          f"{kind}:{count - 1} ({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK")
     return device
 
 
