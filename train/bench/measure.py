@@ -17,10 +17,10 @@ import torch.distributed as dist
 
 from shards.manifest import Manifest
 from shards.resources import evict_from_page_cache
+from train.accelerators import autotunes_convolutions, streams_of
 from train.bench.decoders import decode_ceiling
 from train.bench.loaders import (Ours, baseline_loader, dali_available, dali_batches, dali_loader, library_passes,
                                  normalise_ms_per_image, worker_rss_mb)
-from train.accelerators import autotunes_convolutions, streams_of
 from train.bench.pil_loader import pil_batches
 from train.device_batches import DeviceBatches, to_device
 from train.run.loop import amp_dtype_for, build_optimizer, model_on, step_module, train_step
