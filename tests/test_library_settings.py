@@ -456,6 +456,7 @@ reveal_type(Augment(policy="trivialaugment").erasing)
 reveal_type(train.ResolutionRamp(160, 192, 65, 76).largest)
 loader = ImageNetLoader("/data", "train", batch_sise=8, image_size=224, device="cpu")
 from train import ImageNetLoadr
+val = ImageNetLoader("/data", "val", batch_size=8, image_size=224, device="cpu", val_crop=(224, 288), val_resize=None)
 '''
 
 
@@ -481,3 +482,4 @@ def test_mypy_sees_the_real_classes_through_from_train_import(tmp_path, pytestco
     assert re.search(r'Revealed type is "(builtins\.)?int"', said(7))
     assert 'Unexpected keyword argument "batch_sise" for "ImageNetLoader"; did you mean "batch_size"?' in said(8)
     assert 'Module "train" has no attribute "ImageNetLoadr"' in said(9)
+    assert said(10) == ""  # val_crop's (height, width), as docs/library.md gives it (timm's input_size)

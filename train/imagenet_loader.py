@@ -158,8 +158,8 @@ class ImageNetLoader:
                  dtype: torch.dtype = torch.float32, channels_last: bool = True, shuffle_buffer: Whole = 1000,
                  max_bad_samples: Whole | None = 100, fixed_shape: bool = False, prefetch: Whole = 2,
                  rank: Whole | None = None, world_size: Whole | None = None, augment: Augment | None = None,
-                 repeats: Whole = 1, val_crop: Whole | None = None, val_resize: Whole | None = None,
-                 val_crop_fraction: Real | None = None, val_crop_mode: str = "center",
+                 repeats: Whole = 1, val_crop: Whole | tuple[Whole, Whole] | None = None,
+                 val_resize: Whole | None = None, val_crop_fraction: Real | None = None, val_crop_mode: str = "center",
                  val_interpolation: str = "bilinear", mean: Sequence[Real] | None = None,
                  std: Sequence[Real] | None = None):
         # Every setting checked, and every number made a plain int or float, before a thread starts.
