@@ -1,2 +1,4 @@
-"""Stage 1: ImageNet (official archives, an extracted tree, or Kaggle's layout) to node-local,
-globally shuffled WebDataset shards with exact labels. Run once per node: python -m prepare."""
+"""Stage 1: ImageNet as users downloaded it (the official archives, an extracted tree, Kaggle's layout
+or zip, the hub's Parquet and tars, timm's WebDataset shards, image-net.org's full releases: the
+registry of prepare/sources/) to node-local, globally shuffled WebDataset shards with exact labels. Run
+once per node: python -m prepare."""

@@ -1,5 +1,6 @@
 """Augmentation, in one place: what a training sample gets besides its crop and flip, as torchvision
-defines it (its policies, RandomErasing, MixUp/CutMix) and the weights' EMA of its recipes.
+defines it (its policies, RandomErasing, MixUp/CutMix). The weights' EMA of its recipes is the run's
+(train/run/ema.py).
 
     choices.py `Augment`, the single value of every augmentation choice and its checks (no torch: the
                run's configuration holds one)
@@ -7,8 +8,6 @@ defines it (its policies, RandomErasing, MixUp/CutMix) and the weights' EMA of i
                threads)
     ops.py     those draws applied to the whole uint8 batch on the device, equal to torchvision's ops
     mixing.py  MixUp/CutMix over a batch, reproducible per step
-    ema.py     the exponential moving average of the weights (torch's AveragedModel), as torchvision's
-               reference keeps it
 
 This module holds only the names of the choices, so that the command line's help offers them without
 importing torch.

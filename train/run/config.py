@@ -75,7 +75,7 @@ class TrainConfig:
     # validation's output side, or (height, width) (timm's input_size (3, H, W)); None: the training size, a ramp's last
     val_crop: int | tuple[int, int] | None = None
     val_crop_fraction: float | None = None  # timm's crop_pct: Resize(floor(val crop / it)); "ffcv": FFCV's ratio
-    val_crop_mode: str = "center"  # "center" (torchvision's, timm's), "squash" (timm's), "ffcv" (FFCV's)
+    val_crop_mode: str = "center"  # "center" (torchvision's, timm's), "squash", "border" (timm's), "ffcv" (FFCV's)
     val_interpolation: str = "bilinear"  # validation's resize filter: "bilinear", "bicubic", "area"
     ema: bool = False  # evaluate and keep an exponential moving average of the weights too
     ema_steps: int = 32  # steps between EMA updates
