@@ -148,6 +148,33 @@ def test_a_finished_val_pass_loads_on_a_rank_with_one_batch_fewer(prepared, monk
         assert list(last) == []
 
 
+@pytest.mark.parametrize("set_epoch", [True, False])
+def test_a_val_state_saved_mid_pass_gives_every_rank_only_the_samples_it_had_left(prepared, monkeypatch, set_epoch):
+    """Rank 0's state after one of its two val batches, on the 7 ranks of 5, 5, 4, 4, 4, 4, 4 samples: the
+    ranks of one batch have read theirs, so the rest of the pass is ranks 0 and 1's fifth samples, every
+    sample of the pass read once in all, and the next pass is the next epoch on every rank, with or
+    without set_epoch (a rank of one batch once took the state for another epoch's start and read its
+    four again)."""
+    as_world(monkeypatch, 7, 0)
+    with loader(prepared, "val", batch_size=4) as first:
+        passes = iter(first.batches())
+        taken = next(passes).key_hashes.tolist()
+        state = first.state_dict()
+    read, epochs = {}, set()
+    for rank in range(7):
+        as_world(monkeypatch, 7, rank)
+        with loader(prepared, "val", batch_size=4) as data:
+            whole = [key for batch in data.batches() for key in batch.key_hashes.tolist()]
+            data.load_state_dict(state)
+            if set_epoch:
+                data.set_epoch(state["epoch"])
+            read[rank] = [key for batch in data.batches() for key in batch.key_hashes.tolist()]
+            epochs.add(data.state_dict()["epoch"])
+            assert read[rank] == (whole[4:] if rank < 2 else [])  # what the rank's second batch holds, or nothing
+    assert [len(keys) for keys in read.values()] == [1, 1, 0, 0, 0, 0, 0] and epochs == {state["epoch"]}
+    assert not set(taken) & set(read[0])
+
+
 @pytest.mark.parametrize("change", ["seed", "batch_size", "shuffle_buffer", "world_size", "split", "dataset"])
 def test_a_state_of_another_loader_is_refused_by_name(prepared, tmp_path, monkeypatch, change):
     with loader(prepared) as data:

@@ -205,6 +205,7 @@ class ImageNetLoader:
         self.split, self.counters, self.closed = split, Counters(), False
         self._epoch, self._position = 0, 0  # the epoch of the pass under way (or next), batches of it taken
         self._chosen, self._started, self._resumable = False, False, None
+        self._loaded_finished = False  # the state loaded is at its epoch's end (rank 0's: val's ranks differ)
         # the run's layout (world size, per-rank batch) its training passes read: its own, or a state's of another
         # world size that keeps the global batch (an elastic load_state_dict: shards.plan.elastic_train_plan)
         self._layout = (self.world_size, self.batch_size)
@@ -300,7 +301,7 @@ class ImageNetLoader:
         self._epoch, self._chosen, self._started, self._resumable = epoch, True, False, None
 
     def _begin_pass(self) -> tuple[int, int]:
-        finished_state = self._resumable is not None and self._position >= len(self)  # loaded at an epoch's end
+        finished_state = self._resumable is not None and self._loaded_finished  # loaded at an epoch's end
         if (self._started and not self._chosen) or finished_state:  # no set_epoch since: the next epoch
             self._epoch, self._position = self._epoch + 1, 0
         if self._position == 0:
@@ -310,8 +311,9 @@ class ImageNetLoader:
 
     def state_dict(self) -> dict:
         """Where this loader is: the epoch and the batches of it taken, and what that position is
-        valid for. The same on every rank at the same step: rank 0 may save it alone. Plain ints and
-        strings: it passes json.dumps and torch.load(weights_only=True). Its augment is the one the
+        valid for. The same on every rank at the same step (but a val pass's last: a rank with one batch
+        fewer has ended one before), and rank 0's loads on every rank: rank 0 may save it alone. Plain
+        ints and strings: it passes json.dumps and torch.load(weights_only=True). Its augment is the one the
         batches get (Augment.effective(): the policy's defaults filled in)."""
         self._check_place()
         return {"format": STATE_FORMAT, "dataset_id": self._shared.dataset_id, "split": self.split, "seed": self.seed,
@@ -344,7 +346,7 @@ class ImageNetLoader:
             position = min(position, len(self))
         if position > len(self):
             raise ResumeError(f"the loader state's position {position} is outside its epoch of {len(self)} batches")
-        self._epoch, self._position = epoch, position
+        self._epoch, self._position, self._loaded_finished = epoch, position, finished
         self._chosen, self._started, self._resumable = True, False, epoch
         self._layout = canonical_of(state) if keeps_layout else (self.world_size, self.batch_size)
         if keeps_layout and state["world_size"] != self.world_size and self.rank == 0:
@@ -538,13 +540,14 @@ def checked_state(state) -> tuple[int, int]:
     """(epoch, position) of a state_dict() as saved; ResumeError for anything else."""
     if not isinstance(state, Mapping):
         raise ResumeError(f"a loader state is the dict that state_dict() returned, not {type(state).__name__}")
+    # the format first: an earlier version's state lacks what this one added, and its refusal is what to say
+    if "format" in state and state["format"] != STATE_FORMAT:
+        raise ResumeError(f"this loader state is of format {state['format']!r}, an earlier version's; this version "
+                          f"reads {STATE_FORMAT!r} alone: states from before it are refused, start the run again")
     missing = [name for name in (*STATE_IDENTITY, *MID_EPOCH_IDENTITY, "epoch", "position") if name not in state]
     if missing:
         raise ResumeError(f"this loader state lacks {', '.join(missing)}: pass the whole dict that state_dict() "
                           "returned")
-    if state["format"] != STATE_FORMAT:
-        raise ResumeError(f"this loader state is of format {state['format']!r}, an earlier version's; this version "
-                          f"reads {STATE_FORMAT!r} alone: states from before it are refused, start the run again")
     numbers = []
     for name in ("epoch", "position"):
         try:
