@@ -19,7 +19,7 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
-    DatasetNotReady, Manifest, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
+    DatasetNotReady, Manifest, ManifestUnreadable, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
     write_manifest,
 )
 from shards.progress import Progress
@@ -85,12 +85,16 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Exis
     addition); or damaged, when --verify is rebuilding it; or nothing usable.
 
     Shards are checked by size (fast), and with --verify by their checksums too. Refuses (unless
-    --force, or --verify for a damaged one) to replace a dataset made with other options or found
-    damaged; the manifest goes first, so nothing mistakes the rebuild for complete. A dataset that
-    is kept loses what an addition killed before its manifest left beside it.
+    --force, or --verify for a damaged one) to replace a dataset made with other options, found
+    damaged, or whose manifest this version cannot read. Nothing is removed here: the build removes
+    the dataset it replaces when it starts (`remove_incomplete`, the manifest first), after the
+    source has been checked, so that a refusal of the source leaves the old dataset whole. A dataset
+    that is kept loses what an addition killed before its manifest left beside it.
     """
     try:
         manifest = read_manifest(dest)
+    except ManifestUnreadable as exn:
+        return unreadable_replaced(dest, exn.why, config.force)
     except DatasetNotReady:
         return Existing()
     old = {"source": manifest.source, "options": manifest.options}
@@ -124,9 +128,18 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Exis
         raise PrepareError(f"{dest} {reason}. {remedy}, or choose another --dest{keep_hint(old, identity, problems)}.")
     log.warning("%s: %s the dataset in %s", "--verify" if rebuild else "--force",
                 "rebuilding" if rebuild else "replacing", dest)
-    manifest_path(dest).unlink()
-    fsync_dir(dest)
     return Existing(damaged=manifest if rebuild else None)
+
+
+def unreadable_replaced(dest: Path, why: str, force: bool) -> Existing:
+    """A manifest this version cannot read (damaged, or a later version's format) still marks a dataset
+    someone made: replaced only with --force, as one made with other options."""
+    if not force:
+        raise PrepareError(f"{dest} holds a dataset whose {MANIFEST_NAME} this version of prepare cannot read "
+                           f"({why}). Rerun with --force to replace it, or choose another --dest (a dataset of "
+                           "a later version: prepare with that version, or train with it)")
+    log.warning("--force: replacing the dataset in %s, whose %s cannot be read (%s)", dest, MANIFEST_NAME, why)
+    return Existing()
 
 
 def keep_hint(old: dict, new: dict, problems: list[str]) -> str:
@@ -218,13 +231,22 @@ def describe_eval(found: list | dict | None) -> str:
 # ---------------------------------------------------------------- what a run left
 
 def remove_incomplete(dest: Path) -> None:
-    """Remove what an interrupted run left: shards, spill files. Refuses to touch foreign files."""
+    """Remove what an interrupted run left (shards, spill files, a killed atomic write's temporary
+    files) and the dataset this build replaces (verified_existing let it: --force, --verify's
+    rebuild), its manifest first, so that nothing mistakes the rebuild for complete. Refuses to
+    touch foreign files, before removing anything."""
     splits = [split for split in ALL_SPLITS if (dest / split).is_dir()]
     for split in splits:
         foreign = [p.name for p in (dest / split).iterdir() if not SHARD_FILE.match(p.name)]
         if foreign:
             raise PrepareError(f"{dest / split} holds files prepare did not write ({foreign[:3]}): "
                                "choose an empty --dest")
+    if manifest_path(dest).exists():
+        manifest_path(dest).unlink()
+        fsync_dir(dest)
+    for name in (MANIFEST_NAME, REAL_LABELS_FILE):
+        for path in dest.glob(f".{name}.*.tmp"):  # write_file_atomic's, killed before their rename
+            path.unlink(missing_ok=True)
     for split in splits:
         for path in (dest / split).iterdir():
             path.unlink()

@@ -24,6 +24,15 @@ class DatasetNotReady(UserError, RuntimeError):
     """No complete prepared dataset where one was expected."""
 
 
+class ManifestUnreadable(DatasetNotReady):
+    """A manifest is there but cannot be read (`why`): damaged, not this version's format, or not
+    readable by this user. It still marks a dataset someone made: prepare replaces it only when told."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 class DamagedData(UserError):
     """A prepared dataset's bytes are damaged (more samples failed to decode than allowed, or a
     shard fails its checksum): the message names the shard and what to do."""
@@ -185,7 +194,7 @@ def read_manifest(root: Path) -> Manifest:
     """The manifest of the dataset at `root`; DatasetNotReady, saying what to run, if there is none."""
     path = manifest_path(root)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise DatasetNotReady(
             f"no prepared dataset at {root} (no {MANIFEST_NAME}): run "
@@ -196,11 +205,11 @@ def read_manifest(root: Path) -> Manifest:
         raise DatasetNotReady(f"{root} is not a directory: give the folder `python -m prepare` wrote "
                               "(its --dest)") from None
     except OSError as exn:
-        raise DatasetNotReady(f"cannot read {path}: {exn.strerror}") from None
+        raise ManifestUnreadable(f"cannot read {path}: {exn.strerror}", str(exn.strerror)) from None
     try:
-        return Manifest.from_json(text)
-    except (ValueError, KeyError, TypeError) as exn:
-        raise DatasetNotReady(f"{path} is unreadable ({exn}): rerun prepare with --force") from None
+        return Manifest.from_json(data.decode())  # (a UnicodeDecodeError is a ValueError: damaged too)
+    except (ValueError, KeyError, TypeError, AttributeError) as exn:  # (AttributeError: JSON but no object)
+        raise ManifestUnreadable(f"{path} is unreadable ({exn}): rerun prepare with --force", str(exn)) from None
 
 
 def find_damage(root: Path, manifest: Manifest) -> list[str]:

@@ -22,7 +22,7 @@ import scipy.stats
 import webdataset as wds
 from PIL import Image
 
-from conftest import ROOT, SHARD_MB, config, run_module, tree_bytes
+from conftest import ROOT, SHARD_MB, config, copy_dataset, run_module, tree_bytes
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.labels import LabelError
@@ -184,6 +184,46 @@ def test_a_damaged_dataset_is_detected_and_rebuilt_with_force(sources, tmp_path)
         prepare(config(sources["official"], dest))
     prepare(config(sources["official"], dest, force=True))
     assert victim.exists()
+
+
+@pytest.mark.parametrize("change", ["a later format", "cut short", "not an object"])
+def test_a_manifest_this_version_cannot_read_keeps_its_dataset_until_force(prepared, sources, tmp_path, change):
+    """A dataset whose manifest does not parse here (a later version's, or damaged) is someone's dataset:
+    refused in one line, every file kept, as one made with other options; --force replaces it, and the
+    build removes a killed atomic write's temporary file too."""
+    dest = copy_dataset(prepared, tmp_path / "imagenet")
+    manifest = dest / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text({"a later format": text.replace('"imagenet-wds/1"', '"imagenet-wds/2"'),
+                         "cut short": text[:len(text) // 2], "not an object": "[]"}[change])
+    before = {**tree_bytes(dest), "manifest.json": manifest.read_bytes()}
+    with pytest.raises(PrepareError, match=r"holds a dataset whose manifest.json this version of prepare cannot read "
+                                           r"\(.+\)\. Rerun with --force to replace it, or choose another --dest"):
+        prepare(config(sources["official"], dest))
+    assert {**tree_bytes(dest), "manifest.json": manifest.read_bytes()} == before
+    (dest / ".manifest.json.k9x1ab.tmp").write_text("{")  # a kill between write_file_atomic's write and rename
+    prepare(config(sources["official"], dest, force=True))
+    assert tree_bytes(dest) == tree_bytes(prepared) and read_complete_manifest(dest)
+    assert not list(dest.glob(".manifest.json.*.tmp"))
+
+
+@pytest.mark.parametrize("flag", ["force", "verify"])
+def test_a_source_refused_after_force_or_verify_leaves_the_dataset_there_whole(prepared, sources, tmp_path, flag):
+    """--force (another seed) or --verify (a damaged shard), with ReaL labels that do not fit the val
+    split: the refusal comes before anything at --dest is removed, its manifest first."""
+    from prepare.eval_sets import EvalSetError
+
+    dest = copy_dataset(prepared, tmp_path / "imagenet")
+    if flag == "verify":
+        victim = dest / read_manifest(dest).splits["train"].shards[0].name
+        victim.write_bytes(bytes(victim.stat().st_size))
+    before = {**tree_bytes(dest), "manifest.json": (dest / "manifest.json").read_bytes()}
+    labels = tmp_path / "real.json"
+    labels.write_text("[[1]]")
+    options = {"seed": 3, "force": True} if flag == "force" else {"verify": True}
+    with pytest.raises(EvalSetError, match="label sets for"):
+        prepare(config(sources["official"], dest, real_labels=labels, **options))
+    assert {**tree_bytes(dest), "manifest.json": (dest / "manifest.json").read_bytes()} == before
 
 
 def big_source(tmp_path: Path) -> Path:
