@@ -27,10 +27,20 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from shards.errors import UserError
 from shards.paths import LOCK_NAME
 
 _held: set[int] = set()  # descriptors of the locks this process holds: forked children close them
 POLL_S = 0.5  # how often a waiting prepare tries the lock again
+
+
+class LockUnwritable(UserError):
+    """A lock file that cannot be made or written: its folder read-only, full, or not this user's."""
+
+
+def unwritable(path: Path, exn: OSError) -> LockUnwritable:
+    return LockUnwritable(f"cannot write the lock file {path} ({exn.strerror or exn}): its folder must be writable "
+                          "by this user, with free space")
 
 
 # ---------------------------------------------------------------- who holds it
@@ -87,8 +97,12 @@ def guard(folder: Path):
 
 def try_lock(path: Path, record: str) -> int | None:
     """The lock's descriptor, taken now with `record` written in it; None where another holds it, or
-    where the file was replaced between our open and our lock (a takeover: try again). Under the guard."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    where the file was replaced between our open and our lock (a takeover: try again). Under the guard.
+    LockUnwritable where the file cannot be made or written."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exn:
+        raise unwritable(path, exn) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -101,24 +115,41 @@ def try_lock(path: Path, record: str) -> int | None:
     except FileNotFoundError:
         os.close(fd)
         return None
-    write_record(fd, record)
+    write_record(fd, record, path)
     _held.add(fd)
     return fd
 
 
-def write_record(fd: int, record: str) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record.encode(), 0)
+def write_record(fd: int, record: str, path: Path) -> None:
+    """`record` in the lock file; the descriptor closed, and LockUnwritable, where it cannot be written."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
+    except OSError as exn:
+        os.close(fd)
+        raise unwritable(path, exn) from None
 
 
 def take_over(path: Path, record: str) -> int:
     """(Under the guard, the holder judged dead.) A fresh lock file, locked and with `record`, renamed
     over the old one: the processes left holding the old file hold nothing of ours."""
     fresh = path.with_name(f"{path.name}.{os.getpid()}")
-    fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    except OSError as exn:
+        raise unwritable(fresh, exn) from None
     fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else has it
-    write_record(fd, record)
-    os.replace(fresh, path)
+    try:
+        write_record(fd, record, fresh)  # (which closes it where it fails)
+    except LockUnwritable:
+        fresh.unlink(missing_ok=True)
+        raise
+    try:
+        os.replace(fresh, path)
+    except OSError as exn:
+        os.close(fd)
+        fresh.unlink(missing_ok=True)
+        raise unwritable(path, exn) from None
     _held.add(fd)
     return fd
 

@@ -641,6 +641,32 @@ def test_not_enough_space_is_refused_before_writing(sources, tmp_path):
         subprocess.run(["umount", mount], check=True)
 
 
+def test_a_dest_full_or_read_only_at_the_lock_is_refused_in_one_line(sources, prepared, tmp_path, caplog):
+    """The lock is prepare's first write: a --dest whose disk another job filled, or a copy of a complete
+    dataset on a file system mounted read-only, is one line naming the lock file and why, exit status 2."""
+    from prepare.cli import main
+
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 4)
+    if reason:
+        pytest.skip(reason)
+    try:
+        dest = copy_dataset(prepared, mount / "imagenet")
+        (dest / ".prepare.lock").unlink(missing_ok=True)  # the copy's: the lock is made anew on the full disk
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        args = ["--source", str(sources["official"]), "--dest", str(dest), "--shard-size", str(SHARD_MB)]
+        for why in ("No space left on device", "Read-only file system"):
+            if why.startswith("Read-only"):
+                subprocess.run(["mount", "-o", "remount,ro", mount], check=True)
+            caplog.clear()
+            assert main(args) == 2
+            errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            assert errors == [f"cannot write the lock file {dest / '.prepare.lock'} ({why}): its folder must be "
+                              "writable by this user, with free space"], errors
+    finally:  # (lazily where busy: a descriptor of the lock left open would keep it so)
+        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
+
+
 @pytest.mark.slow
 def test_dest_defaults_to_slurm_tmpdir_and_is_required_without_it(sources, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SLURM_TMPDIR"}
