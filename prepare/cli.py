@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from prepare.builder import prepare
@@ -118,6 +121,31 @@ def setup_logging() -> None:
                         format=f"%(asctime)s [prepare {where}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
 
+class Stopped(BaseException):
+    """SIGTERM (SLURM's time limit, scancel), raised where the run is, as KeyboardInterrupt is for SIGINT: the
+    run unwinds through its clean-up instead of ending where it stood. A BaseException: no handler of
+    failures takes it for one."""
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm():
+    """SIGTERM raises Stopped while the run is under way (in the main thread; a second one is ignored, so
+    that the clean-up finishes before SLURM's SIGKILL); the handler before it is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Stopped
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None) -> int:
     # before torch is imported: a peer's death is this node's one-line error, not 20 lines of C++ frames
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -125,8 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(parser.parse_args(argv), parser)
     setup_logging()
     try:
-        (prepare if config.group is None else prepare_in_group)(config)
+        with stopped_by_sigterm():
+            (prepare if config.group is None else prepare_in_group)(config)
     except UserError as exn:
         logging.getLogger("prepare").error("%s", exn)
         return 2
+    except (Stopped, KeyboardInterrupt) as exn:
+        number = signal.SIGTERM if isinstance(exn, Stopped) else signal.SIGINT
+        logging.getLogger("prepare").error("stopped by %s, its scratch and unfinished shards removed: rerun the same "
+                                           "command to prepare %s", number.name, config.dest)
+        return 128 + number
     return 0

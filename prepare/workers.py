@@ -61,6 +61,7 @@ def die_with_parent(parent: int) -> None:
     """A worker's first act: SIGKILL from the kernel when the thread that forked it ends (the main
     thread: WorkerPool is made there), and exit now if the parent is already gone. (The parent's locks
     it let go of as it was forked: shards/lock.py.)"""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's (prepare/cli.py's Stopped): a worker just ends
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")

@@ -259,6 +259,30 @@ def test_kill_9_mid_run_leaves_nothing_complete_and_a_rerun_gives_identical_byte
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("to", ["prepare", "its process group"])
+def test_sigterm_mid_run_removes_what_the_run_wrote_and_says_so_in_one_line(tmp_path, to):
+    """SLURM's time limit and scancel send SIGTERM (to the step's every process: the group; `timeout` to
+    prepare alone): the run unwinds through its clean-up, as on any failure, where the default action left
+    its scratch and shards behind without a word; exit status 128 + 15."""
+    source = big_source(tmp_path)
+    dest = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
+                             "--shard-size", "0.5", "--workers", "2"], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not any((dest / ".prepare-tmp" / "train").glob("bucket-*")) and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.005)
+    (os.kill if to == "prepare" else os.killpg)(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert [line.split("] ", 1)[1] for line in stderr.splitlines() if " ERROR " in line] == [
+        f"ERROR stopped by SIGTERM, its scratch and unfinished shards removed: rerun the same command to prepare {dest}"]
+    assert "Traceback" not in stderr
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [".prepare.lock"]
+
+
+@pytest.mark.slow
 def test_concurrent_prepares_on_one_destination_do_the_work_once(tmp_path):
     source = big_source(tmp_path)
     dest = tmp_path / "imagenet"
