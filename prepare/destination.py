@@ -19,8 +19,8 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
-    DatasetNotReady, Manifest, ManifestUnreadable, checksum_problem, checksummed_files, find_damage, fsync_dir, manifest_path, read_manifest,
-    write_manifest,
+    DatasetNotReady, Manifest, ManifestUnreadable, checksum_problem, checksummed_files, find_damage, fsync_dir,
+    manifest_path, read_manifest, write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import MB

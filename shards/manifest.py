@@ -155,7 +155,11 @@ def manifest_path(root: Path) -> Path:
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:
-    """Atomically write the manifest: whole or not at all, even on kill -9 or power loss."""
+    """Atomically write the manifest: whole or not at all, even on kill -9 or power loss. The folders of
+    the shards it lists are made durable first (their renames fsynced): after a power loss a manifest
+    never lists a shard whose rename was lost."""
+    for folder in sorted({(root / shard.name).parent for split in manifest.splits.values() for shard in split.shards}):
+        fsync_dir(folder)
     write_file_atomic(manifest_path(root), manifest.to_json().encode())
 
 

@@ -207,6 +207,21 @@ def test_a_manifest_this_version_cannot_read_keeps_its_dataset_until_force(prepa
     assert not list(dest.glob(".manifest.json.*.tmp"))
 
 
+def test_the_manifest_is_written_after_the_folders_of_the_shards_it_lists_are_made_durable(prepared, tmp_path,
+                                                                                           monkeypatch):
+    """A shard's rename is durable once its folder is fsynced: each folder the manifest lists shards in is
+    fsynced before the manifest, the completion marker, is written (and its own folder after it)."""
+    import shards.manifest as manifest_module
+
+    dest = copy_dataset(prepared, tmp_path / "imagenet")
+    done, fsync_dir, write_file_atomic = [], manifest_module.fsync_dir, manifest_module.write_file_atomic
+    monkeypatch.setattr(manifest_module, "fsync_dir", lambda path: done.append(Path(path).name) or fsync_dir(path))
+    monkeypatch.setattr(manifest_module, "write_file_atomic",
+                        lambda path, data: done.append(Path(path).name) or write_file_atomic(path, data))
+    manifest_module.write_manifest(dest, read_manifest(dest))
+    assert done == ["train", "val", "manifest.json", "imagenet"]  # (the last: write_file_atomic's rename)
+
+
 @pytest.mark.parametrize("flag", ["force", "verify"])
 def test_a_source_refused_after_force_or_verify_leaves_the_dataset_there_whole(prepared, sources, tmp_path, flag):
     """--force (another seed) or --verify (a damaged shard), with ReaL labels that do not fit the val
@@ -277,7 +292,8 @@ def test_sigterm_mid_run_removes_what_the_run_wrote_and_says_so_in_one_line(tmp_
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert [line.split("] ", 1)[1] for line in stderr.splitlines() if " ERROR " in line] == [
-        f"ERROR stopped by SIGTERM, its scratch and unfinished shards removed: rerun the same command to prepare {dest}"]
+        "ERROR stopped by SIGTERM, its scratch and unfinished shards removed: rerun the same command to prepare "
+        f"{dest}"]
     assert "Traceback" not in stderr
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [".prepare.lock"]
 
