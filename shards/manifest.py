@@ -248,6 +248,8 @@ def checksum_problem(root: Path, name: str, sha256: str) -> str | None:
         actual = file_sha256(Path(root) / name)
     except FileNotFoundError:
         return f"{name} is missing"
+    except OSError as exn:  # an I/O error on a failing disk, say: damaged, as far as any reader can tell
+        return f"{name} cannot be read ({exn.strerror or exn})"
     if actual != sha256:
         return f"{name} fails its checksum (sha256 {actual[:16]}..., the manifest recorded {sha256[:16]}...)"
     return None

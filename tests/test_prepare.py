@@ -207,6 +207,19 @@ def test_a_manifest_this_version_cannot_read_keeps_its_dataset_until_force(prepa
     assert not list(dest.glob(".manifest.json.*.tmp"))
 
 
+def test_a_shard_that_cannot_be_read_is_a_damaged_one_not_a_traceback(prepared, tmp_path):
+    """--verify reads every shard: one the disk fails to read (EIO; here a folder in its place, whose read
+    fails as such a read does, with an OSError) is named as damaged, as a missing one is."""
+    from shards.manifest import checksum_problem
+
+    dest = copy_dataset(prepared, tmp_path / "imagenet")
+    shard = read_manifest(dest).splits["train"].shards[0]
+    (dest / shard.name).unlink()
+    assert checksum_problem(dest, shard.name, shard.sha256) == f"{shard.name} is missing"
+    (dest / shard.name).mkdir()
+    assert checksum_problem(dest, shard.name, shard.sha256) == f"{shard.name} cannot be read (Is a directory)"
+
+
 def test_the_manifest_is_written_after_the_folders_of_the_shards_it_lists_are_made_durable(prepared, tmp_path,
                                                                                            monkeypatch):
     """A shard's rename is durable once its folder is fsynced: each folder the manifest lists shards in is
