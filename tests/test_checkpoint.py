@@ -197,3 +197,55 @@ def test_a_new_run_is_refused_where_its_run_dir_holds_a_checkpoint(tmp_path):
     with pytest.raises(ResumeError, match="holds a run's checkpoint \\(last.pt\\), which a new run would overwrite"):
         find_checkpoint(str(tmp_path), None)
     assert find_checkpoint(str(tmp_path), "auto") == tmp_path / "last.pt"
+
+
+@pytest.mark.parametrize("damage", ["cut short", "emptied", "random bytes", "a tensor"])
+def test_a_damaged_or_foreign_checkpoint_is_refused_in_one_line(tmp_path, damage):
+    """--resume auto reads RUN_DIR/last.pt: a file cut short (a copy interrupted), emptied, garbage or another
+    program's is a ResumeError saying what to do, never torch's traceback."""
+    import random
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, checkpoint(torch.nn.Linear(2, 3)))
+    data = path.read_bytes()
+    if damage == "a tensor":
+        torch.save(torch.zeros(3), path)
+    else:
+        path.write_bytes({"cut short": data[:len(data) // 2], "emptied": b"",
+                          "random bytes": random.Random(0).randbytes(4096)}[damage])
+    said = (r"is not a checkpoint of this trainer \(it holds a Tensor\)" if damage == "a tensor" else
+            r"is damaged or not a checkpoint \(\w+: .*\): put back a copy of it, or start the run again")
+    with pytest.raises(ResumeError, match=said) as refused:
+        load_checkpoint(path)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_requeued_job_continues_its_wandb_run_and_an_empty_id_file_is_replaced(tmp_path):
+    """RUN_DIR/wandb-id keeps the W&B run a requeued job continues: read where it holds one, drawn and written
+    whole where there is none, or an empty one (an earlier version's plain write cut by a crash), which W&B
+    would refuse at every start."""
+    from train.run.trackers import WANDB_ID_NAME, run_id_of
+
+    first = run_id_of(tmp_path / "run")
+    assert len(first) == 8 and (tmp_path / "run" / WANDB_ID_NAME).read_text() == first
+    assert run_id_of(tmp_path / "run") == first
+    (tmp_path / "run" / WANDB_ID_NAME).write_text("")
+    again = run_id_of(tmp_path / "run")
+    assert again and (tmp_path / "run" / WANDB_ID_NAME).read_text() == again
+
+
+def test_ranks_whose_data_differ_are_named_before_any_collective_of_the_run():
+    """Each node reads its own copy ($SLURM_TMPDIR's): ranks that read another dataset, other evaluation sets
+    or other ReaL labels would count other images, or pair their collectives wrongly. Pure: the decision."""
+    from train.run.loop import first_disagreement
+
+    same = {"dataset": "ab12", "evaluation sets": ["v2"], "ReaL labels": "9f"}
+    assert first_disagreement([same, dict(same)], ["n1", "n2"]) is None
+    no_real = {**same, "ReaL labels": None}
+    assert first_disagreement([same, same, no_real], ["n1", "n1", "n2"]) == (
+        "rank 2 (on n2) reads another ReaL labels at --data than rank 0 (on n1): every rank must read the same "
+        "dataset. Prepare each node's copy with the same command (srun --ntasks-per-node=1 python -m prepare ...), "
+        "or point --data at the same one")
+    other = {"dataset": "cd34", "evaluation sets": [], "ReaL labels": "9f"}
+    assert first_disagreement([same, other], ["n1", "n2"]).startswith(
+        "rank 1 (on n2) reads another dataset and evaluation sets at --data than rank 0 (on n1)")

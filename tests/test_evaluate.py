@@ -76,6 +76,23 @@ def test_a_copy_of_the_data_prepared_again_with_other_options_is_evaluated_and_n
     assert f"{copy} is not the dataset the run trained on" in caplog.text
 
 
+def test_ranks_reading_different_copies_of_the_data_all_stop_in_the_same_line(ema_run, prepared, sources, tmp_path):
+    """Rank 1's node holds another dataset at --data than rank 0's (prepared with other options): both say so in
+    one line and exit 2, where before each evaluated its own copy without a word."""
+    from train.cluster import free_port
+
+    run, _ = ema_run
+    copy = tmp_path / "imagenet-again"
+    prepare(config(sources["official"], copy, shard_size_mb=0.05))
+    port = {"MASTER_PORT": free_port()}
+    ranks = [warm.Ranks(2, [run, "--data", data, "--workers", "1"], tmp_path / f"rank{rank}", env=port, ranks=[rank],
+                        module="train.evaluate") for rank, data in enumerate([prepared, copy])]
+    assert [code for one in ranks for code in one.wait()] == [2, 2], "".join(one.text() for one in ranks)
+    said = [[line.split("ERROR ", 1)[1] for line in one.text().splitlines() if "ERROR " in line] for one in ranks]
+    assert said[0] == said[1] and len(said[0]) == 1
+    assert said[0][0].startswith("rank 1 (on ") and "reads another dataset at --data than rank 0" in said[0][0]
+
+
 def test_what_cannot_be_evaluated_is_refused_in_one_line(ema_run, tmp_path, caplog):
     run, _ = ema_run
     make_sample(tmp_path / "two", "official", SampleSpec(classes=2, train_per_class=4, val_per_class=2))

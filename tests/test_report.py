@@ -71,3 +71,42 @@ def test_a_torn_last_record_is_set_aside_whole_lines_kept(tmp_path):
     assert metrics.read_bytes() == before and (tmp_path / "metrics.jsonl.torn").read_text() == torn + "\n"
     append_metrics(tmp_path, record(2))  # the next record starts a line of its own
     assert [r["epoch"] for r in read_records(tmp_path)[0]] == [0, 1, 2] and read_records(tmp_path)[1] == []
+
+
+def test_a_line_that_parses_but_lacks_a_records_figures_is_named_not_a_traceback(tmp_path, capsys):
+    """A record's figures are numbers the report draws: a line of JSON without one ({"epoch": 3}, a key
+    with a flipped letter, a figure that is a string) is a damaged line, skipped and named."""
+    from train.run.report import main
+
+    whole = [json.dumps(record(e)) for e in range(2)]
+    flipped = json.dumps(record(2)).replace("val_top1", "val_tOp1")
+    text = json.dumps({**record(3), "train_loss": "2.0"})
+    (tmp_path / "metrics.jsonl").write_text("\n".join([whole[0], '{"epoch": 3}', whole[1], flipped, text]) + "\n")
+    assert main([str(tmp_path), "--out", str(tmp_path / "plot.png")]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped lines 2, 4, 5: not an epoch record (cut short or damaged)" in err
+    assert out.startswith("2 epochs; last: val top-1 12.00%")
+
+
+def test_records_a_resumed_run_writes_again_are_set_aside_each_epoch_kept_once(tmp_path):
+    """A kill between an epoch's record and its checkpoint, or an earlier run in the folder whose checkpoint
+    went: the run that starts at epoch E sets aside the records of E and after (nothing lost), so that each
+    epoch's is written once."""
+    from train.run.metrics import append_metrics, read_records, set_aside_records_from
+
+    assert set_aside_records_from(tmp_path, 0) is None  # no file
+    for epoch in range(3):
+        append_metrics(tmp_path, record(epoch))
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(metrics.read_bytes() + b"not json\n")
+    assert set_aside_records_from(tmp_path, 3) is None  # the checkpoint is past them all: untouched
+    before = metrics.read_bytes().splitlines(keepends=True)
+    line = set_aside_records_from(tmp_path, 1)  # the checkpoint of epoch 0's end: epochs 1 and 2 come again
+    assert line is not None and "2 record(s) of epoch 1 and after" in line and "metrics.jsonl.superseded" in line
+    assert metrics.read_bytes() == before[0] + before[3]  # the damaged line stays where it was, named by the report
+    assert (tmp_path / "metrics.jsonl.superseded").read_bytes() == before[1] + before[2]
+    append_metrics(tmp_path, record(1))
+    assert [r["epoch"] for r in read_records(tmp_path)[0]] == [0, 1]
+    assert "2 record(s) of epoch 0 and after" in set_aside_records_from(tmp_path, 0)  # a new run in the folder
+    assert read_records(tmp_path)[0] == []
+    assert len((tmp_path / "metrics.jsonl.superseded").read_text().splitlines()) == 4

@@ -103,6 +103,32 @@ def hold(run_dir: Path, how: str, env: dict | None = None) -> subprocess.Popen:
 
 
 @pytest.mark.slow  # it waits out its bounds
+def test_a_run_directory_that_cannot_be_written_is_refused_as_a_held_one_is(tmp_path):
+    """Its parent read-only (no folder made), or its disk full (the lock file's record does not fit): a
+    refusal rank 0 broadcasts, as a held lock's, so that every rank says it at once; no folder left."""
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 1)
+    if reason:
+        pytest.skip(reason)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=64k"], capture_output=True)
+        full = take(mount / "run", Holder.me({}))
+        assert full.fd is None and full.refused == (f"cannot write the lock file {mount / 'run' / LOCK_NAME} (No space "
+                                                    "left on device): its folder must be writable by this user, "
+                                                    "with free space")
+        let_go(full, mount / "run")
+        assert not (mount / "run").exists()
+        subprocess.run(["mount", "-o", "remount,ro", mount], check=True)
+        read_only = take(mount / "runs" / "run", Holder.me({}))
+        assert read_only.fd is None and not read_only.made_dir
+        assert read_only.refused == (f"cannot make --run-dir {mount / 'runs' / 'run'} (Read-only file system): give a "
+                                     "writable one")
+    finally:
+        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
+
+
 def test_a_requeued_job_waits_for_its_earlier_start_to_end_and_only_so_long(tmp_path, caplog):
     run_dir = tmp_path / "run"
     earlier = hold(run_dir, "2", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})

@@ -291,5 +291,18 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
-    # weights_only: a checkpoint on shared storage must not be able to run code when loaded.
-    return Checkpoint.from_state(torch.load(path, map_location="cpu", weights_only=True), path)
+    """The checkpoint at `path`; ResumeError, in one line, for a file that cannot be read or is not one (cut
+    short, emptied, another program's). weights_only: a checkpoint on shared storage must not be able to run
+    code when loaded."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exn:  # torch's for bytes that are no checkpoint: RuntimeError, EOFError, UnpicklingError,
+        # an OSError of its zip reader for a file cut short (EINVAL), or the disk's (EIO)
+        why = exn.strerror if isinstance(exn, OSError) and exn.strerror else (str(exn).strip().splitlines() or [""])[0]
+        why = why[:160]
+        raise ResumeError(f"{path} is damaged or not a checkpoint ({type(exn).__name__}: {why}): put back a copy of "
+                          "it, or start the run again in another --run-dir (or delete this file)") from None
+    if not isinstance(state, dict):
+        raise ResumeError(f"{path} is not a checkpoint of this trainer (it holds a {type(state).__name__}): start a "
+                          "new run in another --run-dir (or delete this file)")
+    return Checkpoint.from_state(state, path)

@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +24,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel
 
-from shards.paths import metric_prefix
+from shards.errors import UserError
+from shards.paths import SPLITS, metric_prefix
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
@@ -37,7 +39,7 @@ from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
-from train.run.metrics import append_metrics, epoch_line, set_aside_torn_record
+from train.run.metrics import append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
 from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
@@ -244,6 +246,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     """The run on this world, each rank taking `batch_size` samples a step (--batch-size, but where a
     resume on another world size shares the run's global batch out: Checkpoint.batch_on); its model
     with `model_classes` outputs where they are not the data's classes (an evaluation across class tables)."""
+    check_every_rank_reads_one_dataset(manifest, env, control)
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
@@ -304,6 +307,37 @@ def check_bad_samples(total: int, limit: int, split: str, last: tuple) -> None:
 
 
 # ---------------------------------------------------------------- collectives
+
+def what_ranks_read(manifest: Manifest) -> dict:
+    """What every rank's --data (a node's own copy, $SLURM_TMPDIR's) must hold alike: the dataset, its
+    evaluation sets, ReaL's labels. Ranks that differ would count other images, or pair their collectives
+    with others' (an evaluation set one rank has and another has not)."""
+    return {"dataset": manifest.dataset_id(), "evaluation sets": sorted(set(manifest.splits) - set(SPLITS)),
+            "ReaL labels": (manifest.real_labels or {}).get("sha256")}
+
+
+def first_disagreement(read: list[dict], hosts: list[str]) -> str | None:
+    """Pure: where a rank's --data holds another dataset than rank 0's (what_ranks_read), the refusal that
+    names it; None where they agree."""
+    for rank, facts in enumerate(read):
+        differ = [name for name in read[0] if facts[name] != read[0][name]]
+        if differ:
+            return (f"rank {rank} (on {hosts[rank]}) reads another {' and '.join(differ)} at --data than rank 0 (on "
+                    f"{hosts[0]}): every rank must read the same dataset. Prepare each node's copy with the same "
+                    "command (srun --ntasks-per-node=1 python -m prepare ...), or point --data at the same one")
+    return None
+
+
+def check_every_rank_reads_one_dataset(manifest: Manifest, env: DistEnv, control) -> None:
+    """One gather at set-up, before any collective of the run: every rank refuses alike, in one line."""
+    if control is None:
+        return
+    gathered: list = [None] * env.world_size
+    dist.all_gather_object(gathered, (what_ranks_read(manifest), socket.gethostname().split(".")[0]), group=control)
+    problem = first_disagreement([read for read, _ in gathered], [host for _, host in gathered])
+    if problem:
+        raise UserError(problem)
+
 
 def all_reduce(values: list[float], run: Run, op=dist.ReduceOp.SUM) -> list[float]:
     """Sum (or max) a few numbers over ranks through the CPU-side control group."""
@@ -769,6 +803,8 @@ def train(run: Run, found: Found | None, changes: list) -> int:
         record_settings(config.run_dir, config, changes, start_epoch, start_step)
         if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
             log.warning("%s", torn)
+        if superseded := set_aside_records_from(config.run_dir, start_epoch):
+            log.warning("%s", superseded)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,

@@ -6,9 +6,14 @@ import json
 import os
 from pathlib import Path
 
+from shards.manifest import write_file_atomic
 from shards.paths import EVAL_SPLITS, metric_prefix
 
 METRICS_NAME = "metrics.jsonl"
+# what every epoch record holds, as numbers (python -m train.report draws them): a line without one of
+# them is not a record but a damaged line, named and skipped
+REQUIRED = ("epoch", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "images_per_sec",
+            "images_per_sec_per_gpu")
 
 
 def append_metrics(run_dir: str | Path, record: dict) -> None:
@@ -53,7 +58,35 @@ def parsed_record(line: str) -> dict | None:
         record = json.loads(line)
     except ValueError:
         return None
-    return record if isinstance(record, dict) and "epoch" in record else None
+    if not isinstance(record, dict) or not all(is_number(record.get(name)) for name in REQUIRED):
+        return None
+    return record
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def set_aside_records_from(run_dir: str | Path, epoch: int) -> str | None:
+    """Before a run that starts at `epoch` (its checkpoint's; 0 for a new run) appends to metrics.jsonl: the
+    records of `epoch` and after would be written again by it (a kill between an epoch's record and its
+    checkpoint, or an earlier run in the folder whose checkpoint went). They are moved to
+    metrics.jsonl.superseded and the file written again without them, atomically: each epoch once, nothing
+    lost. The line to log, or None where there are none."""
+    path = Path(run_dir) / METRICS_NAME
+    if not path.exists():
+        return None
+    keep, superseded = [], []
+    for line in path.read_bytes().splitlines(keepends=True):
+        record = parsed_record(line.decode(errors="replace"))
+        (superseded if record is not None and record["epoch"] >= epoch else keep).append(line)
+    if not superseded:
+        return None
+    aside = path.with_name(METRICS_NAME + ".superseded")
+    append_durably(aside, b"".join(superseded))
+    write_file_atomic(path, b"".join(keep))
+    return (f"{path}: {len(superseded)} record(s) of epoch {epoch} and after, which this run writes again (a kill "
+            f"between a record and its checkpoint, or an earlier run's): set aside in {aside.name}")
 
 
 def set_aside_torn_record(run_dir: str | Path) -> str | None:

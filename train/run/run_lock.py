@@ -14,6 +14,7 @@ since"):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -22,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from shards.errors import UserError
-from shards.lock import guard, holder_is_dead, identity, read_identity, release, take_over, try_lock
+from shards.lock import LockUnwritable, guard, holder_is_dead, identity, read_identity, release, take_over, try_lock
 
 log = logging.getLogger("train")
 
@@ -32,7 +33,7 @@ POLL_S = 0.5
 
 
 class RunDirInUse(UserError):
-    """Another training is writing this run directory."""
+    """This training cannot write its run directory: another is writing it, or it cannot be written."""
 
 
 @dataclass(frozen=True)
@@ -105,19 +106,25 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
     else why not."""
     me = me or Holder.me()
     made_dir = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exn:  # refused as a held lock is: rank 0's verdict, which every rank says
+        return Claim(None, f"cannot make --run-dir {run_dir} ({exn.strerror or exn}): give a writable one", False)
     path, started, said = run_dir / LOCK_NAME, time.monotonic(), False
     while True:
         with guard(run_dir):
-            fd = try_lock(path, me.record())
-            if fd is not None:
-                return Claim(fd, "", made_dir)
-            record = read_identity(path)
-            decided = verdict(record, me)
-            if decided == "take over":
-                log.warning("the training that held %s (%s) is no longer running, but processes it left still hold "
-                            "its lock: taking the lock over", run_dir, named(record))
-                return Claim(take_over(path, me.record()), "", made_dir)
+            try:
+                fd = try_lock(path, me.record())
+                if fd is not None:
+                    return Claim(fd, "", made_dir)
+                record = read_identity(path)
+                decided = verdict(record, me)
+                if decided == "take over":
+                    log.warning("the training that held %s (%s) is no longer running, but processes it left still "
+                                "hold its lock: taking the lock over", run_dir, named(record))
+                    return Claim(take_over(path, me.record()), "", made_dir)
+            except LockUnwritable as exn:  # a full disk, a read-only folder
+                return Claim(None, str(exn), made_dir)
         waited = time.monotonic() - started
         if decided == "refuse" or waited > wait_s:
             return Claim(None, refusal(run_dir, record, waited if decided == "wait" else 0.0), made_dir)
@@ -133,5 +140,6 @@ def let_go(claim: Claim, run_dir: Path) -> None:
     if claim.fd is not None:
         release(claim.fd)
     if claim.made_dir and [entry.name for entry in run_dir.iterdir()] == [LOCK_NAME]:
-        (run_dir / LOCK_NAME).unlink(missing_ok=True)
-        run_dir.rmdir()
+        with contextlib.suppress(OSError):  # (a full disk's: a read-only one made no folder)
+            (run_dir / LOCK_NAME).unlink(missing_ok=True)
+            run_dir.rmdir()

@@ -19,6 +19,7 @@ import importlib
 import secrets
 from pathlib import Path
 
+from shards.manifest import write_file_atomic
 from train.errors import ConfigError
 
 WANDB_ID_NAME = "wandb-id"
@@ -68,18 +69,27 @@ class TensorBoard:
         self.writer.close()
 
 
+def run_id_of(run_dir: Path) -> str:
+    """The run's W&B id, kept in RUN_DIR/wandb-id so that a requeued job continues the same W&B run: read, or
+    drawn (as W&B's own ids) and written atomically where there is none yet (or an empty one, left by a
+    crash of an earlier version's plain write: W&B refuses an empty id)."""
+    id_file = run_dir / WANDB_ID_NAME
+    run_id = id_file.read_text().strip() if id_file.exists() else ""
+    if not run_id:
+        run_id = secrets.token_hex(4)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(id_file, run_id.encode())
+    return run_id
+
+
 class WandB:
     def __init__(self, run_dir: Path, project: str, config: dict):
         try:
             import wandb
         except ImportError:
             raise missing("wandb", "wandb") from None
-        id_file = Path(run_dir) / WANDB_ID_NAME
-        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # as W&B's own ids
-        id_file.parent.mkdir(parents=True, exist_ok=True)
-        id_file.write_text(run_id)
-        self.run = wandb.init(project=project, id=run_id, resume="allow", dir=str(run_dir), config=config,
-                              name=Path(run_dir).name)
+        self.run = wandb.init(project=project, id=run_id_of(Path(run_dir)), resume="allow", dir=str(run_dir),
+                              config=config, name=Path(run_dir).name)
 
     def log(self, values: dict, step: int) -> None:
         self.run.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
