@@ -249,3 +249,29 @@ def test_ranks_whose_data_differ_are_named_before_any_collective_of_the_run():
     other = {"dataset": "cd34", "evaluation sets": [], "ReaL labels": "9f"}
     assert first_disagreement([same, other], ["n1", "n2"]).startswith(
         "rank 1 (on n2) reads another dataset and evaluation sets at --data than rank 0 (on n1)")
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line_and_the_previous_one_is_kept(tmp_path):
+    """The run directory's file system fills (or its quota): the save is refused in one line (torch's writer says
+    a short write as a RuntimeError of its C++ frames), the previous last.pt whole, no temporary file left."""
+    import subprocess
+
+    from test_prepare import small_tmpfs
+    from train.run.checkpoint import CheckpointUnwritable
+
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 2)
+    if reason:
+        pytest.skip(reason)
+    try:
+        path = mount / "run" / "last.pt"
+        save_checkpoint(path, checkpoint(torch.nn.Linear(2, 3)))
+        before = path.read_bytes()
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=64k"], capture_output=True)
+        with pytest.raises(CheckpointUnwritable, match=rf"^cannot write the checkpoint {path} \(.+\): is its file "
+                                                       r"system full, or over its quota\? The previous checkpoint is "
+                                                       r"kept: make room, then resume \(--resume auto\)$"):
+            save_checkpoint(path, checkpoint(torch.nn.Linear(200, 300)))
+        assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]
+    finally:
+        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from shards.errors import UserError
 from shards.manifest import write_file_atomic
 from shards.plan import per_rank_batch, seeded_rng
 from train.imagenet_loader import canonical_of
@@ -266,10 +267,21 @@ def checkpoint_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINT_NAME
 
 
+class CheckpointUnwritable(UserError):
+    """The checkpoint could not be written (a full file system, a quota): the previous one is kept."""
+
+
 def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
-    """Atomically (temporary file, fsync, rename): a reader sees the old or the new checkpoint, whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(path, lambda f: torch.save(checkpoint.to_state(), f))
+    """Atomically (temporary file, fsync, rename): a reader sees the old or the new checkpoint, whole.
+    CheckpointUnwritable, in one line, where it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(path, lambda f: torch.save(checkpoint.to_state(), f))
+    except (OSError, RuntimeError) as exn:  # torch's zip writer says a short write as a RuntimeError
+        why = exn.strerror if isinstance(exn, OSError) and exn.strerror else (str(exn).strip().splitlines() or [""])[0]
+        raise CheckpointUnwritable(f"cannot write the checkpoint {path} ({why[:160]}): is its file system full, or "
+                                   "over its quota? The previous checkpoint is kept: make room, then resume "
+                                   "(--resume auto)") from None
 
 
 def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:

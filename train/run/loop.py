@@ -31,8 +31,8 @@ from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.run.ema import ema_of, update_ema
-from train.run.checkpoint import (Checkpoint, checkpoint_path, dataset_of, find_checkpoint, load_checkpoint, rng_state,
-                                  save_checkpoint)
+from train.run.checkpoint import (Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
+                                  load_checkpoint, rng_state, save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
 from train.accelerators import autocast_default, autotunes_convolutions, platform
 from train.run.devices import device_for
@@ -581,16 +581,24 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
     `loader`: the train loader's state (the same on every rank) after `step` steps, or at an epoch's end
     (`epoch_over`): what the run's layout is, for a resume on another world size."""
     ranks = gather_rank_states(run, sums)
+    problem = ""
     if run.env.is_main:
         path = checkpoint_path(run.config.run_dir)
-        save_checkpoint(path, Checkpoint(
-            model=run.model.state_dict(), optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
-            scaler=run.scaler.state_dict(), epoch=epoch, step=step, world_size=run.env.world_size, ranks=ranks,
-            config=run.config.to_dict(), loader=loader, ema=run.ema.state_dict() if run.ema is not None else None,
-            dataset=dataset_of(run.manifest)))
-        log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
-    if run.env.world_size > 1:
-        dist.barrier(group=run.control)
+        try:
+            save_checkpoint(path, Checkpoint(
+                model=run.model.state_dict(), optimizer=run.optimizer.state_dict(),
+                scheduler=run.scheduler.state_dict(), scaler=run.scaler.state_dict(), epoch=epoch, step=step,
+                world_size=run.env.world_size, ranks=ranks, config=run.config.to_dict(), loader=loader,
+                ema=run.ema.state_dict() if run.ema is not None else None, dataset=dataset_of(run.manifest)))
+            log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
+        except CheckpointUnwritable as exn:
+            problem = str(exn)
+    if run.env.world_size > 1:  # rank 0's outcome, which the others wait for: every rank stops alike
+        said = [problem]
+        dist.broadcast_object_list(said, src=0, group=run.control)
+        problem = said[0]
+    if problem:
+        raise CheckpointUnwritable(problem)
 
 
 def epoch_over(state: dict, batches: int) -> dict:
