@@ -466,3 +466,36 @@ def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
     assert failure == ("scontrol requeue 237 failed (exit 1: scontrol: error: Requeue of job 237 not allowed): the job "
                        "ends here; submit it again with --resume auto to continue from the checkpoint")
     assert "(exit 1: no message)" in requeue_failure("237", 1, "")
+
+
+def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepared, tmp_path):
+    """The run directory's file system fills while the ranks train (another job, a quota): the epoch's record
+    cannot be appended, so no checkpoint is written after it either (the resume trains the epoch again), and
+    every rank stops with rank 0's one line, exit 2, where rank 0 died in a traceback and the others waited out
+    the rendezvous's timeout."""
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 2)
+    if reason:
+        pytest.skip(reason)
+    try:
+        run = mount / "run"
+        ranks = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1), tmp_path / "logs")
+        deadline = time.monotonic() + 120
+        while not (run / "config.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for proc in ranks.procs:  # (paused while the disk fills: a small run may reach its record within that)
+            proc.send_signal(signal.SIGSTOP)
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        for proc in ranks.procs:
+            proc.send_signal(signal.SIGCONT)
+        assert ranks.wait(timeout=120) == [2, 2], ranks.text()
+        said = [[line.split("ERROR ", 1)[1] for line in log.read_text().splitlines() if "ERROR " in line]
+                for log in ranks.logs]
+        assert said[0] == said[1] == [f"cannot append epoch 0's record to {run / 'metrics.jsonl'} (No space left on "
+                                      "device): is its file system full, or over its quota? Make room, then resume "
+                                      "(--resume auto): the epoch is trained again from the last checkpoint"]
+        assert not (run / "last.pt").exists() and "Traceback" not in ranks.text()
+    finally:
+        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)

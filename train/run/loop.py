@@ -39,7 +39,7 @@ from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
-from train.run.metrics import append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
+from train.run.metrics import METRICS_NAME, append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
 from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
@@ -576,13 +576,14 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     return states
 
 
-def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None = None) -> None:
+def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None = None, problem: str = "") -> None:
     """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk.
     `loader`: the train loader's state (the same on every rank) after `step` steps, or at an epoch's end
-    (`epoch_over`): what the run's layout is, for a resume on another world size."""
+    (`epoch_over`): what the run's layout is, for a resume on another world size. `problem`: rank 0's, where
+    the epoch's record could not be written: no checkpoint then (the resume trains the epoch again), and
+    every rank stops with it, as with a checkpoint that does not fit."""
     ranks = gather_rank_states(run, sums)
-    problem = ""
-    if run.env.is_main:
+    if run.env.is_main and not problem:
         path = checkpoint_path(run.config.run_dir)
         try:
             save_checkpoint(path, Checkpoint(
@@ -598,7 +599,19 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         dist.broadcast_object_list(said, src=0, group=run.control)
         problem = said[0]
     if problem:
-        raise CheckpointUnwritable(problem)
+        raise UserError(problem)
+
+
+def appended(run_dir: str, record: dict) -> str:
+    """The epoch's record appended to metrics.jsonl; where it cannot be (a full file system, a quota), why, in
+    the line every rank stops with (`save`), else ""."""
+    try:
+        append_metrics(run_dir, record)
+    except OSError as exn:
+        return (f"cannot append epoch {record['epoch']}'s record to {Path(run_dir) / METRICS_NAME} "
+                f"({exn.strerror or exn}): is its file system full, or over its quota? Make room, then resume (--resume auto): the epoch is "
+                "trained again from the last checkpoint")
+    return ""
 
 
 def epoch_over(state: dict, batches: int) -> dict:
@@ -840,10 +853,12 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
                     requeue_job(run.env.job_id)
             return 130 if by_hand else 0
         record = epoch_record(run, epoch, done, sums, evaluate_all(run), start_step)
-        if run.env.is_main:  # metrics before the checkpoint: a kill in between repeats a line, loses none
-            append_metrics(config.run_dir, record)
-            run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
-            log.info("%s", epoch_line(record))
-        save(run, epoch + 1, 0, EpochSums(), loader=epoch_over(position, len(run.train_data)))
+        problem = ""
+        if run.env.is_main:  # metrics before the checkpoint: a kill in between leaves a line the resume sets aside
+            problem = appended(config.run_dir, record)
+            if not problem:
+                run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
+                log.info("%s", epoch_line(record))
+        save(run, epoch + 1, 0, EpochSums(), loader=epoch_over(position, len(run.train_data)), problem=problem)
         start_step, sums = 0, EpochSums()
     return 0
