@@ -275,3 +275,17 @@ def test_a_checkpoint_that_does_not_fit_is_one_line_and_the_previous_one_is_kept
         assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]
     finally:
         subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
+
+
+def test_what_a_kill_left_of_the_run_directorys_atomic_writes_is_removed_and_nothing_else(tmp_path):
+    """A kill during torch.save leaves `.last.pt.XXXXXXXX.tmp`, as large as a checkpoint (each one, on storage with a
+    quota): the next start removes the run's own such files, and no other file of the folder."""
+    from train.run.loop import remove_killed_writes
+
+    killed = [".last.pt.k9x1ab.tmp", ".config.json.a1b2c3.tmp", ".metrics.jsonl.d4e5f6.tmp", ".wandb-id.g7h8i9.tmp"]
+    kept = ["last.pt", "metrics.jsonl", ".notes.txt.j1k2l3.tmp", "last.pt.tmp"]
+    for name in killed + kept:
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_killed_writes(tmp_path) == killed
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+    assert remove_killed_writes(tmp_path) == []

@@ -46,7 +46,7 @@ from train.real_labels import RealLabels
 from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings, train_size,
                                 warmup_ramps_by_step)
 from train.shard_index import KEY_HASH_BITS
-from train.run.trackers import NoTracker, open_tracker, require
+from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
 
 log = logging.getLogger("train")
 KEY_HASH_MOD = 1 << KEY_HASH_BITS  # epoch sums of key hashes are kept modulo this
@@ -602,6 +602,18 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         raise UserError(problem)
 
 
+def remove_killed_writes(run_dir: str | Path) -> list[str]:
+    """The temporary files of the run directory's atomic writes that a kill stopped before their rename
+    (write_file_atomic's `.NAME.XXXXXXXX.tmp`: a checkpoint's as large as the checkpoint, one a kill, on storage
+    with a quota), removed; their names. Only the run's own files' names: nothing else in the folder."""
+    removed = []
+    for name in (checkpoint_path(run_dir).name, SETTINGS_FILE, METRICS_NAME, WANDB_ID_NAME):
+        for path in sorted(Path(run_dir).glob(f".{name}.*.tmp")):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 def appended(run_dir: str, record: dict) -> str:
     """The epoch's record appended to metrics.jsonl; where it cannot be (a full file system, a quota), why, in
     the line every rank stops with (`save`), else ""."""
@@ -826,6 +838,9 @@ def train(run: Run, found: Found | None, changes: list) -> int:
             log.warning("%s", torn)
         if superseded := set_aside_records_from(config.run_dir, start_epoch):
             log.warning("%s", superseded)
+        if killed := remove_killed_writes(config.run_dir):
+            log.warning("%s: removed %s, left by a write a kill stopped before its rename", config.run_dir,
+                        ", ".join(killed))
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,
