@@ -621,8 +621,8 @@ def appended(run_dir: str, record: dict) -> str:
         append_metrics(run_dir, record)
     except OSError as exn:
         return (f"cannot append epoch {record['epoch']}'s record to {Path(run_dir) / METRICS_NAME} "
-                f"({exn.strerror or exn}): is its file system full, or over its quota? Make room, then resume (--resume auto): the epoch is "
-                "trained again from the last checkpoint")
+                f"({exn.strerror or exn}): is its file system full, or over its quota? Make room, then resume "
+                "(--resume auto): the epoch is trained again from the last checkpoint")
     return ""
 
 
