@@ -326,7 +326,9 @@ def test_a_two_node_jobs_checkpoint_is_resumed_by_a_one_node_job(slurm, sources,
     job given its run directory: the run's global batch of 12 on one rank, reading the epoch where the 2 ranks
     stopped, and the same samples each epoch as the run's 2-rank plan."""
     shutil.copytree(sources["official"], tmp_path / "source")
-    train_args = f"{TRAIN_CPU} --epochs 2 --batch-size 6 --workers 1"
+    # (64 px, not 32: steps slow enough that the signal, sent at step 3 of 15, lands within epoch 0 on a loaded
+    # machine too; at 32 px a run at 9 steps a second once reached step 14 before it did)
+    train_args = f"{TRAIN_CPU} --image-size 64 --epochs 2 --batch-size 6 --workers 1"
     first = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, train_args)
     log = tmp_path / f"job-{first}.out"
     assert preempted(slurm, first, log), job_state(slurm, first)
