@@ -20,7 +20,7 @@ from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, ManifestUnreadable, checksum_problem, checksummed_files, find_damage, fsync_dir,
-    manifest_path, read_manifest, write_manifest,
+    manifest_path, read_manifest, remove_killed_writes, write_manifest,
 )
 from shards.progress import Progress
 from shards.resources import MB
@@ -244,9 +244,7 @@ def remove_incomplete(dest: Path) -> None:
     if manifest_path(dest).exists():
         manifest_path(dest).unlink()
         fsync_dir(dest)
-    for name in (MANIFEST_NAME, REAL_LABELS_FILE):
-        for path in dest.glob(f".{name}.*.tmp"):  # write_file_atomic's, killed before their rename
-            path.unlink(missing_ok=True)
+    remove_killed_writes(dest, (MANIFEST_NAME, REAL_LABELS_FILE))
     for split in splits:
         for path in (dest / split).iterdir():
             path.unlink()
@@ -280,8 +278,6 @@ def remove_unlisted(dest: Path, manifest: Manifest) -> None:
                 folder.rmdir()  # empty now, unless it holds files prepare did not write
     if not manifest.real_labels:
         (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
-    for name in (MANIFEST_NAME, REAL_LABELS_FILE):
-        for path in dest.glob(f".{name}.*.tmp"):  # write_file_atomic's, killed before their rename
-            path.unlink(missing_ok=True)
+    remove_killed_writes(dest, (MANIFEST_NAME, REAL_LABELS_FILE))
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 

@@ -163,6 +163,17 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
     write_file_atomic(manifest_path(root), manifest.to_json().encode())
 
 
+def remove_killed_writes(folder: Path, names: tuple[str, ...]) -> list[str]:
+    """The temporary files write_file_atomic left in `folder` for `names` where a kill stopped it before
+    its rename (`.NAME.XXXXXXXX.tmp`), removed; their names. Only those names: nothing else of the folder."""
+    removed = []
+    for name in names:
+        for path in sorted(Path(folder).glob(f".{name}.*.tmp")):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 def write_file_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
     """Write `data` (bytes, or a function writing to a binary file) to `path` atomically: a temporary
     file in the same folder, fsync, rename, fsync of the folder. Readers see the old file or the

@@ -267,6 +267,14 @@ def checkpoint_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINT_NAME
 
 
+def reason(exn: Exception) -> str:
+    """Why a read or write failed, in a few words: an OSError's strerror, else the first line of torch's
+    message (its C++ frames follow), at most 160 characters."""
+    if isinstance(exn, OSError) and exn.strerror:
+        return exn.strerror
+    return (str(exn).strip().splitlines() or [""])[0][:160]
+
+
 class CheckpointUnwritable(UserError):
     """The checkpoint could not be written (a full file system, a quota): the previous one is kept."""
 
@@ -278,8 +286,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(path, lambda f: torch.save(checkpoint.to_state(), f))
     except (OSError, RuntimeError) as exn:  # torch's zip writer says a short write as a RuntimeError
-        why = exn.strerror if isinstance(exn, OSError) and exn.strerror else (str(exn).strip().splitlines() or [""])[0]
-        raise CheckpointUnwritable(f"cannot write the checkpoint {path} ({why[:160]}): is its file system full, or "
+        raise CheckpointUnwritable(f"cannot write the checkpoint {path} ({reason(exn)}): is its file system full, or "
                                    "over its quota? The previous checkpoint is kept: make room, then resume "
                                    "(--resume auto)") from None
 
@@ -310,9 +317,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exn:  # torch's for bytes that are no checkpoint: RuntimeError, EOFError, UnpicklingError,
         # an OSError of its zip reader for a file cut short (EINVAL), or the disk's (EIO)
-        why = exn.strerror if isinstance(exn, OSError) and exn.strerror else (str(exn).strip().splitlines() or [""])[0]
-        why = why[:160]
-        raise ResumeError(f"{path} is damaged or not a checkpoint ({type(exn).__name__}: {why}): put back a copy of "
+        raise ResumeError(f"{path} is damaged or not a checkpoint ({type(exn).__name__}: {reason(exn)}): put back a copy of "
                           "it, or start the run again in another --run-dir (or delete this file)") from None
     if not isinstance(state, dict):
         raise ResumeError(f"{path} is not a checkpoint of this trainer (it holds a {type(state).__name__}): start a "

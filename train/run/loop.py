@@ -27,11 +27,12 @@ from torch.optim.swa_utils import AveragedModel
 from shards.errors import UserError
 from shards.paths import SPLITS, metric_prefix
 from shards.manifest import DamagedData, Manifest, read_complete_manifest
+from shards.manifest import remove_killed_writes as remove_killed_atomic_writes  # (this module's names the run's)
 from shards.plan import seeded_rng, steps_per_epoch
 from shards.progress import Progress
 from shards.resources import available_cpus, log_pil_build
 from train.run.ema import ema_of, update_ema
-from train.run.checkpoint import (Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
+from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
                                   load_checkpoint, rng_state, save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
 from train.accelerators import autocast_default, autotunes_convolutions, platform
@@ -603,15 +604,9 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
 
 
 def remove_killed_writes(run_dir: str | Path) -> list[str]:
-    """The temporary files of the run directory's atomic writes that a kill stopped before their rename
-    (write_file_atomic's `.NAME.XXXXXXXX.tmp`: a checkpoint's as large as the checkpoint, one a kill, on storage
-    with a quota), removed; their names. Only the run's own files' names: nothing else in the folder."""
-    removed = []
-    for name in (checkpoint_path(run_dir).name, SETTINGS_FILE, METRICS_NAME, WANDB_ID_NAME):
-        for path in sorted(Path(run_dir).glob(f".{name}.*.tmp")):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
+    """The temporary files of the run directory's atomic writes that a kill stopped before their rename (a
+    checkpoint's as large as the checkpoint, one a kill, on storage with a quota), removed; their names."""
+    return remove_killed_atomic_writes(Path(run_dir), (CHECKPOINT_NAME, SETTINGS_FILE, METRICS_NAME, WANDB_ID_NAME))
 
 
 def appended(run_dir: str, record: dict) -> str:
