@@ -317,8 +317,8 @@ def load_checkpoint(path: Path) -> Checkpoint:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exn:  # torch's for bytes that are no checkpoint: RuntimeError, EOFError, UnpicklingError,
         # an OSError of its zip reader for a file cut short (EINVAL), or the disk's (EIO)
-        raise ResumeError(f"{path} is damaged or not a checkpoint ({type(exn).__name__}: {reason(exn)}): put back a copy of "
-                          "it, or start the run again in another --run-dir (or delete this file)") from None
+        raise ResumeError(f"{path} is damaged or not a checkpoint ({type(exn).__name__}: {reason(exn)}): put back a "
+                          "copy of it, or start the run again in another --run-dir (or delete this file)") from None
     if not isinstance(state, dict):
         raise ResumeError(f"{path} is not a checkpoint of this trainer (it holds a {type(state).__name__}): start a "
                           "new run in another --run-dir (or delete this file)")
