@@ -50,14 +50,21 @@ def with_class_maps(dest: Path, manifest: Manifest, maps: dict[str, dict]) -> Ma
     """A complete dataset prepared before manifests recorded `class_maps` (#53: winter21, fall11, timm's 22k),
     given them by the rerun that finds it whole: its manifest written again, atomically, with them (its files and
     dataset id as they were), so that a model of the other class table evaluates on it. As it is where it has
-    them, or its layout has none."""
+    them, or its layout has none, or the write fails (a full disk): the dataset is whole and trains as it did,
+    so the job goes on, told what it lacks."""
     if manifest.class_maps or not maps:
         return manifest
-    manifest = replace(manifest, class_maps=maps)
-    write_manifest(dest, manifest)
+    try:
+        write_manifest(dest, replace(manifest, class_maps=maps))
+    except OSError as exn:  # write_file_atomic: the manifest there as it was, its temporary file removed
+        log.warning("%s: could not record where its classes lie in %s in its manifest.json (%s): the dataset is "
+                    "whole and trains as before; rerun prepare once there is room to record them (a model of "
+                    "the other class table needs them to evaluate on it)", dest, " and ".join(maps),
+                    exn.strerror or exn)
+        return manifest
     log.info("%s: recorded where its classes lie in %s (the manifest's class_maps, which it was prepared without)",
              dest, " and ".join(maps))
-    return manifest
+    return replace(manifest, class_maps=maps)
 
 
 def make_dest(dest: Path) -> None:

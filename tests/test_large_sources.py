@@ -633,6 +633,41 @@ def test_two_nodes_read_each_part_once_and_write_the_bytes_of_one_node(tmp_path,
             assert tree_bytes(dest) == tree_bytes(one)
 
 
+@pytest.mark.slow  # three prepares of 22k's fake, on a real tmpfs
+def test_a_full_disk_while_class_maps_are_recorded_keeps_the_dataset_and_the_job_going(tmp_path, timm_22k, caplog):
+    """A dataset prepared before manifests recorded class_maps, rerun on a --dest another job has filled (a real
+    small tmpfs): its manifest stays as it was (no temporary file beside it) and the run goes on, the dataset being
+    whole, with a warning saying what it lacks; the rerun with room records them."""
+    import subprocess
+    from dataclasses import replace
+
+    from shards.manifest import manifest_path, write_manifest
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "disk"
+    reason = small_tmpfs(mount, 48)  # room for the estimate before the build
+    if reason:
+        pytest.skip(reason)
+    try:
+        dest = mount / "imagenet22k"
+        before = prepare(config(timm_22k, dest, shard_size_mb=0.02))
+        assert before.class_maps
+        write_manifest(dest, replace(before, class_maps={}))  # as manifests were before #53
+        written, shards = manifest_path(dest).read_bytes(), tree_bytes(dest)
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        with caplog.at_level("INFO", logger="prepare"):
+            again = prepare(config(timm_22k, dest, shard_size_mb=0.02))
+        assert again.class_maps == {} and tree_bytes(dest) == shards and manifest_path(dest).read_bytes() == written
+        assert sorted(path.name for path in dest.iterdir() if path.name.endswith(".tmp")) == []
+        assert (f"{dest}: could not record where its classes lie in imagenet-w21 in its manifest.json (No space "
+                "left on device): the dataset is whole and trains as before") in caplog.text
+        (mount / "other-job.bin").unlink()
+        assert prepare(config(timm_22k, dest, shard_size_mb=0.02)).class_maps == read_manifest(dest).class_maps \
+            == before.class_maps
+    finally:
+        subprocess.run(["umount", str(mount)])
+
+
 def test_the_library_loader_exposes_the_22k_table_the_12k_subset_and_the_map_into_winter21s(prepared_22k):
     from train import ImageNetLoader
 

@@ -494,12 +494,17 @@ def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
                                           f"at most {train_samples // 2}"):
         loader(prepared, batch_size=train_samples, rank=0, world_size=2)
     val_samples = read_manifest(prepared).splits["val"].samples
-    with pytest.raises(ConfigError, match=f"{val_samples} val samples over {val_samples + 1} ranks leave rank "
-                                          f"{val_samples} none"):
-        loader(prepared, "val", rank=val_samples, world_size=val_samples + 1)
-    with loader(prepared, batch_size=1, rank=val_samples, world_size=val_samples + 1) as train:
-        with pytest.raises(ConfigError, match=f"leave rank {val_samples} none"):
-            train.with_split("val")
+    # every rank refuses, not only the one left without a sample: a rank refusing alone leaves the others
+    # waiting for it in their first all-reduce
+    for rank in (0, val_samples):
+        with pytest.raises(ConfigError, match=f"{val_samples} val samples over {val_samples + 1} ranks leave rank "
+                                              f"{val_samples} none"):
+            loader(prepared, "val", rank=rank, world_size=val_samples + 1)
+        with loader(prepared, batch_size=1, rank=rank, world_size=val_samples + 1) as train:
+            with pytest.raises(ConfigError, match=f"leave rank {val_samples} none"):
+                train.with_split("val")
+    with pytest.raises(ConfigError, match=f"leave ranks {val_samples} to {val_samples + 2} none"):
+        loader(prepared, "val", rank=1, world_size=val_samples + 3)
 
 
 @pytest.mark.parametrize("device, message", [

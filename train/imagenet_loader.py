@@ -228,7 +228,7 @@ class ImageNetLoader:
 
     def _check_batches(self, split: str, samples: int) -> None:
         """A batch on every rank; with repeats, at least as many samples a rank as readings of one."""
-        check_has_batches(split, samples, self.world_size, self.rank, self.batch_size)
+        check_has_batches(split, samples, self.world_size, self.batch_size)
         if split == "train":
             check_repeats(self.repeats, samples, self.world_size, self.batch_size)
 

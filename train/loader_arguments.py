@@ -261,13 +261,15 @@ def epoch_length(split: str, samples: int, world_size: int, batch_size: int, ran
     return -(-(stop - start) // batch_size)
 
 
-def check_has_batches(split: str, samples: int, world_size: int, rank: int, batch_size: int) -> None:
-    """An epoch with no batch on this rank is a mistake, not an empty loop (whose loss is never set)."""
-    if epoch_length(split, samples, world_size, batch_size, rank) > 0:
-        return
-    if split == "train":
+def check_has_batches(split: str, samples: int, world_size: int, batch_size: int) -> None:
+    """An epoch with no batch on a rank is a mistake, not an empty loop (whose loss is never set). Decided from
+    what every rank knows alike, never from the rank: a rank that refused alone would leave the others waiting
+    for it in their first collective."""
+    if split == "train" and steps_per_epoch(samples, world_size, batch_size) == 0:
         raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
                           f"lower {{batch_size}} to at most {samples // world_size} (or use fewer ranks)",
                           {"batch_size": "batch_size"})
-    raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave rank {rank} none: use at most "
-                      f"{samples} ranks for validation")
+    if split != "train" and samples < world_size:  # even_split: ranks samples.. get none
+        empty = f"rank {samples}" if samples == world_size - 1 else f"ranks {samples} to {world_size - 1}"
+        raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave {empty} none: use at most "
+                          f"{samples} ranks for validation")
