@@ -64,7 +64,9 @@ def shortfall(declared: Declared) -> str | None:
     Pure."""
     lines = [gap_line(gap) for gap in declared.gaps if gap.absent]
     if counted_short(declared):
-        lines.append(f"{declared.found:,} of the {declared.images:,} images {declared.images_by} declares are there")
+        lacking = declared.images - declared.found
+        lines.append(f"{lacking:,} of the {declared.images:,} images {declared.images_by} declares ({declared.found:,} "
+                     "are there)")
     return f"the {declared.split} split lacks " + "; ".join(lines) if lines else None
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import ast
 import csv
 import functools
+import gzip
 import importlib.resources
 import io
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ WNID = re.compile(r"^n\d{8}$")
 VAL_KEY = "ILSVRC2012_val_{:08d}"
 META_MAT = "data/meta.mat"
 GROUND_TRUTH = "data/ILSVRC2012_validation_ground_truth.txt"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class LabelError(UserError, ValueError):
@@ -50,14 +53,23 @@ class Devkit:
 
 
 def parse_meta_mat(data: bytes) -> list[Synset]:
-    """Every synset of the devkit's meta.mat (leaves and internal nodes), in file order."""
-    table = scipy.io.loadmat(io.BytesIO(data), squeeze_me=True)["synsets"]
-    counted = "num_train_images" in (table.dtype.names or ())
-    return [
-        Synset(int(row["ILSVRC2012_ID"]), str(row["WNID"]), str(row["words"]), int(row["num_children"]),
-               int(row["num_train_images"]) if counted else None)
-        for row in table.ravel()
-    ]
+    """Every synset of the devkit's meta.mat (leaves and internal nodes), in file order. Bytes that are not
+    its table (another .mat, a damaged one) are a LabelError, whatever scipy's reader or the fields raise."""
+    try:
+        table = scipy.io.loadmat(io.BytesIO(data), squeeze_me=True)["synsets"]
+        counted = "num_train_images" in (table.dtype.names or ())
+        return [
+            Synset(int(row["ILSVRC2012_ID"]), str(row["WNID"]), str(row["words"]), int(row["num_children"]),
+                   int(row["num_train_images"]) if counted else None)
+            for row in table.ravel()
+        ]
+    except Exception as exn:  # noqa: BLE001 -- scipy's reader has no one error type for bytes it cannot parse
+        raise LabelError(f"{META_MAT} is not the devkit's table of synsets ({one_line(exn)})") from None
+
+
+def one_line(exn: BaseException) -> str:
+    """An exception's message on one line (tarfile's and scipy's span several), its type where it has none."""
+    return " ".join(str(exn).split()) or type(exn).__name__
 
 
 def devkit_train_count(devkit: "Devkit") -> int | None:
@@ -272,15 +284,26 @@ def check_val_labels(val_wnids: dict[str, str], classes: list[ClassInfo]) -> Non
 
 
 def read_devkit(path: Path) -> Devkit:
-    """meta.mat and the validation ground truth from ILSVRC2012_devkit_t12.tar.gz (read in place)."""
+    """meta.mat and the validation ground truth from ILSVRC2012_devkit_t12.tar.gz (read in place). Inflated
+    whole first (2.5 MB), so that gzip's checksum and length are checked: tarfile reads a member at its offset
+    and never reaches them, and a damaged devkit gave wrong val labels, or crashed scipy's reader."""
     try:
-        with tarfile.open(path, "r:*") as tar:
+        data = Path(path).read_bytes()
+        if data[:2] != GZIP_MAGIC and not data[257:262] == b"ustar":  # an HTML page saved by that name, say
+            raise LabelError(f"the devkit {path} is not a gzipped tar (its first bytes: {data[:24]!r}): download "
+                             "ILSVRC2012_devkit_t12.tar.gz again")
+        tar_bytes = gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+        with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
             members = {m.name.split("/", 1)[-1]: m for m in tar.getmembers() if m.isfile()}
             meta, truth = members.get(META_MAT), members.get(GROUND_TRUTH)
             if meta is None or truth is None:
                 raise LabelError(f"{path} lacks {META_MAT} or {GROUND_TRUTH}: is it ILSVRC2012_devkit_t12.tar.gz?")
             meta_bytes = tar.extractfile(meta).read()
             truth_text = tar.extractfile(truth).read().decode()
-    except (tarfile.TarError, EOFError, OSError) as exn:
-        raise LabelError(f"cannot read the devkit {path}: {exn}. Download ILSVRC2012_devkit_t12.tar.gz again.") from None
-    return Devkit(parse_meta_mat(meta_bytes), parse_ground_truth(truth_text))
+    except (tarfile.TarError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exn:
+        raise LabelError(f"cannot read the devkit {path}: {one_line(exn)}. Download ILSVRC2012_devkit_t12.tar.gz "
+                         "again.") from None
+    try:
+        return Devkit(parse_meta_mat(meta_bytes), parse_ground_truth(truth_text))
+    except LabelError as exn:
+        raise LabelError(f"the devkit {path}: {exn}. Download ILSVRC2012_devkit_t12.tar.gz again.") from None

@@ -40,12 +40,12 @@ LAYOUTS = ("official", "imagefolder", "kaggle", "kaggle-zip", "hf-imagenet-1k", 
     (Declared("train"), None),
     (Declared("train", (Gap("shards", 3, "_info.json"),), 180, "_info.json", 180), None),
     (Declared("train", (Gap("shards", 3, "_info.json", ("b.tar",)),), 180, "_info.json", 120),
-     "the train split lacks 1 of the 3 shards _info.json lists (b.tar); 120 of the 180 images _info.json declares "
-     "are there"),
+     "the train split lacks 1 of the 3 shards _info.json lists (b.tar); 60 of the 180 images _info.json declares "
+     "(120 are there)"),
     (Declared("val", (Gap("images", 5, "x.csv", ("a", "b", "c", "d")),), 5, "x.csv", 1),
      "the val split lacks 4 of the 5 images x.csv lists (a, b, c and 1 more)"),  # the count says nothing more
     (Declared("val", (), 50_000, "the README", 49_000),
-     "the val split lacks 49,000 of the 50,000 images the README declares are there"),
+     "the val split lacks 1,000 of the 50,000 images the README declares (49,000 are there)"),
     (Declared("v2", (Gap("images", 30, "ImageNetV2", ("4/ (3)",), count=3),), 30, "ImageNetV2", 27),
      "the v2 split lacks 3 of the 30 images ImageNetV2 lists (4/ (3))"),
     (Declared("train", (), 10, "x", None), None),  # counted as it is read

@@ -221,6 +221,30 @@ def test_a_classes_py_that_is_out_of_order_or_not_a_literal_is_refused(hub_sourc
         open_source(source)
 
 
+@pytest.mark.parametrize("layout, name", [("hf-imagenet-1k", "classes.py"), ("timm-wds", "_info.json")])
+def test_a_small_file_of_a_hub_download_that_is_not_utf8_is_named_in_one_line(hub_sources, tmp_path, layout, name):
+    source = copy_source(hub_sources, layout, tmp_path)
+    with open(source / name, "ab") as file:
+        file.write(b"# caf\xe9\n")
+    with pytest.raises(SourceError, match=f"{name} is not UTF-8 text .*: it is damaged, download it again"):
+        prepare(config(source, tmp_path / "out"))
+
+
+@pytest.mark.parametrize("layout, name", [("hf-imagenet-1k", "data/train_images_1.tar.gz"),
+                                          ("timm-wds", "imagenet1k-train-0001.tar")])
+def test_a_link_whose_file_is_gone_is_named_in_one_line(hub_sources, tmp_path, layout, name):
+    """A hub cache whose blob was removed, or a snapshot folder copied without its blobs/: a link to nothing
+    (timm's layout names it a shard missing, as _info.json lists it)."""
+    source = copy_source(hub_sources, layout, tmp_path)
+    (source / name).unlink()
+    (source / name).symlink_to(tmp_path / "blobs" / "gone")
+    said = {"hf-imagenet-1k": f"{source / name} is a link to {tmp_path / 'blobs' / 'gone'}, which is not there",
+            "timm-wds": "the train split lacks 1 of the 3 shards _info.json lists (imagenet1k-train-0001.tar)"}
+    with pytest.raises(SourceError) as refusal:
+        prepare(config(source, tmp_path / "out"))
+    assert str(refusal.value).startswith(said[layout])
+
+
 def test_without_a_class_list_the_built_in_table_is_used(hub_sources, tmp_path):
     source = copy_source(hub_sources, "hf-imagenet-1k", tmp_path)
     (source / "classes.py").unlink()
@@ -344,7 +368,7 @@ def test_a_shard_missing_is_named_by_info_json_or_the_numbering(hub_sources, tmp
     (source / "imagenet1k-validation-01.tar").unlink()
     declared = open_source(source).declared("val")
     assert shortfall(declared) == ("the val split lacks 1 of the 2 shards _info.json lists "
-                                   "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares are there")
+                                   "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares (15 are there)")
     (source / "_info.json").unlink()  # then timm's own 1024 and 64 (the classes are ImageNet-1k's): the sample has 3
     (source / "imagenet1k-train-0001.tar").unlink()
     assert shortfall(open_source(source).declared("train")) == (

@@ -54,6 +54,78 @@ def test_devkit_without_meta_mat_names_the_file(tmp_path):
         read_devkit(path)
 
 
+def devkit_bytes(images, **replaced: bytes) -> bytes:
+    """The sample's devkit (sample.py writes it so), its data/ files replaced where given (meta_mat=...,
+    ground_truth=...)."""
+    from prepare.sample import ground_truth, tar_bytes
+
+    files = {"meta_mat": ("data/meta.mat", meta_mat(images)),
+             "ground_truth": ("data/ILSVRC2012_validation_ground_truth.txt", ground_truth(images).encode())}
+    return tar_bytes([(f"ILSVRC2012_devkit_t12/{name}", replaced.get(key, data))
+                      for key, (name, data) in files.items()], gz=True)
+
+
+def refused_in_one_line(path, why: str) -> str:
+    with pytest.raises(LabelError) as refusal:
+        read_devkit(path)
+    message = str(refusal.value)
+    assert "\n" not in message and why in message and "Download ILSVRC2012_devkit_t12.tar.gz again" in message
+    return message
+
+
+def test_a_devkit_damaged_in_its_compressed_bytes_is_refused_never_read_into_other_labels(images, tmp_path):
+    """tarfile reads a member at its offset and never reaches gzip's checksum: a devkit damaged in transfer
+    was read into other val labels without a word (a review: 611 of 6,000 single-bit flips), or crashed
+    scipy's reader (a segmentation fault). Inflated whole first: a flip anywhere in its compressed bytes gives
+    the same devkit or a LabelError of one line, and the review's case, a ground truth changed under the old
+    checksum, is refused."""
+    import gzip
+
+    path = tmp_path / "ILSVRC2012_devkit_t12.tar.gz"
+    good = devkit_bytes(images)
+    path.write_bytes(good)
+    devkit = read_devkit(path)
+    tar = gzip.decompress(good)
+    changed = tar.replace(b"\n".join(map(str.encode, map(str, devkit.ground_truth[:2]))),
+                          b"\n".join(map(str.encode, map(str, devkit.ground_truth[1::-1]))), 1)
+    assert changed != tar
+    path.write_bytes(gzip.compress(changed, mtime=0)[:-8] + good[-8:])  # the old CRC-32 and length kept
+    refused_in_one_line(path, "CRC check failed")
+    refused = 0
+    for position in range(10, len(good), 7):  # past gzip's header: the deflated tar and its trailer
+        flipped = bytearray(good)
+        flipped[position] ^= 1 << position % 8
+        path.write_bytes(flipped)
+        try:
+            assert read_devkit(path) == devkit, position
+        except LabelError:
+            refused += 1
+    assert refused > (len(good) - 10) // 7 * 0.9
+
+
+@pytest.mark.parametrize("damage, why", [
+    ({"meta_mat": b"MATLAB 5.0 MAT-file" + bytes(200)}, "data/meta.mat is not the devkit's table of synsets"),
+    ({"meta_mat": b"\0" * 300}, "data/meta.mat is not the devkit's table of synsets"),
+    ({"ground_truth": b"1\n2\xff\n"}, "cannot read the devkit"),
+    ({"ground_truth": b"1\nx\n"}, "not a list of integers"),
+])
+def test_a_devkit_whose_files_are_not_what_they_should_be_is_refused_in_one_line(images, tmp_path, damage, why):
+    path = tmp_path / "ILSVRC2012_devkit_t12.tar.gz"
+    path.write_bytes(devkit_bytes(images, **damage))
+    refused_in_one_line(path, why)
+
+
+@pytest.mark.parametrize("content", [b"<html><body>Please log in</body></html>\n", b"", b"\x1f\x8b\x08\0"])
+def test_a_devkit_that_is_no_gzipped_tar_is_refused_in_one_line(tmp_path, content):
+    """A login page saved under the devkit's name, an empty file, a gzip header cut short: one line (tarfile's
+    own message, that tries every compression in turn, spans five)."""
+    path = tmp_path / "ILSVRC2012_devkit_t12.tar.gz"
+    path.write_bytes(content)
+    with pytest.raises(LabelError) as refusal:
+        read_devkit(path)
+    assert "\n" not in str(refusal.value) and "ownload ILSVRC2012_devkit_t12.tar.gz again" in str(refusal.value)
+
+
 def test_meta_mat_of_imagenets_1000_classes():
     """The internal synsets above 1,000 leaves have more than 255 children (a uint8 overflowed)."""
     from prepare.sample import SampleSpec, sample_images

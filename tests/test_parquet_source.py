@@ -103,6 +103,16 @@ def test_the_sample_writer_rewrites_the_same_bytes(tmp_path):
     assert (tmp_path / "a" / "README.md").stat().st_mtime_ns == before  # left alone
 
 
+def test_a_parquet_file_whose_link_leads_nowhere_is_named_in_one_line(parquet, tmp_path):
+    """The hub cache's snapshot/ links to blobs/: a blob removed (or the snapshot copied alone) was a traceback."""
+    source = copy_source(parquet, tmp_path)
+    (source / "data" / TRAIN[1]).unlink()
+    (source / "data" / TRAIN[1]).symlink_to(tmp_path / "blobs" / "gone")
+    with pytest.raises(SourceError, match=f"data/{TRAIN[1]} is a link to .*gone, which is not there .*download it "
+                                          "again"):
+        prepare(config(source, tmp_path / "out"))
+
+
 def test_the_test_split_is_never_read(parquet, tmp_path):
     source = copy_source(parquet, tmp_path)
     (source / "data" / "test-00000-of-00001.parquet").write_bytes(b"not Parquet")
@@ -227,7 +237,7 @@ def test_a_missing_file_is_a_gap_named_before_reading_and_its_rows_are_not_read(
     assert declared.gaps[0].missing == (TRAIN[1],) and declared.gaps[0].listed == 2
     assert (declared.images, declared.found) == (180, 90)
     assert shortfall(declared) == (f"the train split lacks 1 of the 2 Parquet files their names' -of-N lists "
-                                   f"({TRAIN[1]}); 90 of the 180 images README.md's dataset_info declares are there")
+                                   f"({TRAIN[1]}); 90 of the 180 images README.md's dataset_info declares (90 are there)")
     assert shortfall(opened.declared("val")) is None
     assert {part.path for part in opened.parts("train")} == {str(source / "data" / TRAIN[0])}
     assert [f["path"] for f in detect(source).identity()["files"]] == [
@@ -262,7 +272,7 @@ def test_the_numbering_names_the_missing_files_as_written():
 
 
 @pytest.mark.parametrize("count,complaint", [
-    (181, "the train split lacks 180 of the 181 images README.md's dataset_info declares are there"),
+    (181, "the train split lacks 1 of the 181 images README.md's dataset_info declares (180 are there)"),
     (179, "the train split holds 180 images, README.md's dataset_info declares 179: they do not belong together"),
 ])
 def test_a_readme_count_that_disagrees_with_the_footers_is_named(parquet, tmp_path, count, complaint):

@@ -391,6 +391,52 @@ def test_truncated_archives_are_named(sources, tmp_path, archive, cut):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("archive", ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"])
+@pytest.mark.parametrize("damage", ["garbled", "zeroed", "cut"])
+def test_an_archive_whose_walk_ends_early_is_named_never_taken_for_missing_pieces(sources, tmp_path, archive, damage):
+    """tarfile's walk over the headers ends without a word at a damaged header (garbled, or zeroed: an end of
+    the archive in its middle) and at the file's end where the archive was cut between two members: the
+    pieces after it were called missing, and --allow-partial left intact images out. Now the archive must
+    end where the walk did: its end-of-archive blocks, and no header after them."""
+    source = copy_official(sources, tmp_path)
+    path = source / archive
+    data = bytearray(path.read_bytes())
+    third = tarfile.open(path).getmembers()[2].offset
+    if damage == "garbled":
+        data[third + 100] ^= 0xFF  # its mode field: the header's checksum no longer matches
+    elif damage == "zeroed":
+        data[third:third + 512] = bytes(512)
+    path.write_bytes(bytes(data[:third] if damage == "cut" else data))
+    why = (f"{archive} is truncated" if damage == "cut" else  # the train archive's class tars end in zero blocks
+           f"{archive} has a damaged tar header at byte {third}")
+    for allow_partial in (False, True):
+        with pytest.raises(SourceError, match=why):
+            prepare(config(source, tmp_path / "out", allow_partial=allow_partial))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_val_member_by_an_images_name_that_is_no_file_is_named_missing(sources, tmp_path):
+    """A link or a folder in the val archive under a val image's name holds no image: named as missing,
+    where it was counted present and the split prepared one image short without a word."""
+    source = copy_official(sources, tmp_path)
+    path = source / "ILSVRC2012_img_val.tar"
+    out = io.BytesIO()
+    with tarfile.open(path) as tar, tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as copy:
+        members = tar.getmembers()
+        for number, member in enumerate(members):
+            if number in (2, 4):
+                odd = tarfile.TarInfo(member.name)
+                odd.type, odd.linkname = (tarfile.SYMTYPE, members[0].name) if number == 2 else (tarfile.DIRTYPE, "")
+                copy.addfile(odd)
+            else:
+                copy.addfile(member, tar.extractfile(member))
+    path.write_bytes(out.getvalue())
+    keys = [members[n].name.removesuffix(".JPEG") for n in (2, 4)]
+    with pytest.raises(SourceError, match=f"the val split lacks 2 of the .* images the devkit's ground truth lists "
+                                          f"\\({keys[0]}, {keys[1]}\\)"):
+        prepare(config(source, tmp_path / "out"))
+
+
 def tar_members(fileobj) -> list[tuple[str, bytes]]:
     with tarfile.open(fileobj=fileobj) as tar:
         return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
@@ -795,6 +841,49 @@ def test_imagefolder_with_flat_val_reads_labels_from_the_devkit(sources, images,
     prepare(config(source, tmp_path / "out"))
     truth = expected_labels(images)
     assert all(label == truth[key] for key, _, label in read_split(tmp_path / "out", "val"))
+
+
+def test_an_empty_class_folder_where_the_folders_are_the_classes_is_refused(sources, images, tmp_path):
+    """Nothing lists the classes (no devkit, no mapping, not ImageNet-1k's): the train folders are the class
+    table, so a <wnid>/ folder without images (a copy cut short) would leave its class out and shift every
+    later class's label, where torchvision's ImageFolder refuses the tree. An empty val/<wnid>/ changes no label."""
+    source = tmp_path / "tree"
+    shutil.copytree(sources["imagefolder"], source)
+    wnids = sorted(path.name for path in (source / "train").iterdir())
+    empty = wnids[0][:-1] + ("1" if wnids[0][-1] == "0" else "0")  # sorts first: every label would shift
+    (source / "val" / empty).mkdir()
+    (source / "train" / empty).mkdir()
+    (source / "train" / empty / "._n01440764_1.JPEG").write_bytes(b"macOS's metadata, not an image")
+    with pytest.raises(SourceError, match=f"train/{empty}/ holds no images: its class would be left out of the class "
+                                          "table, shifting the labels of the classes after it"):
+        prepare(config(source, tmp_path / "out"))
+    (source / "train" / empty / "._n01440764_1.JPEG").unlink()
+    (source / "train" / empty).rmdir()
+    prepare(config(source, tmp_path / "out"))
+    assert [c.wnid for c in read_manifest(tmp_path / "out").classes] == wnids
+
+
+def test_hidden_files_in_a_tree_are_not_images_and_a_link_to_nothing_is_named(sources, tmp_path):
+    """macOS's AppleDouble `._NAME` beside every file of a tree copied from a Mac: left out (they refused the
+    tree, their names being no sample key); an image's link whose target is gone: named (left out before)."""
+    source = tmp_path / "tree"
+    shutil.copytree(sources["imagefolder"], source)
+    for image in sorted(source.glob("*/*/*.JPEG")):
+        (image.parent / f"._{image.name}").write_bytes(b"\0\5\26\7" + bytes(78))
+    prepare(config(source, tmp_path / "out"))
+    prepare(config(sources["imagefolder"], tmp_path / "plain"))
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "plain")
+    link = next((source / "train").iterdir()) / "n00000000_1.JPEG"
+    link.symlink_to(tmp_path / "moved" / "n00000000_1.JPEG")
+    with pytest.raises(SourceError, match=f"{link} is a link to .*moved/n00000000_1.JPEG, which is not there"):
+        prepare(config(source, tmp_path / "again"))
+
+
+def test_kaggles_image_folder_given_as_the_source_is_told_the_folder_to_pass(sources, tmp_path):
+    inner = sources["kaggle"] / "ILSVRC" / "Data" / "CLS-LOC"
+    with pytest.raises(SourceError, match=f"{inner} is the image folder of Kaggle's download, whose val labels are in "
+                                          f".*LOC_val_solution.csv: pass --source {sources['kaggle']}$"):
+        prepare(config(inner, tmp_path / "out"))
 
 
 def test_kaggle_val_without_a_label_is_an_error(sources, tmp_path):

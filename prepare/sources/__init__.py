@@ -109,7 +109,7 @@ class Detected:
         with listings_kept(self.listings):
             identifying = self.layout.identifying_files(self.root, self.found)
         for path in identifying:
-            st = path.stat()
+            st = stat_of_download_file(path)
             name = path.name if self.root.is_file() else os.path.relpath(path, self.root)
             files.append({"path": name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         rules = self.rules()
@@ -169,6 +169,19 @@ def table_refusal(layout: str, asked: str, offered: tuple[str, ...]) -> str:
     return (f"--class-table {asked}: this download (layout {layout}) is labelled in {own} alone; --class-table "
             "chooses between winter21's own 19,167 classes and ImageNet-22k's 21,841 for ImageNet-21k's winter21 "
             "release (winter21_whole.tar.gz, timm/imagenet-w21-wds): leave it out")
+
+
+def stat_of_download_file(path: Path) -> os.stat_result:
+    """A file the download is made of, that a layout listed by name: a link whose target is gone (a hub cache's
+    blob removed, a snapshot copied without its blobs) named, not a traceback."""
+    try:
+        return path.stat()
+    except OSError as exn:
+        if path.is_symlink():
+            raise SourceError(f"{path} is a link to {os.readlink(path)}, which is not there (a hub cache whose files "
+                              "were removed, or a folder copied without what its links point to): download it "
+                              "again") from None
+        raise SourceError(f"{path} cannot be read ({exn.strerror}): download it again") from None
 
 
 def detect(root: Path) -> Detected:

@@ -239,14 +239,20 @@ FILES_PER_CHUNK = 1024  # tree files per part: each part opens up to one spill f
 
 def list_images(folder: Path) -> list[tuple[str, str]]:
     """(key, path) of the images directly in `folder`, sorted by name (paths as strings: a tree lists
-    1.28 M of them)."""
+    1.28 M of them). Hidden files are not images: macOS writes an AppleDouble `._NAME` beside every file
+    of a tree copied from a Mac to a shared or exFAT volume."""
     found = []
     with os.scandir(folder) as entries:
         for entry in entries:
+            if entry.name.startswith("."):
+                continue
             if entry.is_file():
                 key = image_key(entry.name, entry.path)
                 if key is not None:
                     found.append((key, entry.path))
+            elif entry.is_symlink() and not entry.is_dir() and image_stem(entry.name, entry.path) is not None:
+                raise SourceError(f"{entry.path} is a link to {os.readlink(entry.path)}, which is not there: the "
+                                  "tree's links must point to its images (copy the images, or mend the links)")
     return sorted(found)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prepare.labels import builtin_class_names, check_sorted_order, class_table, leaf_synsets, parse_hf_classes, \
     parse_synset_mapping, read_devkit
-from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, readable_file
+from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, decoded_text, readable_file
 from shards.manifest import ClassInfo
 
 HF_CLASSES = "classes.py"  # ILSVRC/imagenet-1k's (its `script` branch): IMAGENET2012_CLASSES, wnid -> words
@@ -41,10 +41,14 @@ def read_class_list(path: Path | None) -> ClassList:
     if path is None:
         names = builtin_class_names()
     elif path.name == HF_CLASSES:
-        names = parse_hf_classes(readable_file(path, "it names the classes").read_text(), str(path))
+        names = parse_hf_classes(class_list_text(path), str(path))
         check_sorted_order(list(names), str(path))
     elif path.name == DEVKIT:
         names = {s.wnid: s.words for s in leaf_synsets(read_devkit(path).synsets)}
     else:
-        names = parse_synset_mapping(readable_file(path, "it names the classes").read_text())
+        names = parse_synset_mapping(class_list_text(path))
     return ClassList(class_table(list(names), names), path)
+
+
+def class_list_text(path: Path) -> str:
+    return decoded_text(readable_file(path, "it names the classes").read_bytes(), str(path))

@@ -11,7 +11,7 @@ from prepare.labels import (
     Devkit, WNID, builtin_class_names, devkit_train_count, leaf_synsets, parse_synset_mapping, read_devkit,
     val_wnids_from_devkit,
 )
-from prepare.sources.base import DEVKIT, KAGGLE_SYNSETS, Signs, SourceError
+from prepare.sources.base import DEVKIT, KAGGLE_DATA, KAGGLE_SYNSETS, KAGGLE_VAL_CSV, Signs, SourceError
 from prepare.sources.trees import Folder, TreeSource
 
 NAME = "imagefolder"
@@ -55,6 +55,10 @@ class ImageFolderTree(TreeSource):
         return val_wnids_from_devkit(self.devkit), "the devkit's ground truth"
 
     def flat_val_without_labels(self) -> SourceError:
+        kaggle = kaggle_root_above(self.root)
+        if kaggle is not None:  # --source given as Kaggle's ILSVRC/Data/CLS-LOC: its labels are three folders up
+            return SourceError(f"{self.root} is the image folder of Kaggle's download, whose val labels are in "
+                               f"{kaggle / KAGGLE_VAL_CSV}: pass --source {kaggle}")
         return SourceError(f"{self.tree.where(self.val_dir)} holds images without <wnid>/ folders: put {DEVKIT} in "
                            f"{self.root} so that their labels can be read, or sort them into val/<wnid>/")
 
@@ -64,6 +68,13 @@ class ImageFolderTree(TreeSource):
         if count is None:
             return declared
         return Declared("train", declared.gaps, count, "the devkit's meta.mat", declared.found)
+
+
+def kaggle_root_above(root: Path) -> Path | None:
+    """The folder of Kaggle's download where `root` is its ILSVRC/Data/CLS-LOC; None elsewhere."""
+    root = root.resolve()
+    above = root.parents[2] if len(root.parents) > 2 else None
+    return above if above is not None and root == above / KAGGLE_DATA and (above / KAGGLE_VAL_CSV).is_file() else None
 
 
 # ---------------------------------------------------------------- the registry's questions (prepare/sources/__init__.py)

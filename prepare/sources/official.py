@@ -149,7 +149,7 @@ class OfficialArchives(Source):
             start = member.offset if start is None else start
             end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
             key = image_key(member.name, f"{self.val_tar}:{member.name}")
-            if key in self.val_wnids:
+            if key in self.val_wnids and member.isreg():  # a link or folder by an image's name: not the image
                 labels[key] = self.val_wnids[key]
             count += 1
             if count == per_range:

@@ -258,10 +258,33 @@ def read_at(f, offset: int, size: int, origin: str, archive: str) -> bytes:
 
 def archive_members(path: Path) -> Iterator[tarfile.TarInfo]:
     """The members of an archive from its headers alone: tarfile in random-access mode seeks over
-    each member's data."""
+    each member's data. Its walk ends without a word at a damaged header, or at the file's end where
+    the archive was cut between two members: the archive is then proven to end where the walk did
+    (`check_ends_at`)."""
     check_tar_file_complete(path)
     try:
         with tarfile.open(path, "r:") as tar:
             yield from tar
+            end = tar.offset  # the block that ended the walk
     except (tarfile.TarError, OSError, EOFError) as exn:
         raise SourceError(f"cannot read {path}: {exn}. It is truncated or corrupt: copy or download it again") from None
+    check_ends_at(path, end)
+
+
+def check_ends_at(path: Path, end: int) -> None:
+    """The tar at `path` ends at byte `end`: its end-of-archive blocks there, and no header after them (a
+    header zeroed would end the walk early, losing the members after it). After a whole archive's walk
+    only its padding is left to scan (a few KiB); a damaged one is read to its end, once."""
+    with open(path, "rb") as f:
+        f.seek(end)
+        blocks = f.read(len(TAR_END))
+        if blocks != TAR_END[:len(blocks)]:
+            raise members_lost_after(end, str(path))
+        if len(blocks) < len(TAR_END):
+            raise SourceError(f"{path} is truncated (it ends at byte {end + len(blocks)}, between two members, "
+                              "without its end-of-archive blocks): copy or download it again")
+        scan = HeaderScan()
+        while (data := f.read(1 << 24)) and not scan.found:
+            scan.feed(data)
+    if scan.found:
+        raise members_lost_after(end, str(path))

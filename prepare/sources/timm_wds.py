@@ -40,7 +40,7 @@ from prepare.sources.class_lists import class_list_file, read_class_list
 from prepare.completeness import IMAGENET_1K_CLASSES, Declared, Gap, numbering_gap
 from prepare.labels import builtin_class_names, class_table
 from prepare.sources.base import AVERAGE_IMAGE_BYTES, Item, Signs, Source, SourceError, check_safe_name, checked_key, \
-    image_stem, readable_file
+    decoded_text, image_stem, readable_file
 from prepare.sources.tars import iterate_whole_tar
 from shards.format import BAD_LABEL, parse_label
 from shards.manifest import ClassInfo
@@ -345,7 +345,7 @@ def wds_splits(root: Path, spec: TimmSet = IMAGENET_1K) -> dict[str, WdsSplit]:
     files present (then without counts)."""
     info = root / TIMM_INFO
     if info.is_file():
-        text = readable_file(info, "it lists the shards").read_text()
+        text = decoded_text(readable_file(info, "it lists the shards").read_bytes(), str(info))
         listed = parse_wds_info(text, str(info))
         if "webp" in str(json.loads(text).get("name", "")).lower():
             raise SourceError(webp_refusal(str(info)))

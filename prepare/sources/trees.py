@@ -105,6 +105,18 @@ def list_class_tree(tree: Tree, rel: str) -> list[Row]:
     return listed
 
 
+def check_no_class_folder_empty(tree: Tree, rel: str, found: set[str]) -> None:
+    """Where the train folders are the class table (nothing lists the classes), a <wnid>/ folder without
+    images would leave its class out of the table, and every later class's label one less than a model
+    trained on the whole tree expects (torchvision's ImageFolder refuses it too)."""
+    empty = [wnid for wnid in tree.folders(rel) if WNID.match(wnid) and wnid not in found]
+    if empty:
+        others = f" (nor do {len(empty) - 1} other class folders)" if len(empty) > 1 else ""
+        raise SourceError(f"{tree.where(join(rel, empty[0]))}/ holds no images{others}: its class would be left out of "
+                          "the class table, shifting the labels of the classes after it. Put its images back (a copy "
+                          "cut short?), or remove the folder")
+
+
 def labelled_images(tree: Tree, rel: str, labels: dict[str, str], labels_file: str) -> list[Row]:
     """The images directly in `rel`, labelled by `labels` (key -> wnid): every one must have a label."""
     rows = []
@@ -145,6 +157,8 @@ class TreeSource(Source):
         self.tree, self.root = tree, tree.root
         train = list_class_tree(tree, self.train_dir)
         found = {wnid for _, wnid, _ in train}
+        if not classes_by:
+            check_no_class_folder_empty(tree, self.train_dir, found)
         declared = set(names) if classes_by else found
         unknown = sorted(found - declared)
         if unknown:

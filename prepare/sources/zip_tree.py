@@ -170,6 +170,8 @@ class ZipTree:
     def images(self, rel: str) -> list[tuple[str, ZipMember]]:
         found = []
         for name in self.children.get(rel, ()):
+            if name.startswith("."):  # hidden, as list_images leaves them: macOS's `._NAME` files, say
+                continue
             member = self.files.get(join(rel, name))
             if member is not None and (key := image_key(member.name, self.where(join(rel, name)))) is not None:
                 found.append((key, member))
