@@ -96,7 +96,9 @@ class Manifest:
     def from_json(cls, text: str) -> "Manifest":
         raw = json.loads(text)
         if raw.get("format") != FORMAT:
-            raise ValueError(f"unknown manifest format {raw.get('format')!r} (this code reads {FORMAT!r})")
+            later = format_number(raw.get("format")) > format_number(FORMAT)
+            raise (LaterFormat if later else ValueError)(f"unknown manifest format {raw.get('format')!r} (this code "
+                                                         f"reads {FORMAT!r})")
         splits = {  # in ALL_SPLITS' order (the JSON's keys are sorted): train, val, then the evaluation sets
             name: SplitInfo(s["samples"], s["bytes"], [ShardInfo(**shard) for shard in s["shards"]])
             for name, s in sorted(raw["splits"].items(), key=lambda item: split_order(item[0]))
@@ -205,6 +207,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class LaterFormat(ValueError):
+    """A manifest of a format later than this code's."""
+
+
+def format_number(name) -> int:
+    """The version in a format's name ('imagenet-wds/1': 1); 0 for anything else."""
+    head, _, number = str(name).rpartition("/")
+    return int(number) if head == FORMAT.rpartition("/")[0] and number.isdigit() else 0
+
+
 def read_manifest(root: Path) -> Manifest:
     """The manifest of the dataset at `root`; DatasetNotReady, saying what to run, if there is none."""
     path = manifest_path(root)
@@ -223,6 +235,10 @@ def read_manifest(root: Path) -> Manifest:
         raise ManifestUnreadable(f"cannot read {path}: {exn.strerror}", str(exn.strerror)) from None
     try:
         return Manifest.from_json(data.decode())  # (a UnicodeDecodeError is a ValueError: damaged too)
+    except LaterFormat as exn:  # preparing it again with this version would undo the later one's work
+        raise ManifestUnreadable(f"{path} was written by a later version of this package ({exn}): upgrade the "
+                                 "package where this runs (pip install -U), or use a --dest of this version's",
+                                 str(exn)) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exn:  # (AttributeError: JSON but no object)
         raise ManifestUnreadable(f"{path} is unreadable ({exn}): rerun prepare with --force", str(exn)) from None
 

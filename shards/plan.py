@@ -9,8 +9,9 @@ Train, per epoch:
      read any shard, and the permutation changes which samples fall where each epoch.
   2. The permuted shards, laid end to end, are cut into `world_size` equal contiguous chunks of
      `steps * batch_size` samples, where steps = N // (world_size * batch_size). What is left at
-     the end (less than one global batch) is dropped: the tail of a different permutation each
-     epoch, so a different remainder. No sample is read twice, none is padded in.
+     the end (less than one global batch) is dropped: the stored tail of the shard the epoch's
+     permutation puts last, so a different remainder each epoch where there are several shards
+     (with one, the same). No sample is read twice, none is padded in.
   3. Each rank emits its chunk in the order of a bounded shuffle buffer, planned here
      (`buffered_order`): sample k of the stream is among the first k + buffer of the chunk, so
      reads stay near-sequential, nothing is held, and a resumed run skips exactly the samples

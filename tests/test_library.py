@@ -488,11 +488,101 @@ def test_a_state_at_an_epochs_end_loads_into_another_world_size_and_mid_epoch_do
         assert list(one.batches()) == []
 
 
+def test_set_epoch_with_the_states_epoch_keeps_its_position_however_often_it_is_called(prepared):
+    """A restore helper and the epoch loop may both call set_epoch with the state's epoch: the second call threw
+    the position away, and the epoch's first batches were trained on twice."""
+    with loader(prepared) as data:
+        data.set_epoch(2)
+        whole = records(data.batches())
+    with loader(prepared) as data:
+        data.set_epoch(2)
+        batches = data.batches()
+        for _ in range(3):
+            next(batches)
+        state = data.state_dict()
+        batches.close()
+    with loader(prepared) as data:
+        data.load_state_dict(state)
+        data.set_epoch(2)
+        data.set_epoch(2)
+        assert same(records(data.batches()), whole[3:])
+        data.set_epoch(2)  # after the pass: the epoch again, whole
+        assert same(records(data.batches()), whole)
+    with loader(prepared) as data:
+        data.load_state_dict(state)
+        data.set_epoch(3)
+        data.set_epoch(2)  # another epoch in between: the state's position is gone
+        assert same(records(data.batches()), whole)
+
+
+def test_the_epoch_and_the_state_cannot_change_under_an_open_pass(prepared):
+    """The pass reads the epoch and position it began with: set_epoch or load_state_dict during it made
+    state_dict() describe batches it never yielded (a checkpoint then resumed at the wrong place)."""
+    with loader(prepared) as data:
+        data.set_epoch(1)
+        state = data.state_dict()
+        batches = data.batches()
+        next(batches)
+        for change in (lambda: data.set_epoch(2), lambda: data.load_state_dict(state)):
+            with pytest.raises(RuntimeError, match="while a pass of this train loader is open: finish the pass, or "
+                                                   "leave it"):
+                change()
+        next(batches)
+        assert data.state_dict()["epoch"] == 1 and data.state_dict()["position"] == 2
+        batches.close()
+        data.set_epoch(2)
+        data.load_state_dict(state)
+
+
+def test_a_relative_root_is_the_folder_checked_after_a_chdir(prepared, tmp_path, monkeypatch):
+    monkeypatch.chdir(prepared.parent)
+    with loader(prepared.name) as data:
+        monkeypatch.chdir(tmp_path)
+        assert data.root == prepared and len(records(data.batches())) == len(data)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"root": None}, "root must be the folder `python -m prepare` wrote .*not None"),
+    ({"root": 5}, "root must be the folder"),
+    ({"channels_last": "no"}, r"channels_last must be True or False, not 'no' \(str\)"),
+    ({"fixed_shape": "yes"}, "fixed_shape must be True or False"),
+    ({"device": None}, r"device None is not a torch device \(device\(\) received an invalid combination of "
+                       r"arguments - got \(NoneType\), but expected one of:\): give"),
+])
+def test_arguments_of_the_wrong_kind_are_one_line_naming_them(prepared, options, message):
+    """A string "no" is true to Python (it turned channels_last on); None as the root was pathlib's TypeError,
+    as the device torch's listing of its overloads over a dozen lines."""
+    root = options.pop("root", prepared)
+    with pytest.raises(ConfigError, match=message) as refusal:
+        ImageNetLoader(root, "train", **{"batch_size": 4, "image_size": SIZE, "device": "cpu", **options})
+    assert "\n" not in str(refusal.value)
+
+
+def test_a_manifest_of_a_later_version_says_to_upgrade_not_to_prepare_again(prepared, tmp_path):
+    """Preparing it again with this version would undo the later version's work."""
+    from conftest import copy_dataset
+
+    from shards.manifest import FORMAT, ManifestUnreadable
+
+    copy = copy_dataset(prepared, tmp_path / "later")
+    text = (copy / "manifest.json").read_text()
+    (copy / "manifest.json").write_text(text.replace(f'"{FORMAT}"', f'"{FORMAT[:-1]}{int(FORMAT[-1]) + 1}"'))
+    with pytest.raises(ManifestUnreadable, match="was written by a later version of this package .*: upgrade the "
+                                                 "package where this runs"):
+        loader(copy)
+    (copy / "manifest.json").write_text(text.replace(f'"{FORMAT}"', '"imagenet-wds/0"'))
+    with pytest.raises(ManifestUnreadable, match="rerun prepare with --force"):
+        loader(copy)
+
+
 def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
     train_samples = read_manifest(prepared).splits["train"].samples
     with pytest.raises(ConfigError, match=f"{train_samples} train samples over 2 rank.*no batch of {train_samples}.*"
                                           f"at most {train_samples // 2}"):
         loader(prepared, batch_size=train_samples, rank=0, world_size=2)
+    with pytest.raises(ConfigError, match=f"{train_samples} train samples over {train_samples + 1} rank.*: use at "
+                                          f"most {train_samples} ranks$"):  # (not "lower batch_size to at most 0")
+        loader(prepared, batch_size=1, rank=0, world_size=train_samples + 1)
     val_samples = read_manifest(prepared).splits["val"].samples
     # every rank refuses, not only the one left without a sample: a rank refusing alone leaves the others
     # waiting for it in their first all-reduce

@@ -44,9 +44,10 @@ from train.errors import ConfigError, ResumeError
 from train.loader import Batch, Loader, PlanArgs, take
 from train.loader_arguments import (check_decode, check_device_decode, check_dtype, check_has_batches,
                                     check_only_train_augments, check_repeats, check_split, checked_augment,
-                                    checked_device, checked_image_size, checked_normalisation, checked_validation,
+                                    checked_device, checked_image_size, checked_normalisation, checked_root,
+                                    checked_validation,
                                     epoch_length, largest_size, place_of)
-from train.numbers import Real, Whole, optional, whole_number
+from train.numbers import Real, Whole, flag, optional, whole_number
 from train.shard_index import ShardSet
 from train.transforms import IMAGENET_MEAN, IMAGENET_STD, ResolutionRamp
 
@@ -179,9 +180,10 @@ class ImageNetLoader:
                                              val_interpolation, self.mean)  # "border" pads in the mean's colour
         # validation's output side, and its Resize (None with val_crop_mode "ffcv", which has none)
         self.val_crop, self.val_resize = self.validation.crop, self.validation.resize
-        self.device, self.root = checked_device(device), Path(root)
+        self.device, self.root = checked_device(device), checked_root(root)
         check_device_decode(decode, self.device, torch.version.hip)
-        self.dtype, self.channels_last, self.fixed_shape = dtype, channels_last, fixed_shape
+        self.dtype, self.channels_last, self.fixed_shape = dtype, flag("channels_last", channels_last), flag(
+            "fixed_shape", fixed_shape)
         # the launcher's environment, read once: this process's place and its share of the CPUs
         env = process_env(os.environ) if (rank is None and world_size is None) or workers is None else None
         self.rank, self.world_size, self._place_given = place_of(rank, world_size, env)
@@ -296,9 +298,12 @@ class ImageNetLoader:
         any other starts at its first batch. A pass without set_epoch reads the epoch after the last.
         Any whole number of 0 or more: numpy integers and 0-d tensors are the same epoch as the int."""
         epoch = whole_number("epoch", epoch, least=0)
-        if self._resumable != epoch:
-            self._position = 0
-        self._epoch, self._chosen, self._started, self._resumable = epoch, True, False, None
+        self._check_no_pass_open("set_epoch()")
+        if self._resumable == epoch:  # again and again until a pass: the state's position stays
+            self._loaded_finished = False  # asked for by name: a state at its end reads the rest, nothing
+        else:
+            self._position, self._resumable = 0, None
+        self._epoch, self._chosen, self._started = epoch, True, False
 
     def _begin_pass(self) -> tuple[int, int]:
         finished_state = self._resumable is not None and self._loaded_finished  # loaded at an epoch's end
@@ -329,6 +334,7 @@ class ImageNetLoader:
         state is malformed or belongs to another dataset, seed, batch size, split or (mid-epoch)
         world size. A state at an epoch's end loads into any world size: the next epoch is whole.
         A state saved by an earlier version of this loader (another format) is refused."""
+        self._check_no_pass_open("load_state_dict()")
         epoch, position = checked_state(state)
         mine = {**self.state_dict(), "size": self.size_of(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
@@ -468,6 +474,13 @@ class ImageNetLoader:
                 except ValueError:  # running in another thread: it stops with the pool below
                     pass
             self._shared.loader.close()
+
+    def _check_no_pass_open(self, doing: str) -> None:
+        """A pass reads the epoch and position it began with: changing them under it would make its
+        state_dict() describe batches it never yielded."""
+        if self._pass_open:
+            raise RuntimeError(f"{doing} while a pass of this {self.split} loader is open: finish the pass, or leave "
+                               "it (break out of its loop, or close() its iterator), first")
 
     def _check_open(self) -> None:
         if self.closed:

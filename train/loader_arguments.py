@@ -7,6 +7,8 @@ Pure but for the device check, which asks torch what this process sees. ImageNet
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Mapping
 
 import torch
@@ -24,6 +26,14 @@ from train.loader import DECODES
 from train.numbers import optional, real_number, real_triple, whole_number
 from train.transforms import (FFCV_CROP_FRACTION, IMAGENET_FILL, IMAGENET_MEAN, IMAGENET_STD, VAL_CROP_MODES,
                               ResolutionRamp, ValTransform, default_resize)
+
+
+def checked_root(root) -> Path:
+    """The dataset's folder as an absolute path: the one checked here is the one read, after a chdir too."""
+    if not isinstance(root, (str, os.PathLike)) or isinstance(root, bytes):
+        raise ConfigError(f"root must be the folder `python -m prepare` wrote (its --dest), a str or a path, not "
+                          f"{root!r}", {"root": "root"})
+    return Path(root).absolute()
 
 
 def check_split(split: str, splits: Mapping) -> str:
@@ -211,7 +221,8 @@ def checked_device(device) -> torch.device:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exn:
-        raise ConfigError(f"device {device!r} is not a torch device ({exn}): give 'cuda', 'cuda:N', 'xpu' or "
+        gist = (str(exn).strip().splitlines() or [type(exn).__name__])[0]  # (torch's TypeError lists its overloads)
+        raise ConfigError(f"device {device!r} is not a torch device ({gist}): give 'cuda', 'cuda:N', 'xpu' or "
                           "'cpu'") from None
     if device.type == "meta":
         raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'xpu', "
@@ -266,9 +277,10 @@ def check_has_batches(split: str, samples: int, world_size: int, batch_size: int
     what every rank knows alike, never from the rank: a rank that refused alone would leave the others waiting
     for it in their first collective."""
     if split == "train" and steps_per_epoch(samples, world_size, batch_size) == 0:
+        fix = (f"lower {{batch_size}} to at most {samples // world_size} (or use fewer ranks)" if samples >= world_size
+               else f"use at most {samples} ranks")
         raise ConfigError(f"{samples} train samples over {world_size} rank(s) make no batch of {batch_size} per rank: "
-                          f"lower {{batch_size}} to at most {samples // world_size} (or use fewer ranks)",
-                          {"batch_size": "batch_size"})
+                          + fix, {"batch_size": "batch_size"})
     if split != "train" and samples < world_size:  # even_split: ranks samples.. get none
         empty = f"rank {samples}" if samples == world_size - 1 else f"ranks {samples} to {world_size - 1}"
         raise ConfigError(f"{samples} {split} samples over {world_size} ranks leave {empty} none: use at most "

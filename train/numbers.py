@@ -70,6 +70,14 @@ def whole_number(name: str, value, *, least: int | None = None, most: int | None
     return within(name, int(operator.index(value)), least, most, said, note)
 
 
+def flag(name: str, value) -> bool:
+    """`value` as a plain bool: True, False, a numpy bool or a 0-d bool tensor. ConfigError about `name` for
+    anything else: a string "no" or "False" is true to Python, and would turn the flag on."""
+    if number_kind(value) != "b":
+        raise about(name, None, f"must be True or False, not {described(value)}")
+    return bool(value)
+
+
 def real_number(name: str, value, *, least: float | None = None, most: float | None = None,
                 above: float | None = None, said: str | None = None, note: str = "") -> float:
     """`value` as a plain float: an int or float of Python's or numpy's, or a 0-d tensor of either,
