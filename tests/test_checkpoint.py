@@ -199,6 +199,26 @@ def test_a_new_run_is_refused_where_its_run_dir_holds_a_checkpoint(tmp_path):
     assert find_checkpoint(str(tmp_path), "auto") == tmp_path / "last.pt"
 
 
+def test_resuming_another_runs_checkpoint_where_a_run_dir_holds_its_own_is_refused(tmp_path):
+    """--resume PATH into a run directory holding another checkpoint replaced it at the first save, and mixed
+    the two runs' metrics: refused, as a new run there is. PATH being that checkpoint (by any name) is a resume."""
+    from train.run.checkpoint import find_checkpoint
+
+    other, run = tmp_path / "other" / "last.pt", tmp_path / "run"
+    other.parent.mkdir()
+    other.write_bytes(b"another run's checkpoint")
+    assert find_checkpoint(str(run), str(other)) == other  # an empty --run-dir continues it
+    run.mkdir()
+    (run / "last.pt").write_bytes(b"this run's checkpoint")
+    with pytest.raises(ResumeError, match=f"--run-dir {run} holds a run's checkpoint \\(last.pt\\), which "
+                                          f"continuing --resume {other} there would overwrite: give that run an empty "
+                                          "--run-dir, or continue the one there with --resume auto"):
+        find_checkpoint(str(run), str(other))
+    (tmp_path / "link.pt").symlink_to(run / "last.pt")
+    assert find_checkpoint(str(run), str(run / "last.pt")) == run / "last.pt"
+    assert find_checkpoint(str(run), str(tmp_path / "link.pt")) == tmp_path / "link.pt"
+
+
 @pytest.mark.parametrize("damage", ["cut short", "emptied", "random bytes", "a tensor"])
 def test_a_damaged_or_foreign_checkpoint_is_refused_in_one_line(tmp_path, damage):
     """--resume auto reads RUN_DIR/last.pt: a file cut short (a copy interrupted), emptied, garbage or another

@@ -293,7 +293,8 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 
 def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     """The checkpoint to resume from: --resume auto takes the run directory's, if there is one. A new
-    run (no --resume) into a run directory that holds one is refused: its first save would replace it."""
+    run (no --resume), or --resume of another file, into a run directory that holds one is refused: its
+    first save would replace it."""
     if resume is None:
         if (existing := checkpoint_path(run_dir)).exists():
             raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({existing.name}), which a new "
@@ -306,6 +307,12 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     path = Path(resume)
     if not path.is_file():
         raise ResumeError(f"--resume {resume}: no such checkpoint file")
+    existing = checkpoint_path(run_dir)
+    if existing.exists() and not existing.samefile(path):
+        raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({existing.name}), which continuing --resume "
+                          f"{resume} there would overwrite: give that run an empty --run-dir, or continue the one there "
+                          f"with --resume auto (to go back to {path.name} in this run, move {existing.name} aside "
+                          "first)")
     return path
 
 
