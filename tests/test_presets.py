@@ -112,6 +112,26 @@ def test_torchvision_v2s_rate_is_torchs_sequential_schedule_held_for_each_epoch(
     assert reference[:2] == pytest.approx([0.005, 0.5 * (0.01 + 0.99 / warmup)], rel=1e-13)
 
 
+@pytest.mark.parametrize("warmup", [1.5, 5 * 200 / 600, 2.5, 4.4])
+@pytest.mark.parametrize("warmup_at", ["start", "end"])
+def test_a_warmup_of_a_fraction_of_epochs_over_one_is_whole_epochs_where_the_rate_changes_once_an_epoch(warmup,
+                                                                                                       warmup_at):
+    """Held an epoch each, 1.5 warm-up epochs ran epoch 1 at 4/3 of the peak (at each epoch's end) or never reached
+    it (at its start); torchvision-v2's 5 of 600 fitted to --epochs 200 is such a warm-up. Whole epochs, as torch's
+    LinearLR counts them, and as the rate that changes every step takes whole steps: never above the peak."""
+    from train.run.settings import warmup as said
+
+    config = TrainConfig.from_settings({"data": "", "run_dir": "", **recipe("torchvision-v2"), "epochs": 10,
+                                         "warmup_epochs": warmup, "warmup_at": warmup_at})
+    ours, steps, whole = schedule_of(config, 3), 3, round(warmup)
+    rates = [ours(step) for step in range(10 * steps)]
+    assert max(rates) == pytest.approx(1.0, rel=1e-13) and all(rate <= 1.0 + 1e-13 for rate in rates)
+    if warmup_at == "start":
+        reference = torchvision_lrs(10, whole, 0.01, 1.0)
+        assert [ours(epoch * steps) for epoch in range(10)] == pytest.approx(reference, rel=1e-13, abs=1e-16)
+    assert f"(at each epoch's {warmup_at}: {whole} whole epochs, the rate changing once an epoch)" in said(config)
+
+
 def test_a_warmup_shorter_than_an_epoch_ramps_by_the_step_under_a_recipe_that_updates_once_an_epoch():
     """`--recipe torchvision-v2 --epochs 3` shortens its 5 warm-up epochs of 600 to 0.025: held for its epoch, the
     ramp's first value (1% of the peak) lasted all of epoch 0 and the peak never ran. It ramps by the step, the

@@ -45,7 +45,7 @@ from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
 from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings, train_size,
-                                warmup_ramps_by_step)
+                                warmup_ramps_by_step, whole_warmup_epochs)
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
 
@@ -215,9 +215,12 @@ def lr_factor(lr_schedule: str, warmup_epochs: float, epochs: int, steps: int, s
     need the loop to step them at epoch ends, and their chained form computes each rate from the last)."""
     decay, at_end = SCHEDULES[lr_schedule], {"start": False, "end": True}[warmup_at]
     if lr_update == "epoch":
-        per_epoch = warmup_then(decay, warmup_epochs, epochs, start_factor, at_end)
         if warmup_ramps_by_step(warmup_epochs, lr_update):
+            per_epoch = warmup_then(decay, warmup_epochs, epochs, start_factor, at_end)
             return short_warmup_then_epochs(per_epoch, round(warmup_epochs * steps), steps, start_factor, at_end)
+        # whole epochs, as the step path takes whole steps: 1.5 epochs held an epoch each ran epoch 1 at 4/3 of
+        # the peak (at the end) or never reached it (at the start)
+        per_epoch = warmup_then(decay, whole_warmup_epochs(warmup_epochs), epochs, start_factor, at_end)
         return lambda step: per_epoch(step // steps)
     if lr_update == "step":
         return warmup_then(decay, round(warmup_epochs * steps), epochs * steps, start_factor, at_end)

@@ -205,12 +205,21 @@ def warmup_ramps_by_step(warmup_epochs: float, lr_update: str) -> bool:
     return lr_update == "epoch" and 0 < warmup_epochs < 1
 
 
+def whole_warmup_epochs(warmup_epochs: float) -> int:
+    """The warm-up where the rate changes once an epoch, an epoch or more: whole epochs (a recipe's 5 of 600,
+    fitted to --epochs 200, is 1.667: 2), as the rate that changes every step takes whole steps. Pure."""
+    return round(warmup_epochs)
+
+
 def warmup(config: TrainConfig) -> str:
     """The warm-up, as the log says it. Pure."""
     ramp = f"{config.warmup_epochs:g} warm-up epochs from {config.warmup_start_factor:g} x the peak"
     if warmup_ramps_by_step(config.warmup_epochs, config.lr_update):
         return (f"{ramp} (at each step's {config.warmup_at}: shorter than an epoch, it ramps by the step), the peak to "
                 "epoch 0's end,")
+    if config.lr_update == "epoch" and whole_warmup_epochs(config.warmup_epochs) != config.warmup_epochs:
+        return (f"{ramp} (at each epoch's {config.warmup_at}: {whole_warmup_epochs(config.warmup_epochs)} whole "
+                "epochs, the rate changing once an epoch)")
     return f"{ramp} (at each {config.lr_update}'s {config.warmup_at})"
 
 
