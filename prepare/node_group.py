@@ -39,7 +39,7 @@ class NodeGroupEnv:
     addr: str  # the step's first node: the rendezvous store runs in its task
     port: int
     node: str  # this node's name, for messages
-    step: str  # "JOB.STEP", to tell this step's marks from another's
+    step: str  # "JOB.STEP", or "JOB.STEP restart N": this step's marks told from another's, a requeue's too
     local_task: int = 0  # this task's index on its node (SLURM_LOCALID): the first (0) joins the group,
     # the others wait for it
 
@@ -67,8 +67,15 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
         raise SlurmEnvError(f"SLURM_NODEID={rank} and a node list of {len(nodes)} do not match "
                             f"SLURM_STEP_NUM_NODES={size}")
     return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=slurm_port(job, step, "prepare"),
-                        node=environ.get("SLURMD_NODENAME") or nodes[rank], step=f"{job}.{step}",
+                        node=environ.get("SLURMD_NODENAME") or nodes[rank], step=step_name(job, step, environ),
                         local_task=local_task)
+
+
+def step_name(job: int, step: int, environ: dict) -> str:
+    """The step, told from the same step of the job's earlier starts: a requeued job keeps its id and numbers
+    its steps from 0 again, and a mark its failed start left must not pass for this start's. Pure."""
+    restart = environ.get("SLURM_RESTART_COUNT", "0").strip()
+    return f"{job}.{step}" if restart in ("", "0") else f"{job}.{step} restart {restart}"
 
 
 class NodeGroup:
@@ -79,7 +86,7 @@ class NodeGroup:
 
         self.env, self.rank, self.size, self.names = env, env.rank, env.size, [f"node {r}" for r in range(env.size)]
         self.dist, self.broken = dist, False
-        rendezvous = min(timeout_s, RENDEZVOUS_S)
+        rendezvous, started = min(timeout_s, RENDEZVOUS_S), time.monotonic()
         try:
             self.store = dist.TCPStore(env.addr, env.port, env.size, is_master=env.rank == 0,
                                        timeout=datetime.timedelta(seconds=rendezvous), wait_for_workers=False)
@@ -91,7 +98,8 @@ class NodeGroup:
             raise
         except Exception as exn:  # torch raises several types here; all mean the same to the user
             raise PeerFailed(
-                f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed within {rendezvous:.0f} s "
+                f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed after "
+                f"{time.monotonic() - started:.0f} s (of {rendezvous:.0f} s allowed) "
                 f"({type(exn).__name__}: {first_line(exn)}). A node never arrived or died before it: check the other "
                 "nodes' logs, that the step's first node is reachable on that port, and that gloo uses the nodes' "
                 "network (GLOO_SOCKET_IFNAME); rerun, or prepare each node alone with --no-shared-read.") from None

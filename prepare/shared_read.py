@@ -79,8 +79,9 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
     # a worker forked beside them once waited forever for a lock one of them held at the fork
     # (CPython's thread-state lock, in PyOS_AfterFork_Child).
     with worker_pool(config.workers) as pool:
-        group = NodeGroup(env, config.group_timeout_s)
-        try:
+        group = None
+        try:  # the rendezvous too: the node's other tasks wait for this task's mark
+            group = NodeGroup(env, config.group_timeout_s)
             return prepare_with_group(group, detected, dest, config, identity, setup_error, pool)
         except BaseException as exn:
             mark_step(dest, env, "failed", one_line(exn))  # also where it failed before it held the lock
@@ -88,7 +89,8 @@ def prepare_in_group(config: PrepareConfig) -> Manifest:
         finally:
             with contextlib.suppress(OSError):
                 (dest / node_marker(env.node)).unlink()
-            group.close()
+            if group is not None:
+                group.close()
 
 
 def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, config: PrepareConfig, identity: dict | None,
@@ -100,37 +102,54 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
     with contextlib.ExitStack() as stack:
         said, node = {"sharing": sharing}, None
         if not sharing:  # a --dest shared by nodes: the others would wait for the lock forever
-            stack.enter_context(exclusive_lock(dest))
-            # how this task ends is marked before the lock goes: the node's other tasks take a free
-            # lock and a step still "running" for a task that died (verify_after_first_task)
-            stack.push(step_marker(dest, group.env))
-            mark_step(dest, group.env, "running")
-            node, facts = node_state(dest, config, identity, detected)
-            if node is not None:
-                stack.enter_context(node.source)  # closes what it opened to read, at the end
-            said |= facts
+            try:
+                stack.enter_context(exclusive_lock(dest))
+            except USER_ERRORS as exn:  # a full or read-only --dest: told to the others, who print it too
+                said["error"] = one_line(exn)
+            else:
+                # how this task ends is marked before the lock goes: the node's other tasks take a free
+                # lock and a step still "running" for a task that died (verify_after_first_task)
+                stack.push(step_marker(dest, group.env))
+                mark_step(dest, group.env, "running")
+                node, facts = node_state(dest, config, identity, detected)
+                if node is not None:
+                    stack.enter_context(node.source)  # closes what it opened to read, at the end
+                said |= facts
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
-        raise_first_error(group, [s["error"] for s in statuses])
-        refuse_disagreement(group.names, [s["plan"] for s in statuses], [s.get("seek_index") for s in statuses],
-                            [s.get("table") for s in statuses])
-        needs = [s["needs"] for s in statuses]
-        if not any(needs):
-            return finish_here(node, dest, config, identity, pool)
-        readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
-        log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
-                 len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
-                 "s" if sum(needs) == 1 else "")
-        if group.rank in readers:
-            log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at most)",
-                     node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead, config.workers) / 1e9)
-        shared = SharedRead(group, needs, readers, node.parts, config, node.ahead, pool)
-        manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
-        try:
-            group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
-        except PeerFailed as exn:
-            raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
-        return manifest if manifest is not None else finish_here(node, dest, config, identity, pool)
+        with saying_a_complete_dataset_stays(node, dest):
+            raise_first_error(group, [s["error"] for s in statuses])
+            refuse_disagreement(group.names, [s["plan"] for s in statuses], [s.get("seek_index") for s in statuses],
+                                [s.get("table") for s in statuses])
+            needs = [s["needs"] for s in statuses]
+            if not any(needs):
+                return finish_here(node, dest, config, identity, pool)
+            readers = [rank for rank, s in enumerate(statuses) if s["can_read"]]
+            log.info("shared read: %d of %d nodes read a share of the source each; %s need%s the dataset",
+                     len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
+                     "s" if sum(needs) == 1 else "")
+            if group.rank in readers:
+                log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at "
+                         "most)", node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead, config.workers) / 1e9)
+            shared = SharedRead(group, needs, readers, node.parts, config, node.ahead, pool)
+            manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
+            try:
+                group.round(DONE, bytearray(), receive=False, send_to=[False] * group.size)
+            except PeerFailed as exn:
+                raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
+            return manifest if manifest is not None else finish_here(node, dest, config, identity, pool)
+
+
+@contextlib.contextmanager
+def saying_a_complete_dataset_stays(node: "NodeState | None", dest: Path):
+    """Another node's failure, reported by a node whose own dataset was complete from the start (it served its
+    share): said so, as the last round says it of a dataset this step completed (docs/clusters.md)."""
+    try:
+        yield
+    except PeerFailed as exn:
+        if node is None or node.existing is None or str(exn).endswith("is complete)"):
+            raise
+        raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
 
 
 def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: dict,
@@ -279,10 +298,13 @@ def marker_of(dest: Path, node: str) -> str | None:
 
 def mark_step(dest: Path, env: NodeGroupEnv, state: str, error: str | None = None) -> None:
     """Tell this node's other tasks how its first task stands (they poll `verify_after_first_task`)."""
-    with contextlib.suppress(OSError):
-        path = dest / STEP_FILE
+    path = dest / STEP_FILE
+    try:
         path.with_suffix(".new").write_text(json.dumps({"step": env.step, "state": state, "error": error}))
         os.replace(path.with_suffix(".new"), path)
+    except OSError:  # a full or read-only --dest: the other tasks time out, naming the wait
+        with contextlib.suppress(OSError):
+            path.with_suffix(".new").unlink()
 
 
 def verify_after_first_task(config: PrepareConfig) -> Manifest:

@@ -509,6 +509,112 @@ def test_further_tasks_of_a_node_wait_for_its_first_task_then_verify(sources, on
     assert tree_bytes(dests[0]) == tree_bytes(dests[1]) == tree_bytes(one_node)
 
 
+def test_a_requeued_jobs_step_is_told_from_the_same_step_of_its_earlier_start():
+    """A requeued job keeps its id and numbers its steps from 0 again: the mark its failed start left in --dest
+    must not pass for this start's (the node's further tasks reported the old failure and exited 2)."""
+    assert node_group_env(STEP).step == "4242.0" == node_group_env({**STEP, "SLURM_RESTART_COUNT": "0"}).step
+    assert node_group_env({**STEP, "SLURM_RESTART_COUNT": "2"}).step == "4242.0 restart 2"
+
+
+@pytest.mark.slow
+def test_further_tasks_wait_for_this_starts_first_task_not_a_requeued_jobs_earlier_one(sources, one_node, tmp_path):
+    """The first start failed (a stray file in n0's --dest): its mark says so. The job is requeued, the stray file
+    gone: the node's further task waits for this start's first task and verifies, as the others succeed."""
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    (dests[0] / "train").mkdir(parents=True)
+    (dests[0] / "train" / "stray.txt").write_text("not prepare's")
+    job = random.Random().randrange(10**6)
+
+    def task(rank: int, local: int, restart: int) -> subprocess.Popen:
+        env = {**node_env(rank, 2, job), "SLURM_LOCALID": str(local), "SLURM_RESTART_COUNT": str(restart)}
+        return subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(sources["official"]), "--dest",
+                                 str(dests[rank]), "--shard-size", str(SHARD_MB), "--workers", "1", "--group-timeout",
+                                 "60"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+
+    first = finish([task(0, 0, 0), task(1, 0, 0)])
+    assert [code for code, _ in first] == [2, 2] and "stray.txt" in first[0][1], first
+    assert json.loads((dests[0] / ".prepare-step").read_text())["state"] == "failed"
+    (dests[0] / "train" / "stray.txt").unlink()
+    further = task(0, 1, 1)  # the requeue's: before its first task has started
+    time.sleep(1)
+    results = finish([task(0, 0, 1), task(1, 0, 1), further])
+    assert [code for code, _ in results] == [0, 0, 0], results
+    assert "the node's first task prepares" in results[2][1]
+    assert tree_bytes(dests[0]) == tree_bytes(dests[1]) == tree_bytes(one_node)
+
+
+@pytest.mark.slow
+def test_a_first_task_that_fails_at_the_rendezvous_is_reported_by_its_nodes_other_tasks_at_once(sources, tmp_path):
+    """The rendezvous was outside the failure's mark: a node's further task waited the whole --group-timeout, then
+    said its first task 'did not start'. The port taken by another program fails the rendezvous at once."""
+    import socket
+
+    from shards.slurm import slurm_port
+
+    dest, job = tmp_path / "n0", random.Random().randrange(10**6)
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", slurm_port(job, 0, "prepare")))
+    taken.listen()
+    try:
+        def task(local: int) -> subprocess.Popen:
+            env = {**node_env(0, 2, job), "SLURM_LOCALID": str(local)}
+            return subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(sources["official"]), "--dest",
+                                     str(dest), "--workers", "1", "--group-timeout", "120"], cwd=ROOT, env=env,
+                                    stderr=subprocess.PIPE, text=True)
+
+        started = time.monotonic()
+        further = task(1)
+        results = finish([task(0), further], timeout=90)
+        assert time.monotonic() - started < 60, results
+    finally:
+        taken.close()
+    assert [code for code, _ in results] == [2, 2], results
+    (error,) = errors_in(results[1][1])
+    assert "this node's first prepare task failed: n0: the nodes' rendezvous at" in error
+    assert "failed after" in error and "(of 120 s allowed)" in error
+    assert not (dest / ".prepare-node.n0").exists()
+
+
+@pytest.mark.slow
+def test_a_node_whose_dataset_is_complete_says_so_when_another_fails(sources, one_node, tmp_path):
+    """docs/clusters.md: it reports the failure and says its dataset stays (it did only where the failure came in
+    the last round, not where it came as the nodes compared what they hold)."""
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    shutil.copytree(one_node, dests[0])
+    (dests[1] / "train").mkdir(parents=True)
+    (dests[1] / "train" / "stray.txt").write_text("not prepare's")
+    results = finish(start_nodes(sources["official"], dests))
+    assert [code for code, _ in results] == [2, 2], results
+    (error,) = errors_in(results[0][1])
+    assert "n1 failed: " in error and "stray.txt" in error
+    assert error.endswith(f"(this node's own dataset in {dests[0]} is complete)")
+    assert tree_bytes(dests[0]) == tree_bytes(one_node)
+
+
+@pytest.mark.slow
+def test_a_node_whose_dest_is_full_at_its_lock_is_named_by_the_others(sources, tmp_path):
+    """The lock was taken outside the failure the nodes tell each other: the other node said n1 'stopped
+    answering (killed, lost, or out of time)'. A real full tmpfs as n1's --dest."""
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "full"
+    reason = small_tmpfs(mount, 1)
+    if reason:
+        pytest.skip(reason)
+    try:
+        dests = [tmp_path / "n0", mount / "imagenet"]
+        for split in ("train", "val"):
+            (dests[1] / split).mkdir(parents=True)
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=64k"], capture_output=True)
+        results = finish(start_nodes(sources["official"], dests))
+        assert [code for code, _ in results] == [2, 2], results
+        (error,) = errors_in(results[0][1])
+        assert f"n1 failed: cannot write the lock file {dests[1] / '.prepare.lock'} (No space left on device)" in error
+        assert not any(path.name.startswith((".prepare-tmp", ".prepare-step", "manifest")) for path in dests[1].iterdir())
+    finally:
+        subprocess.run(["umount", str(mount)])
+
+
 def test_a_census_names_the_nodes_whose_heartbeat_stopped_but_not_those_that_left_seeing_it():
     """A survivor that saw the death at once leaves (its heartbeat stops too); one that came to the round
     later and waited out --group-timeout counts the heartbeats then: the one that left said so on the store."""
