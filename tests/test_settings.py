@@ -210,9 +210,28 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
     (["--weight-decay", -1], "--weight-decay must be a finite number of 0 or more"),
     (["--label-smoothing", 1], "--label-smoothing must be from 0 to below 1, not 1.0"),
     (["--force-change", "--learning-rate"], "--force-change --learning-rate: no such flag"),
+    # a review's: each ran set-up, or a whole epoch, before a traceback (or, for the timeout, a rendezvous failed
+    # blaming a peer)
+    (["--max-steps", -1], "--max-steps must be 0 (no cap) or more, not -1"),
+    (["--signal", "KILL"], "--signal KILL: no signal a process can catch"),
+    (["--signal", "SIGSTOP"], "--signal SIGSTOP: no signal a process can catch"),
+    (["--signal", "_DFL"], "--signal _DFL: no signal a process can catch"),
+    (["--seed", 2 ** 64], f"--seed must be from -2**63 to 2**64 - 1 (torch's seeds), not {2 ** 64}"),
+    (["--dist-timeout", 0], "--dist-timeout must be more than 0 s"),
 ])
 def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, said):
     assert said in refused(capsys, *argv)
+
+
+def test_the_preemption_signal_is_named_or_numbered_as_sbatch_takes_it():
+    import signal
+
+    from train.run.config import preemption_signal
+
+    assert preemption_signal("USR1") == preemption_signal("sigusr1") == preemption_signal(str(int(signal.SIGUSR1))) \
+        == signal.SIGUSR1
+    assert parsed("--signal", int(signal.SIGUSR2)).config.signal == str(int(signal.SIGUSR2))
+    assert preemption_signal("KILL") is preemption_signal("9") is preemption_signal("NOPE") is None
 
 
 def test_force_change_names_fields_by_their_flags():

@@ -597,6 +597,17 @@ def sides(value: int | tuple[int, int]) -> tuple[int, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
+def preemption_signal(name: str) -> signal.Signals | None:
+    """The signal --signal names, as sbatch --signal takes it (USR1, SIGUSR1, or its number); None where it is
+    none a process can catch (KILL and STOP cannot be; SIG_DFL is no signal). Pure."""
+    try:
+        chosen = signal.Signals(int(name)) if name.strip().isdigit() else signal.Signals[
+            "SIG" + name.strip().upper().removeprefix("SIG")]
+    except (KeyError, ValueError):
+        return None
+    return None if chosen in (signal.SIGKILL, signal.SIGSTOP) else chosen
+
+
 def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
     """Every setting by name (SETTINGS) as the command line gives it, after the parse's own refusals."""
     if args.data is None:
@@ -613,11 +624,18 @@ def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
         parser.refuse("--max-bad-samples must be 0 or more")
     if args.workers is not None and args.workers < 1:
         parser.refuse("--workers must be at least 1 (or left out: the rank's share of the CPUs, less one)")
-    if not hasattr(signal, f"SIG{args.signal.upper().removeprefix('SIG')}"):
-        parser.refuse(f"--signal {args.signal}: no such signal")
+    if preemption_signal(args.signal) is None:
+        parser.refuse(f"--signal {args.signal}: no signal a process can catch (give a name or number, as sbatch "
+                      "--signal takes it: USR1, 10)")
+    if args.max_steps < 0:
+        parser.refuse(f"--max-steps must be 0 (no cap) or more, not {args.max_steps}")
+    if not -2 ** 63 <= args.seed < 2 ** 64:
+        parser.refuse(f"--seed must be from -2**63 to 2**64 - 1 (torch's seeds), not {args.seed}")
     for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "dist_timeout"):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) >= 0):
             parser.refuse(f"{flag_of(name)} must be a finite number of 0 or more, not {getattr(args, name)}")
+    if args.dist_timeout == 0:
+        parser.refuse("--dist-timeout must be more than 0 s: no rendezvous or collective completes in none")
     if not 0 <= args.label_smoothing < 1:
         parser.refuse(f"--label-smoothing must be from 0 to below 1, not {args.label_smoothing}")
     values = {k: v for k, v in vars(args).items() if k != "force_change"}

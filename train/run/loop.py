@@ -37,7 +37,7 @@ from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwrita
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
 from train.accelerators import autocast_default, autotunes_convolutions, platform
 from train.run.devices import device_for
-from train.run.config import CommandLine, TrainConfig, settings_problem
+from train.run.config import CommandLine, TrainConfig, preemption_signal, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
 from train.run.metrics import METRICS_NAME, append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
@@ -73,7 +73,7 @@ class Preemption:
     def __init__(self, name: str):
         self.requested = False
         self.interrupted = False  # by Ctrl-C: exit 130, as a shell expects, and no requeue
-        for signum in {getattr(signal, "SIG" + name.upper().removeprefix("SIG")), signal.SIGTERM}:
+        for signum in {preemption_signal(name), signal.SIGTERM}:
             signal.signal(signum, self._handle)
         signal.signal(signal.SIGINT, self._interrupt)
 
