@@ -8,7 +8,8 @@
 #   REPO          this repository (default: the folder sbatch was called from)
 #   LOCAL_DISK    node-local disk, the same path on every node, where your site does not provide
 #                 $SLURM_TMPDIR (default: each task's own $SLURM_TMPDIR, which may differ per node)
-#   RUN_DIR       checkpoints and metrics on shared storage (default: $REPO/runs/<job name>-<job id>)
+#   RUN_DIR       checkpoints and metrics on shared storage (default: runs/<job name>-<job id>)
+# Relative paths are the job's working directory's (where sbatch was called, or its --chdir: submit.sh's clone).
 #   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512"; the evaluation sets:
 #                 "--eval-source /datasets/imagenetv2-matched-frequency.tar.gz --real-labels /datasets/real.json")
 #   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
@@ -25,6 +26,11 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 # the working directory. A clone built by install.sh (or submit.sh's snapshot) runs its own code.
 python_flags=()
 compgen -G "$REPO/train/_jpegcrop*.so" >/dev/null || python_flags=(-P)
+# The paths made absolute before the `cd "$REPO"` below: under submit.sh REPO is a snapshot of the commit, and
+# a run directory inside it would move with the next commit (its --resume auto then starting the run over).
+absolute() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+IMAGENET=$(absolute "$IMAGENET")
+[[ -z ${LOCAL_DISK:-} ]] || LOCAL_DISK=$(absolute "$LOCAL_DISK")
 # Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet
 # (this script runs on the first node only, and its $SLURM_TMPDIR may not be the others').
 data_option=()
@@ -34,7 +40,7 @@ elif [[ -z ${SLURM_TMPDIR:-} ]]; then
   echo "no SLURM_TMPDIR on this cluster: set LOCAL_DISK to the node-local disk" >&2
   exit 2
 fi
-RUN_DIR=${RUN_DIR:-$REPO/runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}
+RUN_DIR=$(absolute "${RUN_DIR:-runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}")
 TRAIN_ARGS=${TRAIN_ARGS:---arch resnet50 --epochs 90}
 mkdir -p "$RUN_DIR"
 

@@ -392,7 +392,9 @@ def test_benchmark_job_script_runs_and_leaves_its_results(slurm, sources, tmp_pa
 
 
 def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
-    """jobs/submit.sh, and through it the one-node job script run to completion."""
+    """jobs/submit.sh, and through it the one-node job script run to completion. The source and the run directory
+    as relative paths, the clone's: the run directory went inside the code's snapshot, and the next commit's job
+    started the run over."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     shutil.copytree(sources["official"], tmp_path / "source")
@@ -402,7 +404,7 @@ def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
     submit = ["bash", "jobs/submit.sh", "jobs/imagenet-1node.sbatch", "--parsable", "--ntasks-per-node=1",
               "--gpus-per-task=0",
               "--cpus-per-task=2", "--mem-per-cpu=100M", "--tmp=1G", "--time=30", f"--output={tmp_path}/job-%j.out",
-              f"--export=ALL,IMAGENET={tmp_path / 'source'},RUN_DIR={tmp_path / 'run'},"
+              "--export=ALL,IMAGENET=../source,RUN_DIR=runs/mine,"
               f"PREPARE_ARGS=--shard-size {SHARD_MB},TRAIN_ARGS={TRAIN_CPU} --epochs 1 --batch-size 4 --max-steps 2"]
     refused = subprocess.run(submit, cwd=clone, env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
@@ -415,4 +417,5 @@ def test_submit_runs_a_snapshot_of_the_committed_code(slurm, sources, tmp_path):
     log = (tmp_path / f"job-{job}.out").read_text()
     assert state["JobState"] == "COMPLETED", log
     assert f"code:        {tmp_path / 'code' / commit} (commit {commit})" in log
-    assert read_metrics(tmp_path / "run")[0]["steps"] == 2
+    assert f"metrics:     {clone / 'runs' / 'mine'}/metrics.jsonl" in log
+    assert read_metrics(clone / "runs" / "mine")[0]["steps"] == 2
