@@ -32,10 +32,12 @@ EXTENSIONS = [
     native("train._jpegcrop",
            ["train/native/jpegcrop.c", "train/native/resample.c", "train/native/seek.c", "train/native/arrays.c"],
            depends=["shards/native/jpeg_rules.h", "train/native/arrays.h", "train/native/buffers.h",
-                    "train/native/resample.h", "train/native/resample_column.h", "train/native/seek.h"],
+                    "train/native/resample.h", "train/native/resample_column.h", "train/native/seek.h",
+                    "train/native/cpu_features.h"],
            include_dirs=["shards/native"]),
     # a batch normalised on the host (the CPU device), wrapped by train/device_batches.py
-    native("train._batches", ["train/native/batches.c", "train/native/arrays.c"], depends=["train/native/arrays.h"]),
+    native("train._batches", ["train/native/batches.c", "train/native/arrays.c"],
+           depends=["train/native/arrays.h", "train/native/cpu_features.h"]),
     # JPEGs made seekable without loss, wrapped by prepare/images.py
     native("prepare._restarts", ["prepare/native/restarts.c"], depends=["shards/native/jpeg_rules.h"],
            include_dirs=["shards/native"]),

@@ -17,7 +17,7 @@ pillow_simd_wheel() {
   local python=$1 jpeg=$2 out=$3
   shift 3
   local settings=() feature
-  for feature in "${PILLOW_SIMD_WITHOUT[@]}"; do settings+=(-C "$feature=disable"); done
+  for feature in "${PILLOW_SIMD_WITHOUT[@]}"; do settings+=(--config-settings "$feature=disable"); done
   JPEG_ROOT=$jpeg CC="${CC:-cc} ${PILLOW_SIMD_FLAGS--mavx2}" "$python" -m pip --disable-pip-version-check -q wheel --no-deps \
     --no-cache-dir --no-binary pillow-simd "${settings[@]}" "$@" -w "$out" "pillow-simd==$PILLOW_SIMD_VERSION"
 }

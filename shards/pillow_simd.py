@@ -114,7 +114,9 @@ def swap(wheel: Path) -> tuple[str, str]:
         removed = pip("uninstall", "-y", "pillow")
         if removed.returncode != 0:
             return STOCK, f"pip uninstall pillow failed, nothing changed: {last_line(removed)}"
-    installed = pip("install", "--no-deps", "--no-index", str(wheel))
+    # --force-reinstall: a pip install that brought Pillow back beside pillow-simd (torchvision's dependency) left
+    # pillow-simd registered, its PIL/ files gone with Pillow's uninstall, and pip would see it there already
+    installed = pip("install", "--no-deps", "--no-index", "--force-reinstall", str(wheel))
     text, simd = installed_pil()
     if installed.returncode == 0 and simd:
         return SIMD, f"PIL: {text}"

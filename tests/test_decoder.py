@@ -363,6 +363,17 @@ def test_the_marker_check_finds_markers_in_entropy_data_and_files_cut_short():
     assert checked.tolist() == [decoder.DECODED] * 8 + [decoder.CORRUPT] * 4 + [decoder.DECODED]
 
 
+def test_the_resizes_offered_are_those_this_cpu_runs():
+    """Asked of the CPU (cpuid, xgetbv: train/native/cpu_features.h), as /proc/cpuinfo says it: zig cc's
+    __builtin_cpu_supports, which the release wheels were built with, answered no to every feature. (The release
+    tier checks the wheel's own list in each bare system: jobs/release/check_bare_install.sh.)"""
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64's vector resizes")
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    avx512 = all(flag in flags for flag in ("avx512f", "avx512bw", "avx512vl"))
+    assert list(decoder.SIMD) == ["AVX512"] * avx512 + ["AVX2"] * ("avx2" in flags) + ["SSE2", "C"]
+
+
 @pytest.mark.parametrize("interpolation", decoder.INTERPOLATIONS)
 def test_every_resize_implementation_gives_the_same_bytes(interpolation):
     """Plain C, SSE2 and AVX2 (those this CPU runs), each chosen per call: nothing process-wide;

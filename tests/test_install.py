@@ -163,6 +163,29 @@ def test_install_sh_sends_a_user_without_nasm_to_the_wheels(open_tmp, user):
     assert not (clone / ".venv").exists()  # refused before anything was made
 
 
+@pytest.mark.slow  # two processes that import torch
+def test_each_door_where_the_native_modules_are_not_built_stops_in_one_line(sources, tmp_path):
+    """A clone's source tree without its built modules, imported from the working directory (in place of the
+    installed wheel, or before jobs/install.sh): one line naming what to do, where each door gave 14-19 lines of
+    an import's traceback."""
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():  # the working tree's sources, as a clone holds them: no built module
+        if (ROOT / name).is_file() and name.endswith(".py"):
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, clone / name)
+    doors = {"prepare": ["--source", str(sources["official"]), "--dest", str(tmp_path / "out")], "train": ["--help"]}
+    # -S: no .pth file runs, so this checkout's editable install cannot route the imports back here
+    path = os.pathsep.join([str(clone), *(p for p in sys.path if p.endswith("site-packages"))])
+    for door, args in doors.items():
+        result = subprocess.run([sys.executable, "-S", "-m", door, *args], cwd=clone, capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": path})
+        assert result.returncode == 2 and result.stdout == "", (door, result)
+        assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(f"python -m {door}: the native "), \
+            (door, result.stderr)
+        assert "is not built" in result.stderr
+
+
 def test_install_sh_asks_for_python_3_11_and_says_how_to_get_one(tmp_path):
     clone = copy_of_jobs(tmp_path)
     old = tmp_path / "python3.10"
@@ -390,6 +413,13 @@ def test_the_swap_puts_pillow_simd_in_place_of_pillow_once(stock_venv):
     assert "pillow-simd" in listed and not re.search(r"^pillow ", listed, re.M)
     again = swap_in(venv, wheel.parent, "--require")
     assert again.returncode == 0 and "PIL is pillow-simd already" in again.stdout
+    # a later pip install brings Pillow back beside it (torchvision's dependency), as the README warns: the rerun
+    # it says to run swaps again (it failed once, pillow-simd still registered with its PIL/ gone)
+    back = subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "pillow"],
+                          capture_output=True, text=True)
+    assert back.returncode == 0, back.stderr
+    rerun = swap_in(venv, wheel.parent, "--require")
+    assert rerun.returncode == 0 and "pillow_simd: PIL: pillow-simd 12." in rerun.stdout, rerun.stdout + rerun.stderr
 
 
 def test_the_swap_refuses_a_folder_that_is_not_one(tmp_path, capsys):

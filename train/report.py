@@ -3,7 +3,12 @@
 
 import sys
 
-from train.run.report import main
+from shards.not_built import NotBuilt, run_door, stop_in_one_line
+
+try:
+    from train.run.report import main
+except NotBuilt as exn:  # a clone's unbuilt tree imported in place of the installed wheel, say
+    stop_in_one_line("train.report", exn)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_door("train.report", main))

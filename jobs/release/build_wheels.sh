@@ -80,7 +80,7 @@ project_wheel() {
   echo "build_wheels.sh: imagenet-slurm for $arch (libjpeg-turbo, then the native modules)"
   (cd "$tree" && CC="$work/$arch-cc" LDSHARED="$work/$arch-cc -shared" CMAKE_TOOLCHAIN_FILE="$work/$arch.cmake" \
      PATH="$tools:$PATH" "$tools/python" -m pip --disable-pip-version-check -q wheel --no-deps \
-     --no-build-isolation -C--build-option=--plat-name=linux_$arch -w "$work/raw" .)
+     --no-build-isolation --config-settings=--build-option=--plat-name=linux_$arch -w "$work/raw" .)
 }
 
 for arch in x86_64 aarch64; do
@@ -115,7 +115,7 @@ simd_wheel() {
   CFLAGS="-DNDEBUG -O2 -fno-strict-overflow -Wall ${2:-}" \
   ZLIB_ROOT=$work/zlib PKG_CONFIG=/nonexistent/pkg-config CC=$work/x86_64-cc LDSHARED="$work/x86_64-cc -shared" AR=$work/zig-ar \
     PILLOW_SIMD_FLAGS=-mavx2 pillow_simd_wheel "$1" "$work/src-x86_64/build/libjpeg-turbo/x86_64" "$work/raw" \
-    -C platform-guessing=disable
+    --config-settings platform-guessing=disable
 }
 # simd_wheel_in_root VERSION: the same, by CPython VERSION in a root file system that has it and its headers;
 # this tree is mounted at its own path, so zig, the libraries and the output folder are where they are here.

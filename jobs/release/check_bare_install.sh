@@ -134,6 +134,11 @@ py=clone/.venv/bin/python
 $py -c "from shards.resources import pil_build; from train._jpegcrop import LIBJPEG_TURBO_VERSION as pinned
 from PIL import features; text, simd = pil_build(); print('PIL:', text)
 assert simd and features.version('libjpeg_turbo') == pinned, (text, pinned)"
+# the wheel's native code runs what this CPU has (zig cc's __builtin_cpu_supports answered no to every feature)
+$py -c "import train._jpegcrop as native
+flags = next(line for line in open('/proc/cpuinfo') if line.startswith('flags')).split()
+wanted = ['AVX512'] * all(f in flags for f in ('avx512f', 'avx512bw', 'avx512vl')) + ['AVX2'] * ('avx2' in flags)
+print('resamplers:', native.SIMD, 'for', wanted); assert set(wanted) <= set(native.SIMD), (native.SIMD, wanted)"
 $py -m prepare.sample demo/source
 $py -m prepare --source demo/source --dest demo/imagenet --shard-size 2
 $py -m train --data demo/imagenet --run-dir demo/run --device cpu --arch resnet18 --image-size 64 \
@@ -146,6 +151,9 @@ clone/.venv/bin/pip install -q pytest
 cd clone
 if .venv/bin/python -c "import train.decoder" 2> shadowed.txt; then echo "the clone's sources imported"; exit 1; fi
 grep "instead of the installed wheel" shadowed.txt
+# and `python -m train` there says so in one line (it gave an import's 19 lines of traceback)
+if .venv/bin/python -m train --help 2> door.txt; then echo "python -m train ran the clone's sources"; exit 1; fi
+[[ $(wc -l < door.txt) == 1 ]] && grep "^python -m train: .*instead of the installed wheel" door.txt
 .venv/bin/python -P -c "import train.decoder"
 STEPS
   } > "$home/steps.sh"

@@ -16,6 +16,7 @@
 #endif
 
 #include "arrays.h"
+#include "cpu_features.h"
 
 #if FLT_EVAL_METHOD != 0
 #error "float arithmetic must round to float at each operation (FLT_EVAL_METHOD 0) to match torch's bits"
@@ -73,7 +74,7 @@ AVX2 static void normalise_interleaved_avx2(const uint8_t *src, float *out, size
 }
 
 static int runs_avx2(const float *out) {
-    return __builtin_cpu_supports("avx2") && ((uintptr_t)out % 32) == 0;
+    return cpu_has_avx2() && ((uintptr_t)out % 32) == 0;
 }
 #endif
 

@@ -207,6 +207,8 @@ static const resampler plain_c = {"C", rows_c, column_c};
 #if defined(__SSE2__)
 #include <immintrin.h>
 
+#include "cpu_features.h"
+
 /* ------------------------------------------------------------------ SSE2 */
 
 static inline __m128i two_pixels(const uint8_t *p) { /* r0 r1 g0 g1 b0 b1 x0 x1 as int16 */
@@ -460,16 +462,9 @@ static void column_avx512(const uint8_t *rows, size_t stride, const int16_t *k, 
 
 static const resampler avx512 = {"AVX512", rows_avx512, column_avx512};
 
-static int has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-}
+static int has_avx2(void) { return cpu_has_avx2(); }
 
-static int has_avx512(void) { /* the subsets rows_avx512 uses */
-    __builtin_cpu_init();
-    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
+static int has_avx512(void) { return cpu_has_avx512(); /* the subsets rows_avx512 uses */ }
 
 const char *const *resampler_names(void) {
     static const char *const with_avx512[] = {"AVX512", "AVX2", "SSE2", "C", NULL},
