@@ -9,12 +9,17 @@
 #   bash jobs/gpu_benchmark.sh                          # on the sample data, made here
 #   DATA=/path/to/shards bash jobs/gpu_benchmark.sh     # on shards made by python -m prepare
 #
-# Env: PYTHON (python3), OUT (results: runs/gpu-benchmark), SCRATCH (sample data, shards and
+# Env: PYTHON (the clone's .venv/bin/python, with -P where the wheels are installed in it and the clone's
+# modules are not built; else python3), OUT (results: runs/gpu-benchmark), SCRATCH (sample data, shards and
 # checkpoints: $SLURM_TMPDIR or /tmp), PER_CLASS (sample train images per class, 10 classes:
 # 1000), WORKERS (loader threads: CPUs - 1), STEPS (timed steps of model and full: 60), BUDGET
 # (seconds: 3600).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [[ -z ${PYTHON:-} && -x .venv/bin/python ]]; then  # the README's set-up: jobs/install.sh, or the wheels
+  PYTHON=.venv/bin/python
+  compgen -G "train/_jpegcrop*.so" > /dev/null || PYTHON="$PYTHON -P"  # the installed wheel, not the clone's tree
+fi
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-runs/gpu-benchmark}
 SCRATCH=${SCRATCH:-${SLURM_TMPDIR:-/tmp}/gpu-benchmark}

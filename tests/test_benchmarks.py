@@ -110,6 +110,22 @@ def test_part_threads_benchmark_compares_one_thread_with_several_on_one_gzip_par
     assert record["alone_images_per_sec"] > 0 and record["threaded_images_per_sec"] > 0 and record["ratio"] > 0
 
 
+@pytest.mark.slow  # its start-up lines import torch
+def test_the_gpu_benchmark_script_runs_the_clones_venv_as_the_readme_gives_it(tmp_path):
+    """`bash jobs/gpu_benchmark.sh` as README.md and BENCHMARKS.md give it, no PYTHON set: the clone's .venv, where
+    it ran python3 (no torch: every step failed). With no budget its steps are skipped: its start-up lines say
+    what it runs on."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    result = subprocess.run(["bash", "jobs/gpu_benchmark.sh"], cwd=root, capture_output=True, text=True, timeout=300,
+                            env={**env, "BUDGET": "0", "OUT": str(tmp_path / "out"), "SCRATCH": str(tmp_path / "s")})
+    assert "ModuleNotFoundError" not in result.stdout + result.stderr, result  # (exit 1: its steps were skipped)
+    assert "torch 2." in result.stdout and "failed: none" in result.stdout
+
+
 def test_timing_excludes_warm_up_and_needs_enough_batches():
     batches = [([0] * 4, [0] * 4) for _ in range(5)]
     rate = time_batches(iter(batches), images=8, warmup=2)
