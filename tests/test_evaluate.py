@@ -5,6 +5,7 @@ too; what cannot be evaluated is refused in one line."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import logging
 
@@ -91,6 +92,42 @@ def test_ranks_reading_different_copies_of_the_data_all_stop_in_the_same_line(em
     said = [[line.split("ERROR ", 1)[1] for line in one.text().splitlines() if "ERROR " in line] for one in ranks]
     assert said[0] == said[1] and len(said[0]) == 1
     assert said[0][0].startswith("rank 1 (on ") and "reads another dataset at --data than rank 0" in said[0][0]
+
+
+def test_a_record_that_cannot_be_kept_is_said_and_its_run_directory_made_where_it_is_not_there(ema_run, tmp_path,
+                                                                                               caplog):
+    """A colleague's run on a read-only mount (real: a bind mount made read-only) lost the whole evaluation to a
+    traceback at its end; --checkpoint with a RUN_DIR not made yet, the same. Now the figures come first, the
+    record's failure is one line, exit status 2, the file as it was; a RUN_DIR not there is made."""
+    import shutil
+    import subprocess
+
+    run, last = ema_run
+    mine = tmp_path / "mine" / "evals"
+    with caplog.at_level(logging.INFO, logger="train"):
+        assert main([str(mine), "--checkpoint", str(run / "last.pt"), "--workers", "1"]) == 0
+    assert evaluations(mine)[-1]["val_top1"] == last["val_top1"]
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    theirs = tmp_path / "theirs"
+    shutil.copytree(run, theirs / "run")
+    before = (theirs / "run" / EVAL_NAME).read_bytes() if (theirs / "run" / EVAL_NAME).exists() else None
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    assert subprocess.run(["mount", "--bind", str(theirs), str(read_only)]).returncode == 0
+    try:
+        assert subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)]).returncode == 0
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="train"):
+            assert main([str(read_only / "run"), "--workers", "1"]) == 2
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [f"cannot append the record to {read_only / 'run' / EVAL_NAME} (Read-only file system): its "
+                          "figures are in the line above; give a run directory this user can write, with room (a "
+                          "colleague's run: --checkpoint THEIR_RUN/last.pt with a RUN_DIR of your own)"]
+        assert f"val top-1 {last['val_top1']:.2f}% (EMA {last['ema_val_top1']:.2f}%)" in caplog.text
+    finally:
+        subprocess.run(["umount", str(read_only)])
+    assert ((theirs / "run" / EVAL_NAME).read_bytes() if (theirs / "run" / EVAL_NAME).exists() else None) == before
 
 
 def test_what_cannot_be_evaluated_is_refused_in_one_line(ema_run, tmp_path, caplog):

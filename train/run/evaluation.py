@@ -19,6 +19,7 @@ last saved: checkpoints are written atomically).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -104,6 +105,24 @@ def evaluation_line(record: dict) -> str:
             f"{evaluation_sets(record)}")
 
 
+def append_record(path: Path, line: bytes) -> None:
+    """The record at the end of RUN_DIR/eval.jsonl, its folder made where --checkpoint names a run directory
+    that is not there yet; a file system that refuses it (read-only, full) is one line, and the file is left as
+    it was (no part of the line at its end)."""
+    from train.run.metrics import append_durably
+
+    size = path.stat().st_size if path.exists() else None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append_durably(path, line)
+    except OSError as exn:
+        with contextlib.suppress(OSError):
+            path.unlink() if size is None else os.truncate(path, size)
+        raise UserError(f"cannot append the record to {path} ({exn.strerror or exn}): its figures are in the line "
+                        "above; give a run directory this user can write, with room (a colleague's run: "
+                        "--checkpoint THEIR_RUN/last.pt with a RUN_DIR of your own)") from None
+
+
 def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     """Every rank: the checkpoint's record (appended to RUN_DIR/eval.jsonl by rank 0)."""
     import torch
@@ -115,7 +134,6 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.devices import device_for
     from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
-    from train.run.metrics import append_durably
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
     if not path.is_file():
@@ -147,7 +165,6 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
         record = what_was_evaluated(checkpoint, path, config.data, dataset_id, saved.dataset_id,
                                     env.world_size) | ({"class_map": mapped[0]} if mapped else {}) | evaluate_all(run)
         if env.is_main:
-            append_durably(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
             if mapped:
                 log.info("the checkpoint's %d classes are placed on %s's %d through its manifest's mapping into %s: "
                          "the model is scored among the data's classes", len(checkpoint.dataset["classes"]),
@@ -155,7 +172,8 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
             elif dataset_id != saved.dataset_id:
                 log.info("%s is not the dataset the run trained on (dataset_id %s, the run's %s): another prepared "
                          "copy of the same classes", config.data, dataset_id, saved.dataset_id)
-            log.info("%s", evaluation_line(record))
+            log.info("%s", evaluation_line(record))  # first: a record that cannot be kept is still said
+            append_record(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
             log.info("record appended to %s", args.run_dir / EVAL_NAME)
         return record
     finally:
