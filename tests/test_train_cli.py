@@ -29,3 +29,32 @@ def test_a_programming_error_is_not_swallowed(prepared, tmp_path, monkeypatch):
 
 def test_config_errors_are_not_value_errors():
     assert not issubclass(ConfigError, ValueError)  # an `except ValueError` elsewhere must not eat them
+
+
+@pytest.mark.slow  # three torchvision models built (inception_v3: 27M parameters)
+def test_models_with_auxiliary_classifiers_train_on_their_main_one_and_a_vit_at_the_runs_one_size():
+    """--arch googlenet and inception_v3 gave the loss a namedtuple in training mode (a traceback at the first
+    step); a Vision Transformer at other than 224 px failed its position embeddings' assertion."""
+    import torch
+
+    from train.run.models import build_model
+
+    for arch, size in [("googlenet", 64), ("inception_v3", 75), ("vit_b_32", 64)]:
+        model = build_model(arch, 4, size).train()
+        assert isinstance(model(torch.zeros(2, 3, size, size)), torch.Tensor), arch
+    with pytest.raises(ConfigError, match="--arch vit_b_16 takes images of one size .*no --ramp"):
+        build_model("vit_b_16", 4, None)
+    with pytest.raises(ConfigError, match="--arch vit_b_16 cuts images into 16 px patches: give an --image-size that "
+                                          "is a multiple of 16, not 40"):
+        build_model("vit_b_16", 4, 40)
+
+
+def test_a_run_has_one_image_size_without_a_ramp_or_a_val_crop_of_another():
+    from train.run.config import TrainConfig
+    from train.run.loop import one_image_size
+
+    def size(**settings) -> int | None:
+        return one_image_size(TrainConfig.from_settings({"data": "", "run_dir": "", "image_size": 64, **settings}))
+
+    assert size() == size(val_crop=64) == size(val_resize=73) == 64
+    assert size(val_crop=72) is size(ramp=(32, 64, 0, 2)) is size(val_crop=(64, 48)) is None

@@ -40,6 +40,7 @@ from train.run.devices import device_for
 from train.run.config import CommandLine, TrainConfig, preemption_signal, settings_problem
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
+from train.loader_arguments import checked_validation
 from train.run.metrics import METRICS_NAME, append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
 from train.run.models import build_model
 from train.run import run_lock
@@ -114,9 +115,10 @@ class Run:
 
 # ---------------------------------------------------------------- set-up
 
-def model_on(arch: str, num_classes: int, device: torch.device, channels_last: bool) -> torch.nn.Module:
+def model_on(arch: str, num_classes: int, device: torch.device, channels_last: bool,
+             image_size: int | None = None) -> torch.nn.Module:
     """--arch's model with fresh weights (train/run/models.py), on `device`."""
-    model = build_model(arch, num_classes).to(device)
+    model = build_model(arch, num_classes, image_size).to(device)
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
@@ -254,7 +256,8 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
-    model = model_on(config.arch, model_classes or manifest.num_classes, device, config.channels_last)
+    model = model_on(config.arch, model_classes or manifest.num_classes, device, config.channels_last,
+                     one_image_size(config))
     global_batch = batch_size * env.world_size
     steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, batch_size)
     if steps == 0:
@@ -273,6 +276,16 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
                steps=steps, batch_size=batch_size, control=control, preemption=preemption, ema=ema_for(model, config, global_batch),
                **build_data(config, env, device, manifest, batch_size))
+
+
+def one_image_size(config: TrainConfig) -> int | None:
+    """The one size a run trains and validates at; None where it has several (a --ramp, a --val-crop of
+    another size). Pure."""
+    if config.ramp is not None:
+        return None
+    validation = checked_validation(config.image_size, config.val_crop, config.val_resize, config.val_crop_fraction,
+                                    config.val_crop_mode, config.val_interpolation, None)
+    return config.image_size if validation.shape == (config.image_size, config.image_size) else None
 
 
 def ema_for(model: torch.nn.Module, config: TrainConfig, global_batch: int) -> AveragedModel | None:

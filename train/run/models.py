@@ -17,17 +17,39 @@ import torchvision
 from train.errors import ConfigError
 
 
-def build_model(arch: str, num_classes: int) -> torch.nn.Module:
+# torchvision's models with auxiliary classifiers, whose training-mode output is a namedtuple the loss cannot take
+# (torchvision's reference trains neither): built without them, the main classifier's loss alone
+WITHOUT_AUX_LOGITS = {arch: {"aux_logits": False, "init_weights": True} for arch in ("googlenet", "inception_v3")}
+
+
+def build_model(arch: str, num_classes: int, image_size: int | None = None) -> torch.nn.Module:
     """A model with fresh weights for `num_classes` classes; ConfigError saying what to change where
-    `arch` names none."""
+    `arch` names none. `image_size`: the one size the run trains and validates at (None: several), which a
+    Vision Transformer's position embeddings are made for."""
     if ":" in arch:
         return model_from_import_path(arch, num_classes)
+    options = WITHOUT_AUX_LOGITS.get(arch, {}) | vit_size(arch, image_size)
     try:
-        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **options)
     except ValueError:
         names = torchvision.models.list_models(module=torchvision.models)
         raise ConfigError(f"--arch {arch}: not a torchvision classification model (e.g. {', '.join(names[:8])} ...), "
                           "nor an import path package.module:callable") from None
+
+
+def vit_size(arch: str, image_size: int | None) -> dict:
+    """torchvision's Vision Transformers take images of one size, 224 unless told (their position embeddings):
+    the run's, where it has one; a ConfigError where it trains or validates at several. Pure."""
+    if not arch.startswith("vit_"):
+        return {}
+    if image_size is None:
+        raise ConfigError(f"--arch {arch} takes images of one size (its position embeddings are made for it): train "
+                          "and validate at one (--image-size S, a --val-crop of S or none, no --ramp)")
+    patch = int(arch.rsplit("_", 1)[1])  # vit_b_16: 16 px patches
+    if image_size % patch:
+        raise ConfigError(f"--arch {arch} cuts images into {patch} px patches: give an --image-size that is a "
+                          f"multiple of {patch}, not {image_size}")
+    return {"image_size": image_size}
 
 
 def model_from_import_path(arch: str, num_classes: int) -> torch.nn.Module:
