@@ -468,6 +468,37 @@ def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
     assert "(exit 1: no message)" in requeue_failure("237", 1, "")
 
 
+@pytest.mark.slow  # a run, then its resume, on 2 ranks
+def test_a_resume_into_a_full_run_directory_stops_every_rank_in_one_line(prepared, tmp_path):
+    """Rank 0 records the settings in config.json as the run resumes: on a full file system that was a traceback
+    there, and the other rank went on into its first collective and waited for it (a review's finding)."""
+    from test_prepare import small_tmpfs
+
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 4)
+    if reason:
+        pytest.skip(reason)
+    try:
+        run = mount / "run"
+        first = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--max-steps", 1), tmp_path / "one")
+        assert first.wait(timeout=120) == [0, 0], first.text()
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        kept = lambda: {path.name: path.read_bytes() for path in run.iterdir() if path.name != ".train.lock"}  # noqa: E731
+        before = kept()
+        ranks = Ranks(2, train_args(prepared, run, "--epochs", 2, "--workers", 1, "--resume", "auto",
+                                    "--force-change", "--epochs"), tmp_path / "two")
+        assert ranks.wait(timeout=120) == [2, 2], ranks.text()
+        said = [[line.split("ERROR ", 1)[1] for line in log.read_text().splitlines() if "ERROR " in line]
+                for log in ranks.logs]
+        assert said[0] == said[1] == [f"cannot write the run directory {run} (No space left on device): is its file "
+                                      "system full, or over its quota? Nothing was trained: make room, then run the "
+                                      "same command again"]
+        assert "Traceback" not in ranks.text()
+        assert kept() == before
+    finally:
+        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
+
+
 def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepared, tmp_path):
     """The run directory's file system fills while the ranks train (another job, a quota): the epoch's record
     cannot be appended, so no checkpoint is written after it either (the resume trains the epoch again), and

@@ -593,6 +593,30 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     return states
 
 
+def tidy_run_dir(config: TrainConfig, changes: list, start_epoch: int, start_step: int) -> None:
+    """Rank 0, as the run starts or resumes: its settings recorded in config.json, and what an earlier start left
+    set aside or removed (a torn record, the records past the checkpoint, a killed write's temporary file)."""
+    record_settings(config.run_dir, config, changes, start_epoch, start_step)
+    if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
+        log.warning("%s", torn)
+    if superseded := set_aside_records_from(config.run_dir, start_epoch):
+        log.warning("%s", superseded)
+    if killed := remove_killed_writes(config.run_dir):
+        log.warning("%s: removed %s, left by a write a kill stopped before its rename", config.run_dir,
+                    ", ".join(killed))
+
+
+def share_rank_zeros_problem(run: Run, problem: str) -> None:
+    """Rank 0's problem with the run directory (or ""), which the others wait for: every rank stops alike, in
+    its line, rather than some going on into a collective rank 0 never reaches."""
+    if run.env.world_size > 1:
+        said = [problem]
+        dist.broadcast_object_list(said, src=0, group=run.control)
+        problem = said[0]
+    if problem:
+        raise UserError(problem)
+
+
 def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None = None, problem: str = "") -> None:
     """Collective (every rank contributes its state); rank 0 writes; all wait until it is on disk.
     `loader`: the train loader's state (the same on every rank) after `step` steps, or at an epoch's end
@@ -611,12 +635,7 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
             log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
         except CheckpointUnwritable as exn:
             problem = str(exn)
-    if run.env.world_size > 1:  # rank 0's outcome, which the others wait for: every rank stops alike
-        said = [problem]
-        dist.broadcast_object_list(said, src=0, group=run.control)
-        problem = said[0]
-    if problem:
-        raise UserError(problem)
+    share_rank_zeros_problem(run, problem)
 
 
 def remove_killed_writes(run_dir: str | Path) -> list[str]:
@@ -843,15 +862,14 @@ def follow_settings(run: Run, epoch: int, step: int) -> None:
 def train(run: Run, found: Found | None, changes: list) -> int:
     config = run.config
     start_epoch, start_step, sums = resume(run, found)
+    problem = ""
     if run.env.is_main:  # after the resume was accepted: config.json holds only settings that ran
-        record_settings(config.run_dir, config, changes, start_epoch, start_step)
-        if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
-            log.warning("%s", torn)
-        if superseded := set_aside_records_from(config.run_dir, start_epoch):
-            log.warning("%s", superseded)
-        if killed := remove_killed_writes(config.run_dir):
-            log.warning("%s: removed %s, left by a write a kill stopped before its rename", config.run_dir,
-                        ", ".join(killed))
+        try:
+            tidy_run_dir(config, changes, start_epoch, start_step)
+        except OSError as exn:
+            problem = (f"cannot write the run directory {config.run_dir} ({exn.strerror or exn}): is its file system "
+                       "full, or over its quota? Nothing was trained: make room, then run the same command again")
+    share_rank_zeros_problem(run, problem)
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,
