@@ -348,6 +348,24 @@ def test_a_typed_flag_that_differs_is_refused_by_name_unless_forced(field, value
     assert changes[0].line() == f"{flag} {V2.setting(field)} -> {show(value)}"
 
 
+@pytest.mark.parametrize("field,value", [("shuffle_buffer", 100), ("image_size", 160), ("repeats", 2), ("mixup", 0.5),
+                                         ("policy", None), ("ramp", (128, 160, 0, 2))])
+def test_what_reads_the_rest_of_an_epoch_cannot_be_forced_in_its_middle(field, value):
+    """A checkpoint at step 5 of epoch 3 (a preemption's): its rest is read as it began. The forced change was
+    said as made ('recorded in config.json'), then the loader refused its own state in its own words (a
+    review's finding). Refused here, naming the flag; from the checkpoint at the epoch's end it is made."""
+    now, flag = like_v2(**{field: value}), "--" + field.replace("_", "-")
+    with pytest.raises(ResumeError) as stopped:
+        settings_on_resume(now, V2, frozenset({field}), frozenset({field}), epoch=3, step=5)
+    assert str(stopped.value).startswith(f"{flag} {show(V2.setting(field))} -> {show(value)} (forced): the checkpoint "
+                                         "is at step 5 of epoch 3, whose rest is read and augmented as it began. "
+                                         f"Resume without --force-change {flag} to finish the epoch")
+    resumed, _ = settings_on_resume(now, V2, frozenset({field}), frozenset({field}), epoch=3, step=0)
+    assert resumed.setting(field) == value
+    lr, _ = settings_on_resume(like_v2(lr=0.3), V2, frozenset({"lr"}), frozenset({"lr"}), epoch=3, step=5)
+    assert lr.lr == 0.3  # the optimizer's settings change mid-epoch
+
+
 @pytest.mark.parametrize("field,value", [("arch", "resnet18"), ("seed", 1), ("batch_size", 64), ("recipe", "classic"),
                                          ("no_decay", "norm-and-bias")])
 def test_what_the_checkpoint_is_cannot_be_forced(field, value):

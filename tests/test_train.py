@@ -468,6 +468,22 @@ def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
     assert "(exit 1: no message)" in requeue_failure("237", 1, "")
 
 
+@pytest.mark.slow  # a run and its resume
+def test_an_ema_forced_on_a_run_without_one_starts_at_the_checkpoints_weights(prepared, tmp_path):
+    """docs/training.md lists --ema among what --force-change changes: it was said as recorded, then the restore
+    refused a checkpoint without an average (a review's finding). The average starts at the weights resumed."""
+    run = tmp_path / "run"
+    first = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--workers", 1, "--max-steps", 2))
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = warm.run("train", *train_args(prepared, run, "--epochs", 2, "--workers", 1, "--max-steps", 2, "--ema",
+                                            "--ema-steps", 1, "--resume", "auto", "--force-change", "--epochs",
+                                            "--force-change", "--ema", "--force-change", "--ema-steps"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    records = read_metrics(run)
+    assert "ema_val_top1" not in records[0] and "ema_val_top1" in records[1]
+    assert load_checkpoint(checkpoint_path(run)).ema is not None
+
+
 @pytest.mark.slow  # a run, then its resume, on 2 ranks
 def test_a_resume_into_a_full_run_directory_stops_every_rank_in_one_line(prepared, tmp_path):
     """Rank 0 records the settings in config.json as the run resumes: on a full file system that was a traceback

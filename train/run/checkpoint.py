@@ -157,10 +157,10 @@ class Checkpoint:
         (an elastic resume), the epoch's sums are shared out (`sums_on_world`) and each rank's generators
         are seeded for its place in this world: no rank of the checkpoint's had it."""
         model.load_state_dict(self.model)
-        if ema is not None:
-            if self.ema is None:
-                raise ResumeError("this run keeps an EMA of the weights (--ema) but the checkpoint has none: resume "
-                                  "with --no-ema, or start a new run")
+        if ema is not None and self.ema is None:  # --ema forced on a run without one: it starts at these weights
+            ema.module.load_state_dict(model.state_dict())
+            ema.n_averaged.zero_()  # (its first update copies the weights then trained: AveragedModel's rule)
+        elif ema is not None:
             ema.load_state_dict(self.ema)
         optimizer.load_state_dict(self.optimizer)
         scheduler.load_state_dict(self.scheduler)

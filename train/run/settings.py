@@ -23,6 +23,7 @@ from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
+from train.augment.choices import AUGMENT_FIELDS
 from train.run.config import SETTINGS, CommandLine, TrainConfig, fit_untyped
 from train.errors import ConfigError, ResumeError
 from train.run.flags import flag_of, show
@@ -38,6 +39,9 @@ RUN_CONTROL = ("data", "run_dir", "workers", "device", "decode", "resume", "comp
 # What a run is: never changed within it, --force-change or not (the weights, the plan, the batches and the
 # optimizer's parameter groups depend on them; the recipe names what the run's settings came from).
 FIXED = ("arch", "seed", "batch_size", "no_decay", "recipe")
+# What the rest of an epoch is read and augmented with: a checkpoint in an epoch's middle resumes it as it began
+# (the loader's state refuses another: train/imagenet_loader.py's STATE_IDENTITY, MID_EPOCH_IDENTITY)
+READ_AS_IT_BEGAN = ("image_size", "ramp", "repeats", "shuffle_buffer", *AUGMENT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,11 @@ class Change:
 
 
 def settings_on_resume(now: TrainConfig | Mapping, saved: TrainConfig, given: frozenset[str], forced: frozenset[str],
-                       epoch: int = 0) -> tuple[TrainConfig, list[Change]]:
-    """The settings a resumed run continues with, and the changes --force-change made. `epoch`: the
-    checkpoint's (the epochs finished; a forced --epochs must leave the run at least one more). A forced
-    flag already equal to the checkpoint's (a requeued job that forced it before) changes nothing. Pure."""
+                       epoch: int = 0, step: int = 0) -> tuple[TrainConfig, list[Change]]:
+    """The settings a resumed run continues with, and the changes --force-change made. `epoch`, `step`: the
+    checkpoint's (the epochs finished, a forced --epochs must leave the run at least one more; the steps of the
+    next taken, whose rest is read as it began). A forced flag already equal to the checkpoint's (a requeued job
+    that forced it before) changes nothing. Pure."""
     now = by_name(now)
     values, changes, refused = saved.to_dict(), [], []
     for name in SETTINGS:
@@ -70,6 +75,12 @@ def settings_on_resume(now: TrainConfig | Mapping, saved: TrainConfig, given: fr
                 refused.append(name)
     if refused:
         raise ResumeError(refusal(refused, now, saved))
+    mid_epoch = [change for change in changes if change.field in READ_AS_IT_BEGAN] if step else []
+    if mid_epoch:
+        flags = " ".join(f"--force-change {flag_of(change.field)}" for change in mid_epoch)
+        raise ResumeError(f"{', '.join(change.line() for change in mid_epoch)} (forced): the checkpoint is at step "
+                          f"{step} of epoch {epoch}, whose rest is read and augmented as it began. Resume without "
+                          f"{flags} to finish the epoch, then force the change from the checkpoint at its end")
     if values["epochs"] <= epoch and "epochs" in {c.field for c in changes}:
         raise ResumeError(f"--epochs {values['epochs']} (forced): the run's checkpoint is at epoch {epoch} of "
                           f"{saved.epochs}, so nothing would train and the checkpoint would keep saying {saved.epochs}. "
@@ -108,7 +119,7 @@ class RunSettings:
 
 
 def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig | None, epoch: int, train_samples: int,
-                 world_size: int) -> RunSettings:
+                 world_size: int, step: int = 0) -> RunSettings:
     """The settings that will run; `saved`, `epoch`: the settings and the epoch of the checkpoint resumed
     (None, 0 for a new run). A resume continues with the checkpoint's settings, but for what
     --force-change changes (a value typed equal to the checkpoint's is the checkpoint's); a new run fits
@@ -130,7 +141,7 @@ def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig |
     # the command line's settings (its augmentation as typed: `config` holds the default Augment on a resume),
     # with this process's run control, the manifest's dataset id among it
     now = {**command.values, **{name: config.setting(name) for name in RUN_CONTROL}}
-    resumed, changes = settings_on_resume(now, saved, command.given, command.force_change, epoch)
+    resumed, changes = settings_on_resume(now, saved, command.given, command.force_change, epoch, step)
     changed = frozenset(change.field for change in changes)
     notes = []
     kept = carried_over(now, saved, command.given)
