@@ -110,3 +110,40 @@ def test_records_a_resumed_run_writes_again_are_set_aside_each_epoch_kept_once(t
     assert "2 record(s) of epoch 0 and after" in set_aside_records_from(tmp_path, 0)  # a new run in the folder
     assert read_records(tmp_path)[0] == []
     assert len((tmp_path / "metrics.jsonl.superseded").read_text().splitlines()) == 4
+
+
+@pytest.mark.slow  # four plots drawn
+def test_the_plots_path_is_made_said_as_written_and_a_full_disk_keeps_the_plot_before(tmp_path, capsys):
+    """--out in a folder not made yet, without a suffix, with one matplotlib cannot write: a traceback, a path
+    printed other than the file's, a ValueError; on a full disk (a real tmpfs) an empty metrics.png in place of
+    the plot before (a review's findings)."""
+    import subprocess
+
+    from test_prepare import small_tmpfs
+    from train.run.report import main
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record(e)) + "\n" for e in range(2)))
+    assert main([str(tmp_path), "--out", str(tmp_path / "plots" / "run")]) == 0
+    assert capsys.readouterr().out.endswith(f"plot: {tmp_path / 'plots' / 'run.png'}\n")
+    assert (tmp_path / "plots" / "run.png").read_bytes().startswith(b"\x89PNG")
+    assert main([str(tmp_path), "--out", str(tmp_path / "plot.txt")]) == 2
+    assert capsys.readouterr().err == f"--out {tmp_path / 'plot.txt'}: give a .png, .pdf or .svg file\n"
+    assert main([str(tmp_path), "--out", str(tmp_path / "plot.PDF")]) == 0
+    assert (tmp_path / "plot.pdf").read_bytes().startswith(b"%PDF")
+    mount = tmp_path / "small"
+    reason = small_tmpfs(mount, 1)
+    if reason:
+        pytest.skip(reason)
+    try:
+        (mount / "metrics.jsonl").write_text((tmp_path / "metrics.jsonl").read_text())
+        assert main([str(mount)]) == 0
+        before = (mount / "metrics.png").read_bytes()
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        capsys.readouterr()
+        assert main([str(mount)]) == 2
+        assert capsys.readouterr().err == (f"cannot write the plot {mount / 'metrics.png'} (No space left on device): "
+                                           "is its file system full, or read-only? Any plot there before is kept\n")
+        assert (mount / "metrics.png").read_bytes() == before
+        assert not [path.name for path in mount.iterdir() if path.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", str(mount)])

@@ -8,7 +8,10 @@ import math
 import sys
 from pathlib import Path
 
+from shards.manifest import write_file_atomic
 from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_records
+
+FORMATS = (".png", ".pdf", ".svg")  # what --out may be, by its suffix (none: .png)
 
 
 def plot(records: list[dict], out: Path) -> Path:
@@ -40,9 +43,20 @@ def plot(records: list[dict], out: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:  # atomically: a full disk keeps the plot before, where savefig left an empty file in its place
+        write_file_atomic(out, lambda file: fig.savefig(file, format=out.suffix[1:], dpi=100))
+    finally:
+        plt.close(fig)
     return out
+
+
+def plot_path(out: Path) -> tuple[Path | None, str | None]:
+    """Where --out writes: its suffix one of FORMATS (.png added where it has none); (None, why) otherwise. Pure."""
+    if not out.suffix:
+        return out.with_name(out.name + ".png"), None
+    if out.suffix.lower() not in FORMATS:
+        return None, f"--out {out}: give a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} file"
+    return out.with_suffix(out.suffix.lower()), None
 
 
 def accuracies(records: list[dict]) -> list[tuple[str, str]]:
@@ -66,7 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         print(f"no epochs in {args.run_dir / METRICS_NAME} yet", file=sys.stderr)
         return 2
-    out = plot(records, args.out or args.run_dir / "metrics.png")
+    out, why = plot_path(args.out or args.run_dir / "metrics.png")
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plot(records, out)
+    except OSError as exn:
+        print(f"cannot write the plot {out} ({exn.strerror or exn}): is its file system full, or read-only? Any "
+              "plot there before is kept", file=sys.stderr)
+        return 2
     last = records[-1]
     ema = f" (EMA {last['ema_val_top1']:.2f}%)" if "ema_val_top1" in last else ""
     print(f"{len(records)} epochs; last: val top-1 {last['val_top1']:.2f}%{ema}, top-5 {last['val_top5']:.2f}%"
