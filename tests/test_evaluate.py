@@ -153,3 +153,18 @@ def test_the_manuals_evaluation_snippet_runs_as_printed_and_gives_the_runs_val_t
     assert paths in snippet
     exec(snippet.replace(paths, f"run_dir, root = {str(run)!r}, {str(prepared)!r}"), {})
     assert capsys.readouterr().out == f"val top-1 {last['val_top1']:.2f}% of {last['val_images']} images\n"
+
+
+def test_the_data_is_the_runs_unless_its_job_folder_is_gone_and_this_jobs_holds_one():
+    """A run trained on the default --data recorded its job's $SLURM_TMPDIR/imagenet, gone with the job: a later
+    job's evaluation read that path and told the user to prepare into it (a review's finding)."""
+    from train.run.evaluation import evaluation_data
+
+    there = {"/tmp/job2/imagenet", "/shared/shards"}
+    holds = there.__contains__
+    later_job = {"SLURM_TMPDIR": "/tmp/job2"}
+    assert evaluation_data(None, "/tmp/job1/imagenet", later_job, holds) == "/tmp/job2/imagenet"
+    assert evaluation_data(None, "/shared/shards", later_job, holds) == "/shared/shards"  # the run's, where it is
+    assert evaluation_data("/mine", "/tmp/job1/imagenet", later_job, holds) == "/mine"  # --data, always
+    assert evaluation_data(None, "/tmp/job1/imagenet", {}, holds) == "/tmp/job1/imagenet"  # outside a job: named
+    assert evaluation_data(None, "/tmp/job1/imagenet", {"SLURM_TMPDIR": "/tmp/job3"}, holds) == "/tmp/job1/imagenet"

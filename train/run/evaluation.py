@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shards.errors import UserError
+from shards.paths import MANIFEST_NAME, default_dest
 from train.device_types import DEVICE_TYPES
 
 log = logging.getLogger("train")
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="another checkpoint of the run to evaluate (default: RUN_DIR/last.pt)")
     p.add_argument("--data", default=None,
-                   help="the prepared dataset (default: the run's --data); another prepared copy of the same "
-                        "classes is fine: the record names it")
+                   help="the prepared dataset (default: the run's --data; where that is gone, a later job's "
+                        "$SLURM_TMPDIR/imagenet); another prepared copy of the same classes is fine: the record names "
+                        "it")
     p.add_argument("--workers", type=int, default=None, help="decode threads per rank (default: as training's)")
     p.add_argument("--device", choices=DEVICE_TYPES, default=None,
                    help="default: the GPU this torch build has, where one is visible")
@@ -56,10 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def evaluation_config(saved, args: argparse.Namespace):
+def evaluation_data(given: str | None, runs: str, environ, holds_a_dataset) -> str:
+    """--data, else the run's; where the run's is gone and this job's $SLURM_TMPDIR/imagenet holds a dataset,
+    that: a run trained on the default --data recorded its job's node-local folder, which ended with the job
+    (training's own default is the job's). `holds_a_dataset(path)`: whether a manifest is there. Pure but for it."""
+    if given:
+        return given
+    here = default_dest(environ)
+    if not holds_a_dataset(runs) and here is not None and str(here) != runs and holds_a_dataset(str(here)):
+        return str(here)
+    return runs
+
+
+def evaluation_config(saved, args: argparse.Namespace, data: str):
     """The run's settings (its model, validation transform, precision), with how this process runs taken
     from this command line: the data, the threads, the device. Pure."""
-    return replace(saved, run_dir=str(args.run_dir), data=args.data or saved.data, workers=args.workers,
+    return replace(saved, run_dir=str(args.run_dir), data=data, workers=args.workers,
                    device=args.device, decode=args.decode or saved.decode,
                    dist_timeout=args.dist_timeout or saved.dist_timeout, resume=None, max_steps=0, tracker="none")
 
@@ -141,7 +155,8 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
                         "end and at a preemption; --checkpoint names another file)")
     checkpoint = load_checkpoint(path)
     saved = checkpoint.settings
-    config = evaluation_config(saved, args)
+    config = evaluation_config(saved, args, evaluation_data(args.data, saved.data, os.environ,
+                                                            lambda path: (Path(path) / MANIFEST_NAME).is_file()))
     manifest = read_complete_manifest(Path(config.data))
     mapped = mapped_outputs((checkpoint.dataset or {}).get("classes"), manifest, config.data)
     device = device_for(env, config.device)
