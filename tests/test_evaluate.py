@@ -168,3 +168,14 @@ def test_the_data_is_the_runs_unless_its_job_folder_is_gone_and_this_jobs_holds_
     assert evaluation_data("/mine", "/tmp/job1/imagenet", later_job, holds) == "/mine"  # --data, always
     assert evaluation_data(None, "/tmp/job1/imagenet", {}, holds) == "/tmp/job1/imagenet"  # outside a job: named
     assert evaluation_data(None, "/tmp/job1/imagenet", {"SLURM_TMPDIR": "/tmp/job3"}, holds) == "/tmp/job1/imagenet"
+
+
+def test_the_line_of_a_checkpoint_saved_before_any_step_says_so():
+    """A Ctrl-C before the first step saves epoch 0 step 0: its evaluation said 'after epoch -1'."""
+    from train.run.evaluation import evaluation_line
+
+    record = {"checkpoint": "c", "epochs_done": 0, "step_in_epoch": 0, "data": "d", "world_size": 1,
+              "val_top1": 1.0, "val_top5": 5.0, "val_images": 10}
+    assert evaluation_line(record).startswith("evaluated c (before any training step) on d, 1 rank")
+    assert "(after epoch 0)" in evaluation_line({**record, "epochs_done": 1})
+    assert "(epoch 0 step 3)" in evaluation_line({**record, "step_in_epoch": 3})

@@ -429,6 +429,11 @@ def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
     assert settings.config.lr == 0.3 and settings.changes == [] and settings.meant == frozenset()
     assert settings.origin["epochs"] == settings.origin["lr"] == "the checkpoint's"
     assert "--force-change --lr: the run has --lr 0.3 already" in settings.notes
+    # a flag of how this process runs is this command line's anyway: said so, not "the run has --workers none"
+    command = parsed("--recipe", "torchvision-v2", "--workers", 2, "--force-change", "--workers", "--resume", "auto")
+    notes = run_settings(command, command.config, *checkpoint, 1000, 1).notes
+    assert "--force-change --workers: not needed, --workers is this command line's on every resume" in notes
+    assert not [note for note in notes if "the run has --workers" in note]
 
 
 def test_a_forced_change_is_checked_as_meant_even_where_it_is_this_command_lines_default():

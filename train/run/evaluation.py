@@ -110,7 +110,8 @@ def evaluation_line(record: dict) -> str:
     """The log line of a record: where the run was, then val's and the evaluation sets' figures."""
     from train.run.metrics import evaluation_sets
 
-    at = (f"after epoch {record['epochs_done'] - 1}" if record["step_in_epoch"] == 0
+    at = ("before any training step" if record["epochs_done"] == record["step_in_epoch"] == 0
+          else f"after epoch {record['epochs_done'] - 1}" if record["step_in_epoch"] == 0
           else f"epoch {record['epochs_done']} step {record['step_in_epoch']}")
     ema = f" (EMA {record['ema_val_top1']:.2f}%)" if "ema_val_top1" in record else ""
     ranks = f"{record['world_size']} rank{'s' if record['world_size'] > 1 else ''}"

@@ -149,7 +149,9 @@ def run_settings(command: CommandLine, config: TrainConfig, saved: TrainConfig |
         notes.append(f"resumed with the run's own {', '.join(kept)} (this command line leaves them out; --max-steps, "
                      "--workers, logging and tracking are this command line's)")
     notes += [f"--force-change {flag_of(name)}: the run has {flag_of(name)} {show(saved.setting(name))} already"
-              for name in sorted(command.force_change - changed)]
+              for name in sorted(command.force_change - changed - set(RUN_CONTROL))]
+    notes += [f"--force-change {flag_of(name)}: not needed, {flag_of(name)} is this command line's on every resume"
+              for name in sorted(command.force_change & set(RUN_CONTROL))]
     origin = {name: "forced" if name in changed else "typed" if name in RUN_CONTROL and name in command.given
               else "the checkpoint's" for name in SETTINGS}
     return RunSettings(resumed, changes, (*notes, *capped), origin, changed)
