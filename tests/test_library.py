@@ -558,6 +558,25 @@ def test_arguments_of_the_wrong_kind_are_one_line_naming_them(prepared, options,
     assert "\n" not in str(refusal.value)
 
 
+@pytest.mark.parametrize("options, names", [
+    ({"split": "tran"}, {"split"}), ({"dtype": torch.int8}, {"dtype"}), ({"device": "meta"}, {"device"}),
+    ({"device": "nodevice"}, {"device"}), ({"rank": 1}, {"rank", "world_size"}),
+    ({"rank": 2, "world_size": 2}, {"rank", "world_size"}), ({"dtype": torch.uint8, "mean": (0.5,) * 3},
+                                                             {"mean", "std", "dtype"}),
+    ({"augment": "flip"}, {"augment"}), ({"root": None}, {"root"}),
+])
+def test_a_config_error_carries_the_arguments_it_names(prepared, options, names):
+    """docs/library.md: the arguments travel with the error as data, so that a caller says them in its own words
+    (python -m train's flags): these said the library's words only, and said_with could rename nothing."""
+    root = options.pop("root", prepared)
+    with pytest.raises(ConfigError) as refusal:
+        ImageNetLoader(root, options.pop("split", "train"), **{"batch_size": 4, "image_size": SIZE, "device": "cpu",
+                                                               **options})
+    assert set(refusal.value.arguments) == names
+    renamed = refusal.value.said_with({name: f"--{name}" for name in names})
+    assert all(f"--{name}" in renamed for name in names) and renamed != str(refusal.value)
+
+
 def test_a_manifest_of_a_later_version_says_to_upgrade_not_to_prepare_again(prepared, tmp_path):
     """Preparing it again with this version would undo the later version's work."""
     from conftest import copy_dataset

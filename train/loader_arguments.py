@@ -28,10 +28,13 @@ from train.transforms import (FFCV_CROP_FRACTION, IMAGENET_FILL, IMAGENET_MEAN, 
                               ResolutionRamp, ValTransform, default_resize)
 
 
+DEVICE, PLACE = {"device": "device"}, {"rank": "rank", "world_size": "world_size"}  # the arguments errors name
+
+
 def checked_root(root) -> Path:
     """The dataset's folder as an absolute path: the one checked here is the one read, after a chdir too."""
     if not isinstance(root, (str, os.PathLike)) or isinstance(root, bytes):
-        raise ConfigError(f"root must be the folder `python -m prepare` wrote (its --dest), a str or a path, not "
+        raise ConfigError(f"{{root}} must be the folder `python -m prepare` wrote (its --dest), a str or a path, not "
                           f"{root!r}", {"root": "root"})
     return Path(root).absolute()
 
@@ -43,7 +46,7 @@ def check_split(split: str, splits: Mapping) -> str:
         return str(split)
     missing = (f"; {split} is an evaluation set this dataset was not prepared with (python -m prepare --eval-source)"
                if split in EVAL_SPLITS else "")
-    raise ConfigError(f"split must be one of {', '.join(splits)}, not {split!r}{missing}")
+    raise ConfigError(f"{{split}} must be one of {', '.join(splits)}, not {split!r}{missing}", {"split": "split"})
 
 
 def checked_image_size(image_size) -> int | ResolutionRamp:
@@ -141,7 +144,7 @@ def checked_augment(augment) -> Augment:
     if augment is None:
         return Augment()
     if not isinstance(augment, Augment):
-        raise ConfigError(f"augment must be a train.Augment (or None), not {augment!r}")
+        raise ConfigError(f"{{augment}} must be a train.Augment (or None), not {augment!r}", {"augment": "augment"})
     return augment
 
 
@@ -191,12 +194,13 @@ def check_dtype(dtype, augment: Augment) -> None:
         floats = [name for name, on in (("random erasing", augment.erasing > 0), ("MixUp/CutMix", augment.mixing))
                   if on]
         if floats:
-            raise ConfigError(f"dtype=torch.uint8 cannot hold what {' and '.join(floats)} make (floats, after "
-                              "normalisation): use a floating dtype, or leave them out of augment")
+            raise ConfigError(f"{{dtype}}=torch.uint8 cannot hold what {' and '.join(floats)} make (floats, after "
+                              "normalisation): use a floating dtype, or leave them out of {augment}",
+                              {"dtype": "dtype", "augment": "augment"})
         return
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ConfigError(f"dtype must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...) or "
-                          f"torch.uint8 (not normalised), not {dtype!r}")
+        raise ConfigError(f"{{dtype}} must be a floating-point torch dtype (torch.float32, torch.bfloat16, ...) or "
+                          f"torch.uint8 (not normalised), not {dtype!r}", {"dtype": "dtype"})
 
 
 def checked_normalisation(dtype, mean, std) -> tuple[Channels | None, Channels | None]:
@@ -204,8 +208,9 @@ def checked_normalisation(dtype, mean, std) -> tuple[Channels | None, Channels |
     output, which is not normalised: a mean or std given with it would be ignored."""
     if dtype == torch.uint8:
         if mean is not None or std is not None:
-            raise ConfigError("mean and std would be ignored with dtype=torch.uint8 (its images are not "
-                              "normalised): leave them out, or use a floating dtype")
+            raise ConfigError("{mean} and {std} would be ignored with {dtype}=torch.uint8 (its images are not "
+                              "normalised): leave them out, or use a floating dtype",
+                              {"mean": "mean", "std": "std", "dtype": "dtype"})
         return None, None
     try:
         mean = IMAGENET_MEAN if mean is None else real_triple("mean", mean, least=0, most=1)
@@ -222,29 +227,30 @@ def checked_device(device) -> torch.device:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exn:
         gist = (str(exn).strip().splitlines() or [type(exn).__name__])[0]  # (torch's TypeError lists its overloads)
-        raise ConfigError(f"device {device!r} is not a torch device ({gist}): give 'cuda', 'cuda:N', 'xpu' or "
-                          "'cpu'") from None
+        raise ConfigError(f"{{device}} {device!r} is not a torch device ({gist}): give 'cuda', 'cuda:N', 'xpu' or "
+                          "'cpu'", DEVICE) from None
     if device.type == "meta":
-        raise ConfigError("device 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', 'xpu', "
-                          "'cpu')")
+        raise ConfigError("{device} 'meta' holds no data: give the device the model trains on ('cuda', 'cuda:N', "
+                          "'xpu', 'cpu')", DEVICE)
     if device.type not in ACCELERATORS:
         return device
     count = device_count(device.type)
     if count == 0:
-        raise ConfigError(no_device_seen(device))
+        raise ConfigError("{device} " + no_device_seen(device), DEVICE)
     if device.index is not None and device.index >= count:
         kind = device.type
-        raise ConfigError(f"device {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to "
-                          f"{kind}:{count - 1} ({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK")
+        raise ConfigError(f"{{device}} {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to "
+                          f"{kind}:{count - 1} ({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK", DEVICE)
     return device
 
 
 def no_device_seen(device: torch.device) -> str:
-    """Why an accelerator's device cannot be used in this process, and what to do, in one line. Pure."""
+    """Why an accelerator's device cannot be used in this process, and what to do, in one line, after the
+    argument's name. Pure."""
     if device.type == "xpu":
-        return (f"device {str(device)!r}, but this torch sees no Intel GPU (torch.xpu.is_available() is False): on a "
+        return (f"{str(device)!r}, but this torch sees no Intel GPU (torch.xpu.is_available() is False): on a "
                 f"node with Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere use device='cpu'")
-    return (f"device {str(device)!r}, but torch sees no {device.type.upper()} GPU in this process "
+    return (f"{str(device)!r}, but torch sees no {device.type.upper()} GPU in this process "
             f"(torch.{device.type}.is_available() is False): use device='cpu', or run where a GPU is visible")
 
 
@@ -254,12 +260,12 @@ def place_of(rank, world_size, env: DistEnv | None) -> tuple[int, int, bool]:
         assert env is not None
         return env.rank, env.world_size, False
     if rank is None or world_size is None:
-        raise ConfigError(f"rank and world_size go together (or neither: torch.distributed's, or the launcher's), not "
-                          f"rank={rank!r}, world_size={world_size!r}")
+        raise ConfigError(f"{{rank}} and {{world_size}} go together (or neither: torch.distributed's, or the "
+                          f"launcher's), not rank={rank!r}, world_size={world_size!r}", PLACE)
     rank, world_size = whole_number("rank", rank, least=0), whole_number("world_size", world_size, least=1)
     if rank >= world_size:
-        raise ConfigError(f"rank and world_size go together, 0 <= rank < world_size, not rank={rank}, "
-                          f"world_size={world_size}")
+        raise ConfigError(f"{{rank}} and {{world_size}} go together, 0 <= rank < world_size, not rank={rank}, "
+                          f"world_size={world_size}", PLACE)
     return rank, world_size, True
 
 
