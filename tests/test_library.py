@@ -5,6 +5,7 @@ the example of docs/library.md, under real launchers."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
@@ -428,7 +429,6 @@ def test_an_epoch_that_is_not_a_whole_number_of_0_or_more_is_refused(prepared, e
 
 
 def test_a_state_is_plain_data_for_json_and_torch_load_weights_only(prepared, tmp_path):
-    import json
 
     with loader(prepared, seed=np.int64(3), batch_size=np.int64(4)) as data:
         data.set_epoch(np.int64(1))
@@ -575,6 +575,23 @@ def test_a_config_error_carries_the_arguments_it_names(prepared, options, names)
     assert set(refusal.value.arguments) == names
     renamed = refusal.value.said_with({name: f"--{name}" for name in names})
     assert all(f"--{name}" in renamed for name in names) and renamed != str(refusal.value)
+
+
+def test_a_non_square_val_crop_is_its_height_and_width_in_the_loader_and_its_state(prepared):
+    """val_crop=(32, 48) showed as 48 in loader.val_crop and in a mid-pass state, which then loaded into a
+    val_crop=48 loader reading (48, 48) batches (a review's finding)."""
+    with loader(prepared, "val", val_crop=(32, 48)) as wide:
+        assert wide.val_crop == (32, 48)
+        batches = wide.batches()
+        assert tuple(next(batches).images.shape[2:]) == (32, 48)
+        state = wide.state_dict()
+        batches.close()
+    assert state["size"] == [32, 48] and json.loads(json.dumps(state)) == state
+    with loader(prepared, "val", val_crop=48) as square, pytest.raises(ResumeError, match="size: the state's"):
+        square.load_state_dict(state)
+    with loader(prepared, "val", val_crop=(32, 48)) as same:
+        same.load_state_dict(json.loads(json.dumps(state)))
+        assert tuple(next(iter(same))[0].shape[2:]) == (32, 48)
 
 
 def test_a_manifest_of_a_later_version_says_to_upgrade_not_to_prepare_again(prepared, tmp_path):

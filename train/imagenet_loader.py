@@ -179,7 +179,8 @@ class ImageNetLoader:
         self.validation = checked_validation(self.image_size, val_crop, val_resize, val_crop_fraction, val_crop_mode,
                                              val_interpolation, self.mean)  # "border" pads in the mean's colour
         # validation's output side, and its Resize (None with val_crop_mode "ffcv", which has none)
-        self.val_crop, self.val_resize = self.validation.crop, self.validation.resize
+        self.val_crop = self.validation.crop if self.validation.square else self.validation.shape  # (height, width)
+        self.val_resize = self.validation.resize
         self.device, self.root = checked_device(device), checked_root(root)
         check_device_decode(decode, self.device, torch.version.hip)
         self.dtype, self.channels_last, self.fixed_shape = dtype, flag("channels_last", channels_last), flag(
@@ -273,10 +274,17 @@ class ImageNetLoader:
         return epoch_length(self.split, len(self._shared.loader.splits[self.split]), self.world_size,
                             self.batch_size, self.rank)
 
+    def state_size(self, epoch: int) -> int | list[int]:
+        """What a state's `size` holds: the output side of `epoch`'s images, [height, width] where not square
+        (the rest of the epoch is read at it; a list: the state passes through JSON)."""
+        if self.split != "train" and not self.validation.square:
+            return list(self.validation.shape)
+        return self.size_of(epoch)
+
     def size_of(self, epoch: int) -> int:
-        """The output side of this loader's images in `epoch`."""
+        """The output side of this loader's images in `epoch` (val's width where not square: the plan's)."""
         if self.split != "train":
-            return self.val_crop
+            return self.validation.crop
         return self.image_size if isinstance(self.image_size, int) else self.image_size.size(epoch)
 
     def _check_place(self) -> None:
@@ -323,7 +331,7 @@ class ImageNetLoader:
         self._check_place()
         return {"format": STATE_FORMAT, "dataset_id": self._shared.dataset_id, "split": self.split, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size, "shuffle_buffer": self.shuffle_buffer,
-                "repeats": self.repeats, "size": self.size_of(self._epoch),
+                "repeats": self.repeats, "size": self.state_size(self._epoch),
                 "augment": self.augment.effective() if self.split == "train" else None,
                 "epoch": self._epoch, "position": self._position,
                 **dict(zip(CANONICAL, self._layout))}
@@ -336,7 +344,7 @@ class ImageNetLoader:
         A state saved by an earlier version of this loader (another format) is refused."""
         self._check_no_pass_open("load_state_dict()")
         epoch, position = checked_state(state)
-        mine = {**self.state_dict(), "size": self.size_of(epoch)}
+        mine = {**self.state_dict(), "size": self.state_size(epoch)}
         finished = position >= longest_epoch(state, len(self._shared.loader.splits[self.split]))
         # the global batch kept: another world size reads the run's layout
         keeps_layout = self.split == "train" and global_batch(state) == self.world_size * self.batch_size
