@@ -638,23 +638,18 @@ def test_a_full_disk_while_class_maps_are_recorded_keeps_the_dataset_and_the_job
     """A dataset prepared before manifests recorded class_maps, rerun on a --dest another job has filled (a real
     small tmpfs): its manifest stays as it was (no temporary file beside it) and the run goes on, the dataset being
     whole, with a warning saying what it lacks; the rerun with room records them."""
-    import subprocess
     from dataclasses import replace
 
     from shards.manifest import manifest_path, write_manifest
-    from test_prepare import small_tmpfs
+    from test_prepare import a_small_disk, fill
 
-    mount = tmp_path / "disk"
-    reason = small_tmpfs(mount, 48)  # room for the estimate before the build
-    if reason:
-        pytest.skip(reason)
-    try:
+    with a_small_disk(tmp_path / "disk", 48) as mount:  # room for the estimate before the build
         dest = mount / "imagenet22k"
         before = prepare(config(timm_22k, dest, shard_size_mb=0.02))
         assert before.class_maps
         write_manifest(dest, replace(before, class_maps={}))  # as manifests were before #53
         written, shards = manifest_path(dest).read_bytes(), tree_bytes(dest)
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=1M"], capture_output=True)
+        fill(mount, "1M")
         with caplog.at_level("INFO", logger="prepare"):
             again = prepare(config(timm_22k, dest, shard_size_mb=0.02))
         assert again.class_maps == {} and tree_bytes(dest) == shards and manifest_path(dest).read_bytes() == written
@@ -664,8 +659,6 @@ def test_a_full_disk_while_class_maps_are_recorded_keeps_the_dataset_and_the_job
         (mount / "other-job.bin").unlink()
         assert prepare(config(timm_22k, dest, shard_size_mb=0.02)).class_maps == read_manifest(dest).class_maps \
             == before.class_maps
-    finally:
-        subprocess.run(["umount", str(mount)])
 
 
 def test_the_library_loader_exposes_the_22k_table_the_12k_subset_and_the_map_into_winter21s(prepared_22k):

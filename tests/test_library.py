@@ -94,17 +94,23 @@ def test_a_pass_without_set_epoch_is_the_next_epoch_and_set_epoch_repeats_one(pr
         assert same(records(data.batches()), epochs[2])  # and on from there
 
 
-@pytest.mark.parametrize("taken", [0, 1, 5])
-def test_a_state_dict_taken_mid_epoch_resumes_to_exactly_the_batches_not_yet_taken(prepared, taken):
+def epoch_and_state_after(prepared, epoch: int, taken: int) -> tuple[list, list, dict]:
+    """(the records of `epoch` whole, those of its first `taken` batches, the state after them)."""
     with loader(prepared) as data:
-        data.set_epoch(3)
+        data.set_epoch(epoch)
         whole = records(data.batches())
     with loader(prepared) as data:
-        data.set_epoch(3)
+        data.set_epoch(epoch)
         batches = data.batches()
         first = records(next(batches) for _ in range(taken))
         state = data.state_dict()
         batches.close()
+    return whole, first, state
+
+
+@pytest.mark.parametrize("taken", [0, 1, 5])
+def test_a_state_dict_taken_mid_epoch_resumes_to_exactly_the_batches_not_yet_taken(prepared, taken):
+    whole, first, state = epoch_and_state_after(prepared, 3, taken)
     assert state["epoch"] == 3 and state["position"] == taken and same(first, whole[:taken])
     with loader(prepared, workers=1) as resumed:  # any thread count resumes
         resumed.load_state_dict(state)
@@ -491,16 +497,7 @@ def test_a_state_at_an_epochs_end_loads_into_another_world_size_and_mid_epoch_do
 def test_set_epoch_with_the_states_epoch_keeps_its_position_however_often_it_is_called(prepared):
     """A restore helper and the epoch loop may both call set_epoch with the state's epoch: the second call threw
     the position away, and the epoch's first batches were trained on twice."""
-    with loader(prepared) as data:
-        data.set_epoch(2)
-        whole = records(data.batches())
-    with loader(prepared) as data:
-        data.set_epoch(2)
-        batches = data.batches()
-        for _ in range(3):
-            next(batches)
-        state = data.state_dict()
-        batches.close()
+    whole, _, state = epoch_and_state_after(prepared, 2, 3)
     with loader(prepared) as data:
         data.load_state_dict(state)
         data.set_epoch(2)

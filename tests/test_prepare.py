@@ -1032,6 +1032,24 @@ def small_tmpfs(path: Path, megabytes: int):
     return result.stderr.strip() or "mount failed" if result.returncode else None
 
 
+@contextmanager
+def a_small_disk(path: Path, megabytes: int):
+    """A real tmpfs of `megabytes` at `path` for the test's body (skipped where none can be mounted), unmounted
+    after it, lazily where something still holds it."""
+    reason = small_tmpfs(path, megabytes)
+    if reason:
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", path]).returncode == 0 or subprocess.run(["umount", "-l", path], check=True)
+
+
+def fill(mount: Path, block: str = "64k") -> None:
+    """Another job fills what is left of the file system at `mount`."""
+    subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", f"bs={block}"], capture_output=True)
+
+
 def fill_while_paused(proc: subprocess.Popen, mount: Path) -> None:
     """Another job fills what is left of the file system at `mount` while `proc` (started in a
     session of its own) and its workers stand still: on a fast machine a small prepare finishes

@@ -117,9 +117,7 @@ def test_the_plots_path_is_made_said_as_written_and_a_full_disk_keeps_the_plot_b
     """--out in a folder not made yet, without a suffix, with one matplotlib cannot write: a traceback, a path
     printed other than the file's, a ValueError; on a full disk (a real tmpfs) an empty metrics.png in place of
     the plot before (a review's findings)."""
-    import subprocess
-
-    from test_prepare import small_tmpfs
+    from test_prepare import a_small_disk, fill
     from train.run.report import main
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record(e)) + "\n" for e in range(2)))
@@ -130,20 +128,14 @@ def test_the_plots_path_is_made_said_as_written_and_a_full_disk_keeps_the_plot_b
     assert capsys.readouterr().err == f"--out {tmp_path / 'plot.txt'}: give a .png, .pdf or .svg file\n"
     assert main([str(tmp_path), "--out", str(tmp_path / "plot.PDF")]) == 0
     assert (tmp_path / "plot.pdf").read_bytes().startswith(b"%PDF")
-    mount = tmp_path / "small"
-    reason = small_tmpfs(mount, 1)
-    if reason:
-        pytest.skip(reason)
-    try:
+    with a_small_disk(tmp_path / "small", 1) as mount:
         (mount / "metrics.jsonl").write_text((tmp_path / "metrics.jsonl").read_text())
         assert main([str(mount)]) == 0
         before = (mount / "metrics.png").read_bytes()
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        fill(mount, "4k")
         capsys.readouterr()
         assert main([str(mount)]) == 2
         assert capsys.readouterr().err == (f"cannot write the plot {mount / 'metrics.png'} (No space left on device): "
                                            "is its file system full, or read-only? Any plot there before is kept\n")
         assert (mount / "metrics.png").read_bytes() == before
         assert not [path.name for path in mount.iterdir() if path.name.endswith(".tmp")]
-    finally:
-        subprocess.run(["umount", str(mount)])

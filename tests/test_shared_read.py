@@ -595,24 +595,18 @@ def test_a_node_whose_dataset_is_complete_says_so_when_another_fails(sources, on
 def test_a_node_whose_dest_is_full_at_its_lock_is_named_by_the_others(sources, tmp_path):
     """The lock was taken outside the failure the nodes tell each other: the other node said n1 'stopped
     answering (killed, lost, or out of time)'. A real full tmpfs as n1's --dest."""
-    from test_prepare import small_tmpfs
+    from test_prepare import a_small_disk, fill
 
-    mount = tmp_path / "full"
-    reason = small_tmpfs(mount, 1)
-    if reason:
-        pytest.skip(reason)
-    try:
+    with a_small_disk(tmp_path / "full", 1) as mount:
         dests = [tmp_path / "n0", mount / "imagenet"]
         for split in ("train", "val"):
             (dests[1] / split).mkdir(parents=True)
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=64k"], capture_output=True)
+        fill(mount)
         results = finish(start_nodes(sources["official"], dests))
         assert [code for code, _ in results] == [2, 2], results
         (error,) = errors_in(results[0][1])
         assert f"n1 failed: cannot write the lock file {dests[1] / '.prepare.lock'} (No space left on device)" in error
         assert not any(path.name.startswith((".prepare-tmp", ".prepare-step", "manifest")) for path in dests[1].iterdir())
-    finally:
-        subprocess.run(["umount", str(mount)])
 
 
 def test_a_census_names_the_nodes_whose_heartbeat_stopped_but_not_those_that_left_seeing_it():

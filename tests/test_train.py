@@ -488,17 +488,13 @@ def test_an_ema_forced_on_a_run_without_one_starts_at_the_checkpoints_weights(pr
 def test_a_resume_into_a_full_run_directory_stops_every_rank_in_one_line(prepared, tmp_path):
     """Rank 0 records the settings in config.json as the run resumes: on a full file system that was a traceback
     there, and the other rank went on into its first collective and waited for it (a review's finding)."""
-    from test_prepare import small_tmpfs
+    from test_prepare import a_small_disk, fill
 
-    mount = tmp_path / "small"
-    reason = small_tmpfs(mount, 4)
-    if reason:
-        pytest.skip(reason)
-    try:
+    with a_small_disk(tmp_path / "small", 4) as mount:
         run = mount / "run"
         first = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--max-steps", 1), tmp_path / "one")
         assert first.wait(timeout=120) == [0, 0], first.text()
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        fill(mount, "4k")
         kept = lambda: {path.name: path.read_bytes() for path in run.iterdir() if path.name != ".train.lock"}  # noqa: E731
         before = kept()
         ranks = Ranks(2, train_args(prepared, run, "--epochs", 2, "--workers", 1, "--resume", "auto",
@@ -511,8 +507,6 @@ def test_a_resume_into_a_full_run_directory_stops_every_rank_in_one_line(prepare
                                       "same command again"]
         assert "Traceback" not in ranks.text()
         assert kept() == before
-    finally:
-        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
 
 
 def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepared, tmp_path):
@@ -520,13 +514,9 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
     cannot be appended, so no checkpoint is written after it either (the resume trains the epoch again), and
     every rank stops with rank 0's one line, exit 2, where rank 0 died in a traceback and the others waited out
     the rendezvous's timeout."""
-    from test_prepare import small_tmpfs
+    from test_prepare import a_small_disk, fill
 
-    mount = tmp_path / "small"
-    reason = small_tmpfs(mount, 2)
-    if reason:
-        pytest.skip(reason)
-    try:
+    with a_small_disk(tmp_path / "small", 2) as mount:
         run = mount / "run"
         ranks = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1), tmp_path / "logs")
         deadline = time.monotonic() + 120
@@ -534,7 +524,7 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
             time.sleep(0.01)
         for proc in ranks.procs:  # (paused while the disk fills: a small run may reach its record within that)
             proc.send_signal(signal.SIGSTOP)
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'other-job.bin'}", "bs=4k"], capture_output=True)
+        fill(mount, "4k")
         for proc in ranks.procs:
             proc.send_signal(signal.SIGCONT)
         assert ranks.wait(timeout=120) == [2, 2], ranks.text()
@@ -544,5 +534,3 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
                                       "device): is its file system full, or over its quota? Make room, then resume "
                                       "(--resume auto): the epoch is trained again from the last checkpoint"]
         assert not (run / "last.pt").exists() and "Traceback" not in ranks.text()
-    finally:
-        subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
