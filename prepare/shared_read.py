@@ -129,8 +129,9 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
                      len(readers), group.size, ", ".join(n for n, need in zip(group.names, needs) if need),
                      "s" if sum(needs) == 1 else "")
             if group.rank in readers:
+                ahead_gb = read_ahead_bytes(part_sizes(node.parts), node.ahead, config.workers) / 1e9
                 log.info("shared read: this node reads up to %d parts ahead of the exchange (%.1f GB of disk at "
-                         "most)", node.ahead, read_ahead_bytes(part_sizes(node.parts), node.ahead, config.workers) / 1e9)
+                         "most)", node.ahead, ahead_gb)
             shared = SharedRead(group, needs, readers, node.parts, config, node.ahead, pool)
             manifest = announcing_failures(group, lambda: receive_or_serve(shared, node, dest, config, identity))
             try:

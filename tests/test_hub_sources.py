@@ -368,7 +368,8 @@ def test_a_shard_missing_is_named_by_info_json_or_the_numbering(hub_sources, tmp
     (source / "imagenet1k-validation-01.tar").unlink()
     declared = open_source(source).declared("val")
     assert shortfall(declared) == ("the val split lacks 1 of the 2 shards _info.json lists "
-                                   "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares (15 are there)")
+                                   "(imagenet1k-validation-01.tar); 15 of the 30 images _info.json declares (15 are "
+                                   "there)")
     (source / "_info.json").unlink()  # then timm's own 1024 and 64 (the classes are ImageNet-1k's): the sample has 3
     (source / "imagenet1k-train-0001.tar").unlink()
     assert shortfall(open_source(source).declared("train")) == (

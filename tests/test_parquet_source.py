@@ -237,7 +237,8 @@ def test_a_missing_file_is_a_gap_named_before_reading_and_its_rows_are_not_read(
     assert declared.gaps[0].missing == (TRAIN[1],) and declared.gaps[0].listed == 2
     assert (declared.images, declared.found) == (180, 90)
     assert shortfall(declared) == (f"the train split lacks 1 of the 2 Parquet files their names' -of-N lists "
-                                   f"({TRAIN[1]}); 90 of the 180 images README.md's dataset_info declares (90 are there)")
+                                   f"({TRAIN[1]}); 90 of the 180 images README.md's dataset_info declares (90 are "
+                                   "there)")
     assert shortfall(opened.declared("val")) is None
     assert {part.path for part in opened.parts("train")} == {str(source / "data" / TRAIN[0])}
     assert [f["path"] for f in detect(source).identity()["files"]] == [

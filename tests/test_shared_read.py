@@ -606,7 +606,8 @@ def test_a_node_whose_dest_is_full_at_its_lock_is_named_by_the_others(sources, t
         assert [code for code, _ in results] == [2, 2], results
         (error,) = errors_in(results[0][1])
         assert f"n1 failed: cannot write the lock file {dests[1] / '.prepare.lock'} (No space left on device)" in error
-        assert not any(path.name.startswith((".prepare-tmp", ".prepare-step", "manifest")) for path in dests[1].iterdir())
+        left = [path.name for path in dests[1].iterdir()]
+        assert not any(name.startswith((".prepare-tmp", ".prepare-step", "manifest")) for name in left), left
 
 
 def test_a_census_names_the_nodes_whose_heartbeat_stopped_but_not_those_that_left_seeing_it():

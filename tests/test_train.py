@@ -495,7 +495,9 @@ def test_a_resume_into_a_full_run_directory_stops_every_rank_in_one_line(prepare
         first = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--max-steps", 1), tmp_path / "one")
         assert first.wait(timeout=120) == [0, 0], first.text()
         fill(mount, "4k")
-        kept = lambda: {path.name: path.read_bytes() for path in run.iterdir() if path.name != ".train.lock"}  # noqa: E731
+        def kept() -> dict:
+            return {path.name: path.read_bytes() for path in run.iterdir() if path.name != ".train.lock"}
+
         before = kept()
         ranks = Ranks(2, train_args(prepared, run, "--epochs", 2, "--workers", 1, "--resume", "auto",
                                     "--force-change", "--epochs"), tmp_path / "two")

@@ -310,9 +310,9 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     existing = checkpoint_path(run_dir)
     if existing.exists() and not existing.samefile(path):
         raise ResumeError(f"--run-dir {run_dir} holds a run's checkpoint ({existing.name}), which continuing --resume "
-                          f"{resume} there would overwrite: give that run an empty --run-dir, or continue the one there "
-                          f"with --resume auto (to go back to {path.name} in this run, move {existing.name} aside "
-                          "first)")
+                          f"{resume} there would overwrite: give that run an empty --run-dir, or continue the one "
+                          f"there with --resume auto (to go back to {path.name} in this run, move {existing.name} "
+                          "aside first)")
     return path
 
 

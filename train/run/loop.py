@@ -739,8 +739,9 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
     """The run, its run directory held: its settings (a resume's from the checkpoint, read only now that no
     other training writes it), then the loaders, the model and the epochs."""
     found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
-    saved, epoch, step = ((TrainConfig.from_dict(found.checkpoint.config), found.checkpoint.epoch, found.checkpoint.step)
-                          if found else (None, 0, 0))
+    checkpoint = found.checkpoint if found else None
+    saved, epoch, step = ((TrainConfig.from_dict(checkpoint.config), checkpoint.epoch, checkpoint.step)
+                          if checkpoint else (None, 0, 0))
     settings = run_settings(command, config, saved, epoch, manifest.splits["train"].samples, env.world_size, step)
     config, changes, notes = settings.config, settings.changes, settings.notes
     problem = None if checked_already(command, config) else settings_problem(config, settings.meant, settings.origin)
