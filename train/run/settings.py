@@ -219,8 +219,8 @@ def warmup_ramps_by_step(warmup_epochs: float, lr_update: str) -> bool:
 
 
 def whole_warmup_epochs(warmup_epochs: float) -> int:
-    """The warm-up where the rate changes once an epoch, an epoch or more: whole epochs (a recipe's 5 of 600,
-    fitted to --epochs 200, is 1.667: 2), as the rate that changes every step takes whole steps. Pure."""
+    """The warm-up where the rate changes once an epoch, an epoch or more: whole epochs (a typed 1.6: 2), as the
+    rate that changes every step takes whole steps. Pure."""
     return round(warmup_epochs)
 
 
