@@ -112,6 +112,25 @@ def test_torchvision_v2s_rate_is_torchs_sequential_schedule_held_for_each_epoch(
     assert reference[:2] == pytest.approx([0.005, 0.5 * (0.01 + 0.99 / warmup)], rel=1e-13)
 
 
+def test_the_rate_reported_is_the_one_the_last_step_trained_with():
+    """An epoch's record, the progress line and the tracker read get_last_lr() after scheduler.step(): the next
+    step's rate (an epoch's record said the next epoch's, the run's last 0). torchvision's reference logs the
+    rate each step used."""
+    from train.run.loop import rate_of_last_step
+
+    config = TrainConfig.from_settings({"data": "", "run_dir": "", **recipe("torchvision-v2"), "epochs": 3,
+                                         "warmup_epochs": 1.0})
+    steps, peak = 4, 0.5
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_of(config, steps))
+    for _ in range(3 * steps):
+        used = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        assert rate_of_last_step(scheduler) == pytest.approx(used, rel=1e-15)
+    assert rate_of_last_step(scheduler) > 0 == pytest.approx(scheduler.get_last_lr()[0])  # the last: not 0
+
+
 @pytest.mark.parametrize("warmup", [1.5, 1.6, 2.5, 4.4])
 @pytest.mark.parametrize("warmup_at", ["start", "end"])
 def test_a_warmup_of_a_fraction_of_epochs_over_one_is_whole_epochs_where_the_rate_changes_once_an_epoch(warmup,

@@ -218,6 +218,15 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
     (["--signal", "_DFL"], "--signal _DFL: no signal a process can catch"),
     (["--seed", 2 ** 64], f"--seed must be from -2**63 to 2**64 - 1 (torch's seeds), not {2 ** 64}"),
     (["--dist-timeout", 0], "--dist-timeout must be more than 0 s"),
+    # each warm-up step at the ramp's value at its start (torchvision-v2's): a warm-up as long as the run never
+    # reaches the peak; where the rate changes once an epoch, one that rounds to the run's length neither
+    (["--recipe", "torchvision-v2", "--epochs", 3, "--warmup-epochs", 3], "--warmup-epochs 3 (typed) is as long as the "
+     "run, --epochs 3 (typed): it would never reach the peak rate (each of its steps runs at the ramp's value at its "
+     "start: the peak comes after it). Give --warmup-epochs 2 or less (0: none)"),
+    (["--recipe", "torchvision-v2", "--epochs", 3, "--warmup-epochs", 2.6], "--warmup-epochs 2.6 (typed) is as long as "
+     "the run"),
+    (["--epochs", 3, "--warmup-epochs", 3, "--warmup-at", "start"], "Give --warmup-epochs under 3 (0: none)"),
+    (["--momentum", 1.5], "--momentum must be below 1 (SGD's velocity would never decay, and the run diverge), not 1.5"),
 ])
 def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, said):
     assert said in refused(capsys, *argv)
@@ -558,7 +567,8 @@ def test_a_resume_without_the_recipe_keeps_it_and_the_ema_and_a_forced_change_is
     from train.run.metrics import read_metrics
 
     run = tmp_path / "run"
-    steps = ["--max-steps", 2, "--workers", 1, "--val-crop", 32, "--val-resize", 37]
+    # (its warm-up at each epoch's start: 1 epoch of a 1-epoch run would never reach the peak, and is refused)
+    steps = ["--max-steps", 2, "--workers", 1, "--val-crop", 32, "--val-resize", 37, "--warmup-epochs", 0.5]
     first = warm.run("train", *train_args(prepared, run, "--recipe", "torchvision-v2", "--epochs", 1, *steps))
     assert first.returncode == 0, first.stderr
     assert f"recipe torchvision-v2: {ARCH}, 1 epochs" in first.stderr and "EMA every 32 steps" in first.stderr

@@ -468,6 +468,23 @@ def test_a_requeue_is_judged_failed_only_by_scontrols_own_error():
     assert "(exit 1: no message)" in requeue_failure("237", 1, "")
 
 
+@pytest.mark.slow  # a run
+def test_the_ema_restarts_over_the_warm_up_the_schedule_runs_not_the_epoch_it_ends_in(prepared, tmp_path):
+    """With --warmup-epochs 0.5 the average restarted at every update of epoch 0 (epoch < 0.5), so it was the raw
+    weights; torchvision's reference restarts it over the epochs its LinearLR warms up. Now over the warm-up's
+    steps: the updates after them are averaged (a review's finding)."""
+    from train.run.config import warmup_steps
+
+    run = tmp_path / "run"
+    trained = warm.run("train", *train_args(prepared, run, "--epochs", 1, "--workers", 1, "--warmup-epochs", 0.5,
+                                            "--ema", "--ema-steps", 1))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    steps = read_metrics(run)[0]["steps"]
+    averaged = steps - warmup_steps(0.5, steps, "step")
+    assert averaged >= 1 and load_checkpoint(checkpoint_path(run)).ema["n_averaged"].item() == averaged
+    assert warmup_steps(2.5, 4, "epoch") == 8 and warmup_steps(0.5, 4, "epoch") == 2 == warmup_steps(0.5, 4, "step")
+
+
 @pytest.mark.slow  # a run and its resume
 def test_an_ema_forced_on_a_run_without_one_starts_at_the_checkpoints_weights(prepared, tmp_path):
     """docs/training.md lists --ema among what --force-change changes: it was said as recorded, then the restore

@@ -500,11 +500,49 @@ class Origins:
         return f" with --force-change {flag_of(name)}" if self.origin.get(name) == "the checkpoint's" else ""
 
 
+def warmup_ramps_by_step(warmup_epochs: float, lr_update: str) -> bool:
+    """A warm-up shorter than an epoch, where the rate changes once an epoch: held for its epoch, the ramp's
+    first value would last all of epoch 0 and the peak would never run (`--recipe torchvision-v2 --epochs 3`
+    shortens the warm-up to 0.025 epochs). Such a warm-up ramps by the step instead (train/run/loop.py's
+    lr_factor). Pure."""
+    return lr_update == "epoch" and 0 < warmup_epochs < 1
+
+
+def whole_warmup_epochs(warmup_epochs: float) -> int:
+    """The warm-up where the rate changes once an epoch, an epoch or more: whole epochs (a typed 1.6: 2), as the
+    rate that changes every step takes whole steps. Pure."""
+    return round(warmup_epochs)
+
+
+def warmup_steps(warmup_epochs: float, steps: int, lr_update: str) -> int:
+    """The steps the warm-up's ramp takes (`steps` an epoch): whole steps, or whole epochs where the rate changes
+    once an epoch (an epoch or more). The EMA restarts over them (train/run/ema.py). Pure."""
+    if lr_update == "epoch" and not warmup_ramps_by_step(warmup_epochs, lr_update):
+        return whole_warmup_epochs(warmup_epochs) * steps
+    return round(warmup_epochs * steps)
+
+
+def never_reaches_the_peak(config: TrainConfig) -> bool:
+    """Whether the warm-up, as the schedule runs it (whole epochs where the rate changes once an epoch), leaves
+    the run no step at the peak: longer than the run, or as long with each step at the ramp's value at its start
+    (torch's LinearLR, FFCV). Pure."""
+    warmup = config.warmup_epochs
+    if config.lr_update == "epoch" and not warmup_ramps_by_step(warmup, config.lr_update):
+        warmup = whole_warmup_epochs(warmup)
+    return warmup > config.epochs or (config.warmup_at == "start" and 0 < warmup and warmup >= config.epochs)
+
+
 def schedule_problem(config: TrainConfig, said: Origins) -> str | None:
-    if not 0 <= config.warmup_epochs <= config.epochs:
-        return (f"{said.value(config, 'warmup_epochs')} is longer than the run, {said.value(config, 'epochs')}: it "
-                f"would never reach the peak rate. Give --warmup-epochs {config.epochs} or less (0: none)"
-                f"{said.forcing('warmup_epochs')}")
+    if not 0 <= config.warmup_epochs or never_reaches_the_peak(config):
+        at_start = config.warmup_at == "start"
+        whole = config.lr_update == "epoch" and config.epochs > 1  # (under 1 epoch, a warm-up ramps by the step)
+        most = (f"{config.epochs - 1} or less" if at_start and whole else
+                f"under {config.epochs}" if at_start else f"{config.epochs} or less")
+        why = " (each of its steps runs at the ramp's value at its start: the peak comes after it)" if at_start else ""
+        as_long = "longer than" if config.warmup_epochs > config.epochs else "as long as"
+        return (f"{said.value(config, 'warmup_epochs')} is {as_long} the run, "
+                f"{said.value(config, 'epochs')}: it would never reach the peak rate{why}. Give --warmup-epochs "
+                f"{most} (0: none){said.forcing('warmup_epochs')}")
     if config.ramp is not None and config.ramp[3] > config.epochs:
         return (f"{said.value(config, 'ramp')} ends at epoch {config.ramp[3]}, after the run's "
                 f"{said.value(config, 'epochs')}: its end size would never be reached. Give a ramp that ends within "
@@ -634,6 +672,9 @@ def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
     for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "dist_timeout"):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) >= 0):
             parser.refuse(f"{flag_of(name)} must be a finite number of 0 or more, not {getattr(args, name)}")
+    if args.momentum >= 1:
+        parser.refuse(f"--momentum must be below 1 (SGD's velocity would never decay, and the run diverge), not "
+                      f"{args.momentum}")
     if args.dist_timeout == 0:
         parser.refuse("--dist-timeout must be more than 0 s: no rendezvous or collective completes in none")
     if not 0 <= args.label_smoothing < 1:

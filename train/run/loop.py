@@ -37,7 +37,8 @@ from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwrita
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
 from train.accelerators import autocast_default, autotunes_convolutions, platform
 from train.run.devices import device_for
-from train.run.config import CommandLine, TrainConfig, preemption_signal, settings_problem
+from train.run.config import (CommandLine, TrainConfig, preemption_signal, settings_problem, warmup_ramps_by_step,
+                              warmup_steps, whole_warmup_epochs)
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
 from train.loader_arguments import checked_validation
@@ -45,8 +46,7 @@ from train.run.metrics import METRICS_NAME, append_metrics, epoch_line, set_asid
 from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
-from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings, train_size,
-                                warmup_ramps_by_step, whole_warmup_epochs)
+from train.run.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
 
@@ -434,7 +434,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                 break  # before the step: the batch is read again on resume
             loss, logits = step(x, y if batch.targets is None else batch.targets)  # MixUp/CutMix: soft targets
             if run.ema is not None:
-                update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=epoch < run.config.warmup_epochs)
+                warm_up = warmup_steps(run.config.warmup_epochs, run.steps, run.config.lr_update)
+                update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=epoch * run.steps + done < warm_up)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
@@ -442,7 +443,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             done += 1
             sums.steps_here += 1
             position = run.train_data.state_dict()
-            progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{run.scheduler.get_last_lr()[0]:.4f}"})
+            progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{rate_of_last_step(run.scheduler):.4g}"})
             if done % run.config.log_every == 0 and run.env.is_main:  # loss.item(): a device sync, every N steps
                 log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
             if done >= run.steps:
@@ -456,10 +457,16 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     return done, preempted, position
 
 
+def rate_of_last_step(scheduler: torch.optim.lr_scheduler.LambdaLR) -> float:
+    """The learning rate the last optimizer step trained with: get_last_lr(), read after scheduler.step(), is the
+    next step's (an epoch's record said the next epoch's rate, the run's last 0)."""
+    return scheduler.base_lrs[0] * scheduler.lr_lambdas[0](max(scheduler.last_epoch - 1, 0))
+
+
 def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps_here: int) -> None:
     """Loss, learning rate and images/s so far this epoch (this rank's x the ranks) to the tracker."""
     images_per_sec = steps_here * run.batch_size * run.env.world_size / max(elapsed, 1e-9)
-    run.tracker.log({"train/loss": loss, "train/lr": run.scheduler.get_last_lr()[0],
+    run.tracker.log({"train/loss": loss, "train/lr": rate_of_last_step(run.scheduler),
                      "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
 
 
@@ -702,7 +709,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
             "seeked_images": int(seeked),
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
-            "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": run.scheduler.get_last_lr()[0],
+            "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": rate_of_last_step(run.scheduler),
             "world_size": world, "batch_size": run.batch_size, "image_size": train_size(run.config, epoch)}
 
 

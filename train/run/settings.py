@@ -24,7 +24,8 @@ from pathlib import Path
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
 from train.augment.choices import AUGMENT_FIELDS
-from train.run.config import SETTINGS, CommandLine, TrainConfig, fit_untyped
+from train.run.config import (SETTINGS, CommandLine, TrainConfig, fit_untyped, warmup_ramps_by_step,
+                              whole_warmup_epochs)
 from train.errors import ConfigError, ResumeError
 from train.run.flags import flag_of, show
 
@@ -208,20 +209,6 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
         f"precision: {precision}{', channels_last' if config.channels_last else ''}"
         f"{', torch.compile' if config.compile else ''}",
     ]
-
-
-def warmup_ramps_by_step(warmup_epochs: float, lr_update: str) -> bool:
-    """A warm-up shorter than an epoch, where the rate changes once an epoch: held for its epoch, the ramp's
-    first value would last all of epoch 0 and the peak would never run (`--recipe torchvision-v2 --epochs 3`
-    shortens the warm-up to 0.025 epochs). Such a warm-up ramps by the step instead (train/run/loop.py's
-    lr_factor). Pure."""
-    return lr_update == "epoch" and 0 < warmup_epochs < 1
-
-
-def whole_warmup_epochs(warmup_epochs: float) -> int:
-    """The warm-up where the rate changes once an epoch, an epoch or more: whole epochs (a typed 1.6: 2), as the
-    rate that changes every step takes whole steps. Pure."""
-    return round(warmup_epochs)
 
 
 def warmup(config: TrainConfig) -> str:
