@@ -234,10 +234,14 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     raise_open_file_limit()
     estimate = dataset_estimate(source, config, resize_ratio(source, config))
     ahead = reader.disk_ahead()
-    what = "the dataset (estimated from the source)" + (
+    adding = "train" not in source.splits  # evaluation sets added to a dataset there, which keeps its options
+    what = (f"the evaluation sets it adds ({', '.join(source.splits)})" if adding else
+            "the dataset (estimated from the source)") + (
         f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
-    check_free_space(dest, sum(estimate.values()) + ahead, what, state,
-                     lambda free: resize_that_fits(source, config, ahead, free))
+    advice = ((lambda free: "Free space, or choose another --dest: the dataset there keeps its options, and a --resize "
+                            "would make it another") if adding else
+              (lambda free: resize_that_fits(source, config, ahead, free)))
+    check_free_space(dest, sum(estimate.values()) + ahead, what, state, advice)
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
     with reader.workers() as pool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prepare.config import PrepareConfig, PrepareError
-from prepare.eval_sets import eval_addition, eval_fingerprint, without_eval_sets
+from prepare.eval_sets import comparable, eval_addition, eval_fingerprint, without_eval_sets
 from shards.paths import ALL_SPLITS, EVAL_SPLITS, MANIFEST_NAME, REAL_LABELS_FILE, SHARD_FILE, SPLITS, WORK_DIR_NAME
 from shards.manifest import (
     DatasetNotReady, Manifest, ManifestUnreadable, checksum_problem, checksummed_files, find_damage, fsync_dir,
@@ -106,7 +106,7 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Exis
         return Existing()
     old = {"source": manifest.source, "options": manifest.options}
     adds = eval_addition(old, identity)
-    kept = old == identity or adds is not None  # the dataset there stays: its files must be whole
+    kept = comparable(old) == comparable(identity) or adds is not None  # the dataset there stays: its files whole
     problems = find_damage(dest, manifest) if kept else []
     if kept and not problems and config.verify:
         problems = verify_checksums(dest, manifest, config.workers)

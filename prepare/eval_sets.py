@@ -328,11 +328,24 @@ def eval_addition(old: dict, new: dict) -> EvalAddition | None:
         return None
     old_sets, new_sets = old["source"].get("eval_sets", []), new["source"].get("eval_sets", [])
     old_real, new_real = old["source"].get("real_labels"), new["source"].get("real_labels")
-    if any(found not in new_sets for found in old_sets) or (old_real is not None and old_real != new_real):
+    if any(found not in new_sets for found in old_sets) or (old_real is not None and not same_bytes(old_real, new_real)):
         return None
     addition = EvalAddition(tuple(V2_VARIANTS[found["variant"]] for found in new_sets if found not in old_sets),
                             old_real is None and new_real is not None)
     return addition if addition.splits or addition.real_labels else None
+
+
+def same_bytes(old_real: dict, new_real: dict | None) -> bool:
+    """Whether two real.json are the same labels: by their SHA-256 alone (timm's copy moves with every venv). Pure."""
+    return new_real is not None and old_real["sha256"] == new_real["sha256"]
+
+
+def comparable(identity: dict) -> dict:
+    """An identity as two are compared: real.json by its bytes, not where it lay. Pure."""
+    real = identity["source"].get("real_labels")
+    if real is None:
+        return identity
+    return {**identity, "source": {**identity["source"], "real_labels": {"sha256": real["sha256"]}}}
 
 
 def without_eval_sets(identity: dict) -> dict:

@@ -112,6 +112,41 @@ def test_v2_then_real_added_leave_train_and_val_untouched_and_give_the_one_shot_
     assert again.to_json() == added.to_json()  # the same eval sets again: nothing to do
 
 
+def test_an_addition_that_does_not_fit_names_what_it_adds_and_no_resize(eval_dataset, prepared, sources, tmp_path):
+    """On a full disk an addition said 'the dataset (estimated from the source)' and advised a --resize, which would
+    make it another dataset, refused as prepared differently (a review's finding). A real full tmpfs."""
+    from test_prepare import a_small_disk, fill
+
+    _, _, v2, _ = eval_dataset
+    with a_small_disk(tmp_path / "disk", 16) as mount:
+        dest = copy_dataset(prepared, mount / "imagenet")
+        kept = kept_files(dest)
+        fill(mount)
+        with pytest.raises(PrepareError) as refused:
+            prepare(config(sources["official"], dest, eval_sources=(v2,)))
+        said = str(refused.value)
+        assert "the evaluation sets it adds (v2) needs about" in said and "--resize" in said
+        assert said.endswith("Free space, or choose another --dest: the dataset there keeps its options, and a "
+                             "--resize would make it another")
+        assert kept_files(dest) == kept
+
+
+def test_the_same_real_json_at_another_path_is_the_same_dataset(eval_dataset, sources, tmp_path, caplog):
+    """timm's copy of real.json moves with every venv: the same bytes elsewhere were refused as 'prepared
+    differently' (both checksums shown equal), asking for a rebuild (a review's finding)."""
+    one_shot, _, v2, real = eval_dataset
+    dest = copy_dataset(one_shot, tmp_path / "imagenet")
+    moved = tmp_path / "elsewhere" / "real.json"
+    moved.parent.mkdir()
+    shutil.copy(real, moved)
+    with caplog.at_level(logging.INFO, logger="prepare"):
+        kept = prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=moved))
+    assert "already holds this dataset" in caplog.text and kept.to_json() == read_manifest(one_shot).to_json()
+    moved.write_text(moved.read_text().replace("[]", "[0]", 1))  # other labels: another dataset
+    with pytest.raises(PrepareError, match="was prepared differently"):
+        prepare(config(sources["official"], dest, eval_sources=(v2,), real_labels=moved))
+
+
 def test_real_labels_added_alone(eval_dataset, plain, sources):
     one_shot, _, _, real = eval_dataset
     kept, dataset_id = kept_files(plain), read_manifest(plain).dataset_id()
