@@ -139,3 +139,14 @@ def test_the_plots_path_is_made_said_as_written_and_a_full_disk_keeps_the_plot_b
                                            "is its file system full, or read-only? Any plot there before is kept\n")
         assert (mount / "metrics.png").read_bytes() == before
         assert not [path.name for path in mount.iterdir() if path.name.endswith(".tmp")]
+
+
+def test_a_figure_the_run_reported_and_this_epoch_lacks_is_named():
+    """A requeued job staged its node-local copy again without --eval-source: the same train and val, so the
+    resume went on, and v2_top1 stopped without a word (a review's finding). The run now says which went."""
+    from train.run.loop import figures_gone
+
+    before = [record(0, v2_top1=5.0, real_top1=9.0), record(1, v2_top1=6.0, real_top1=9.5)]
+    assert figures_gone(before, record(2, real_top1=9.6)) == ["v2_top1"]
+    assert figures_gone(before, record(2, v2_top1=6.0, real_top1=9.6)) == []
+    assert figures_gone([], record(0)) == [] and figures_gone([record(0)], record(1, v2_top1=1.0)) == []

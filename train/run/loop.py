@@ -42,7 +42,8 @@ from train.run.config import (CommandLine, TrainConfig, preemption_signal, setti
 from train.errors import ConfigError
 from train.imagenet_loader import ImageNetLoader
 from train.loader_arguments import checked_validation
-from train.run.metrics import METRICS_NAME, append_metrics, epoch_line, set_aside_records_from, set_aside_torn_record
+from train.run.metrics import (EVALUATION_SETS, METRICS_NAME, append_metrics, epoch_line, read_metrics,
+                               set_aside_records_from, set_aside_torn_record)
 from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
@@ -651,6 +652,14 @@ def remove_killed_writes(run_dir: str | Path) -> list[str]:
     return remove_killed_atomic_writes(Path(run_dir), (CHECKPOINT_NAME, SETTINGS_FILE, METRICS_NAME, WANDB_ID_NAME))
 
 
+def figures_gone(records: list[dict], record: dict) -> list[str]:
+    """The evaluation sets' figures (ReaL's, ImageNetV2's) the run's last record has and this epoch's lacks: a
+    resumed run whose --data lacks a set it evaluated on. Pure."""
+    if not records:
+        return []
+    return [name for name, _ in EVALUATION_SETS if name in records[-1] and name not in record]
+
+
 def appended(run_dir: str, record: dict) -> str:
     """The epoch's record appended to metrics.jsonl; where it cannot be (a full file system, a quota), why, in
     the line every rank stops with (`save`), else ""."""
@@ -908,6 +917,11 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
         record = epoch_record(run, epoch, done, sums, evaluate_all(run), start_step)
         problem = ""
         if run.env.is_main:  # metrics before the checkpoint: a kill in between leaves a line the resume sets aside
+            if gone := figures_gone(read_metrics(config.run_dir), record):
+                log.warning("%s: the run reported %s until epoch %d; %s lacks %s now (a node-local copy staged "
+                            "again without its --eval-source or --real-labels?): prepare it with them to report them "
+                            "again", config.run_dir, ", ".join(gone), epoch - 1, config.data,
+                            "that evaluation set" if len(gone) == 1 else "those evaluation sets")
             problem = appended(config.run_dir, record)
             if not problem:
                 run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
