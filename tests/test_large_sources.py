@@ -545,6 +545,46 @@ def test_parse_index_takes_only_an_index_of_this_archive_whole():
         assert parse_index(json.dumps({**header, "members": [member]}).encode() + b"\n" + binary, stamp).startswith("damaged")
 
 
+def test_an_index_whose_members_changed_is_damaged_not_read_into_another_class():
+    """The checksum covered rapidgzip's part alone: a bit flipped in a class tar's name in the header (n00004475 to
+    n04004475, another winter21 synset) labelled the class as the other, with the dataset id unchanged (a
+    review's finding). The members have a checksum of their own; an index written before it is read as it was."""
+    from prepare.sources.gzip_index import FORMAT, Member, members_digest, parse_index
+    import hashlib
+
+    binary, stamp = b"rapidgzip's checkpoints", {"bytes": 10, "mtime_ns": 5}
+    listed = [["n00004475.tar", 512, 1024, 4242]]
+    header = {"format": FORMAT, "archive": stamp, "members": listed, "members_sha256": members_digest(listed),
+              "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
+    data = json.dumps(header).encode() + b"\n" + binary
+    assert parse_index(data, stamp) == ((Member("n00004475.tar", 512, 1024, 4242),), binary)
+    for flipped in (data.replace(b"n00004475", b"n04004475"), data.replace(b"4242", b"4243"),
+                    data.replace(b"512", b"516")):
+        assert parse_index(flipped, stamp) == "damaged (its checksum differs)"
+    older = {name: value for name, value in header.items() if name != "members_sha256"}
+    assert parse_index(json.dumps(older).encode() + b"\n" + binary, stamp)[0] == (Member("n00004475.tar", 512, 1024,
+                                                                                       4242),)
+
+
+def test_the_index_lies_beside_the_archive_alone_where_no_home_is_known(tmp_path):
+    """HOME unset and a user without a passwd entry (real: uid 12345 here): Path.home() raised, a traceback for
+    every winter21 job."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as a user without a passwd entry")
+    archive = tmp_path / "winter21_whole.tar.gz"
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    shown = subprocess.run(["setpriv", "--reuid", "12345", "--regid", "12345", "--clear-groups", sys.executable, "-c",
+                            "import sys; from pathlib import Path; from prepare.sources.gzip_index import "
+                            "index_locations; print(index_locations(Path(sys.argv[1])))", str(archive)],
+                           env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == repr([archive.with_name("winter21_whole.tar.gz.prepare-index")])
+
+
 def test_winter21_on_a_read_only_folder_keeps_its_index_in_the_users_cache(tmp_path, small_held_out, monkeypatch):
     """A real read-only mount (root only, as the disk tests): the index goes to $XDG_CACHE_HOME."""
     import shutil
@@ -1014,3 +1054,18 @@ def test_a_full_release_with_no_class_large_enough_for_val_says_so(tmp_path):
                                           "\\(50 each\\), and none has that many"):
         prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_index_that_cannot_be_used_is_warned_of_once_a_process(tmp_path, caplog):
+    """load_index runs three times a job: a stale index beside a read-only archive said so three times in each job,
+    that 'the next whole read replaces it' (a review's finding): once, saying where a new one goes."""
+    from prepare.sources import gzip_index
+
+    archive = tmp_path / "winter21_whole.tar.gz"
+    archive.write_bytes(b"a stream")
+    (tmp_path / "winter21_whole.tar.gz.prepare-index").write_bytes(b"{}\nstale")
+    with caplog.at_level("WARNING", logger="prepare"):
+        for _ in range(3):
+            assert gzip_index.load_index(archive) is None
+    said = [r.getMessage() for r in caplog.records if "seek index" in r.getMessage()]
+    assert len(said) == 1 and "else in the user's cache: delete this one" in said[0], said

@@ -63,9 +63,13 @@ def index_locations(archive: Path) -> list[Path]:
     """Where the archive's index may lie, in the order looked at and written to: beside it, then in
     the user's cache (named by the archive's full path, so that two copies keep two indexes)."""
     archive = archive.resolve()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagenet-prepare"
+    beside = archive.with_name(archive.name + SUFFIX)
+    try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagenet-prepare"
+    except RuntimeError:  # no home to be found (HOME unset, a user without a passwd entry): beside it alone
+        return [beside]
     digest = hashlib.sha256(str(archive).encode()).hexdigest()[:16]
-    return [archive.with_name(archive.name + SUFFIX), cache / f"{archive.name}-{digest}{SUFFIX}"]
+    return [beside, cache / f"{archive.name}-{digest}{SUFFIX}"]
 
 
 def archive_stamp(archive: Path) -> dict:
@@ -85,11 +89,23 @@ def parse_index(data: bytes, archive_stamp_now: dict) -> tuple[tuple[Member, ...
             return "made for another state of the archive (its size or time differ)"
         if len(binary) != header["index_bytes"] or hashlib.sha256(binary).hexdigest() != header["index_sha256"]:
             return "damaged (its checksum differs)"
+        # the members' names, offsets and CRC-32s too: a bit flipped in a class tar's name relabelled the class
+        # (indexes written before this checksum lack it, and are read as they were)
+        if "members_sha256" in header and members_digest(header["members"]) != header["members_sha256"]:
+            return "damaged (its checksum differs)"
         members = tuple(Member(str(name), int(offset), int(size), int(crc32))
                         for name, offset, size, crc32 in header["members"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return "damaged (its header cannot be read)"
     return members, binary
+
+
+def members_digest(members: list) -> str:
+    """The SHA-256 of an index's members as its header lists them ([name, offset, size, CRC-32] each). Pure."""
+    return hashlib.sha256(json.dumps(members, separators=(",", ":")).encode()).hexdigest()
+
+
+_SAID: set[tuple[str, str]] = set()  # (index, why) already warned of in this process: load_index runs thrice a job
 
 
 def load_index(archive: Path) -> StreamIndex | None:
@@ -104,8 +120,11 @@ def load_index(archive: Path) -> StreamIndex | None:
             continue
         parsed = parse_index(data, archive_stamp(archive))
         if isinstance(parsed, str):
-            log.warning("%s: this seek index of %s is %s: ignored (the next whole read of the stream replaces it)",
-                        path, archive.name, parsed)
+            if (str(path), parsed) not in _SAID:
+                _SAID.add((str(path), parsed))
+                log.warning("%s: this seek index of %s is %s: ignored (the next whole read of the stream keeps a new "
+                            "one, here where this folder can be written, else in the user's cache: delete this one)",
+                            path, archive.name, parsed)
             continue
         return StreamIndex(path, parsed[0])
     return None
@@ -116,7 +135,8 @@ def index_document(reader, members: list[Member], stamp: dict) -> bytes:
     exported = io.BytesIO()
     reader.export_index(exported, index_format())
     binary = exported.getvalue()
-    header = {"format": FORMAT, "archive": stamp, "members": [[m.name, m.offset, m.size, m.crc32] for m in members],
+    listed = [[m.name, m.offset, m.size, m.crc32] for m in members]
+    header = {"format": FORMAT, "archive": stamp, "members": listed, "members_sha256": members_digest(listed),
               "index_bytes": len(binary), "index_sha256": hashlib.sha256(binary).hexdigest()}
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + binary
 
