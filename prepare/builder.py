@@ -329,7 +329,8 @@ def run_stats(results: dict[str, SplitResult], splits: dict[str, SplitInfo], ela
     return {"samples": samples, "bytes": sum(s.bytes for s in splits.values()), "source_bytes": source_bytes,
             "elapsed_s": round(elapsed, 3), "images_per_sec": round(samples / elapsed, 1),
             "mb_per_sec": round(source_bytes / MB / elapsed, 1), "workers": workers,
-            "seekable_images": sum(r.seekable for r in results.values())}
+            "seekable_images": sum(r.seekable for r in results.values()),
+            "left_out_small": sum(r.left_out for r in results.values())}
 
 
 def reading_order(splits: tuple[str, ...]) -> tuple[str, ...]:
@@ -383,8 +384,10 @@ def log_summary(dest: Path, manifest: Manifest) -> None:
     checked = manifest.options.get("restart_mcus")  # the rewrite is what decodes (so checks) the JPEGs' data
     damage = (f"stored {len(manifest.damaged)} with damaged JPEG data as they are" if checked
               else "damaged JPEG data not checked (--restart-mcus 0)")
-    log.info("converted %d images to RGB JPEG, skipped %d bad ones, %s (listed in the manifest)",
-             len(manifest.converted), len(manifest.skipped), damage)
+    small = st.get("left_out_small", 0)  # in `skipped` too, but never bad: under their layout's smallest side
+    log.info("converted %d images to RGB JPEG, skipped %d bad ones%s, %s (listed in the manifest)",
+             len(manifest.converted), len(manifest.skipped) - small,
+             f", left out {small} under their layout's smallest side" if small else "", damage)
     if st.get("nodes", 1) > 1:
         log.info("shared read: this node read %.2f GB of the source and received %.2f GB from the %d other nodes",
                  st["read_from_source_bytes"] / 1e9, st["received_from_nodes_bytes"] / 1e9, st["nodes"] - 1)

@@ -214,7 +214,10 @@ def describe_difference(old: dict, new: dict) -> list[str]:
     old_rules, new_rules = old["source"].get("rules") or {}, new["source"].get("rules") or {}
     for name in sorted(set(old_rules) | set(new_rules)):  # what the layout decides: winter21's class table among them
         if old_rules.get(name) != new_rules.get(name):
-            was, now = (repr(rules[name]) if name in rules else "unset" for rules in (old_rules, new_rules))
+            # a full release's class_table unset is 22k's (as before winter21's own was the default): said so, never
+            # 'unset' where the command line typed --class-table imagenet-22k
+            unset = "'imagenet-22k'" if name == "class_table" else "unset"
+            was, now = (repr(rules[name]) if name in rules else unset for rules in (old_rules, new_rules))
             diffs.append(f"the layout's rule {name} was {was}, now {now}")
     for name, what in (("eval_sets", "--eval-source"), ("real_labels", "--real-labels")):
         if old["source"].get(name) != new["source"].get(name):

@@ -171,6 +171,9 @@ def test_a_resume_on_winter21_labelled_in_its_other_table_names_the_flag_that_gi
                                                  "at the copy it trained on; or start a new run in another --run-dir")
     assert "--class-table imagenet-w21" in labelled_again_in(in_w21, in_22k)
     assert labelled_again_in(in_22k, in_22k) == labelled_again_in(in_22k, in_w21 | {"source": {"path": "/x"}}) == ""
+    # the archive moved, or mounted elsewhere: the same release, the same advice (a review found it lost)
+    moved = in_w21 | {"source": {"path": "/mnt/new/winter21_whole.tar.gz", "layout": "imagenet-full"}}
+    assert labelled_again_in(in_22k, moved) == labelled_again_in(in_22k, in_w21) != ""
     saved = checkpoint(torch.nn.Linear(3, 2))
     saved.dataset = in_22k
     with pytest.raises(ResumeError, match="/scratch/w21 holds the run's source labelled in another class table: 19,167 "

@@ -179,3 +179,21 @@ def test_the_line_of_a_checkpoint_saved_before_any_step_says_so():
     assert evaluation_line(record).startswith("evaluated c (before any training step) on d, 1 rank")
     assert "(after epoch 0)" in evaluation_line({**record, "epochs_done": 1})
     assert "(epoch 0 step 3)" in evaluation_line({**record, "step_in_epoch": 3})
+
+
+def test_a_winter21_dataset_prepared_before_class_maps_is_told_how_to_get_them():
+    """A checkpoint of winter21's own table on a dataset in 22k's whose manifest predates class_maps: the refusal
+    said only to give another --data, where a rerun of prepare on it records the mapping (a review's finding)."""
+    from types import SimpleNamespace
+
+    from shards.errors import UserError
+    from train.run.evaluation import mapped_outputs
+
+    trained = [f"n{i:08d}" for i in range(19167)]
+    data = SimpleNamespace(classes=[SimpleNamespace(wnid=f"n{i:08d}") for i in range(21841)], class_maps={})
+    with pytest.raises(UserError, match="gets it from python -m prepare run on it again \\(--dest /d\\)$"):
+        mapped_outputs(trained, data, "/d")
+    two = SimpleNamespace(classes=[SimpleNamespace(wnid="n00000001"), SimpleNamespace(wnid="n00000002")], class_maps={})
+    with pytest.raises(UserError) as other:
+        mapped_outputs(trained[:6], two, "/d")
+    assert "run on it again" not in str(other.value)  # no table of theirs to record

@@ -893,7 +893,8 @@ def test_a_winter21_dataset_prepared_in_22ks_table_keeps_it_and_another_table_is
     flags = ["--source", str(root), "--dest", str(dest), "--shard-size", "0.02", "--allow-partial", "--no-shared-read",
              "--class-table", "imagenet-w21"]
     assert main(flags) == 2 and read_manifest(dest).num_classes == 21841
-    assert {"imagenet-full": "was prepared differently: the layout's rule class_table was unset, now 'imagenet-w21'",
+    assert {"imagenet-full": "was prepared differently: the layout's rule class_table was 'imagenet-22k', now "
+                             "'imagenet-w21'",
             "timm-w21-wds": "was prepared differently: the layout's rule labels was \"the wnid of each image's name, "
                             "in ImageNet-22k's table\", now \".cls, checked against the wnid of each image's name\"",
             }[layout] in caplog.text
@@ -1069,3 +1070,13 @@ def test_an_index_that_cannot_be_used_is_warned_of_once_a_process(tmp_path, capl
             assert gzip_index.load_index(archive) is None
     said = [r.getMessage() for r in caplog.records if "seek index" in r.getMessage()]
     assert len(said) == 1 and "else in the user's cache: delete this one" in said[0], said
+
+
+def test_images_left_out_for_their_size_are_not_summed_up_as_bad_ones(tmp_path, small_held_out, caplog):
+    """A full release's images under 32 px are left out, never a failure: the summary called them 'bad ones' (on
+    the real releases, some 2,000 of them: a review's finding)."""
+    archive = write_full(tmp_path / "src" / "fall11_whole.tar", tiny=frozenset(list(PER_CLASS)[:1]))
+    with caplog.at_level("INFO", logger="prepare"):
+        manifest = prepare(config(archive, tmp_path / "out", shard_size_mb=0.02, allow_partial=True))
+    assert len(manifest.skipped) == 1 and manifest.stats["left_out_small"] == 1
+    assert "skipped 0 bad ones, left out 1 under their layout's smallest side" in caplog.text

@@ -214,11 +214,12 @@ TABLE_FLAGS = {21841: "--class-table imagenet-22k", 19167: "--class-table imagen
 
 
 def labelled_again_in(trained: dict, now: dict) -> str:
-    """Where `now` is `trained`'s source (the same path and layout) labelled in winter21's other class table: what
-    each holds and the prepare flag that gives the run's (winter21's default became its own 19,167 classes, where
-    it was 22k's 21,841: a run on node-local disk prepared anew each job meets it); "" otherwise. Pure."""
+    """Where `now` is `trained`'s source (the same layout, wherever it lies now: an archive moved or mounted
+    elsewhere is the same release) labelled in winter21's other class table: what each holds and the prepare flag
+    that gives the run's (winter21's default became its own 19,167 classes, where it was 22k's 21,841: a run on
+    node-local disk prepared anew each job meets it); "" otherwise. Pure."""
     counts = len(trained["classes"]), len(now["classes"])
-    if trained["source"] != now["source"] or set(counts) != set(TABLE_FLAGS):
+    if trained["source"].get("layout") != now["source"].get("layout") or set(counts) != set(TABLE_FLAGS):
         return ""
     return (f"{counts[1]:,} classes, where the run trained on {counts[0]:,}. To resume, prepare it with "
             f"{TABLE_FLAGS[counts[0]]} (the run's table), or point --data at the copy it trained on; or start a new "

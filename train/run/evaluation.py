@@ -100,10 +100,13 @@ def mapped_outputs(trained: list[str] | None, manifest, data: str) -> tuple[str,
             return table, [j for j, _ in pairs], [i for _, i in pairs]
     recorded = ", ".join(f"{table} ({m['classes']:,})" for table, m in manifest.class_maps.items()) or "none"
     other = "another class table" if len(trained) != len(wnids) else "other classes, or in another order"
+    winter21s = {len(trained), len(wnids)} == {19167, 21841}  # its own table and 22k's, which manifests map
+    older = (f"; a dataset prepared before manifests recorded the mapping gets it from python -m prepare run on it "
+             f"again (--dest {data})" if winter21s and not manifest.class_maps else "")
     raise UserError(f"the checkpoint's model predicts the {len(trained):,} classes its run trained on, not the "
                     f"{len(wnids):,} of {data} ({other}), and the data's manifest maps its classes into no table of "
                     f"theirs (it maps them into: {recorded}): give --data the dataset the run was trained on, or one "
-                    "prepared from its source")
+                    f"prepared from its source{older}")
 
 
 def evaluation_line(record: dict) -> str:
