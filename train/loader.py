@@ -533,9 +533,10 @@ class Loader:
             log.info("decoder: %d of %d images of the first batch decoded from only the restart intervals their crops "
                      "cover (seekable shards)", seeked, images)
         else:
-            log.info("decoder: no image of the first batch was seekable: every image is Huffman-decoded down to its "
-                     "crop's last row (shards prepared with --restart-mcus 0, or before seekable shards: prepare "
-                     "them again for about 1.3x faster decoding)")
+            # (not proof of shards without restart markers: small images' crops may need no seek)
+            log.info("decoder: no image of the first batch was decoded from its crop's restart intervals alone: each "
+                     "was Huffman-decoded down to its crop's last row (where the manifest's options say restart_mcus "
+                     "0, or none, prepare the shards again for about 1.3x faster decoding)")
 
     def _count_fallbacks(self, fallbacks: int) -> None:
         if fallbacks and not self.fallbacks:
