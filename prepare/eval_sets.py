@@ -169,6 +169,9 @@ def parse_real_json(text: str, origin: str) -> list[list[int]]:
         raw = json.loads(text)
     except json.JSONDecodeError as exn:
         raise EvalSetError(f"--real-labels {origin} is not JSON ({exn}): download real.json again") from None
+    except RecursionError:  # nested deeper than Python's stack: no real.json is
+        raise EvalSetError(f"--real-labels {origin} nests its lists deeper than real.json's two levels: download "
+                           "real.json again") from None
     if not isinstance(raw, list) or not all(isinstance(s, list) and all(type(i) is int for i in s) for s in raw):
         raise EvalSetError(f"--real-labels {origin}: expected a JSON list of lists of class indices (real.json from "
                            "github.com/google-research/reassessed-imagenet)")

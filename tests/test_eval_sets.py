@@ -144,7 +144,8 @@ def test_real_sets_that_do_not_fit_the_val_images_are_refused(sets, message):
         real_labels_by_key(sets, keys, THREE, "real.json")
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"a": 1}', "[[1, 2], [\"3\"]]", "[1, 2]", "[[1.5]]"])
+@pytest.mark.parametrize("text", ["{not json", '{"a": 1}', "[[1, 2], [\"3\"]]", "[1, 2]", "[[1.5]]",
+                                  "[" * 100_000 + "]" * 100_000])  # (nested past Python's stack: a RecursionError)
 def test_a_real_json_of_another_shape_is_refused(text):
     with pytest.raises(EvalSetError, match="real.json"):
         parse_real_json(text, "real.json")

@@ -38,7 +38,7 @@ from shards.resources import available_cpus
 from train.accelerators import pins_memory
 from train.augment.choices import Augment
 from train.augment.mixing import mixed_in_groups, mixer_for, mixing_groups, mixing_seed
-from train.cluster import DistEnv, default_workers, process_env
+from train.cluster import ClusterError, DistEnv, default_workers, process_env
 from train.device_batches import DeviceBatches
 from train.errors import ConfigError, ResumeError
 from train.loader import Batch, Loader, PlanArgs, take
@@ -186,7 +186,7 @@ class ImageNetLoader:
         self.dtype, self.channels_last, self.fixed_shape = dtype, flag("channels_last", channels_last), flag(
             "fixed_shape", fixed_shape)
         # the launcher's environment, read once: this process's place and its share of the CPUs
-        env = process_env(os.environ) if (rank is None and world_size is None) or workers is None else None
+        env = self_place(rank, world_size, workers)
         self.rank, self.world_size, self._place_given = place_of(rank, world_size, env)
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)
@@ -540,6 +540,20 @@ def say_what_is_missing(manifest, root: Path, rank: int) -> None:
 def classes_of(manifest) -> tuple[ImageNetClass, ...]:
     """The manifest's classes in label order."""
     return tuple(ImageNetClass(c.wnid, c.name) for c in sorted(manifest.classes, key=lambda c: c.index))
+
+
+def self_place(rank, world_size, workers) -> DistEnv | None:
+    """The launcher's environment, read once, where the loader needs it: its place where rank and world_size are
+    not given, its share of the CPUs where workers is not. Given its place, a launcher's half-set variables (RANK
+    without LOCAL_RANK: a Kubeflow pod, say) are not its business: the CPUs are then shared as by no launcher."""
+    if rank is None and world_size is None:
+        return process_env(os.environ)
+    if workers is not None:
+        return None
+    try:
+        return process_env(os.environ)
+    except ClusterError:
+        return process_env({})
 
 
 def decode_threads(workers: int | None, env: DistEnv | None) -> int:
