@@ -112,6 +112,17 @@ def test_torchvision_v2s_rate_is_torchs_sequential_schedule_held_for_each_epoch(
     assert reference[:2] == pytest.approx([0.005, 0.5 * (0.01 + 0.99 / warmup)], rel=1e-13)
 
 
+def test_a_warm_up_under_one_step_is_said_as_none():
+    """--epochs 2 fits the default 5 of 90 to 0.111 epochs: 0.44 of a 4-step epoch, no step of ramp; the log said
+    a warm-up all the same (a review's finding)."""
+    from train.run.settings import warmup
+
+    config = settings("--epochs", "2")
+    assert schedule_of(config, 4)(0) == 1.0
+    assert warmup(config, 4) == "no warm-up (0.111 epochs of 4 steps is under one: the first step runs at the peak),"
+    assert warmup(config, 100).startswith("0.111 warm-up epochs") and warmup(config).startswith("0.111 warm-up")
+
+
 def test_the_rate_reported_is_the_one_the_last_step_trained_with():
     """An epoch's record, the progress line and the tracker read get_last_lr() after scheduler.step(): the next
     step's rate (an epoch's record said the next epoch's, the run's last 0). torchvision's reference logs the

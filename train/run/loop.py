@@ -824,7 +824,7 @@ def say_settings(run: Run, notes: tuple[str, ...], changes: list, resumed: Check
     precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast with a GradScaler",
                  None: "fp32"}[run.amp_dtype] + f" (--amp {config.amp})"
     for line in (*notes, *describe(config, run.env.world_size, loader.validation.describe(), precision,
-                                   run.batch_size)):
+                                   run.batch_size, run.steps)):
         log.info("%s", line)
     batch_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in run.model.modules())
     for line in resumed.layout_change(run.env.world_size, batch_norm) if resumed is not None else ():

@@ -24,7 +24,7 @@ from pathlib import Path
 from shards.manifest import write_file_atomic
 from shards.plan import steps_per_epoch
 from train.augment.choices import AUGMENT_FIELDS
-from train.run.config import (SETTINGS, CommandLine, TrainConfig, fit_untyped, warmup_ramps_by_step,
+from train.run.config import (SETTINGS, CommandLine, TrainConfig, fit_untyped, warmup_ramps_by_step, warmup_steps,
                               whole_warmup_epochs)
 from train.errors import ConfigError, ResumeError
 from train.run.flags import flag_of, show
@@ -191,17 +191,17 @@ def refusal(names: list[str], now: dict, saved: TrainConfig) -> str:
 
 # ---------------------------------------------------------------- what the run says at its start
 
-def describe(config: TrainConfig, world_size: int, validation: str, precision: str, batch_size: int | None = None
-             ) -> list[str]:
+def describe(config: TrainConfig, world_size: int, validation: str, precision: str, batch_size: int | None = None,
+             steps: int | None = None) -> list[str]:
     """The settings in force, in a few lines for the log; `batch_size`: each rank's, where a resume on another
-    world size shares the run's global batch out (None: --batch-size). Pure."""
+    world size shares the run's global batch out (None: --batch-size); `steps`: an epoch's, where known. Pure."""
     batch_size = batch_size or config.batch_size
     global_batch = batch_size * world_size
     momentum = f"momentum {config.momentum:g}{' (Nesterov)' if config.nesterov else ''}"
     return [
         f"recipe {config.recipe}: {config.arch}, {config.epochs} epochs of batch {global_batch} ({world_size} x "
         f"{batch_size}), lr {config.lr * global_batch / 256:.4g} at the peak ({config.lr:g} per 256 images), "
-        f"{warmup(config)} then {config.lr_schedule} decay, changing every {config.lr_update}; "
+        f"{warmup(config, steps)} then {config.lr_schedule} decay, changing every {config.lr_update}; "
         f"weight decay {config.weight_decay:g} (none on {config.no_decay}), {momentum}, label smoothing "
         f"{config.label_smoothing:g}",
         f"augmentation: {augmentation(config)}",
@@ -211,9 +211,12 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
     ]
 
 
-def warmup(config: TrainConfig) -> str:
-    """The warm-up, as the log says it. Pure."""
+def warmup(config: TrainConfig, steps: int | None = None) -> str:
+    """The warm-up, as the log says it (`steps`: an epoch's, where known). Pure."""
     ramp = f"{config.warmup_epochs:g} warm-up epochs from {config.warmup_start_factor:g} x the peak"
+    if steps and config.warmup_epochs > 0 and warmup_steps(config.warmup_epochs, steps, config.lr_update) == 0:
+        return (f"no warm-up ({config.warmup_epochs:g} epochs of {steps} steps is under one: the first step runs at "
+                "the peak),")
     if warmup_ramps_by_step(config.warmup_epochs, config.lr_update):
         return (f"{ramp} (at each step's {config.warmup_at}: shorter than an epoch, it ramps by the step), the peak to "
                 "epoch 0's end,")
