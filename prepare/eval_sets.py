@@ -331,7 +331,9 @@ def eval_addition(old: dict, new: dict) -> EvalAddition | None:
         return None
     old_sets, new_sets = old["source"].get("eval_sets", []), new["source"].get("eval_sets", [])
     old_real, new_real = old["source"].get("real_labels"), new["source"].get("real_labels")
-    if any(found not in new_sets for found in old_sets) or (old_real is not None and not same_bytes(old_real, new_real)):
+    if any(found not in new_sets for found in old_sets):
+        return None
+    if old_real is not None and not same_bytes(old_real, new_real):
         return None
     addition = EvalAddition(tuple(V2_VARIANTS[found["variant"]] for found in new_sets if found not in old_sets),
                             old_real is None and new_real is not None)

@@ -226,7 +226,8 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
     (["--recipe", "torchvision-v2", "--epochs", 3, "--warmup-epochs", 2.6], "--warmup-epochs 2.6 (typed) is as long as "
      "the run"),
     (["--epochs", 3, "--warmup-epochs", 3, "--warmup-at", "start"], "Give --warmup-epochs under 3 (0: none)"),
-    (["--momentum", 1.5], "--momentum must be below 1 (SGD's velocity would never decay, and the run diverge), not 1.5"),
+    (["--momentum", 1.5], "--momentum must be below 1 (SGD's velocity would never decay, and the run diverge), not "
+                          "1.5"),
 ])
 def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, said):
     assert said in refused(capsys, *argv)

@@ -436,7 +436,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             loss, logits = step(x, y if batch.targets is None else batch.targets)  # MixUp/CutMix: soft targets
             if run.ema is not None:
                 warm_up = warmup_steps(run.config.warmup_epochs, run.steps, run.config.lr_update)
-                update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=epoch * run.steps + done < warm_up)
+                update_ema(run.ema, run.model, done, run.config.ema_steps,
+                           warming_up=epoch * run.steps + done < warm_up)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
