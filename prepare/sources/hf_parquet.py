@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prepare.completeness import Declared, Gap
 from prepare.labels import builtin_class_names, class_table
+from prepare.labels import one_line as labels_one_line
 from prepare.sources.base import (
     IMAGE_SUFFIXES, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file,
 )
@@ -274,7 +275,7 @@ def read_footers(paths: list[str]) -> list[Footer]:
 
 def one_line(exn: BaseException) -> str:
     """pyarrow's message on one line, without its closing dots (ours follow)."""
-    return " ".join(str(exn).split()).rstrip(".") or type(exn).__name__
+    return labels_one_line(exn).rstrip(".") or type(exn).__name__
 
 
 def damaged(path: str, group: int, groups: int, exn: BaseException) -> SourceError:

@@ -29,17 +29,21 @@ static inline unsigned extended_features(uint64_t *state) {
     return b;
 }
 
-static inline int cpu_has_avx2(void) {
+/* Asked once, as the module loads: the answers never change, and cpuid traps to the hypervisor in a VM, which
+ * each decode call and each batch's normalisation asking again would pay for. */
+static int cpu_avx2_found, cpu_avx512_found;
+
+__attribute__((constructor)) static void find_cpu_features(void) {
     uint64_t state = 0;
-    return (extended_features(&state) & bit_AVX2) != 0;
+    unsigned features = extended_features(&state);
+    unsigned avx512 = bit_AVX2 | bit_AVX512F | bit_AVX512BW | bit_AVX512VL; /* the subsets the resampler uses */
+    cpu_avx2_found = (features & bit_AVX2) != 0;
+    cpu_avx512_found = (features & avx512) == avx512 && (state & XSTATE_AVX512) == XSTATE_AVX512;
 }
 
-/* F, BW and VL: the subsets the AVX-512 resampler uses. */
-static inline int cpu_has_avx512(void) {
-    uint64_t state = 0;
-    unsigned features = extended_features(&state), needed = bit_AVX2 | bit_AVX512F | bit_AVX512BW | bit_AVX512VL;
-    return (features & needed) == needed && (state & XSTATE_AVX512) == XSTATE_AVX512;
-}
+static inline int cpu_has_avx2(void) { return cpu_avx2_found; }
+
+static inline int cpu_has_avx512(void) { return cpu_avx512_found; }
 #endif
 
 #endif

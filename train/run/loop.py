@@ -420,6 +420,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
                         enabled=run.env.is_main)
     preempted, last_bad = False, ()
+    warm_up = warmup_steps(run.config.warmup_epochs, run.steps, run.config.lr_update)  # the EMA restarts within it
     start, waited_before = time.perf_counter(), run.train_data.counters.data_wait_s
     with progress:
         for batch in run.train_data.batches() if done < run.steps else ():
@@ -435,9 +436,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                 break  # before the step: the batch is read again on resume
             loss, logits = step(x, y if batch.targets is None else batch.targets)  # MixUp/CutMix: soft targets
             if run.ema is not None:
-                warm_up = warmup_steps(run.config.warmup_epochs, run.steps, run.config.lr_update)
-                update_ema(run.ema, run.model, done, run.config.ema_steps,
-                           warming_up=epoch * run.steps + done < warm_up)
+                warming_up = epoch * run.steps + done < warm_up
+                update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=warming_up)
             loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
