@@ -214,6 +214,31 @@ def test_submit_sh_without_a_compiler_says_to_sbatch_directly(tmp_path):
     assert not [p for p in (tmp_path / "code").iterdir() if not p.name.endswith(".partial")]  # no snapshot made
 
 
+def test_a_wheel_build_that_fails_leaves_the_last_good_wheels_in_dist(tmp_path):
+    """build_wheels.sh makes the new wheels apart and replaces dist/'s only once all are built and checked: here
+    its build tools cannot be installed (a Python without venv), and the wheels of the last build stay."""
+    clone = tmp_path / "clone"
+    (clone / "jobs" / "release").mkdir(parents=True)
+    for name in ("pillow_simd.sh", "release/build_wheels.sh", "release/bare_systems.sh"):
+        shutil.copy(ROOT / "jobs" / name, clone / "jobs" / name)
+    last_build = [clone / "dist" / name for name in ("imagenet_slurm-0.1-cp311-abi3-manylinux_2_28_x86_64.whl",
+                                                     "pillow_simd-9.5-cp311-cp311-manylinux_2_28_x86_64.whl")]
+    last_build[0].parent.mkdir()
+    for wheel in last_build:
+        wheel.write_bytes(b"the last good build")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in (("nasm", "exit 0"), ("python-without-venv", 'if [[ $1 == -c ]]; then echo 3.11; else '
+                                                                      'echo "No module named venv" >&2; exit 1; fi')):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": "python-without-venv",
+           "SIMD_PYTHONS": "3.11"}
+    done = run_script("bash", "jobs/release/build_wheels.sh", cwd=clone, env=env)
+    assert done.returncode != 0 and "No module named venv" in done.stderr, done.stdout + done.stderr
+    assert [wheel.read_bytes() for wheel in last_build] == [b"the last good build"] * 2
+
+
 # ----------------------------------------------------------------------- the vendored libjpeg-turbo's build
 
 def test_simd_is_required_where_the_vendored_source_has_it_and_off_elsewhere():

@@ -42,7 +42,9 @@ for version in "${simd_pythons[@]}"; do
     "(the Python this script runs with; PYTHON=... picks it)"
 done
 
-rm -rf "$work" "$dist"/imagenet_slurm-*.whl "$dist"/pillow_simd-*.whl && mkdir -p "$work" "$dist"
+# The new wheels are made in $work/ready and replace the old ones in dist/ only once every one is built and checked:
+# a build that fails leaves the last good wheels where they were.
+rm -rf "$work" && mkdir -p "$work/ready"
 # The other Pythons' root file systems, made (where not kept) while the native code compiles here
 roots_made=
 if (( ${#roots[@]} )); then make_roots "${roots[@]}" & roots_made=$!; fi
@@ -153,16 +155,17 @@ for wheel in "$work"/raw/*.whl; do
         echo "build_wheels.sh: $(basename "$wheel") is not manylinux_2_28:"$'\n'"$shown" >&2; exit 1
       fi
       "$tools/python" -m wheel tags --remove --platform-tag manylinux_2_28_aarch64 "$wheel" > /dev/null
-      mv "${wheel/linux_aarch64/manylinux_2_28_aarch64}" "$dist/" ;;
+      mv "${wheel/linux_aarch64/manylinux_2_28_aarch64}" "$work/ready/" ;;
     *)
-      auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$dist" "$wheel" >> "$work/auditwheel.log" 2>&1 || {
+      auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$work/ready" "$wheel" >> "$work/auditwheel.log" 2>&1 || {
         cat "$work/auditwheel.log" >&2; exit 1; } ;;
   esac
 done
-for wheel in "$dist"/*manylinux_2_28*.whl; do
+for wheel in "$work"/ready/*manylinux_2_28*.whl; do
   # (a module compiled without optimisation by zig cc carries UBSan's runtime, and stops the process at the
   # first unaligned load: refused here rather than found in a user's prepare)
   "$tools/python" -c 'import sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1])
 sys.exit(any(b"ubsan_rt" in wheel.read(n) for n in wheel.namelist() if ".so" in n))' "$wheel" || die "$(basename "$wheel") was compiled with UBSan (zig cc's Debug mode: no -O)"
   echo "build_wheels.sh: $(basename "$wheel"): $(auditwheel show "$wheel" | tr '\n' ' ' | sed 's/  */ /g')"
 done
+mkdir -p "$dist" && rm -f "$dist"/imagenet_slurm-*.whl "$dist"/pillow_simd-*.whl && mv "$work"/ready/*.whl "$dist/"
