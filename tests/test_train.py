@@ -128,6 +128,57 @@ def test_preemption_mid_epoch_then_resume_on_2_1_or_4_ranks_reads_exactly_the_re
     assert [(r["epoch"], r["world_size"], r["batch_size"]) for r in read_metrics(on[1])][2] == (2, 4, 3)
 
 
+# The same small model, whose first evaluation in each process says so in a file and then takes 3 s: time for a
+# test to send the preemption signal while the run evaluates.
+SLOW_TO_EVALUATE = NORM_FREE + """
+import time
+from pathlib import Path
+
+
+class FirstEvaluationSlow(torch.nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net, self.waited = small(num_classes), False
+
+    def forward(self, x):
+        if not self.training and not self.waited:
+            self.waited = True
+            Path("evaluating").touch()
+            time.sleep(3)
+        return self.net(x)
+
+
+def slow(num_classes):
+    return FirstEvaluationSlow(num_classes)
+"""
+
+
+def test_preemption_while_evaluating_keeps_the_epochs_steps_and_the_resume_evaluates_them(prepared, tmp_path):
+    """The signal that comes as the run evaluates is answered there: the epoch's steps are saved (it was
+    evaluated to the end and saved after, and a kill within the signal's grace lost the whole epoch); the resume
+    trains nothing of that epoch again and evaluates it. To one rank only: the ranks agree."""
+    (tmp_path / "slow_to_evaluate.py").write_text(SLOW_TO_EVALUATE)
+    run, args = tmp_path / "run", ["--epochs", 1, "--arch", "slow_to_evaluate:slow"]
+    first = Ranks(2, train_args(prepared, run, *args), tmp_path / "a", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "evaluating").exists() and time.monotonic() < deadline:
+        assert all(proc.poll() is None for proc in first.procs), first.text()
+        time.sleep(0.05)
+    first.procs[1].send_signal(signal.SIGUSR1)
+    assert first.wait() == [0, 0], first.text()
+    steps = steps_per_epoch(read_manifest(prepared).splits["train"].samples, 2, 4)
+    assert f"preempted at epoch 0 step {steps}/{steps}" in first.text()
+    state = load_checkpoint(checkpoint_path(run))
+    assert (state.epoch, state.step, state.loader["position"]) == (0, steps, steps) and read_metrics(run) == []
+    second = Ranks(2, train_args(prepared, run, *args, "--resume", "auto"), tmp_path / "b", cwd=tmp_path)
+    assert second.wait() == [0, 0], second.text()
+    (record,) = read_metrics(run)
+    val_images = read_manifest(prepared).splits["val"].samples
+    assert (record["epoch"], record["steps"], record["resumed_at_step"]) == (0, steps, steps)
+    assert (record["train_images"], record["val_images"]) == (steps * 2 * 4, val_images)
+    assert load_checkpoint(checkpoint_path(run)).epoch == 1
+
+
 def test_a_missing_dataset_fails_fast_with_the_prepare_command(tmp_path):
     start = time.monotonic()
     result = run_module("train", "--data", tmp_path / "nothing", "--run-dir", tmp_path / "run", *FAST)

@@ -472,8 +472,9 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
                      "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
 
 
-def evaluate_all(run: Run) -> dict:
-    """The model's metrics on val and each evaluation set, and with --ema the average's too (as ema_val_*)."""
+def evaluate_all(run: Run) -> dict | None:
+    """The model's metrics on val and each evaluation set, and with --ema the average's too (as ema_val_*); None
+    where a rank was asked to stop (preempted) while they were measured."""
     models = [(run.model, "")] + ([(run.ema.module, "ema_")] if run.ema is not None else [])
     if run.env.world_size > 1:
         take_rank_0s_buffers([run.model] + ([run.ema] if run.ema is not None else []))
@@ -482,7 +483,10 @@ def evaluate_all(run: Run) -> dict:
         for split, loader in run.eval_data.items():
             # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
             real = run.real_labels if split == "val" else None
-            metrics |= {f"{prefix}{name}": value for name, value in evaluate(run, model, split, loader, real).items()}
+            figures = evaluate(run, model, split, loader, real)
+            if figures is None:
+                return None
+            metrics |= {f"{prefix}{name}": value for name, value in figures.items()}
     return metrics
 
 
@@ -498,18 +502,23 @@ def take_rank_0s_buffers(models: list[torch.nn.Module]) -> None:
 
 
 @torch.no_grad()
-def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoader, real: RealLabels | None) -> dict:
+def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoader,
+             real: RealLabels | None) -> dict | None:
     """Top-1/top-5 over every sample of `split` exactly once across ranks (asserted); with `real`,
     ReaL top-1 over the images whose label set is not empty; on val, top-1/top-5 among each class
     subset's classes alone (the manifest's `class_subsets`: ImageNet-22k's val is 12k's, reported as
-    val_12k_top1)."""
+    val_12k_top1). None where a rank was asked to stop while it measured (`stop_asked`)."""
     model.eval()
     subsets = class_subsets(run.manifest, run.device) if split == "val" else {}
-    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted; then each subset's top-1, top-5, images
-    sums = torch.zeros(7 + 3 * len(subsets), dtype=torch.float64, device=run.device)
+    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted, ranks stopped; then each subset's top-1,
+    # top-5, images
+    sums = torch.zeros(8 + 3 * len(subsets), dtype=torch.float64, device=run.device)
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
     for batch in loader.batches():
+        if stop_asked(run):  # the epoch's training is saved first (train_epochs); its evaluation after the resume
+            sums[7] = 1
+            break
         x, y, bad = batch.images, batch.labels, batch.bad
         left_out += len(bad)
         last_bad = bad[-1] if bad else last_bad
@@ -526,11 +535,13 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
         if real is not None:
             sums[5:7] += torch.stack(real.score(top[:, 0], batch.key_hashes)).double()
         for i, subset in enumerate(subsets.values()):
-            sums[7 + 3 * i:10 + 3 * i] += subset.score(logits, y)
+            sums[8 + 3 * i:11 + 3 * i] += subset.score(logits, y)
     sums[4] = left_out
-    if run.env.world_size > 1:
+    if run.env.world_size > 1:  # a rank that stopped early meets the others here: each rank's batches counted once
         dist.all_reduce(sums)
-    loss, top1, top5, count, bad, real_right, real_counted = sums[:7].tolist()
+    loss, top1, top5, count, bad, real_right, real_counted, stopped = sums[:8].tolist()
+    if stopped:
+        return None
     check_bad_samples(int(bad), run.config.max_bad_samples, split, last_bad)
     expected = run.manifest.splits[split].samples
     if int(count + bad) != expected:
@@ -542,10 +553,16 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
     if real is not None:
         metrics |= {"real_top1": 100 * real_right / max(real_counted, 1), "real_images": int(real_counted)}
     for i, name in enumerate(subsets):
-        right1, right5, counted = sums[7 + 3 * i:10 + 3 * i].tolist()
+        right1, right5, counted = sums[8 + 3 * i:11 + 3 * i].tolist()
         metrics |= {f"{p}_{name}_top1": 100 * right1 / max(counted, 1), f"{p}_{name}_top5": 100 * right5 / max(counted, 1),
                     f"{p}_{name}_images": int(counted)}
     return metrics
+
+
+def stop_asked(run: Run) -> bool:
+    """Whether this rank was asked to stop (the preemption signal, Ctrl-C): an evaluation on its own has no
+    preemption to answer."""
+    return run.preemption is not None and run.preemption.requested
 
 
 class ClassSubset:
@@ -906,7 +923,8 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
         if start_step == 0:
             torch.manual_seed(seeded_rng(config.seed, "train", epoch, run.env.rank).getrandbits(63))
         done, preempted, position = train_one_epoch(run, epoch, sums)
-        if preempted:
+        val = None if preempted else evaluate_all(run)
+        if val is None:  # asked to stop while training or evaluating: a resume trains what is left, then evaluates
             save(run, epoch, done, sums, loader=position)
             by_hand = run.preemption.interrupted
             if run.env.is_main:
@@ -915,7 +933,7 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
                 if config.requeue and not by_hand:
                     requeue_job(run.env.job_id)
             return 130 if by_hand else 0
-        record = epoch_record(run, epoch, done, sums, evaluate_all(run), start_step)
+        record = epoch_record(run, epoch, done, sums, val, start_step)
         problem = ""
         if run.env.is_main:  # metrics before the checkpoint: a kill in between leaves a line the resume sets aside
             if gone := figures_gone(read_metrics(config.run_dir), record):
