@@ -556,6 +556,9 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
     assert document["changes"] == [{"epoch": 3, "step": 10, "flag": "--lr", "from": 0.125, "to": 0.2}]
     record_settings(tmp_path, V2, [Change("epochs", 600, 700)], 5, 0)
     assert [c["flag"] for c in recorded_changes(path)] == ["--lr", "--epochs"]
+    # that start was killed before its first checkpoint: the next resumes from the same one, and is recorded once
+    record_settings(tmp_path, V2, [Change("epochs", 600, 700)], 5, 0)
+    assert [(c["flag"], c["epoch"]) for c in recorded_changes(path)] == [("--lr", 3), ("--epochs", 5)]
 
 
 # ---------------------------------------------------------------- a real run, resumed

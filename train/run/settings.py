@@ -259,12 +259,13 @@ def train_size(config: TrainConfig, epoch: int) -> int:
 
 def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Change], epoch: int, step: int) -> Path:
     """Write RUN_DIR/config.json: the settings in force, and every change --force-change made, this one
-    and earlier resumes' (kept from the file), with where in the run it was made."""
+    and earlier resumes' (kept from the file), with where in the run it was made. A change recorded already
+    (a start killed before its first checkpoint, resumed again from the same one) is recorded once."""
     path = Path(run_dir) / SETTINGS_FILE
     earlier = recorded_changes(path)
+    these = [{"epoch": epoch, "step": step, "flag": flag_of(c.field), "from": c.old, "to": c.new} for c in changes]
     document = {"format": SETTINGS_FORMAT, "settings": config.to_dict(),
-                "changes": earlier + [{"epoch": epoch, "step": step, "flag": flag_of(c.field),
-                                       "from": c.old, "to": c.new} for c in changes]}
+                "changes": earlier + [change for change in these if change not in earlier]}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file_atomic(path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
     return path
