@@ -178,6 +178,9 @@ def parse_real_json(text: str, origin: str) -> list[list[int]]:
     return raw
 
 
+OFFICIAL_VAL_IMAGES = 50_000  # the ILSVRC2012 validation images real.json gives a set each
+
+
 def real_labels_by_key(sets: list[list[int]], val_keys: set[str], imagenet: ImageNet1k,
                        origin: str, partial: bool = False) -> dict[str, list[int]]:
     """The ReaL label sets of the validation keys, as the dataset's labels: entry i is
@@ -188,6 +191,11 @@ def real_labels_by_key(sets: list[list[int]], val_keys: set[str], imagenet: Imag
     if partial:
         by_key = {key: labels for key, labels in by_key.items() if key in val_keys}
     missing, extra = sorted(val_keys - by_key.keys()), sorted(by_key.keys() - val_keys)
+    if extra and not missing and len(sets) == OFFICIAL_VAL_IMAGES:  # real.json whole: the images are what is missing
+        raise EvalSetError(f"the source's validation split lacks {len(extra):,} of the {OFFICIAL_VAL_IMAGES:,} images "
+                           f"--real-labels {origin} labels ({', '.join(extra[:2])}{', ...' * (len(extra) > 2)}): the "
+                           "download is incomplete: download val again, or prepare with --allow-partial (ReaL is then "
+                           "scored on the images there)")
     if missing or extra:
         raise EvalSetError(f"--real-labels {origin} has {len(sets)} label sets for {len(val_keys)} validation images "
                            f"(without a set: {missing[:2]}; a set without an image: {extra[:2]}): it belongs to the "

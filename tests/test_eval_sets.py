@@ -144,6 +144,17 @@ def test_real_sets_that_do_not_fit_the_val_images_are_refused(sets, message):
         real_labels_by_key(sets, keys, THREE, "real.json")
 
 
+def test_a_whole_real_json_over_a_val_that_lacks_images_says_the_download_is_incomplete():
+    """real.json's 50,000 sets over a val of 49,998 images: the images are missing, not real.json wrong."""
+    keys = {f"ILSVRC2012_val_{i:08d}" for i in range(1, 50_001)} - {"ILSVRC2012_val_00000004",
+                                                                     "ILSVRC2012_val_00012345"}
+    with pytest.raises(EvalSetError, match=r"the source's validation split lacks 2 of the 50,000 images --real-labels "
+                       r"real.json labels \(ILSVRC2012_val_00000004, ILSVRC2012_val_00012345\): the download is "
+                       r"incomplete: download val again, or prepare with --allow-partial"):
+        real_labels_by_key([[0]] * 50_000, keys, THREE, "real.json")
+    assert len(real_labels_by_key([[0]] * 50_000, keys, THREE, "real.json", partial=True)) == 49_998
+
+
 @pytest.mark.parametrize("text", ["{not json", '{"a": 1}', "[[1, 2], [\"3\"]]", "[1, 2]", "[[1.5]]",
                                   "[" * 100_000 + "]" * 100_000])  # (nested past Python's stack: a RecursionError)
 def test_a_real_json_of_another_shape_is_refused(text):
