@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -363,6 +364,34 @@ def test_close_ends_the_passes_still_open(prepared):
     data.close()
     assert not any(t.name == "device-batches" for t in threading.enumerate())
     assert list(open_pass) == []  # ended, not waiting for batches that will never come
+
+
+def test_a_loader_closed_by_a_signal_handler_mid_pass_says_it_was_closed(prepared, monkeypatch):
+    """A SIGTERM handler that closes the loader runs in the main thread, inside the pass waiting for its next
+    batch: the pass stops with that, not with what its stopped threads raise (the thread pool's "cannot schedule
+    new futures after shutdown")."""
+    import os
+    import signal
+
+    from train import loader as loader_module
+
+    real = loader_module.draw_crops
+
+    def slowly(chunk, augment, check_markers=False):
+        time.sleep(0.3)  # the pass is waiting for this batch when the signal comes
+        return real(chunk, augment, check_markers)
+
+    monkeypatch.setattr(loader_module, "draw_crops", slowly)
+    data = loader(prepared, workers=1)
+    before = signal.signal(signal.SIGUSR1, lambda signum, frame: data.close())
+    try:
+        with pytest.raises(RuntimeError, match="this train ImageNetLoader was closed during a pass of it"):
+            for i, _ in enumerate(data):
+                if i == 0:
+                    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        data.close()
 
 
 def test_a_pass_that_fails_gives_its_ring_and_thread_back(prepared, monkeypatch):

@@ -410,7 +410,11 @@ class ImageNetLoader:
                 arriving = iter(on_device)
                 while True:
                     asked = time.perf_counter()
-                    batch = next(arriving, None)
+                    try:
+                        batch = next(arriving, None)
+                    except Exception:
+                        self._check_open_during_pass()  # closed under it (a signal handler's close()): said so
+                        raise
                     self.counters.data_wait_s += time.perf_counter() - asked
                     if batch is None:
                         return
@@ -493,6 +497,12 @@ class ImageNetLoader:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError(f"this {self.split} ImageNetLoader is closed")
+
+    def _check_open_during_pass(self) -> None:
+        """A pass whose loader was closed under it stops with that, not with what its stopped threads raise."""
+        if self.closed:
+            raise RuntimeError(f"this {self.split} ImageNetLoader was closed during a pass of it: the pass ends there; "
+                               "close() a loader after its loop") from None
 
     def __enter__(self) -> "ImageNetLoader":
         return self
