@@ -30,7 +30,7 @@ from prepare.config import PrepareConfig, PrepareError
 from prepare.images import BadImage, Prepared, TooSmall, prepare_image
 from prepare.shuffle import bucket_of
 from prepare.sources.base import Item, Part, Source, SourceError
-from prepare.spills import BucketSpills
+from prepare.spills import BucketSpills, most_spills_open
 from prepare.workers import WorkerPool, failures_named, worker_pool
 from shards.format import sample_record
 from shards.progress import Progress
@@ -171,10 +171,11 @@ def scatter_part(job: PartJob) -> list[Scattered]:
     """A worker's task: the part's images into this process's spill files (each split's, where the
     part yields several)."""
     tag = str(os.getpid())
+    most_open = most_spills_open(sharing=1 + len(job.joint))
     with ExitStack() as open_spills:
-        spills = {None: open_spills.enter_context(BucketSpills(Path(job.work), tag))}
+        spills = {None: open_spills.enter_context(BucketSpills(Path(job.work), tag, most_open))}
         for split, _, work in job.joint:
-            spills[split] = open_spills.enter_context(BucketSpills(Path(work), tag))
+            spills[split] = open_spills.enter_context(BucketSpills(Path(work), tag, most_open))
         return scatter_items(job, spills)
 
 

@@ -47,7 +47,7 @@ from prepare.scatter import PartJob, Scattered, bad_image_stops_the_run, part_jo
 from prepare.shares import split_shares
 from prepare.sources.base import Part, Source
 from prepare.space import MARGIN, free_bytes, is_out_of_space
-from prepare.spills import BucketSpills
+from prepare.spills import BucketSpills, most_spills_open
 from prepare.workers import WorkerPool, worker_pool
 from shards.errors import UserError
 from shards.paths import STEP_FILE, WORK_DIR_NAME, node_marker
@@ -410,7 +410,8 @@ class SharedRead:
         produced = ((Path(job.path), job.job.part.size, written) for job, written in streamed(pool, jobs, self.ahead))
         receive = self.needs[self.group.rank]
         with contextlib.ExitStack() as stack:
-            spills = [stack.enter_context(BucketSpills(split_work, tag="x")) for _, split_work in into.values()]
+            most_open = most_spills_open(sharing=len(into))
+            spills = [stack.enter_context(BucketSpills(split_work, "x", most_open)) for _, split_work in into.values()]
             stats = exchange(self.group, produced, self.needs,
                              lambda bucket, pickled, split: spills[split].write_pickled(bucket, pickled), outcomes,
                              " and ".join(splits), config.progress_interval)

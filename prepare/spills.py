@@ -13,7 +13,12 @@ run. Only the final shards are tars (`shards.format.ShardTarWriter`).
 from __future__ import annotations
 
 import pickle
+import resource
 from pathlib import Path
+
+# Open files a process keeps for everything but its spill files: the source's files, the pool's pipes, a shared
+# read's sockets, the logs.
+RESERVED_FILES = 128
 
 
 def spill_path(work: Path, bucket: int, tag: str = "") -> Path:
@@ -38,11 +43,24 @@ def moved_to(work: Path, receiver: int) -> list[Path]:
     return sorted((work / "moved").glob(f"to-{receiver:06d}-from-*.spill"))
 
 
-class BucketSpills:
-    """One process's spill files, one per bucket, opened as samples arrive, closed on exit."""
+def most_spills_open(sharing: int = 1) -> int:
+    """How many spill files one `BucketSpills` keeps open at once: the process's open-file limit (prepare lifts it
+    to the hard limit) less what the rest of the process holds, shared by the `sharing` BucketSpills a process
+    writes at once (a pass of several splits). It matters only where the limit is lower than a part's buckets: a
+    cluster's hard `ulimit -n` of 1024 under ImageNet-21k's 6,500 buckets failed with "Too many open files"."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(4, (soft - RESERVED_FILES) // max(sharing, 1))
 
-    def __init__(self, work: Path, tag: str = ""):
+
+class BucketSpills:
+    """One process's spill files, one per bucket, opened as samples arrive, closed on exit; at most `most_open`
+    at once (past it, the one opened first is closed: appending reopens it)."""
+
+    def __init__(self, work: Path, tag: str = "", most_open: int | None = None):
         self.work, self.tag, self.files = work, tag, {}
+        self.most_open = most_open if most_open is not None else most_spills_open()
 
     def write(self, bucket: int, sample: dict) -> None:
         pickle.dump(sample, self.file(bucket), protocol=pickle.HIGHEST_PROTOCOL)
@@ -53,6 +71,8 @@ class BucketSpills:
 
     def file(self, bucket: int):
         if bucket not in self.files:
+            if len(self.files) >= self.most_open:
+                self.files.pop(next(iter(self.files))).close()
             self.files[bucket] = open(spill_path(self.work, bucket, self.tag), "ab")
         return self.files[bucket]
 

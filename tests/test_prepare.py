@@ -137,6 +137,32 @@ def test_same_source_and_seed_give_byte_identical_shards_with_any_worker_count(s
     assert tree_bytes(tmp_path / "seed1") != tree_bytes(prepared)
 
 
+@pytest.mark.slow
+def test_a_hard_open_file_limit_below_the_buckets_gives_the_same_shards(sources, tmp_path):
+    """A cluster's hard `ulimit -n` below a part's buckets (ImageNet-21k's 6,500 under 1024): each process keeps
+    fewer spill files open than it writes, reopening them (before: "cannot read IMAGE: Too many open files")."""
+    import resource
+
+    limit, shard_mb = 40, 0.02  # a hundred buckets a split
+    prepare(config(sources["imagefolder"], tmp_path / "unlimited", shard_size_mb=shard_mb))
+    assert len(read_manifest(tmp_path / "unlimited").splits["train"].shards) > 2 * limit
+    done = run_module("prepare", "--source", sources["imagefolder"], "--dest", tmp_path / "low", "--shard-size",
+                      shard_mb, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    assert done.returncode == 0, done.stderr
+    assert tree_bytes(tmp_path / "low") == tree_bytes(tmp_path / "unlimited")
+
+
+def test_bucket_spills_past_their_open_files_append_in_order(tmp_path):
+    from prepare.spills import BucketSpills, read_spill, spill_path
+
+    with BucketSpills(tmp_path, "1", most_open=2) as spills:
+        for i in range(30):
+            spills.write(i % 5, {"__key__": f"k{i:02d}", "i": i})
+            assert len(spills.files) <= 2
+    for bucket in range(5):
+        assert list(read_spill(spill_path(tmp_path, bucket, "1"))) == [f"k{i:02d}" for i in range(bucket, 30, 5)]
+
+
 @contextmanager
 def garbled(*paths: Path):
     """The files overwritten with other bytes of the same size and mtime; restored, times too, after."""
