@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from shards.jpeg import lossless
 from shards.limits import MAX_PIXELS, oversized, too_many_pixels
 from shards.not_built import not_built
 
@@ -169,7 +170,7 @@ def prepare_image(data: bytes, max_side: int | None = None, quality: int = 90, m
         return Prepared(rewrite.data, width, height, width, height, restart_interval=rewrite.interval,
                         damage=rewrite.damage)
     with pil_errors_are_bad_images():
-        if target != (width, height):
+        if target != (width, height) and not (image.format == "JPEG" and lossless(data)):
             image.draft("RGB", target)  # DCT-domain downscale by up to 8x: much less to decode
         image = image.convert("RGB")
         if image.size != target:

@@ -270,3 +270,38 @@ def hostile_restarts(seekable: bytes) -> dict[str, bytes]:
             "2 MiB of data between two markers": seekable[:a] + bytes(2 << 20) + seekable[a:],
             "a megabyte of header": seekable[:2] + app * 17 + seekable[2:],
             "cut after a restart marker": seekable[:b + 2]}
+
+
+# ---------------------------------------------------------------- lossless JPEGs (SOF3), which PIL cannot write
+
+LOSSLESS_DC_BITS = [0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]  # the standard luminance DC table's code lengths
+
+
+def lossless_jpeg(pixels: np.ndarray) -> bytes:
+    """A lossless JPEG (SOF3, 8 bits, predictor 1: the sample to the left, above in the first column) of uint8
+    (h, w) or (h, w, 3) pixels, every component 1x1, Huffman-coded with the standard luminance DC table."""
+    height, width = pixels.shape[:2]
+    comps = 1 if pixels.ndim == 2 else pixels.shape[2]
+    samples = pixels.reshape(height, width, comps).astype(int).tolist()
+    codes, code = [], 0
+    for length, count in enumerate(LOSSLESS_DC_BITS, 1):
+        codes += [(code + k, length) for k in range(count)]
+        code = (code + count) << 1
+    bits = []
+    for y in range(height):
+        for x in range(width):
+            for c in range(comps):
+                left, above = samples[y][x - 1][c] if x else None, samples[y - 1][x][c] if y else None
+                difference = samples[y][x][c] - (left if left is not None else above if above is not None else 128)
+                size = abs(difference).bit_length()
+                value = difference if difference >= 0 else difference + (1 << size) - 1
+                bits += f"{codes[size][0]:0{codes[size][1]}b}" + (f"{value:0{size}b}" if size else "")
+    bits += "1" * (-len(bits) % 8)
+    data = b"".join(b"\xff\x00" if byte == 0xFF else bytes([byte])
+                    for byte in (int("".join(bits[i:i + 8]), 2) for i in range(0, len(bits), 8)))
+    segment = lambda marker, body: bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+    components = b"".join(bytes([c + 1, 0x11, 0]) for c in range(comps))
+    frame = bytes([8]) + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes([comps]) + components
+    scan = bytes([comps]) + b"".join(bytes([c + 1, 0]) for c in range(comps)) + bytes([1, 0, 0])
+    return (b"\xff\xd8" + segment(0xC3, frame) + segment(0xC4, bytes([0, *LOSSLESS_DC_BITS, *range(12)]))
+            + segment(0xDA, scan) + data + b"\xff\xd9")

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shards.jpeg import lossless
 from shards.limits import MAX_PIXELS, oversized, too_many_pixels
 from shards.not_built import not_built
 
@@ -202,7 +203,7 @@ def pil_decode_crop(data: bytes, box: tuple[float, float, float, float], flip: b
     try:
         width, height = image.size
         shrink = min((box[2] - box[0]) / out_width, (box[3] - box[1]) / out_height)
-        if dct_scaling and shrink >= 2 and image.format == "JPEG":
+        if dct_scaling and shrink >= 2 and image.format == "JPEG" and not lossless(data):  # (see shards/jpeg.py)
             image.draft("RGB", (math.ceil(width / shrink), math.ceil(height / shrink)))
         fx, fy = width / image.size[0], height / image.size[1]
         if image.mode != "RGB":
