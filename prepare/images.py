@@ -97,7 +97,7 @@ def rewrite_with_restarts(data: bytes, most: int, max_pixels: int) -> Rewrite:
       should be, the file ending early, more scans than the training decoder reads), in its words;
     - refusal: the JPEG decodes as it is but cannot be kept exactly (progressive scans that leave
       coefficient bits unsent, coefficients past 8-bit baseline's range, a header oddity libjpeg
-      decodes past, samples of other than 8 bits, more than `max_pixels`, not a JPEG).
+      decodes past, samples of other than 8 bits, a lossless JPEG, more than `max_pixels`, not a JPEG).
 
     Out of memory is the machine's and raises."""
     status, rewritten, interval, reason = _restarts.add_restarts_with_reason(data, most, max_pixels)

@@ -17,7 +17,7 @@ data goes unseen by that crop. `image_sizes` reads the headers, which the crop d
 
 Each image gets a status: DECODED; CORRUPT (damaged data, or more than MAX_SCANS scans) or
 TOO_LARGE (more than shards.limits.MAX_PIXELS pixels), a bad sample; NOT_JPEG or REFUSED (a JPEG
-in a colour space the native path does not take), which `pil_decode_crop` then tries as the
+in a colour space the native path does not take, or a lossless one), which `pil_decode_crop` then tries as the
 previous loader did; OUT_OF_MEMORY, when malloc fails (the machine's fault, not the image's: the
 loader raises MemoryError). CMYK and YCCK JPEGs decode natively, read as PIL reads them. Every
 image decodes exactly as it would alone: the same pixels and statuses for any chunking and any

@@ -194,6 +194,10 @@ static int transcode(transcoder *t, const uint8_t *data, size_t length, unsigned
         snprintf(t->reason, REASON_LENGTH, "%d-bit samples (baseline JPEG has 8)", t->in.data_precision);
         return REFUSED;
     }
+    if (lossless_jpeg(&t->in)) { /* libjpeg would fail on it as on damage ("Requested features are incompatible") */
+        snprintf(t->reason, REASON_LENGTH, "a lossless JPEG (no DCT coefficients to rewrite)");
+        return REFUSED;
+    }
     jvirt_barray_ptr *coefficients = jpeg_read_coefficients(&t->in);
     if (!every_bit_sent(&t->in)) {
         snprintf(t->reason, REASON_LENGTH, "progressive scans leave coefficient bits unsent (decoders estimate them)");
@@ -318,7 +322,8 @@ static PyMethodDef methods[] = {
      "rewritten losslessly as a baseline JPEG with libjpeg's standard Huffman tables and a restart marker every "
      "`interval` MCUs, the largest divisor of the MCUs of a row at most `most`. Status REFUSED for a "
      "progressive JPEG whose scans leave coefficient bits unsent (decoders estimate those: no exact rewrite), "
-     "for coefficients past 8-bit baseline's range (damage: no code for them), and for a header oddity libjpeg "
+     "for coefficients past 8-bit baseline's range (damage: no code for them), for a lossless JPEG (no DCT), "
+     "and for a header oddity libjpeg "
      "warns about but decodes past; CORRUPT where libjpeg warns about or fails on the data. "
      "The GIL is released."},
     {"add_restarts_with_reason", (PyCFunction)(void (*)(void))py_add_restarts_with_reason,

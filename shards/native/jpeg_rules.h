@@ -60,6 +60,15 @@ static inline int too_many_pixels(const struct jpeg_decompress_struct *c, int64_
     return (int64_t)c->image_width * (int64_t)c->image_height > max_pixels;
 }
 
+/* After jpeg_read_header: whether the JPEG is lossless (SOF3 and kin, which libjpeg-turbo 3 reads, and PIL):
+ * no DCT, so no coefficients to rewrite and no decode at a reduced scale or of a region (jpeg_crop_scanline
+ * and jpeg_skip_scanlines fail on one, as damage would). libjpeg keeps the process in its private master;
+ * the public mark is the data unit jpeg_read_header sets, until jpeg_start_decompress: one sample for a
+ * lossless JPEG, a DCT block (DCTSIZE) for every other. */
+static inline int lossless_jpeg(const struct jpeg_decompress_struct *c) {
+    return c->min_DCT_scaled_size == 1;
+}
+
 /* A progressive JPEG may hold thousands of legal scans, each a pass over the whole image's
  * coefficients (seconds each at the pixel limit): past this many it is damage or an attack.
  * libjpeg-turbo's own fuzzers stop at 100 (fuzz/decompress.cc); ordinary encoders write under 12.

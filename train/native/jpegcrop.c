@@ -23,7 +23,7 @@
  * CMYK and YCCK JPEGs decode here too, read as PIL reads them (see cmyk_to_rgbx).
  *
  * Status per image: OK; REFUSED (a JPEG in a colour space this path does not take, two components
- * say: the caller tries PIL); CORRUPT (libjpeg's error, or a warning that the data is damaged, or
+ * say, or a lossless one: the caller tries PIL); CORRUPT (libjpeg's error, or a warning that the data is damaged, or
  * too many scans: the caller leaves the sample out); NOT_JPEG; TOO_LARGE (more pixels than
  * max_pixels, or more memory than its budget); OUT_OF_MEMORY (malloc failed: the machine's memory
  * is short, not the image's fault).
@@ -228,7 +228,8 @@ static int header_check(const struct jpeg_decompress_struct *c, int64_t max_pixe
         return TOO_LARGE;
     /* (libjpeg-turbo 2.x stops at the header of a 12-bit JPEG, CORRUPT; 3.x reads it, and then this) */
     *cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
-    if (c->data_precision != 8 || (!*cmyk && c->jpeg_color_space != JCS_YCbCr &&
+    /* (a lossless JPEG: PIL decodes it whole, here a crop that is not the whole image would fail as damage) */
+    if (c->data_precision != 8 || lossless_jpeg(c) || (!*cmyk && c->jpeg_color_space != JCS_YCbCr &&
                                    c->jpeg_color_space != JCS_GRAYSCALE && c->jpeg_color_space != JCS_RGB))
         return REFUSED;
     return OK;
