@@ -26,7 +26,7 @@ MAX_SIZE: Final[int]  # the largest output side, pixels
 PIXELS_CEILING: Final[int]  # the most max_pixels a caller may ask for
 SIMD: Final[list[str]]  # the resize's implementations this CPU runs, fastest first
 PROFILE_STAGES: Final[list[str]]  # where decode_crops' stop_after may end each image's work (the profile's)
-LIBJPEG_TURBO_VERSION: Final[str]  # "2.1.5": the libjpeg-turbo headers the module was built against
+LIBJPEG_TURBO_VERSION: Final[str]  # "3.1.2": the libjpeg-turbo headers the module was built against
 
 
 def image_sizes(buffers: tuple[Buffer, ...], which: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],
