@@ -27,6 +27,7 @@ from PIL import Image
 from prepare.sample import photo
 from train.decoder import Images, decode_crops
 from train.loader_arguments import checked_validation
+from train.transforms import IMAGENET_FILL
 
 # wide, tall and square; 150 x 113 is enlarged; the last five are at least twice a 224 output
 SIZES = [(500, 375), (375, 500), (150, 113), (233, 232), (640, 333), (333, 640), (1200, 900), (900, 1200),
@@ -179,6 +180,25 @@ def test_validation_pixels_are_the_references(name):
           f"max {max(x for _, x in found):.0f}", end="")
     for (width, height), (mean, most) in zip(SIZES, found):
         assert mean < MEAN_BOUND[val["val_interpolation"]] and most <= 2, (width, height, mean, most)
+
+
+@pytest.mark.parametrize("width, height", [(1, 1000), (1000, 1), (2, 3000)])
+def test_an_image_too_thin_to_letterbox_keeps_a_pixel_of_its_short_side(width, height):
+    """"border" of an image whose short side, scaled with its long side to the output, rounds to none (prepare
+    keeps such images): timm's resize refuses it (a ValueError), and a region of no pixels failed the decode,
+    and with it the whole validation pass. The short side keeps one pixel: the image as a line through the
+    middle, the rest the mean's colour."""
+    val = {"val_crop": 224, "val_crop_fraction": 1.0, "val_crop_mode": "border"}
+    _, regions = checked_validation(224, **val).placements(np.array([width]), np.array([height]))
+    assert regions is not None and (regions[:, 2:] >= 1).all()
+    data = sample_jpeg(width, height)
+    mine = ours(data, **val).astype(np.float32)  # decoded (status 0)
+    tall, middle = height > width, (224 - 1) // 2  # CenterCropOrPad's padding before it
+    line = mine[:, middle] if tall else mine[middle]
+    source = Image.open(io.BytesIO(data)).convert("RGB").resize((1, 224) if tall else (224, 1), Image.BILINEAR)
+    assert np.abs(line - np.asarray(source, np.float32).reshape(224, 3)).max() <= 1
+    rest = np.delete(mine, middle, axis=1 if tall else 0)
+    assert (rest == np.array(IMAGENET_FILL, np.float32)).all()
 
 
 # ---------------------------------------------------------------- the arguments

@@ -236,11 +236,14 @@ def kept_ratio_sizes(widths: np.ndarray, heights: np.ndarray, resize: tuple[int,
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(width, height) after timm's ResizeKeepRatio((height, width) `resize`, longest=1 or 0): both sides
     divided by the larger (longest) or the smaller of side / target, each rounded (round half to even, as
-    its round()): the image fits inside the target, or covers it."""
+    its round()): the image fits inside the target, or covers it. A side is at least a pixel: letterboxed, an
+    image more than twice as long as the target per pixel of its width (1 x 1000 into 224) would round to
+    none, which timm's resize refuses (a ValueError) and no output can hold; it keeps its one pixel."""
     w, h = widths.astype(np.float64), heights.astype(np.float64)
     by_width, by_height = w / resize[1], h / resize[0]
     ratio = np.maximum(by_width, by_height) if longest else np.minimum(by_width, by_height)
-    return np.rint(w / ratio).astype(np.int64), np.rint(h / ratio).astype(np.int64)
+    return (np.maximum(np.rint(w / ratio), 1).astype(np.int64),
+            np.maximum(np.rint(h / ratio), 1).astype(np.int64))
 
 
 def placed_on_grid(widths: np.ndarray, heights: np.ndarray, new_w: np.ndarray, new_h: np.ndarray,
