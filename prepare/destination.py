@@ -264,8 +264,13 @@ def remove_incomplete(dest: Path) -> None:
 
 def remove_this_run(dest: Path) -> None:
     """What a failed run wrote: its scratch, its shards and its ReaL labels (remove_incomplete
-    emptied the shard folders before it started, so whatever is there now is this run's)."""
+    emptied the shard folders before it started, so whatever is there now is this run's). A manifest
+    there is this run's too, renamed in whole before the failure (a SIGTERM during the fsync after its
+    rename): the dataset it lists is complete and stays, where removing its shards left a manifest
+    listing none, which the rerun refused as damaged."""
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+    if manifest_path(dest).exists():
+        return
     (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
     for split in ALL_SPLITS:
         for path in (dest / split).iterdir() if (dest / split).is_dir() else ():

@@ -261,6 +261,31 @@ def test_the_manifest_is_written_after_the_folders_of_the_shards_it_lists_are_ma
     assert done == ["train", "val", "manifest.json", "imagenet"]  # (the last: write_file_atomic's rename)
 
 
+def test_a_stop_after_the_manifests_rename_keeps_the_complete_dataset_it_lists(sources, prepared, tmp_path,
+                                                                              monkeypatch):
+    """SIGTERM (SLURM's time limit) or Ctrl-C landing in the fsync of --dest after the manifest's rename (a slow
+    disk): the manifest is there, whole, so the shards it lists stay and a rerun finds the dataset complete. The
+    clean-up removed them before, leaving a manifest that listed none: the rerun that the message asked for refused
+    the dataset as damaged, and training would have too."""
+    import shards.manifest as manifest_module
+
+    dest = tmp_path / "imagenet"
+    fsync_dir = manifest_module.fsync_dir
+
+    def stopped_after_the_rename(path):
+        fsync_dir(path)
+        if Path(path).resolve() == dest.resolve() and (dest / "manifest.json").exists():
+            raise KeyboardInterrupt  # what the signal's handler raises there (prepare/cli.py's Stopped alike)
+
+    monkeypatch.setattr(manifest_module, "fsync_dir", stopped_after_the_rename)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(config(sources["official"], dest))
+    monkeypatch.undo()
+    assert read_complete_manifest(dest) and tree_bytes(dest) == tree_bytes(prepared)
+    assert not (dest / ".prepare-tmp").exists()
+    assert prepare(config(sources["official"], dest)).dataset_id() == read_manifest(prepared).dataset_id()  # rerun
+
+
 @pytest.mark.parametrize("flag", ["force", "verify"])
 def test_a_source_refused_after_force_or_verify_leaves_the_dataset_there_whole(prepared, sources, tmp_path, flag):
     """--force (another seed) or --verify (a damaged shard), with ReaL labels that do not fit the val
