@@ -35,12 +35,26 @@ POLL_S = 0.5  # how often a waiting prepare tries the lock again
 
 
 class LockUnwritable(UserError):
-    """A lock file that cannot be made or written: its folder read-only, full, or not this user's."""
+    """A lock file that cannot be made, written or locked: its folder read-only, full, or not this user's, or on a
+    file system without flock."""
 
 
 def unwritable(path: Path, exn: OSError) -> LockUnwritable:
     return LockUnwritable(f"cannot write the lock file {path} ({exn.strerror or exn}): its folder must be writable "
                           "by this user, with free space")
+
+
+def flock(fd: int, operation: int, path: Path) -> None:
+    """fcntl.flock of `path`'s descriptor. A file system without flock (Lustre mounted without -o flock: ENOSYS;
+    NFS without its lock daemon: ENOLCK) is LockUnwritable, one line, where it was a traceback; a lock held by
+    another (LOCK_NB's BlockingIOError) passes to the caller."""
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        raise
+    except OSError as exn:
+        raise LockUnwritable(f"cannot lock {path} ({exn.strerror or exn}): its file system does not support file "
+                             "locks (flock); use a local disk, NFS v4, GPFS, or Lustre mounted with -o flock") from None
 
 
 # ---------------------------------------------------------------- who holds it
@@ -89,7 +103,7 @@ def guard(folder: Path):
     """The short lock around writing and judging the holder's identity: an flock of the folder."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        flock(fd, fcntl.LOCK_EX, folder)
         yield
     finally:
         os.close(fd)
@@ -104,10 +118,13 @@ def try_lock(path: Path, record: str) -> int | None:
     except OSError as exn:
         raise unwritable(path, exn) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
     except BlockingIOError:
         os.close(fd)
         return None
+    except LockUnwritable:
+        os.close(fd)
+        raise
     try:
         if os.stat(path).st_ino != os.fstat(fd).st_ino:
             os.close(fd)

@@ -67,6 +67,30 @@ def test_the_lock_file_names_its_holder_and_a_free_lock_is_not_held(tmp_path):
     assert not held_by_a_live_prepare(tmp_path)
 
 
+def test_a_file_system_without_flock_is_one_line_for_prepare_and_a_refusal_for_training(sources, tmp_path,
+                                                                                          monkeypatch, caplog):
+    """Lustre mounted without -o flock answers flock with ENOSYS (NFS without its lock daemon: ENOLCK): prepare
+    says so in one line, exit status 2, and training's rank 0 refuses its run directory as for a full disk (a
+    verdict every rank says), where both were a traceback of fcntl.flock (training's other ranks then waited)."""
+    import errno
+    import fcntl
+
+    from prepare.cli import main
+    from train.run.run_lock import Holder, take
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    dest = tmp_path / "imagenet"
+    assert main(["--source", str(sources["official"]), "--dest", str(dest)]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [f"cannot lock {dest} (Function not implemented): its file system does not support file locks "
+                      "(flock); use a local disk, NFS v4, GPFS, or Lustre mounted with -o flock"], errors
+    claim = take(tmp_path / "run", Holder.me({}))
+    assert claim.fd is None and claim.refused.startswith(f"cannot lock {tmp_path / 'run'} (Function not implemented)")
+
+
 # ---------------------------------------------------------------- with real processes
 
 HOLDER = textwrap.dedent("""

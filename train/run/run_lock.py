@@ -112,8 +112,8 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
         return Claim(None, f"cannot make --run-dir {run_dir} ({exn.strerror or exn}): give a writable one", False)
     path, started, said = run_dir / LOCK_NAME, time.monotonic(), False
     while True:
-        with guard(run_dir):
-            try:
+        try:  # (the guard too: its flock fails as the lock's does where the file system has none)
+            with guard(run_dir):
                 fd = try_lock(path, me.record())
                 if fd is not None:
                     return Claim(fd, "", made_dir)
@@ -123,8 +123,8 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
                     log.warning("the training that held %s (%s) is no longer running, but processes it left still "
                                 "hold its lock: taking the lock over", run_dir, named(record))
                     return Claim(take_over(path, me.record()), "", made_dir)
-            except LockUnwritable as exn:  # a full disk, a read-only folder
-                return Claim(None, str(exn), made_dir)
+        except LockUnwritable as exn:  # a full disk, a read-only folder, a file system without flock
+            return Claim(None, str(exn), made_dir)
         waited = time.monotonic() - started
         if decided == "refuse" or waited > wait_s:
             return Claim(None, refusal(run_dir, record, waited if decided == "wait" else 0.0), made_dir)
