@@ -76,7 +76,21 @@ class WorkerPool:
     def __init__(self, workers: int):
         self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                             initializer=die_with_parent, initargs=(os.getpid(),))
-        self.executor.submit(int).result()  # a fork executor starts all its processes at the first task
+        try:
+            self.executor.submit(int).result()  # a fork executor starts all its processes at the first task
+        except OSError as exn:  # a fork refused: EAGAIN (a limit on processes), ENOMEM (strict overcommit)
+            self.end_started()
+            raise PrepareError(f"cannot start {workers} prepare worker processes ({exn.strerror or exn}): this node "
+                               "limits the job's processes (ulimit -u, its cgroup's task limit) or memory. Rerun with "
+                               "fewer --workers") from None
+
+    def end_started(self) -> None:
+        """The workers forked before a fork failed, ended: they wait for tasks that never come, and the
+        interpreter's exit waits for them (a hang after the traceback, where a fork failed)."""
+        for process in list((self.executor._processes or {}).values()):
+            process.kill()
+            process.join()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "WorkerPool":
         return self

@@ -1073,6 +1073,29 @@ def test_a_worker_killed_outright_is_one_line_not_a_hang(sources, tmp_path, monk
     assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
 
 
+def test_a_worker_the_node_refuses_to_fork_is_one_line_and_no_hang(sources, tmp_path, monkeypatch):
+    """A limit on the job's processes (ulimit -u, a cgroup's pids.max) or strict overcommit refuses the third
+    fork with EAGAIN: one line saying to use fewer --workers, the two workers forked before it ended. It was a
+    traceback, then a hang at the interpreter's exit, which waited for those two (seen under a pids cgroup)."""
+    import multiprocessing
+
+    real_fork, forks = os.fork, []
+
+    def refused_third(*args):
+        forks.append(1)
+        if len(forks) == 3:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real_fork(*args)
+
+    monkeypatch.setattr(os, "fork", refused_third)
+    dest = tmp_path / "out"
+    with pytest.raises(PrepareError, match=r"^cannot start 4 prepare worker processes \(Resource temporarily "
+                                           r"unavailable\): .* Rerun with fewer --workers$"):
+        prepare(config(sources["official"], dest, workers=4))
+    assert multiprocessing.active_children() == []
+    assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
+
+
 def small_tmpfs(path: Path, megabytes: int):
     """Mount a tmpfs of `megabytes` at `path` (root only); the reason when it cannot be done."""
     path.mkdir(parents=True)
