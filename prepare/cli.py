@@ -129,21 +129,28 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def stopped_by_sigterm():
-    """SIGTERM raises Stopped while the run is under way (in the main thread; a second one is ignored, so
-    that the clean-up finishes before SLURM's SIGKILL); the handler before it is put back after."""
+    """SIGTERM raises Stopped while the run is under way, and SIGINT KeyboardInterrupt, as ever (in the main thread;
+    SIGINT only where it is not ignored, as in a shell's background job). After either, both are ignored, so that the
+    clean-up finishes before SLURM's SIGKILL: a second Ctrl-C cut it short, leaving the scratch and shards the
+    message says are removed. The handlers before are put back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Stopped
+        for number in watched:
+            signal.signal(number, signal.SIG_IGN)
+        raise Stopped if signum == signal.SIGTERM else KeyboardInterrupt
 
-    before = signal.signal(signal.SIGTERM, stop)
+    watched = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (a shell's background job)
+        watched.append(signal.SIGINT)
+    before = {number: signal.signal(number, stop) for number in watched}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for number, handler in before.items():
+            signal.signal(number, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

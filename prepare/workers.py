@@ -62,6 +62,8 @@ def die_with_parent(parent: int) -> None:
     thread: WorkerPool is made there), and exit now if the parent is already gone. (The parent's locks
     it let go of as it was forked: shards/lock.py.)"""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's (prepare/cli.py's Stopped): a worker just ends
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # Ctrl-C: Python's KeyboardInterrupt, not the parent's
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")

@@ -362,6 +362,34 @@ def test_sigterm_mid_run_removes_what_the_run_wrote_and_says_so_in_one_line(tmp_
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [".prepare.lock"]
 
 
+def test_a_second_ctrl_c_waits_for_the_clean_up_that_the_message_says_is_done(sources, tmp_path, monkeypatch, caplog):
+    """Ctrl-C pressed twice (the second as the clean-up starts) leaves --dest as one Ctrl-C does, the val
+    shards written and the scratch removed, as the line says; the second KeyboardInterrupt cut the clean-up
+    short, leaving them (150 GB of spills, on ImageNet) under that line. A second SIGTERM was ignored already."""
+    import prepare.builder as builder
+    from prepare.cli import main
+
+    real_write_split, real_remove = builder.write_split, builder.remove_this_run
+
+    def ctrl_c_after_val(split, *args):
+        info = real_write_split(split, *args)
+        os.kill(os.getpid(), signal.SIGINT)  # the first: val's shards are written
+        return info
+
+    def ctrl_c_again(dest):
+        os.kill(os.getpid(), signal.SIGINT)
+        real_remove(dest)
+
+    monkeypatch.setattr(builder, "write_split", ctrl_c_after_val)
+    monkeypatch.setattr(builder, "remove_this_run", ctrl_c_again)
+    dest = tmp_path / "imagenet"
+    assert main(["--source", str(sources["official"]), "--dest", str(dest), "--workers", "1"]) == 130
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"stopped by SIGINT, its scratch and unfinished shards removed: rerun the same command to prepare {dest}"]
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [".prepare.lock", "train", "val"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 def test_concurrent_prepares_on_one_destination_do_the_work_once(tmp_path):
     source = big_source(tmp_path)
