@@ -30,8 +30,8 @@ from pathlib import Path
 from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
-    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, report_rebuild,
-    verified_existing, with_class_maps,
+    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, removed_bytes,
+    report_rebuild, verified_existing, with_class_maps,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
@@ -129,9 +129,13 @@ def shortfalls(source: Source) -> dict[str, str]:
 def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, damaged: Manifest | None,
                      reader: Reader | None = None) -> Manifest:
     """Build the dataset from the samples `reader` yields (this node's own read of `source` by
-    default), log it, and compare it with the damaged dataset it replaces."""
+    default), log it, and compare it with the damaged dataset it replaces. Refused for room before the dataset
+    it replaces (--force, --verify) is removed, its space counted as free: a --force that cannot fit removed it
+    first, then refused, losing both."""
+    reader = reader or LocalRead(source, config)
+    check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
     remove_incomplete(dest)
-    manifest = build_or_clean_up(source, dest, config, identity, reader or LocalRead(source, config))
+    manifest = build_or_clean_up(source, dest, config, identity, reader)
     log_summary(dest, manifest)
     if damaged is not None:
         report_rebuild(damaged, manifest)
@@ -171,14 +175,17 @@ class RunState:
     needed: int = 0  # bytes, the largest estimate so far
 
 
-def check_free_space(dest: Path, needed: int, what: str, state: RunState, advice=None) -> None:
+def check_free_space(dest: Path, needed: int, what: str, state: RunState, advice=None, freed: int = 0) -> None:
     """Refuse to start a phase that cannot fit: `needed` bytes more on --dest (and a margin);
-    `advice(free)` says what would fit (the dataset's check names a --resize)."""
+    `advice(free)` says what would fit (the dataset's check names a --resize). `freed`: bytes the
+    build removes before it writes (the dataset it replaces), counted as free."""
     needed += MARGIN
     state.needed = max(state.needed, needed)
-    free = free_bytes(dest)
+    free = free_bytes(dest) + freed
     if free < needed:
-        raise PrepareError(f"{dest} has {free / 1e9:.2f} GB free; {what} needs about {needed / 1e9:.2f} GB more "
+        raise PrepareError(f"{dest} has {free / 1e9:.2f} GB free"
+                           f"{f' (counting the {freed / 1e9:.2f} GB the build would replace, kept)' if freed else ''}; "
+                           f"{what} needs about {needed / 1e9:.2f} GB more "
                            "(the images once as spill files, then as shards with tar headers). "
                            + (advice(free) if advice else "Free space, choose another --dest, or shrink the images "
                                                           "with --resize."))
@@ -232,16 +239,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     dealt into shards, written."""
     start = time.monotonic()
     raise_open_file_limit()
-    estimate = dataset_estimate(source, config, resize_ratio(source, config))
-    ahead = reader.disk_ahead()
-    adding = "train" not in source.splits  # evaluation sets added to a dataset there, which keeps its options
-    what = (f"the evaluation sets it adds ({', '.join(source.splits)})" if adding else
-            "the dataset (estimated from the source)") + (
-        f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
-    advice = ((lambda free: "Free space, or choose another --dest: the dataset there keeps its options, and a --resize "
-                            "would make it another") if adding else
-              (lambda free: resize_that_fits(source, config, ahead, free)))
-    check_free_space(dest, sum(estimate.values()) + ahead, what, state, advice)
+    estimate = check_dataset_fits(source, dest, config, state, reader)
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
     with reader.workers() as pool:
@@ -263,6 +261,23 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                     real_labels=write_real_labels(dest, real_labels) if real_labels is not None else {},
                     partial={split: r.partial for split, r in results.items() if r.partial},
                     warnings={split: r.warning for split, r in results.items() if r.warning})
+
+
+def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state: RunState, reader: Reader,
+                       freed: int = 0) -> dict[str, int]:
+    """Refuse a build --dest has no room for (its `freed` bytes counted as free: check_free_space); each
+    split's estimate."""
+    estimate = dataset_estimate(source, config, resize_ratio(source, config))
+    ahead = reader.disk_ahead()
+    adding = "train" not in source.splits  # evaluation sets added to a dataset there, which keeps its options
+    what = (f"the evaluation sets it adds ({', '.join(source.splits)})" if adding else
+            "the dataset (estimated from the source)") + (
+        f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
+    advice = ((lambda free: "Free space, or choose another --dest: the dataset there keeps its options, and a --resize "
+                            "would make it another") if adding else
+              (lambda free: resize_that_fits(source, config, ahead, free)))
+    check_free_space(dest, sum(estimate.values()) + ahead, what, state, advice, freed)
+    return estimate
 
 
 def read_pass(source: Source, splits: tuple[str, ...], dest: Path, config: PrepareConfig, state: RunState,

@@ -262,6 +262,14 @@ def remove_incomplete(dest: Path) -> None:
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 
 
+def removed_bytes(dest: Path) -> int:
+    """The bytes remove_incomplete frees: the dataset a build replaces (--force, --verify's rebuild), what a killed
+    run left."""
+    files = [path for split in ALL_SPLITS if (dest / split).is_dir() for path in (dest / split).iterdir()]
+    files += [*(dest / WORK_DIR_NAME).rglob("*"), manifest_path(dest), dest / REAL_LABELS_FILE]
+    return sum(path.stat().st_size for path in files if path.is_file())
+
+
 def remove_this_run(dest: Path) -> None:
     """What a failed run wrote: its scratch, its shards and its ReaL labels (remove_incomplete
     emptied the shard folders before it started, so whatever is there now is this run's). A manifest

@@ -1388,3 +1388,21 @@ def test_a_dataset_too_big_for_the_disk_is_refused_naming_the_resize_that_fits(t
         assert manifest.splits["train"].samples == 360
     finally:
         subprocess.run(["umount", mount], check=True)
+
+
+def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_removed(tmp_path):
+    """A dataset prepared at --resize 32 on a small disk, then --force at full size, which does not fit even with
+    it gone: refused in one line, the dataset there kept whole (it was removed first, then the build refused:
+    neither dataset was left); a --force at a size that fits replaces it."""
+    source = tmp_path / "source"
+    make_sample(source, "official", SampleSpec(classes=4, train_per_class=40, val_per_class=5, max_width=320))
+    with a_small_disk(tmp_path / "local", 21) as mount:  # MB: --resize 32 needs about 18, full size about 24.5
+        dest = mount / "imagenet"
+        prepare(config(source, dest, resize=32))
+        before = {**tree_bytes(dest), "manifest.json": (dest / "manifest.json").read_bytes()}
+        with pytest.raises(PrepareError, match=r"GB free \(counting the 0.00 GB the build would replace, kept\); the "
+                                               r"dataset \(estimated from the source\) needs about 0.02 GB more"):
+            prepare(config(source, dest, force=True))
+        assert {**tree_bytes(dest), "manifest.json": (dest / "manifest.json").read_bytes()} == before
+        prepare(config(source, dest, force=True, resize=64))
+        assert read_complete_manifest(dest).options["resize"] == 64
