@@ -121,16 +121,17 @@ class WorkerPool:
         the caller takes (as imap_ahead keeps them), for tasks whose output the caller takes while they
         run (a part stream's segments). A worker that died is named when the caller asks a task's result."""
         jobs, pending = iter(jobs), deque()
-        pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, ahead))
-        while pending:
-            taken = pending.popleft()
-            pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, 1))
-            yield taken
+        with worker_died_is_named():  # a submit to a pool whose worker died (idle, by the OOM killer) raises too
+            pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, ahead))
+            while pending:
+                taken = pending.popleft()
+                pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, 1))
+                yield taken
 
     def imap_unordered(self, fn: Callable, jobs: Iterable) -> Iterator:
         """fn(job) for every job, as each finishes."""
-        pending: set[Future] = {self.executor.submit(fn, job) for job in jobs}
-        with worker_died_is_named():
+        with worker_died_is_named():  # the submits too: a worker that died idle, before them, broke the pool
+            pending: set[Future] = {self.executor.submit(fn, job) for job in jobs}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

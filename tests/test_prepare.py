@@ -1101,6 +1101,31 @@ def test_a_worker_killed_outright_is_one_line_not_a_hang(sources, tmp_path, monk
     assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
 
 
+def test_a_worker_killed_while_idle_is_one_line_at_the_next_submit(sources, tmp_path, monkeypatch):
+    """The out-of-memory killer picks a worker while it waits between tasks (the main process dealing a split's keys
+    into shards): the pool is broken before the shard jobs are submitted, and the submit's BrokenProcessPool is the
+    one line a death mid-task is, the run cleaned up; it was a traceback."""
+    import multiprocessing
+
+    import prepare.builder as builder
+    from prepare.workers import WorkerDied
+
+    real = builder.deal_into_shards
+
+    def a_worker_killed_first(buckets, seed):
+        worker = multiprocessing.active_children()[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(10)
+        time.sleep(0.5)  # the pool's manager thread marks it broken
+        return real(buckets, seed)
+
+    monkeypatch.setattr(builder, "deal_into_shards", a_worker_killed_first)
+    dest = tmp_path / "out"
+    with pytest.raises(WorkerDied, match="a prepare worker process died"):
+        prepare(config(sources["official"], dest, workers=2))
+    assert not (dest / ".prepare-tmp").exists() and not any((dest / "val").iterdir())
+
+
 def test_a_worker_the_node_refuses_to_fork_is_one_line_and_no_hang(sources, tmp_path, monkeypatch):
     """A limit on the job's processes (ulimit -u, a cgroup's pids.max) or strict overcommit refuses the third
     fork with EAGAIN: one line saying to use fewer --workers, the two workers forked before it ended. It was a
