@@ -5,8 +5,10 @@ the example of docs/library.md, under real launchers."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import pickle
 import threading
 import time
 
@@ -222,6 +224,19 @@ def test_a_val_loader_made_from_the_train_loader_shares_its_threads_and_buffers(
         val.close()
         assert not data.closed
         next(iter(data))  # still serves: the threads stop with the last loader sharing them
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, pickle.dumps])
+def test_a_loader_is_not_copied_or_pickled_and_the_refusal_says_what_to_do(prepared, copier):
+    """A copy.copy shared the threads without counting as their user: closing it stopped the original's
+    (`cannot schedule new futures after shutdown`); deepcopy and pickle failed inside the copy machinery."""
+    with loader(prepared) as data:
+        with pytest.raises(TypeError, match="does not copy or pickle.*state_dict") as refused:
+            copier(data)
+        assert "\n" not in str(refused.value)
+        with data.with_split("val") as val:  # with_split still makes its loader, sharing the threads
+            assert len(list(val)) == len(val)
+        assert sum(1 for _ in data) == len(data)
 
 
 def test_leaving_a_pass_early_leaves_no_thread_busy_and_no_buffer_held(prepared):

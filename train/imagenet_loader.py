@@ -18,7 +18,6 @@ manual.
 
 from __future__ import annotations
 
-import copy
 import logging
 import operator
 import os
@@ -223,11 +222,19 @@ class ImageNetLoader:
         split = check_split(split, self._shared.loader.splits)
         self._check_open()
         self._check_batches(split, len(self._shared.loader.splits[split]))
-        other = copy.copy(self)
+        other = object.__new__(type(self))  # not copy.copy: a copy of its own is refused (__reduce_ex__)
+        other.__dict__.update(self.__dict__)
         other._begin(split)
         with self._shared.lock:
             self._shared.users += 1
         return other
+
+    def __reduce_ex__(self, protocol):
+        """Refused: pickle, copy.copy and copy.deepcopy all ask this. A copy would share the threads without
+        counting as their user (closing it would stop the original's), and threads and memory maps do not pickle."""
+        raise TypeError("an ImageNetLoader does not copy or pickle (it holds decoding threads and memory-mapped "
+                        "shards): make one in each process with the same arguments, use with_split() for another "
+                        "split sharing its threads, and save state_dict() to carry its position")
 
     def _check_batches(self, split: str, samples: int) -> None:
         """A batch on every rank; with repeats, at least as many samples a rank as readings of one."""
