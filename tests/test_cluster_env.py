@@ -54,6 +54,23 @@ def test_half_a_torchrun_environment_is_an_error():
         dist_env({"RANK": "0"})
 
 
+@pytest.mark.parametrize("variables, message", [
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK and WORLD_SIZE say rank 3 of 2, no place"),  # WORLD_SIZE=$SLURM_NNODES
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "rank -1 of 2"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "rank 0 of 0"),
+    ({"RANK": "0", "WORLD_SIZE": ""}, "not a whole number"),
+    ({"RANK": "one", "WORLD_SIZE": "2"}, "not a whole number"),
+    ({**SRUN, "SLURM_PROCID": "7"}, "SLURM_PROCID and SLURM_STEP_NUM_TASKS say rank 7 of 7"),
+])
+def test_variables_that_make_no_place_in_the_job_are_one_line_not_an_error_deep_in_the_read_plan(variables, message):
+    """RANK=3 with WORLD_SIZE=2 was rank 3 of 2: the loader then failed with an IndexError in its read plan, and
+    WORLD_SIZE=0 with a ZeroDivisionError; a variable that is no number with int()'s ValueError."""
+    launcher = {"LOCAL_RANK": "0"} if "RANK" in variables else {}
+    with pytest.raises(ClusterError, match=message) as refused:
+        dist_env({**launcher, **variables})
+    assert "\n" not in str(refused.value) and "torchrun or srun" in str(refused.value)
+
+
 def test_a_plain_process_is_rank_zero_of_one():
     env = dist_env({})
     assert (env.rank, env.world_size, env.launcher) == (0, 1, "single")

@@ -46,8 +46,25 @@ def dist_env(environ: dict) -> DistEnv:
     """Rank, world size, local rank and rendezvous address from the launcher's variables.
 
     torchrun's variables win (and MASTER_ADDR/MASTER_PORT override SLURM's derived ones); under
-    srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess.
+    srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess;
+    so is a rank outside its world, or a variable that is no number (exported by hand: WORLD_SIZE=$SLURM_NNODES).
     """
+    try:
+        env = launcher_env(environ)
+    except ValueError as exn:  # int() of a variable that is no number
+        raise ClusterError(f"a launcher's variable is not a whole number ({exn}): let torchrun or srun set "
+                           "RANK, WORLD_SIZE, LOCAL_RANK (or SLURM_PROCID, ...), not a script") from None
+    if env.world_size < 1 or not 0 <= env.rank < env.world_size:  # else: an IndexError deep in the read plan
+        said = ("RANK and WORLD_SIZE", " (WORLD_SIZE counts ranks, not nodes)") if env.launcher == "torchrun" else (
+            "SLURM_PROCID and SLURM_STEP_NUM_TASKS", "")
+        raise ClusterError(f"{said[0]} say rank {env.rank} of {env.world_size}, no place in a job of "
+                           f"{env.world_size} ranks (0 to the world size less one): let torchrun or srun set them, "
+                           f"not a script{said[1]}")
+    return env
+
+
+def launcher_env(environ: dict) -> DistEnv:
+    """dist_env's reading of the variables, before its check that they make a place."""
     job = {"node": environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
            "job_id": environ.get("SLURM_JOB_ID"), "job_tasks": int(environ.get("SLURM_NTASKS", 1)),
            "cpus_per_task": "SLURM_CPUS_PER_TASK" in environ}
