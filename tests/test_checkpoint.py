@@ -257,6 +257,33 @@ def test_a_requeued_job_continues_its_wandb_run_and_an_empty_id_file_is_replaced
     assert again and (tmp_path / "run" / WANDB_ID_NAME).read_text() == again
 
 
+@pytest.mark.parametrize("fills", ["before it opens", "as it logs"])
+def test_a_tracker_whose_file_system_fills_stops_in_one_warning_and_the_run_goes_on(tmp_path, caplog, fills):
+    """--tracker tensorboard on a run directory that fills (another job, a quota): TensorBoard's writer thread
+    raised the OSError at its next flush, rank 0's traceback in the middle of an epoch while the other ranks
+    waited in the step's collective (a review's finding). Now one warning, and the tracker logs nothing more."""
+    from test_prepare import a_small_disk, fill
+    from train.run.trackers import open_tracker
+
+    with a_small_disk(tmp_path / "small", 1) as mount:
+        run = mount / "run"
+        run.mkdir()
+        if fills == "before it opens":
+            fill(mount, "1k")
+        tracker = open_tracker("tensorboard", str(run), is_main=True, resumed_step=0, project="p", config={})
+        tracker.log({"train/loss": 1.0}, 1)
+        fill(mount, "1k")
+        for step in range(2, 400):  # past the last page the event file holds
+            tracker.log({f"train/{name}": float(step) for name in ("loss", "lr", "images_per_sec")}, step)
+        tracker.close()
+    warned = [r for r in caplog.records if "--tracker tensorboard" in r.getMessage()]
+    assert [r.levelname for r in warned] == ["WARNING"]
+    assert warned[0].getMessage() == (
+        f"--tracker tensorboard: cannot write {run / 'tensorboard'} (No space left on device): is its file system "
+        "full, or over its quota? It logs nothing more until the run is resumed; metrics.jsonl still records every "
+        "epoch (python -m train.report RUN_DIR draws them)")
+
+
 def test_ranks_whose_data_differ_are_named_before_any_collective_of_the_run():
     """Each node reads its own copy ($SLURM_TMPDIR's): ranks that read another dataset, other evaluation sets
     or other ReaL labels would count other images, or pair their collectives wrongly. Pure: the decision."""

@@ -1,7 +1,7 @@
 """Experiment trackers for `python -m train --tracker tensorboard|wandb`, rank 0 only: each epoch's
 record, and the loss, learning rate and images/s every --log-every steps, at the run's global
 optimizer step (which a resumed run continues). Both are optional extras; metrics.jsonl is written
-either way.
+either way, also where a tracker cannot write its files (a full disk: one warning, then it logs nothing).
 
     TensorBoard   event files in RUN_DIR/tensorboard (torch.utils.tensorboard); a resumed run drops
                   the events logged after its checkpoint's step (purge_step), so no step is logged twice
@@ -16,11 +16,14 @@ either way.
 from __future__ import annotations
 
 import importlib
+import logging
 import secrets
 from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from train.errors import ConfigError
+
+log = logging.getLogger("train")
 
 WANDB_ID_NAME = "wandb-id"
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # the package each of TRACKERS[1:] needs
@@ -98,10 +101,46 @@ class WandB:
         self.run.finish()
 
 
+FOLDERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # where each tracker writes in the run directory
+
+
+def stopped(tracker: str, run_dir: str, exn: OSError) -> str:
+    return (f"--tracker {tracker}: cannot write {Path(run_dir) / FOLDERS[tracker]} ({exn.strerror or exn}): is its "
+            "file system full, or over its quota? It logs nothing more until the run is resumed; metrics.jsonl still "
+            "records every epoch (python -m train.report RUN_DIR draws them)")
+
+
+class Guarded:
+    """A tracker whose files cannot be written (the run directory's file system full, a quota) stops, in one
+    warning, and the run goes on: metrics.jsonl is its record, and an epoch's record that cannot be appended stops
+    every rank in one line. Unguarded, TensorBoard's writer thread raised the OSError at its next flush: rank 0's
+    traceback alone, the other ranks left waiting in the step's collective."""
+
+    def __init__(self, tracker, name: str, run_dir: str):
+        self.tracker, self.name, self.run_dir = tracker, name, run_dir
+
+    def log(self, values: dict, step: int) -> None:
+        self.attempt(self.tracker.log, values, step)
+
+    def close(self) -> None:
+        self.attempt(self.tracker.close)
+
+    def attempt(self, call, *args) -> None:
+        try:
+            call(*args)
+        except OSError as exn:
+            self.tracker = NoTracker()  # (TensorBoard's writer thread has ended: its close would raise it again)
+            log.warning("%s", stopped(self.name, self.run_dir, exn))
+
+
 def open_tracker(tracker: str, run_dir: str, *, is_main: bool, resumed_step: int, project: str, config: dict):
-    """The tracker of rank 0; the other ranks log nothing."""
+    """The tracker of rank 0 (Guarded); the other ranks log nothing."""
     if tracker == "none" or not is_main:
         return NoTracker()
-    if tracker == "tensorboard":
-        return TensorBoard(Path(run_dir), resumed_step)
-    return WandB(Path(run_dir), project, config)
+    try:
+        opened = (TensorBoard(Path(run_dir), resumed_step) if tracker == "tensorboard"
+                  else WandB(Path(run_dir), project, config))
+    except OSError as exn:  # its folder, or W&B's run id, on a full file system
+        log.warning("%s", stopped(tracker, run_dir, exn))
+        return NoTracker()
+    return Guarded(opened, tracker, run_dir)
