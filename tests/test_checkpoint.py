@@ -243,6 +243,26 @@ def test_a_damaged_or_foreign_checkpoint_is_refused_in_one_line(tmp_path, damage
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("damage", ["a bit flipped", "a block zeroed"])
+def test_a_checkpoint_whose_weights_changed_on_disk_is_refused_not_resumed_on(tmp_path, damage):
+    """torch.load does not check the CRC-32 of the zip's members: a checkpoint whose tensor bytes were damaged
+    after it was written (a bit flipped, a block zeroed) loaded, and the run resumed, or was evaluated, on the
+    damaged weights without a word (a review's finding)."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, checkpoint(torch.nn.Linear(256, 64)))
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2  # inside the weight's 64 KiB
+    if damage == "a bit flipped":
+        data[middle] ^= 0x10
+    else:
+        data[middle:middle + 4096] = bytes(4096)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ResumeError, match=r"last.pt is damaged \(archive/data/\d+ fails its checksum: its bytes "
+                                          r"changed after it was written\): put back a copy of it") as refused:
+        load_checkpoint(path)
+    assert "\n" not in str(refused.value)
+
+
 def test_a_requeued_job_continues_its_wandb_run_and_an_empty_id_file_is_replaced(tmp_path):
     """RUN_DIR/wandb-id keeps the W&B run a requeued job continues: read where it holds one, drawn and written
     whole where there is none, or an empty one (an earlier version's plain write cut by a crash), which W&B

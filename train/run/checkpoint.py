@@ -5,6 +5,7 @@ earlier version (another CHECKPOINT_FORMAT) is refused, not converted."""
 from __future__ import annotations
 
 import random
+import zipfile
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
@@ -317,10 +318,25 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
     return path
 
 
+def damaged_member(path: Path) -> str | None:
+    """The first member of the checkpoint's zip whose bytes fail the CRC-32 torch.save wrote with them (a bit
+    flipped, a block zeroed, on the way to the disk or on it), which torch.load does not check: it loads the
+    damaged weights as they are, and the run resumes silently on them. None where every member is whole, or where
+    the file is no zip (torch.load names that)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return None
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
     """The checkpoint at `path`; ResumeError, in one line, for a file that cannot be read or is not one (cut
-    short, emptied, another program's). weights_only: a checkpoint on shared storage must not be able to run
-    code when loaded."""
+    short, emptied, another program's, bytes changed since it was written). weights_only: a checkpoint on shared
+    storage must not be able to run code when loaded."""
+    if (member := damaged_member(path)) is not None:
+        raise ResumeError(f"{path} is damaged ({member} fails its checksum: its bytes changed after it was written): "
+                          "put back a copy of it, or start the run again in another --run-dir (or delete this file)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exn:  # torch's for bytes that are no checkpoint: RuntimeError, EOFError, UnpicklingError,
