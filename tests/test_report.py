@@ -54,6 +54,20 @@ def test_the_report_skips_lines_that_are_not_records_and_says_which(tmp_path, ca
     assert "skipped line 1:" in err and "no epochs in" in err
 
 
+def test_a_run_directory_that_is_not_there_is_said_so_not_a_run_without_epochs(tmp_path, capsys):
+    """A mistyped RUN_DIR (or a file's path) was "no epochs in RUN_DIR/metrics.jsonl yet": a run still in its first
+    epoch, to wait for (a review's finding)."""
+    from train.run.report import main
+
+    for wrong in (tmp_path / "rn", tmp_path / "last.pt"):
+        (tmp_path / "last.pt").write_bytes(b"")
+        assert main([str(wrong)]) == 2
+        assert capsys.readouterr().err == (f"{wrong}: no such run directory: give the --run-dir of a python -m train "
+                                           "run\n")
+    assert main([str(tmp_path)]) == 2  # a run directory whose run has not finished an epoch yet
+    assert capsys.readouterr().err == f"no epochs in {tmp_path / 'metrics.jsonl'} yet\n"
+
+
 def test_a_torn_last_record_is_set_aside_whole_lines_kept(tmp_path):
     from train.run.metrics import append_metrics, read_records, set_aside_torn_record
 

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/metrics.png")
     args = p.parse_args(argv)
+    if not args.run_dir.is_dir():  # a path mistyped: not a run that has no epoch yet
+        print(f"{args.run_dir}: no such run directory: give the --run-dir of a python -m train run", file=sys.stderr)
+        return 2
     records, damaged = read_records(args.run_dir)
     if damaged:
         print(f"{args.run_dir / METRICS_NAME}: skipped line{'s' * (len(damaged) > 1)} "
