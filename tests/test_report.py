@@ -68,6 +68,20 @@ def test_a_run_directory_that_is_not_there_is_said_so_not_a_run_without_epochs(t
     assert capsys.readouterr().err == f"no epochs in {tmp_path / 'metrics.jsonl'} yet\n"
 
 
+@pytest.mark.slow  # two plots drawn
+def test_out_naming_a_folder_that_is_there_writes_the_plot_in_it(tmp_path, capsys):
+    """--out plots/ (a folder) wrote plots.png beside it, the trailing slash lost (a review's finding)."""
+    from train.run.report import main
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record(e)) + "\n" for e in range(2)))
+    (tmp_path / "plots").mkdir()
+    for given in (f"{tmp_path / 'plots'}/", str(tmp_path / "plots")):
+        assert main([str(tmp_path), "--out", given]) == 0
+        assert capsys.readouterr().out.endswith(f"plot: {tmp_path / 'plots' / 'metrics.png'}\n")
+    assert (tmp_path / "plots" / "metrics.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "plots.png").exists()
+
+
 def test_a_torn_last_record_is_set_aside_whole_lines_kept(tmp_path):
     from train.run.metrics import append_metrics, read_records, set_aside_torn_record
 
