@@ -143,6 +143,30 @@ def test_what_cannot_be_evaluated_is_refused_in_one_line(ema_run, tmp_path, capl
     assert "give --data the dataset the run was trained on" in caplog.text
 
 
+def test_a_runs_relative_data_read_from_another_folder_is_said_so_not_a_dataset_to_prepare(tmp_path, caplog,
+                                                                                          monkeypatch):
+    """A run started with --data imagenet (relative) records it so: evaluated from another working folder, that was
+    "no prepared dataset at imagenet (no manifest.json): run ... python -m prepare ... --dest imagenet", a dataset
+    to prepare again where it is there (a review's finding)."""
+    import torch
+
+    from train.run.checkpoint import Checkpoint, save_checkpoint
+    from train.run.config import TrainConfig
+
+    model = torch.nn.Linear(2, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(tmp_path / "run" / "last.pt", Checkpoint(
+        model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler={}, scaler={}, epoch=1, step=0,
+        world_size=1, ranks=[], config=TrainConfig("imagenet", "run", arch="resnet18").to_dict()))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main([str(tmp_path / "run"), "--device", "cpu"]) == 2
+    (said,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert said == (f"the run's --data imagenet is a path relative to the folder the run was started in, and there is "
+                    f"no prepared dataset at it from {tmp_path / 'elsewhere'}: run python -m train.evaluate from that "
+                    "folder, or give --data the prepared dataset")
+
+
 def test_the_manuals_evaluation_snippet_runs_as_printed_and_gives_the_runs_val_top1(ema_run, prepared, capsys):
     """docs/library.md's 'Evaluating a checkpoint' block, run as printed but for its two paths (it names every
     other name it uses: the review that found num_classes unbound ran it as a user would)."""

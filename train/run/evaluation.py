@@ -161,6 +161,11 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     saved = checkpoint.settings
     config = evaluation_config(saved, args, evaluation_data(args.data, saved.data, os.environ,
                                                             lambda path: (Path(path) / MANIFEST_NAME).is_file()))
+    if args.data is None and not Path(config.data).is_absolute() and not (Path(config.data) / MANIFEST_NAME).is_file():
+        # (not "no prepared dataset at DATA: run python -m prepare": it is there, beside the folder the run started in)
+        raise UserError(f"the run's --data {config.data} is a path relative to the folder the run was started in, and "
+                        f"there is no prepared dataset at it from {os.getcwd()}: run python -m train.evaluate from "
+                        "that folder, or give --data the prepared dataset")
     manifest = read_complete_manifest(Path(config.data))
     mapped = mapped_outputs((checkpoint.dataset or {}).get("classes"), manifest, config.data)
     device = device_for(env, config.device)
