@@ -561,6 +561,25 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
     assert [(c["flag"], c["epoch"]) for c in recorded_changes(path)] == [("--lr", 3), ("--epochs", 5)]
 
 
+@pytest.mark.parametrize("damage", ["cut short", "not a settings document"])
+def test_a_config_json_that_does_not_read_is_set_aside_with_its_changes_not_overwritten(tmp_path, damage):
+    """A resume writes config.json again with the earlier starts' --force-change records it reads from it: one that
+    did not read (damaged, a hand edit's bad JSON) was replaced, its records dropped without a word (a review's
+    finding)."""
+    from train.run.loop import tidy_run_dir
+
+    path = record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    damaged = path.read_bytes()[:200] if damage == "cut short" else b"[1, 2]\n"
+    path.write_bytes(damaged)
+    tidy_run_dir(dataclasses.replace(V2, run_dir=str(tmp_path)), [Change("epochs", 600, 700)], 5, 0)
+    assert (tmp_path / "config.json.unreadable").read_bytes() == damaged
+    assert [c["flag"] for c in recorded_changes(path)] == ["--epochs"]
+    path.write_bytes(damaged)  # again: the first set-aside file kept
+    tidy_run_dir(dataclasses.replace(V2, run_dir=str(tmp_path)), [], 6, 0)
+    assert (tmp_path / "config.json.unreadable.1").read_bytes() == damaged
+    assert (tmp_path / "config.json.unreadable").read_bytes() == damaged
+
+
 # ---------------------------------------------------------------- a real run, resumed
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ from train.run.metrics import (EVALUATION_SETS, METRICS_NAME, append_metrics, ep
 from train.run.models import build_model
 from train.run import run_lock
 from train.real_labels import RealLabels
-from train.run.settings import SETTINGS_FILE, describe, record_settings, run_settings, train_size
+from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings,
+                               set_aside_unreadable_settings, train_size)
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
 
@@ -621,7 +622,10 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
 
 def tidy_run_dir(config: TrainConfig, changes: list, start_epoch: int, start_step: int) -> None:
     """Rank 0, as the run starts or resumes: its settings recorded in config.json, and what an earlier start left
-    set aside or removed (a torn record, the records past the checkpoint, a killed write's temporary file)."""
+    set aside or removed (a config.json that does not read, a torn record, the records past the checkpoint, a killed
+    write's temporary file)."""
+    if unreadable := set_aside_unreadable_settings(config.run_dir):  # before it is written again
+        log.warning("%s", unreadable)
     record_settings(config.run_dir, config, changes, start_epoch, start_step)
     if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
         log.warning("%s", torn)

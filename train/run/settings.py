@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -272,9 +273,31 @@ def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Chan
 
 
 def recorded_changes(path: Path) -> list[dict]:
+    return readable_changes(path) or []
+
+
+def readable_changes(path: Path) -> list[dict] | None:
+    """config.json's changes; None where it is not a settings document (damaged, or edited by hand into bad JSON)."""
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
+        return None
     changes = document.get("changes") if isinstance(document, dict) else None
-    return changes if isinstance(changes, list) else []
+    return changes if isinstance(changes, list) else None
+
+
+def set_aside_unreadable_settings(run_dir: str | Path) -> str | None:
+    """Before config.json is written again: one that does not read (damaged, or edited by hand) holds the run's
+    earlier --force-change records, which its replacement would drop without a word. It is moved to
+    config.json.unreadable (.1, .2, ... where that is taken). The line to log, or None where it reads or is not
+    there."""
+    path = Path(run_dir) / SETTINGS_FILE
+    if not path.exists() or readable_changes(path) is not None:
+        return None
+    aside, n = path.with_name(f"{SETTINGS_FILE}.unreadable"), 0
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{SETTINGS_FILE}.unreadable.{n}")
+    os.replace(path, aside)
+    return (f"{path} does not read as this run's settings (damaged, or edited by hand?): set aside in {aside.name}, "
+            "with the --force-change records of the run's earlier starts it holds; config.json is written anew")
