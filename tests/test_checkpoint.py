@@ -26,6 +26,19 @@ def test_a_saved_checkpoint_loads_as_the_same_schema(tmp_path):
     assert loaded.mid_epoch and torch.equal(loaded.model["weight"], model.weight.detach())
 
 
+def test_the_runs_step_goes_on_from_the_checkpoints_and_one_written_before_it_was_kept_still_loads(tmp_path):
+    """global_step: where a resume changes the steps an epoch (36 -> 18), the run's step goes on from the count
+    the checkpoint reached; a checkpoint of this format without it (written before it was kept) loads, its step
+    its position."""
+    saved = checkpoint(torch.nn.Linear(2, 3), epoch=1, step=0, global_step=36)
+    assert saved.step_offset(36) == 0 and saved.step_offset(18) == 18
+    state = saved.to_state()
+    del state["global_step"]
+    torch.save(state, tmp_path / "last.pt")
+    older = load_checkpoint(tmp_path / "last.pt")
+    assert older.global_step is None and older.step_offset(18) == 0
+
+
 def test_a_file_of_another_trainer_is_refused_by_name(tmp_path):
     torch.save({"model": {}, "epoch": 1}, tmp_path / "other.pt")
     with pytest.raises(ResumeError, match="not a checkpoint of this trainer .*optimizer"):

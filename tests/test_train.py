@@ -370,6 +370,28 @@ def test_tensorboard_gets_the_epochs_and_the_steps_and_a_resume_continues_its_st
     assert "train/images_per_sec" in scalars and "epoch/train_loss" in scalars
 
 
+def test_a_resume_on_a_world_that_changes_the_steps_an_epoch_continues_the_runs_step_and_drops_no_event(
+        prepared, tmp_path):
+    """A run of 1 rank x 5 resumed on 2 ranks (5 is not shared by 2: each keeps 5, a global batch of 10, half the
+    steps an epoch): its step was the new layout's position, epoch x steps, which went back, so TensorBoard's
+    purge dropped the first epoch's record and the second half of its steps, W&B would ignore the resumed
+    epoch's, and metrics.jsonl's step went down (a review's finding). The run's step now goes on counting."""
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--batch-size", 5, "--workers", 1, "--tracker", "tensorboard")
+    first = Ranks(1, [*args, "--epochs", 1], tmp_path / "one")
+    assert first.wait() == [0], first.text()
+    second = Ranks(2, [*args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto"], tmp_path / "two")
+    assert second.wait() == [0, 0], second.text()
+    samples = read_manifest(prepared).splits["train"].samples
+    one, two = steps_per_epoch(samples, 1, 5), steps_per_epoch(samples, 2, 5)
+    assert two < one
+    assert [r["step"] for r in read_metrics(run)] == [one, one + two]
+    scalars = tensorboard_scalars(run)
+    assert scalars["epoch/val_top1"] == [one, one + two]
+    assert scalars["train/loss"] == list(range(1, one + two + 1))
+    assert load_checkpoint(checkpoint_path(run)).global_step == one + two
+
+
 @pytest.mark.parametrize("world", [1, 2])
 def test_ctrl_c_saves_a_checkpoint_says_how_to_resume_and_the_resume_finishes_the_epoch_exactly(prepared, tmp_path,
                                                                                               world):

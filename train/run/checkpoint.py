@@ -40,6 +40,9 @@ class Checkpoint:
     loader: dict | None = None  # mid-epoch: the train ImageNetLoader's state_dict() after `step` steps
     ema: dict | None = None  # --ema: the AveragedModel's state_dict (its weights, buffers and n_averaged)
     dataset: dict | None = None  # what the run trained on (dataset_of): named where a resume finds another
+    # the run's step (the trackers' axis, metrics.jsonl's "step") at the save; None: one written before it was kept,
+    # whose step is its position, epoch x the steps an epoch + step
+    global_step: int | None = None
     format: str = CHECKPOINT_FORMAT
 
     def to_state(self) -> dict:
@@ -58,7 +61,7 @@ class Checkpoint:
                               f"{state.get('format', 'unnamed')}; this version reads {CHECKPOINT_FORMAT}): checkpoints "
                               "from before it are refused: start the run again in another --run-dir (or delete this "
                               "file)")
-        return cls(**{f.name: state[f.name] for f in fields(cls)})
+        return cls(**{f.name: state.get(f.name, f.default) for f in fields(cls)})  # (the missing have defaults)
 
     @property
     def mid_epoch(self) -> bool:
@@ -77,6 +80,13 @@ class Checkpoint:
         if self.loader is not None:
             return canonical_of(self.loader)
         return self.world_size, self.settings.batch_size
+
+    def step_offset(self, steps: int) -> int:
+        """What the run's step adds to a position (epoch x `steps` + step) on the layout that resumes it: 0 but where
+        a resume on another world changed the global batch, and so the steps an epoch (`batch_on`): the run's step
+        goes on from the count it reached, where the new layout's position went back (TensorBoard then dropped the
+        epochs logged past it, W&B the steps under it). Pure."""
+        return 0 if self.global_step is None else self.global_step - (self.epoch * steps + self.step)
 
     def batch_on(self, world_size: int) -> int:
         """Each rank's batch when the run continues on `world_size` ranks: the run's global batch shared

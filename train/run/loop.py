@@ -110,6 +110,7 @@ class Run:
     control: object  # a gloo group for CPU-side agreement (preemption) without device syncs
     preemption: Preemption
     tracker: NoTracker = field(default_factory=NoTracker)  # --tracker's (rank 0): opened where the run resumes
+    step_offset: int = 0  # the run's step less its position on this layout (Checkpoint.step_offset)
     ema: AveragedModel | None = None  # --ema: the average of the weights, evaluated and checkpointed too
     # python -m train.evaluate of a checkpoint trained in another class table: its outputs placed on the data's
     outputs_on_data: "ClassPlacement | None" = None
@@ -470,7 +471,13 @@ def log_step(run: Run, epoch: int, done: int, loss: float, elapsed: float, steps
     """Loss, learning rate and images/s so far this epoch (this rank's x the ranks) to the tracker."""
     images_per_sec = steps_here * run.batch_size * run.env.world_size / max(elapsed, 1e-9)
     run.tracker.log({"train/loss": loss, "train/lr": rate_of_last_step(run.scheduler),
-                     "train/images_per_sec": images_per_sec}, epoch * run.steps + done)
+                     "train/images_per_sec": images_per_sec}, run_step(run, epoch, done))
+
+
+def run_step(run: Run, epoch: int, done: int) -> int:
+    """The run's step after `done` steps of `epoch`: the trackers' axis and metrics.jsonl's "step", a count that a
+    resume continues (on another global batch too: Checkpoint.step_offset)."""
+    return epoch * run.steps + done + run.step_offset
 
 
 def evaluate_all(run: Run) -> dict | None:
@@ -661,7 +668,8 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
                 model=run.model.state_dict(), optimizer=run.optimizer.state_dict(),
                 scheduler=run.scheduler.state_dict(), scaler=run.scaler.state_dict(), epoch=epoch, step=step,
                 world_size=run.env.world_size, ranks=ranks, config=run.config.to_dict(), loader=loader,
-                ema=run.ema.state_dict() if run.ema is not None else None, dataset=dataset_of(run.manifest)))
+                ema=run.ema.state_dict() if run.ema is not None else None, dataset=dataset_of(run.manifest),
+                global_step=run_step(run, epoch, step)))
             log.info("checkpoint: epoch %d step %d -> %s", epoch, step, path)
         except CheckpointUnwritable as exn:
             problem = str(exn)
@@ -734,7 +742,7 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
     world = run.env.world_size
     images_here = sums.steps_here * run.batch_size * world
     mean_elapsed = elapsed / world
-    return {"epoch": epoch, "step": (epoch + 1) * run.steps, "steps": done, "resumed_at_step": resumed_at,
+    return {"epoch": epoch, "step": run_step(run, epoch + 1, 0), "steps": done, "resumed_at_step": resumed_at,
             "train_loss": loss / samples, "train_top1": 100 * correct / samples, "train_images": int(samples),
             "bad_samples": int(bad), "pil_fallbacks": int(pil), "device_decode_fallbacks": int(device),
             "seeked_images": int(seeked),
@@ -873,6 +881,7 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     sums = checkpoint.restore(run.model, run.optimizer, run.scheduler, run.scaler, run.env.rank, run.device,
                               ema=run.ema, world_size=run.env.world_size)
     follow_settings(run, checkpoint.epoch, checkpoint.step)
+    run.step_offset = checkpoint.step_offset(run.steps)
     # where it stopped, or the run's layout
     state = checkpoint.loader_to_load(run.env.world_size, run.batch_size, run.config.shuffle_buffer)
     if state is not None:
@@ -913,7 +922,7 @@ def train(run: Run, found: Found | None, changes: list) -> int:
     if start_epoch >= config.epochs and run.env.is_main:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,
-                               resumed_step=start_epoch * run.steps + start_step, project=config.wandb_project,
+                               resumed_step=run_step(run, start_epoch, start_step), project=config.wandb_project,
                                config=config.to_dict())
     try:
         return train_epochs(run, start_epoch, start_step, sums)
