@@ -24,8 +24,8 @@ def available_cpus(environ=os.environ) -> int:
 
 def raise_open_file_limit() -> None:
     """Lift the soft limit on open files to the hard one: prepare's workers keep a spill file per
-    bucket open (700 for ImageNet's train; fewer, reopened, where the limit is lower: prepare/spills.py),
-    train keeps a memory map (and its file) per shard."""
+    bucket open (700 for ImageNet's train; fewer, reopened, where the limit is lower: prepare/spills.py).
+    (Training's memory maps of the shards hold no file: train/shard_index.py's `mapped`.)"""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -96,3 +96,53 @@ def test_the_native_index_reads_what_the_format_module_writes(tmp_path):
         assert data[key_at:key_at + key_len].decode() == sample["__key__"]
         assert data[jpg_at:jpg_at + jpg_len] == sample["jpg"]
         assert parse_label(data[cls_at:cls_at + cls_len]) == int(sample["cls"])
+
+
+# ---------------------------------------------------------------- the maps
+
+def test_a_loader_reads_more_shards_than_the_process_may_open_files(sources, tmp_path):
+    """A map holds no file descriptor: a run over more shards than the hard `ulimit -n` (ImageNet-21k's 6,500
+    under a cluster's 4,096) failed with "Too many open files" at the first shard past it (Python's mmap keeps a
+    duplicate of its file's descriptor). Here 60 open files for two epochs of a hundred shards."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT, config
+    from prepare.builder import prepare
+
+    prepare(config(sources["official"], tmp_path / "imagenet", shard_size_mb=0.02))
+    shards = len(read_manifest(tmp_path / "imagenet").splits["train"].shards)
+    limit = 60
+    assert shards > 1.5 * limit
+    script = ("import sys; from train import ImageNetLoader\n"
+              "data = ImageNetLoader(sys.argv[1], 'train', batch_size=8, image_size=32, device='cpu', workers=1)\n"
+              "print(sum(len(labels) for epoch in (0, 1) if data.set_epoch(epoch) is None for _, labels in data))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "imagenet")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 2 * (read_manifest(tmp_path / "imagenet").splits["train"].samples // 8 * 8)
+
+
+def test_a_shard_replaced_under_a_live_loader_is_refused_not_read(prepared, tmp_path):
+    """A prepare --force on the --dest of a running loader: a shard first read after it was the new dataset's,
+    mixed into the epoch without a word (or "damaged: it holds 16 samples, the manifest lists 17"), one removed a
+    FileNotFoundError. A shard is read only where it is still the file the loader was made with."""
+    from conftest import copy_dataset
+    from shards.manifest import DatasetNotReady
+    from train import ImageNetLoader
+
+    root = copy_dataset(prepared, tmp_path / "imagenet")
+    with ImageNetLoader(root, "train", batch_size=4, image_size=32, device="cpu", workers=1) as data:
+        batches = data.batches()
+        next(batches)
+        for shard in (root / "train").iterdir():  # what prepare --force writes: new files in the old names
+            shard.rename(shard.with_suffix(".old"))
+            shard.write_bytes(shard.with_suffix(".old").read_bytes())
+        with pytest.raises(DatasetNotReady, match="changed after this loader was made: another file is there now"):
+            list(batches)
+    with ImageNetLoader(root, "train", batch_size=4, image_size=32, device="cpu", workers=1) as data:
+        (root / "train" / read_manifest(root).splits["train"].shards[0].name.split("/")[-1]).unlink()
+        with pytest.raises(DatasetNotReady, match="changed after this loader was made: it cannot be opened now"):
+            list(data)

@@ -12,8 +12,11 @@ recorded as BAD_LABEL, and `bad_labels` tells which samples of a batch carry a l
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import mmap
+import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +25,6 @@ from shards.format import parse_label
 from shards.manifest import DatasetNotReady, Manifest
 from shards.plan import ReadPlan
 from shards.not_built import not_built
-from shards.resources import raise_open_file_limit
 from train.decoder import Images
 
 try:
@@ -50,6 +52,59 @@ def tar_index(shard) -> np.ndarray:
     return np.frombuffer(_tarindex.tar_index(shard), dtype=np.int64).reshape(-1, 6)
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+LIBC.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def file_identity(path: Path) -> tuple | None:
+    """What tells the file at `path` from another put there later: its device, inode, size and change time;
+    None where there is none."""
+    try:
+        return identity_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def identity_of(stat: os.stat_result) -> tuple:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def mapped(path: Path, identity: tuple | None) -> memoryview:
+    """The shard at `path`, memory-mapped read-only, as a memoryview of bytes that holds no file descriptor, where it
+    is still the file `identity` (file_identity) describes; DatasetNotReady where it is not, or cannot be mapped.
+    Python's mmap keeps a duplicate of its file's descriptor for each map (until 3.13's trackfd=False), so a run over
+    more shards than the hard `ulimit -n` (ImageNet-21k's 6,500 under a cluster's 4,096) failed with "Too many open
+    files". The mapping goes when the last view of it (a slice, a native call's buffer) does."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exn:
+        raise replaced_shard(path, f"it cannot be opened now ({exn.strerror or exn})") from None
+    try:
+        stat = os.fstat(fd)
+        if identity is not None and identity_of(stat) != identity:
+            raise replaced_shard(path, "another file is there now")
+        if stat.st_size == 0:
+            raise damaged_shard(path, "it is empty")
+        address = LIBC.mmap(None, stat.st_size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (MAP_FAILED, None):
+            error = ctypes.get_errno()
+            raise damaged_shard(path, f"it cannot be mapped ({os.strerror(error)})")
+    finally:
+        os.close(fd)
+    region = (ctypes.c_ubyte * stat.st_size).from_address(address)
+    weakref.finalize(region, LIBC.munmap, address, stat.st_size)  # every view holds `region`: unmapped after them
+    return memoryview(region).cast("B").toreadonly()
+
+
+def replaced_shard(path: Path, what: str) -> DatasetNotReady:
+    return DatasetNotReady(f"shard {path} changed after this loader was made: {what} (the dataset prepared again "
+                           "under a running job, or removed?). Make the loader again, or start the run again: a "
+                           "resume checks that the dataset is the one its checkpoint trained on")
+
+
 def damaged_shard(path: Path, what: str) -> DatasetNotReady:
     return DatasetNotReady(f"shard {path} is damaged: {what}. Rerun prepare with --verify on this node: it "
                            "rebuilds damaged shards")
@@ -68,9 +123,10 @@ class ShardSet:
         self.key_at, self.jpg_at, self.jpg_len = (np.zeros(total, np.int64) for _ in range(3))
         self.labels = np.zeros(total, np.int64)
         self.hashes = np.zeros(total, np.uint64)
-        self.maps: list[mmap.mmap | None] = [None] * len(paths)
+        self.maps: list[memoryview | None] = [None] * len(paths)
         self.indexed = np.zeros(len(paths), bool)
-        raise_open_file_limit()  # a map keeps its file open: one per shard
+        # The files as the manifest was checked against them: a shard mapped later must still be the same file
+        self.identities = [file_identity(path) for path in self.paths]
 
     @classmethod
     def of(cls, root: Path, manifest: Manifest, split: str) -> "ShardSet":
@@ -96,20 +152,18 @@ class ShardSet:
 
     def index(self, shard: int) -> None:
         path, count = self.paths[shard], self.sizes[shard]
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        data = mapped(path, self.identities[shard])
         try:
             rows = tar_index(data)
         except ValueError as exn:
-            data.close()
             raise damaged_shard(path, str(exn)) from None
         if len(rows) != count or (rows[:, 2] < 0).any() or (rows[:, 4] < 0).any():
-            data.close()
             raise damaged_shard(path, f"it holds {len(rows)} samples (some without .jpg or .cls), the manifest "
                                       f"lists {count}")
         at = slice(self.first[shard], self.first[shard] + count)
         self.key_at[at], self.jpg_at[at], self.jpg_len[at] = rows[:, 0], rows[:, 2], rows[:, 3]
-        self.labels[at] = [parse_label(data[a:a + n]) for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
+        self.labels[at] = [parse_label(bytes(data[a:a + n]))
+                           for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
         self.maps[shard] = data
         self.indexed[shard] = True
@@ -137,13 +191,7 @@ class ShardSet:
         return sum(a.nbytes for a in (self.shard, self.key_at, self.jpg_at, self.jpg_len, self.labels, self.hashes))
 
     def close(self) -> None:
-        """Unmap the shards. A map still exported (a view someone holds) closes when the last view
-        goes: close() itself raises nothing, so it never hides the error it is cleaning up after."""
-        for data in self.maps:
-            if data is not None:
-                try:
-                    data.close()
-                except BufferError:
-                    pass
+        """Let go of the shards' maps: each is unmapped as the last view of it goes (`mapped`), at once where nobody
+        else holds one. close() itself raises nothing, so it never hides the error it is cleaning up after."""
         self.maps = [None] * len(self.paths)
         self.indexed[:] = False
