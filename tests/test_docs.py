@@ -54,3 +54,26 @@ def test_every_link_to_a_file_of_the_repository_and_its_heading_resolves(documen
         elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
             broken.append(f"{target}: no such heading")
     assert not broken, f"{document.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def gigabytes(figure: str) -> float:
+    """'1.31 TB' or '560 GB' in GB. Pure."""
+    number, unit = figure.split()
+    return float(number) * (1000 if unit == "TB" else 1)
+
+
+def test_the_readmes_disk_figures_for_the_full_imagenets_are_the_range_of_prepares_table():
+    """README's --tmp line sums up docs/prepare.md's table of the disk each dataset needs: its ranges for
+    ImageNet-21k/22k are the table's smallest and largest figures of those rows, at full size, 384 and 256 px."""
+    table = re.search(r"^\| dataset \| full size .*?\n\|---.*?\n((?:\|.*\n)+)", (ROOT / "docs/prepare.md").read_text(),
+                      re.M).group(1)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    full_ones = [row for row in rows if not row[0].startswith("ImageNet-1k")]
+    columns = {"full": [gigabytes(row[1]) for row in full_ones], "384": [gigabytes(row[3]) for row in full_ones],
+               "256": [gigabytes(row[4]) for row in full_ones]}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"ImageNet-21k/22k \([^)]*\) ([\d.]+)-([\d.]+) TB, (\d+)-(\d+) GB and (\d+)-(\d+) GB", readme)
+    assert said, "README's --tmp line no longer gives ImageNet-21k/22k's ranges"
+    low_tb, high_tb, *gb = (float(figure) for figure in said.groups())
+    assert (low_tb * 1000, high_tb * 1000) == (min(columns["full"]), max(columns["full"]))
+    assert tuple(gb) == (min(columns["384"]), max(columns["384"]), min(columns["256"]), max(columns["256"]))
