@@ -31,3 +31,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if "default:" in text:
             return text if default is None or action.nargs == 0 else f"{text} (here: {as_typed(default)})"
         return f"{text} (default: {as_typed(default)})"
+
+
+def at_least_one(text: str) -> int:
+    """argparse's type for a count a command line divides by or takes the median of (a benchmark's rounds,
+    repetitions, images, epochs): 0 or fewer would end in a traceback after minutes of set-up, so argparse
+    refuses it in its one line."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count} is fewer than 1")
+    return count

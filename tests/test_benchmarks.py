@@ -248,3 +248,31 @@ def test_the_elastic_benchmark_times_a_resumed_epoch_against_an_ordinary_one(pre
                                                                                                  (2, 4, 4, 2)]
     for case in record["cases"]:
         assert len(case["ratios"]) == 2 and case["ratio"] > 0 and case["resumed_images_per_sec"] > 0
+
+
+@pytest.mark.parametrize("module,argv,flag", [
+    ("train.bench.elastic", ["--data", "DATA", "--rounds", "0"], "--rounds"),
+    ("train.bench.elastic", ["--data", "DATA", "--epochs", "0"], "--epochs"),
+    ("train.bench.augment", ["--sizes", "8", "--batch-size", "2", "--policies", "trivialaugment", "--threads", "1",
+                             "--no-tensor", "--repeats", "0"], "--repeats"),
+    ("train.bench.stages", ["DATA", "--plain", "PLAIN", "--rounds", "0"], "--rounds"),
+    ("train.bench.stages", ["DATA", "--plain", "PLAIN", "--images", "0"], "--images"),
+    ("train.bench.recipes", ["--data", "DATA", "--repeats", "0"], "--repeats"),
+    ("train.bench.recipes", ["--data", "DATA", "--images", "-1"], "--images"),
+    ("prepare.bench.extraction", ["--source", "SOURCE", "--scratch", "SCRATCH", "--repeats", "0"], "--repeats"),
+    ("prepare.bench.layouts", ["SCRATCH", "--layouts", "official", "--classes", "4", "--train-per-class", "2",
+                               "--val-per-class", "1", "--max-width", "64", "--rounds", "0"], "--rounds"),
+])
+def test_a_benchmarks_count_under_one_is_refused_in_one_line_before_anything_runs(module, argv, flag, tmp_path,
+                                                                                   capsys):
+    """Rounds, repetitions, images and epochs are divided by or take a median: 0 ended each of these in a
+    traceback (StatisticsError, ZeroDivisionError, ValueError, KeyError) after its set-up, prepare.bench's
+    after timing the copy and the extraction."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / word) if word.isupper() else word for word in argv])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert f"argument {flag}:" in error and "fewer than 1" in error, error

@@ -23,6 +23,7 @@ from prepare.builder import prepare
 from prepare.config import PrepareConfig
 from prepare.sources.official import TRAIN_TAR, VAL_TAR
 from prepare.sources.base import DEVKIT
+from shards.help import at_least_one
 from shards.resources import available_cpus, evict_from_page_cache
 
 ARCHIVES = (TRAIN_TAR, VAL_TAR, DEVKIT)
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, required=True, help="folder with the three official archives")
     p.add_argument("--scratch", type=Path, required=True, help="local disk for the outputs (removed after)")
     p.add_argument("--workers", type=int, default=available_cpus())
-    p.add_argument("--repeats", type=int, default=1, help="warm repetitions after the cold run")
+    p.add_argument("--repeats", type=at_least_one, default=1, help="warm repetitions after the cold run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     args.scratch.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from prepare.builder import prepare
 from prepare.config import PrepareConfig
 from prepare.sample import WRITERS, SampleSpec, sample_images
+from shards.help import at_least_one
 
 
 def write_sources(scratch: Path, layouts: list[str], spec: SampleSpec) -> dict[str, Path]:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layouts", nargs="+", choices=list(WRITERS), default=["official", "hf-parquet"],
                    help="the first is the one the others are compared with")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=at_least_one, default=5)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--train-per-class", type=int, default=100)
     p.add_argument("--val-per-class", type=int, default=20)

@@ -31,6 +31,7 @@ from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
+from shards.help import at_least_one
 from train.augment import POLICIES
 from train.augment.choices import Augment
 from train.augment.draws import erasing_boxes, policy_draws
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the policies' interpolation (torchvision's default is nearest; its references use "
                         "bilinear)")
     p.add_argument("--threads", default="1,all", help="torch thread counts to run with ('all': every CPU)")
-    p.add_argument("--repeats", type=int, default=5, help="alternated repetitions; the median is reported")
+    p.add_argument("--repeats", type=at_least_one, default=5, help="alternated repetitions; the median is reported")
     p.add_argument("--erasing-p", type=float, default=0.1, help="RandomErasing's probability")
     p.add_argument("--channels-last", action="store_true",
                    help="our batch in channels_last (the layout of the loader's NHWC batches)")

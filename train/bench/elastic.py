@@ -23,6 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
+from shards.help import at_least_one
 from train import ImageNetLoader
 
 log = logging.getLogger("benchmark")
@@ -36,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
     p.add_argument("--workers", type=int, default=2, help="decode threads")
     p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--rounds", type=int, default=5, help="alternated rounds of the two reads, each case")
-    p.add_argument("--epochs", type=int, default=10, help="epochs a timed pass reads (rank 0's share of each)")
+    p.add_argument("--rounds", type=at_least_one, default=5, help="alternated rounds of the two reads, each case")
+    p.add_argument("--epochs", type=at_least_one, default=10, help="epochs a timed pass reads (rank 0's share of each)")
     p.add_argument("--cases", default=None,
                    help="RUN_WORLD:RUN_BATCH:WORLD,... (default 8:4:1,2:16:8: a shrink to one rank, a growth to 4x)")
     return p

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torchvision import transforms as T
 
+from shards.help import at_least_one
 from shards.manifest import read_complete_manifest
 from shards.resources import available_cpus
 from train import Augment
@@ -47,11 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
     p.add_argument("--run-dir", default="runs/benchmark")
     p.add_argument("--workers", type=int, default=available_cpus(), help="decoding threads / DataLoader workers")
-    p.add_argument("--images", type=int, default=2000, help="images timed per measurement, after warm-up")
+    p.add_argument("--images", type=at_least_one, default=2000, help="images timed per measurement, after warm-up")
     p.add_argument("--warmup-batches", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=176, help="torchvision-v2's train crop")
-    p.add_argument("--repeats", type=int, default=3, help="alternations of the whole set")
+    p.add_argument("--repeats", type=at_least_one, default=3, help="alternations of the whole set")
     p.add_argument("--mixing", action="store_true", help="add MixUp 0.2 / CutMix 1.0 to ours")
     p.add_argument("--no-baseline", action="store_true", help="ours only (no ImageFolder extraction)")
     return p

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from shards.help import at_least_one
 from shards.manifest import read_manifest
 from train.device_batches import decode_to_device, to_device
 from train.loader import Loader, PlanArgs
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("data", type=Path, help="a dataset prepared by python -m prepare (seekable: its default)")
     p.add_argument("--cpu", action="store_true", help="the CPU path's profile even where CUDA is")
     p.add_argument("--plain", type=Path, help="CPU: the same source prepared with the same seed and --restart-mcus 0")
-    p.add_argument("--images", type=int, default=2000, help="CPU: the first N training images")
-    p.add_argument("--rounds", type=int, default=5, help="CPU: interleaved rounds (medians)")
+    p.add_argument("--images", type=at_least_one, default=2000, help="CPU: the first N training images")
+    p.add_argument("--rounds", type=at_least_one, default=5, help="CPU: interleaved rounds (medians)")
     p.add_argument("--perf", action="store_true",
                    help="CPU: split the decode of the rows into Huffman, IDCT, upsampling and colour conversion by "
                         "perf's samples (needs perf, and a libjpeg with its symbols first on LD_LIBRARY_PATH)")
