@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "write shards (default: the CPUs this task was given)")
     p.add_argument("--no-shared-read", action="store_true",
                    help="under srun on several nodes, each node reads the whole source itself instead of a share "
-                        "of it (the nodes then exchange what they read over torch.distributed: see docs/clusters.md)")
+                        "of it (by default the nodes share one read, exchanging what each read over "
+                        "torch.distributed: see docs/clusters.md)")
     p.add_argument("--group-timeout", type=float, default=1800.0, metavar="S",
                    help="shared read: the longest wait for another node in any round before this node gives up "
                         "(at the rendezvous, at most 600 s of it); a node that dies is noticed at once")

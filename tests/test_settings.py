@@ -102,6 +102,15 @@ def test_every_option_of_each_command_line_has_help_and_its_default_said_once(co
     assert not [dest for dest, text in helps.items() if "(default: None)" in text or text.count("default:") > 1]
 
 
+def test_prepares_no_shared_read_help_says_that_the_exchange_is_what_it_turns_off():
+    """--no-shared-read's help said the nodes 'then exchange what they read', as if the flag made them: it is the
+    default's exchange that the flag turns off."""
+    from prepare.cli import build_parser as prepare_parser
+
+    action = next(a for a in prepare_parser()._actions if "--no-shared-read" in a.option_strings)
+    assert "then exchange" not in action.help and "by default the nodes share one read" in action.help
+
+
 @pytest.mark.parametrize("name,argv,ramp,val", [
     ("ffcv-rn50", ["--image-size", 64], None, (None, None)),
     ("torchvision-v2", ["--image-size", 64], None, (None, None)),
