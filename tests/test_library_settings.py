@@ -486,3 +486,19 @@ def test_mypy_sees_the_real_classes_through_from_train_import(tmp_path, pytestco
     assert 'Unexpected keyword argument "batch_sise" for "ImageNetLoader"; did you mean "batch_size"?' in said(8)
     assert 'Module "train" has no attribute "ImageNetLoadr"' in said(9)
     assert said(10) == ""  # val_crop's (height, width), as docs/library.md gives it (timm's input_size)
+
+
+def test_python_m_train_help_does_not_wait_for_torch():
+    """docs/library.md: `import train` imports its names on first use, 'so `python -m train --help` does not wait for
+    torch'. The command line imported train.cluster (and with it torch, seconds on a cluster's shared file system)
+    before it parsed a flag."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['train', '--help']\n"
+             "try:\n"
+             "    runpy.run_module('train', run_name='__main__')\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "print('torch' in sys.modules, file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert "usage: python -m train" in result.stdout, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "False", result.stderr

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from shards.errors import UserError
-from train.cluster import DistEnv, dist_env
 from train.run.config import parse_command_line
 from train.run.flags import in_flags
+
+if TYPE_CHECKING:
+    from train.cluster import DistEnv
 
 
 def setup_logging(env: DistEnv) -> None:
@@ -20,6 +23,10 @@ def setup_logging(env: DistEnv) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     command = parse_command_line(argv)
+    # torch (train.cluster imports it) only after argument parsing: --help and a refused flag do not wait seconds
+    # for it on a cluster's shared file system
+    from train.cluster import dist_env
+
     try:
         env = dist_env(os.environ)
         setup_logging(env)
