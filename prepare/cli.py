@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -100,8 +101,10 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--quality must be between 1 and 100")
     if not 0 <= args.restart_mcus <= MAX_RESTART_MCUS:
         parser.error(f"--restart-mcus must be between 0 (no markers) and {MAX_RESTART_MCUS}")
-    if args.shard_size <= 0 or args.workers < 1 or args.group_timeout <= 0:
-        parser.error("--shard-size, --workers and --group-timeout must be positive")
+    # finite too: a NaN shard size or an infinite timeout ("wait forever") passed `> 0` and ended in a traceback (the
+    # shard count) or in the rendezvous's OverflowError, told as a node that never arrived
+    if not (0 < args.shard_size < math.inf and args.workers >= 1 and 0 < args.group_timeout < math.inf):
+        parser.error("--shard-size, --workers and --group-timeout must be positive (and finite)")
     try:
         group = None if args.no_shared_read else node_group_env(os.environ)
     except SlurmEnvError as exn:

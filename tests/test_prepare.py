@@ -1431,3 +1431,20 @@ def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_re
         assert {**tree_bytes(dest), "manifest.json": (dest / "manifest.json").read_bytes()} == before
         prepare(config(source, dest, force=True, resize=64))
         assert read_complete_manifest(dest).options["resize"] == 64
+
+
+@pytest.mark.parametrize("option,value", [("--shard-size", "nan"), ("--shard-size", "inf"), ("--group-timeout", "inf"),
+                                          ("--group-timeout", "nan"), ("--shard-size", "0")])
+def test_a_shard_size_or_group_timeout_that_is_no_positive_finite_number_is_refused_in_one_line(
+        sources, tmp_path, capsys, option, value):
+    """NaN passed the check `<= 0` and ended in a traceback (the shard count: ValueError, OverflowError for inf); an
+    infinite --group-timeout reached the rendezvous on several nodes, whose OverflowError was told as a node that
+    never arrived."""
+    from prepare.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--source", str(sources["official"]), "--dest", str(tmp_path / "imagenet"), option, value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "python -m prepare: error: --shard-size, --workers and --group-timeout must be positive (and finite)"
+    assert not (tmp_path / "imagenet").exists()
