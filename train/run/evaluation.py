@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import replace
@@ -211,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     from train.run.cli import setup_logging
     from train.run.flags import in_flags
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # as training refuses it: inf or nan ended the rendezvous of several ranks in an OverflowError (a negative, a
+    # timeout) told as a peer that never arrived; 0 silently became the run's
+    if args.dist_timeout is not None and not 0 < args.dist_timeout < math.inf:
+        parser.error(f"--dist-timeout must be a finite number of seconds above 0, not {args.dist_timeout}")
     try:
         env = dist_env(os.environ)
         setup_logging(env)
