@@ -276,3 +276,18 @@ def test_a_benchmarks_count_under_one_is_refused_in_one_line_before_anything_run
     assert stopped.value.code == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert f"argument {flag}:" in error and "fewer than 1" in error, error
+
+
+def test_prepare_bench_given_a_folder_without_the_official_archives_says_so_in_one_line(tmp_path, capsys):
+    """It times a copy and an extraction of the official archives: given another layout (a Kaggle tree, say) or a
+    mistyped path it ended in a FileNotFoundError traceback, after making --scratch."""
+    from prepare.bench.extraction import main
+
+    (tmp_path / "kaggle").mkdir()
+    with pytest.raises(SystemExit) as stopped:
+        main(["--source", str(tmp_path / "kaggle"), "--scratch", str(tmp_path / "scratch")])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"python -m prepare.bench: error: --source {tmp_path / 'kaggle'} lacks "
+                            "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, ILSVRC2012_devkit_t12.tar.gz"), error
+    assert not (tmp_path / "scratch").exists()

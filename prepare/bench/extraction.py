@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=available_cpus())
     p.add_argument("--repeats", type=at_least_one, default=1, help="warm repetitions after the cold run")
     args = p.parse_args(argv)
+    missing = [name for name in ARCHIVES if not (args.source / name).is_file()]
+    if missing:  # the copy and the extraction it times against are of the official archives alone
+        p.error(f"--source {args.source} lacks {', '.join(missing)}: give the folder of the three official archives "
+                "(python -m prepare.sample OUT writes a small one)")
     logging.basicConfig(level=logging.WARNING)
     args.scratch.mkdir(parents=True, exist_ok=True)
     contenders = {"copy": copy_archives, "extract": extract_like_mila,
