@@ -17,6 +17,12 @@
 #                 $RUN_DIR/stats/, every STATS_EVERY seconds (default 10): jobs/sample_stats.sh
 set -euo pipefail
 
+# A preemption signal before training (#SBATCH --signal=B:USR1@...: the time limit comes while prepare runs) has no
+# step to forward to, and its default action ended this shell, and with it the job, not requeued: the job is requeued
+# now (prepare stops and removes what it wrote; the requeued job prepares again).
+trap 'echo "preemption signal before training: requeueing SLURM job $SLURM_JOB_ID (it prepares again when it starts)"
+      scontrol requeue "$SLURM_JOB_ID"' USR1
+
 : "${IMAGENET:?set IMAGENET to the folder with the ImageNet archives, e.g. sbatch --export=ALL,IMAGENET=/datasets/imagenet}"
 REPO=${REPO:-$SLURM_SUBMIT_DIR}
 [[ -f $REPO/prepare/__main__.py ]] || { echo "REPO=$REPO is not this repository: submit from its root or set REPO" >&2; exit 2; }
@@ -61,8 +67,15 @@ cd "$REPO"
 # On every node, with all of its CPUs; the nodes share one read of the source; idempotent, so a
 # requeued job only verifies (or re-stages just the nodes that lack the data). No --kill-on-bad-exit
 # here: when one node fails, prepare tells the others, which print its error and clean up first.
+# In the background, so that the trap above runs as the signal comes, not when prepare ends.
 srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
-    "$PYTHON" "${python_flags[@]}" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-}
+    "$PYTHON" "${python_flags[@]}" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-} &
+step=$!
+while true; do
+  wait "$step" && status=0 || status=$?
+  kill -0 "$step" 2>/dev/null || break   # wait returns early when the trap fires: wait again
+done
+(( status == 0 )) || exit "$status"
 
 # Training runs in the background so that this shell can forward the preemption signal
 # (#SBATCH --signal=B:USR1@...) to the step; train checkpoints and requeues the job.

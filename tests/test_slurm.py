@@ -321,6 +321,24 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
         assert record["val_images"] == read_manifest(data).splits["val"].samples
 
 
+def test_a_preemption_signal_while_the_job_prepares_requeues_it(slurm, sources, tmp_path):
+    """#SBATCH --signal=B:USR1@180 that comes before training (the time limit near while prepare runs): USR1's
+    default action ended the batch shell, and with it the job, not requeued. Now the job is requeued at once, and
+    its next start prepares and trains."""
+    shutil.copytree(sources["official"], tmp_path / "source")
+    job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, f"{TRAIN_CPU} --epochs 1 --batch-size 6 --workers 1")
+    log = tmp_path / f"job-{job}.out"
+    assert preempted(slurm, job, log, text="  data:"), (job_state(slurm, job), log.read_text())
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm)
+    state = wait_job(slurm, job)
+    text = log.read_text()
+    assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) == 1, (state, text)
+    first_start = text.split("(restart 1)")[0]
+    assert f"preemption signal before training: requeueing SLURM job {job}" in first_start
+    assert "checkpoint: epoch" not in first_start
+    assert [record["epoch"] for record in read_metrics(tmp_path / "run")] == [0]
+
+
 def test_a_two_node_jobs_checkpoint_is_resumed_by_a_one_node_job(slurm, sources, tmp_path):
     """#52: a 2-node job preempted mid-epoch (its requeue then cancelled: the user moves the run) and a 1-node
     job given its run directory: the run's global batch of 12 on one rank, reading the epoch where the 2 ranks
