@@ -278,6 +278,22 @@ def test_a_benchmarks_count_under_one_is_refused_in_one_line_before_anything_run
     assert f"argument {flag}:" in error and "fewer than 1" in error, error
 
 
+@pytest.mark.parametrize("module,argv", [
+    ("train.bench", ["--data", "DATA"]), ("train.bench.decoders", ["--data", "DATA"]),
+    ("train.bench.elastic", ["--data", "DATA"]), ("train.bench.recipes", ["--data", "DATA"]),
+    ("train.bench.huffman", ["--data", "DATA"]), ("train.bench.stages", ["DATA", "--plain", "PLAIN"]),
+])
+def test_a_benchmark_given_no_prepared_dataset_says_so_in_one_line(module, argv, tmp_path, capsys):
+    """A mistyped --data ended each benchmark in a traceback whose last line was the DatasetNotReady that python -m
+    train prints alone: now as one line too, exit status 2."""
+    import importlib
+
+    main = importlib.import_module(module if module != "train.bench" else "train.bench.cli").main
+    assert main([str(tmp_path / word) if word.isupper() else word for word in argv]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f"python -m {module}: error: no prepared dataset at "), error
+
+
 def test_prepare_bench_given_a_folder_without_the_official_archives_says_so_in_one_line(tmp_path, capsys):
     """It times a copy and an extraction of the official archives: given another layout (a Kaggle tree, say) or a
     mistyped path it ended in a FileNotFoundError traceback, after making --scratch."""

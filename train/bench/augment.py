@@ -36,6 +36,7 @@ from train.augment import POLICIES
 from train.augment.choices import Augment
 from train.augment.draws import erasing_boxes, policy_draws
 from train.augment.ops import apply_policy_rounds, erase
+from shards.errors import user_errors_in_one_line
 
 
 
@@ -188,6 +189,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+@user_errors_in_one_line("python -m train.bench.augment")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     unknown = set(args.policies.split(",")) - set(POLICIES)

@@ -23,6 +23,7 @@ from train.bench.report import plot, summarise, table
 from train.cluster import dist_env, init_distributed
 from train.device_types import DEVICE_TYPES
 from train.run.devices import device_for
+from shards.errors import user_errors_in_one_line
 
 log = logging.getLogger("benchmark")
 MODES = ("data", "model", "feed", "full")
@@ -95,6 +96,7 @@ def image_statistics(manifest, root: Path, limit: int = 2000) -> tuple[dict, lis
             "train_images": manifest.splits["train"].samples}, jpegs
 
 
+@user_errors_in_one_line("python -m train.bench")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [benchmark] %(message)s", datefmt="%H:%M:%S")

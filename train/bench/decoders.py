@@ -32,6 +32,7 @@ from train.shard_index import ShardSet
 from train.decoder import Images, decode_crops, image_sizes
 from train.device_decode import quiet_stderr
 from train.transforms import train_crops
+from shards.errors import user_errors_in_one_line
 
 
 def full_decoders() -> dict[str, Callable[[bytes], object]]:
@@ -131,6 +132,7 @@ def candidates(images: Images, hashes: np.ndarray, size: int) -> dict[str, float
     return result
 
 
+@user_errors_in_one_line("python -m train.bench.decoders")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.decoders", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="a dataset prepared by python -m prepare")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from shards.help import at_least_one
 from train import ImageNetLoader
+from shards.errors import user_errors_in_one_line
 
 log = logging.getLogger("benchmark")
 # (the run's world, its per-rank batch, the world it resumes on): a shrink to one rank and a growth to 4x, at a
@@ -92,6 +93,7 @@ def measure_case(root: Path, case: tuple[int, int, int], args) -> dict:
             "ratio": statistics.median(ratios), "ratios": [round(r, 3) for r in ratios]}
 
 
+@user_errors_in_one_line("python -m train.bench.elastic")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [benchmark] %(message)s", datefmt="%H:%M:%S")

@@ -27,6 +27,7 @@ from train import _jpegcrop
 from train.bench.seek import first_samples
 from train.decoder import Images, image_sizes
 from train.transforms import centre_crops, default_resize, train_crops
+from shards.errors import user_errors_in_one_line
 
 def decode_seconds(module, images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray,
                    stop_after: str | None) -> float:
@@ -76,6 +77,7 @@ def report(result: dict, count: int, cpu: str) -> None:
         print(f"{f'<= {most} MCUs':>10s}{row['bytes'] / first - 1:+9.2%}{cells}")
 
 
+@user_errors_in_one_line("python -m train.bench.huffman")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.huffman", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, nargs="+", required=True,

@@ -33,6 +33,7 @@ from shards.resources import available_cpus
 from train import Augment
 from train.bench.loaders import baseline_loader, extract_image_folder, library_passes
 from train.bench.measure import time_batches
+from shards.errors import user_errors_in_one_line
 
 
 def cpu_model() -> str:
@@ -77,6 +78,7 @@ def measure(args, root: Path, folder: Path | None) -> dict[str, float]:
     return result
 
 
+@user_errors_in_one_line("python -m train.bench.recipes")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = Path(args.data)

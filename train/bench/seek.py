@@ -23,6 +23,7 @@ from train.bench.decoders import one_core
 from train.decoder import Images, decode_crops, image_sizes
 from train.shard_index import ShardSet
 from train.transforms import centre_crops, default_resize, train_crops
+from shards.errors import user_errors_in_one_line
 
 AREAS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1.01))  # bands of box area / image area
 
@@ -91,6 +92,7 @@ def report(result: dict, interval: int) -> None:
           f"{seekable['val_ms']:7.3f}ms {plain['val_ms'] / seekable['val_ms']:.2f}x  {gains}")
 
 
+@user_errors_in_one_line("python -m train.bench.seek")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.seek", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="a dataset prepared with restart markers")

@@ -23,6 +23,7 @@ from train.device_batches import decode_to_device, to_device
 from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
 from train.device_decode import OPTIONS, DeviceDecoder, crop_resize_flip
+from shards.errors import user_errors_in_one_line
 
 BATCH = 256
 VARIANTS = {"GPU Huffman": OPTIONS + " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0",
@@ -78,6 +79,7 @@ def gpu_stages(root: Path) -> None:
     report("to_device, uint8 batch, pinned", lambda: to_device(pinned, device))
 
 
+@user_errors_in_one_line("python -m train.bench.stages")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.stages", description=__doc__.split("\n\n")[0])
     p.add_argument("data", type=Path, help="a dataset prepared by python -m prepare (seekable: its default)")
