@@ -40,7 +40,8 @@ from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_p
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
 from prepare.sizing import RESIZE_CHOICES, fitting_resize, sampled_images, sampled_ratios
-from prepare.space import MARGIN, free_bytes, is_out_of_space, out_of_space_message, space_needed
+from prepare.space import (MARGIN, free_bytes, is_out_of_space, out_of_space_message, ran_out_of_files,
+                           space_needed)
 from prepare.sources.base import Part, Source, SourceError
 from prepare.workers import WorkerPool
 from shards.paths import REAL_LABELS_FILE, SPLITS, WORK_DIR_NAME
@@ -160,9 +161,11 @@ def cleaned_up_on_failure(dest: Path, state: RunState, clean_up):
     try:
         yield
     except BaseException as exn:
+        files = is_out_of_space(exn) and ran_out_of_files(dest)  # asked before the clean-up frees them
         clean_up()
         if is_out_of_space(exn):
-            raise PrepareError(out_of_space_message(dest, state.during, state.needed, state.free_at_start)) from None
+            raise PrepareError(out_of_space_message(dest, state.during, state.needed, state.free_at_start,
+                                                    files)) from None
         raise
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
 

@@ -9,6 +9,7 @@ so far, plus the shards being written (one per worker) while their spills still 
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -37,7 +38,29 @@ def is_out_of_space(exn: BaseException) -> bool:
     return isinstance(exn, OSError) and exn.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def out_of_space_message(dest: Path, during: str, needed: int, free_at_start: int) -> str:
+def out_of_files(files: int, available: int) -> bool:
+    """Whether a file system that said it was full ran out of files (inodes: statvfs's f_files, f_favail), not
+    bytes; one that counts none (f_files 0: btrfs, some network file systems) never does. Pure."""
+    return files > 0 and available == 0
+
+
+def ran_out_of_files(dest: Path) -> bool:
+    """Whether the file system of `dest` has no file left to make: asked as a full disk is met, before the run's
+    files are removed (their inodes with them)."""
+    try:
+        counts = os.statvfs(dest)
+    except OSError:
+        return False
+    return out_of_files(counts.f_files, counts.f_favail)
+
+
+def out_of_space_message(dest: Path, during: str, needed: int, free_at_start: int, files: bool = False) -> str:
+    """The one line for a full --dest; `files`: it ran out of files (`ran_out_of_files`), not bytes."""
+    if files:
+        return (f"{dest} ran out of files (inodes: its file system holds at most {os.statvfs(dest).f_files:,}) while "
+                f"{during}, with {free_bytes(dest) / 1e9:.2f} GB free now. What this run wrote is removed. Give a "
+                "larger --shard-size (fewer shards and spill files) or fewer --workers (each writes a spill file a "
+                "bucket), or choose another --dest")
     return (f"{dest} ran out of space while {during}: prepare needs about {needed / 1e9:.2f} GB there and the "
             f"file system had {free_at_start / 1e9:.2f} GB free at the start ({free_bytes(dest) / 1e9:.2f} GB now: "
             "other jobs may be writing to it). What this run wrote is removed. Free space, choose another --dest "

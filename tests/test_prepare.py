@@ -1149,21 +1149,23 @@ def test_a_worker_the_node_refuses_to_fork_is_one_line_and_no_hang(sources, tmp_
     assert not (dest / ".prepare-tmp").exists() and not any((dest / "train").iterdir())
 
 
-def small_tmpfs(path: Path, megabytes: int):
-    """Mount a tmpfs of `megabytes` at `path` (root only); the reason when it cannot be done."""
+def small_tmpfs(path: Path, megabytes: int, inodes: int | None = None):
+    """Mount a tmpfs of `megabytes` (and at most `inodes` files and folders) at `path` (root only); the reason when
+    it cannot be done."""
     path.mkdir(parents=True)
     if os.geteuid() != 0:
         return "needs root to mount a small file system"
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", path],
+    options = f"size={megabytes}m" + (f",nr_inodes={inodes}" if inodes else "")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path],
                             capture_output=True, text=True)
     return result.stderr.strip() or "mount failed" if result.returncode else None
 
 
 @contextmanager
-def a_small_disk(path: Path, megabytes: int):
-    """A real tmpfs of `megabytes` at `path` for the test's body (skipped where none can be mounted), unmounted
-    after it, lazily where something still holds it."""
-    reason = small_tmpfs(path, megabytes)
+def a_small_disk(path: Path, megabytes: int, inodes: int | None = None):
+    """A real tmpfs of `megabytes` (and `inodes`) at `path` for the test's body (skipped where none can be mounted),
+    unmounted after it, lazily where something still holds it."""
+    reason = small_tmpfs(path, megabytes, inodes)
     if reason:
         pytest.skip(reason)
     try:
@@ -1413,6 +1415,18 @@ def test_a_dataset_too_big_for_the_disk_is_refused_naming_the_resize_that_fits(t
         assert manifest.splits["train"].samples == 360
     finally:
         subprocess.run(["umount", mount], check=True)
+
+
+def test_a_file_system_out_of_files_is_said_so_with_what_helps(sources, tmp_path):
+    """A tmpfs (or a quota) that runs out of inodes with bytes to spare: "ran out of space ... shrink the images
+    with --resize" sent the user the wrong way; the shards and spill files are what take the files."""
+    with a_small_disk(tmp_path / "local", 200, inodes=120) as mount:
+        with pytest.raises(PrepareError, match=r"ran out of files \(inodes: its file system holds at most 120\) "
+                                               r"while .* GB free now\. What this run wrote is removed\. Give a "
+                                               r"larger --shard-size"):
+            prepare(config(sources["official"], mount / "imagenet", shard_size_mb=0.02, workers=2))
+        assert [path.name for path in mount.iterdir()] in ([], ["imagenet"])
+        assert not [path for path in mount.rglob("*") if path.is_file() and path.name != ".prepare.lock"]
 
 
 def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_removed(tmp_path):
