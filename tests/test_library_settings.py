@@ -502,3 +502,19 @@ def test_python_m_train_help_does_not_wait_for_torch():
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
     assert "usage: python -m train" in result.stdout, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "False", result.stderr
+
+
+@pytest.mark.parametrize("val_crop, said", [
+    ((3, 224, 224), r"val_crop is one side or \(height, width\), not \(3, 224, 224\): timm's input_size \(3, H, W\) is "
+                    r"val_crop=\(H, W\), here \(224, 224\)$"),
+    ([224], r"val_crop is one side or \(height, width\), not \[224\]$"),
+])
+def test_a_val_crop_of_other_than_one_or_two_sides_is_refused_saying_what_it_takes(val_crop, said):
+    """timm's data config holds input_size (3, H, W), which the docs name beside val_crop: passed as it is, it
+    was refused as 'must be a whole number', though a pair is taken."""
+    from train.loader_arguments import checked_validation
+
+    with pytest.raises(ConfigError, match=said) as refused:
+        checked_validation(224, val_crop)
+    assert "\n" not in str(refused.value)
+    assert checked_validation(224, (224, 192)).shape == (224, 192)  # the pair it takes

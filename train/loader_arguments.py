@@ -102,8 +102,18 @@ def crop_shape(val_crop, mode: str, val_resize) -> tuple[int, int]:
                               "resized by {val_crop_fraction} (timm's crop_pct of each side), in the center, squash or "
                               "border mode", VAL_ARGUMENTS)
         return height, width
+    if isinstance(val_crop, (tuple, list)):  # (told "must be a whole number", one would not guess a pair is taken)
+        raise ConfigError(f"{{val_crop}} is one side or (height, width), not {val_crop!r}"
+                          + timm_input_size(val_crop), {"val_crop": "val_crop"})
     side = whole_number("val_crop", val_crop, least=1, most=MAX_IMAGE_SIZE)
     return side, side
+
+
+def timm_input_size(val_crop: tuple | list) -> str:
+    """What a refusal of `val_crop` adds where it is timm's input_size (3, H, W) as its data config has it."""
+    if len(val_crop) == 3 and val_crop[0] == 3:
+        return f": timm's input_size (3, H, W) is val_crop=(H, W), here {tuple(val_crop[1:])!r}"
+    return ""
 
 
 def padding_fill(mean: tuple[float, float, float] | None) -> tuple[int, int, int]:
