@@ -147,7 +147,7 @@ def stopped_by_sigterm():
         raise Stopped if signum == signal.SIGTERM else KeyboardInterrupt
 
     watched = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (a shell's background job)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a shell's background job ignores it: left so)
         watched.append(signal.SIGINT)
     before = {number: signal.signal(number, stop) for number in watched}
     try:
