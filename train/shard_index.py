@@ -95,7 +95,8 @@ def mapped(path: Path, identity: tuple | None) -> memoryview:
     finally:
         os.close(fd)
     region = (ctypes.c_ubyte * stat.st_size).from_address(address)
-    weakref.finalize(region, LIBC.munmap, address, stat.st_size)  # every view holds `region`: unmapped after them
+    unmap = weakref.finalize(region, LIBC.munmap, address, stat.st_size)  # every view holds `region`: after them
+    unmap.atexit = False  # not as the interpreter exits, under a decode thread still reading: the kernel unmaps it
     return memoryview(region).cast("B").toreadonly()
 
 
