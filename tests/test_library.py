@@ -381,6 +381,7 @@ def test_close_ends_the_passes_still_open(prepared):
     assert list(open_pass) == []  # ended, not waiting for batches that will never come
 
 
+@pytest.mark.slow
 def test_a_loader_closed_by_a_signal_handler_mid_pass_says_it_was_closed(prepared, monkeypatch):
     """A SIGTERM handler that closes the loader runs in the main thread, inside the pass waiting for its next
     batch: the pass stops with that, not with what its stopped threads raise (the thread pool's "cannot schedule

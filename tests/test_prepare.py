@@ -1417,6 +1417,7 @@ def test_a_dataset_too_big_for_the_disk_is_refused_naming_the_resize_that_fits(t
         subprocess.run(["umount", mount], check=True)
 
 
+@pytest.mark.slow
 def test_a_file_system_out_of_files_is_said_so_with_what_helps(sources, tmp_path):
     """A tmpfs (or a quota) that runs out of inodes with bytes to spare: "ran out of space ... shrink the images
     with --resize" sent the user the wrong way; the shards and spill files are what take the files."""

@@ -100,6 +100,7 @@ def test_the_native_index_reads_what_the_format_module_writes(tmp_path):
 
 # ---------------------------------------------------------------- the maps
 
+@pytest.mark.slow
 def test_a_loader_reads_more_shards_than_the_process_may_open_files(sources, tmp_path):
     """A map holds no file descriptor: a run over more shards than the hard `ulimit -n` (ImageNet-21k's 6,500
     under a cluster's 4,096) failed with "Too many open files" at the first shard past it (Python's mmap keeps a
@@ -125,6 +126,7 @@ def test_a_loader_reads_more_shards_than_the_process_may_open_files(sources, tmp
     assert int(done.stdout) == 2 * (read_manifest(tmp_path / "imagenet").splits["train"].samples // 8 * 8)
 
 
+@pytest.mark.slow
 def test_a_shard_replaced_under_a_live_loader_is_refused_not_read(prepared, tmp_path):
     """A prepare --force on the --dest of a running loader: a shard first read after it was the new dataset's,
     mixed into the epoch without a word (or "damaged: it holds 16 samples, the manifest lists 17"), one removed a
