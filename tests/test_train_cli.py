@@ -58,3 +58,14 @@ def test_a_run_has_one_image_size_without_a_ramp_or_a_val_crop_of_another():
 
     assert size() == size(val_crop=64) == size(val_resize=73) == 64
     assert size(val_crop=72) is size(ramp=(32, 64, 0, 2)) is size(val_crop=(64, 48)) is None
+
+
+@pytest.mark.parametrize("arch", ["fcn_resnet50", "r3d_18", "raft_small", "fasterrcnn_resnet50_fpn"])
+def test_a_torchvision_model_that_is_no_classifier_is_refused_in_one_line(arch):
+    """torchvision's get_model builds its segmentation, video, optical flow and detection models too: --arch
+    fcn_resnet50 downloaded its backbone's weights (a URLError traceback offline), r3d_18 failed channels_last,
+    raft_small the num_classes argument, each in a traceback."""
+    from train.run.models import build_model
+
+    with pytest.raises(ConfigError, match=f"--arch {arch}: not a torchvision classification model"):
+        build_model(arch, 4, 32)

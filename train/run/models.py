@@ -28,13 +28,15 @@ def build_model(arch: str, num_classes: int, image_size: int | None = None) -> t
     Vision Transformer's position embeddings are made for."""
     if ":" in arch:
         return model_from_import_path(arch, num_classes)
-    options = WITHOUT_AUX_LOGITS.get(arch, {}) | vit_size(arch, image_size)
-    try:
-        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **options)
-    except ValueError:
-        names = torchvision.models.list_models(module=torchvision.models)
+    # torchvision's classification models alone: get_model builds its detection, segmentation, video and optical
+    # flow models too (a traceback at the first step, or a download of a backbone's weights), and a ValueError of a
+    # builder is its own refusal, not an unknown name
+    names = torchvision.models.list_models(module=torchvision.models)
+    if arch not in names:
         raise ConfigError(f"--arch {arch}: not a torchvision classification model (e.g. {', '.join(names[:8])} ...), "
-                          "nor an import path package.module:callable") from None
+                          "nor an import path package.module:callable")
+    options = WITHOUT_AUX_LOGITS.get(arch, {}) | vit_size(arch, image_size)
+    return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **options)
 
 
 def vit_size(arch: str, image_size: int | None) -> dict:
