@@ -69,3 +69,44 @@ def test_a_torchvision_model_that_is_no_classifier_is_refused_in_one_line(arch):
 
     with pytest.raises(ConfigError, match=f"--arch {arch}: not a torchvision classification model"):
         build_model(arch, 4, 32)
+
+
+def test_an_image_size_the_arch_cannot_take_is_refused_in_one_line_before_the_data_is_read(prepared, tmp_path,
+                                                                                           caplog, monkeypatch):
+    """--arch squeezenet1_1 at 16 px (alexnet at 32, inception_v3 under 75, maxvit_t off 224) ended in a traceback
+    from its pooling at the first training step, after the data were read: refused in one line, exit status 2."""
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    with caplog.at_level(logging.ERROR, logger="train"):
+        code = main(["--data", str(prepared), "--run-dir", str(tmp_path), "--arch", "squeezenet1_1",
+                     "--image-size", "16", "--batch-size", "4", "--max-steps", "1", "--workers", "1", "--device", "cpu",
+                     "--epochs", "1", "--warmup-epochs", "0"])
+    assert code == 2
+    assert "--arch squeezenet1_1 cannot take 16 x 16 px images (Given input size" in caplog.text
+    assert "give an --image-size (and --val-crop, --ramp) it takes" in caplog.text
+
+
+def test_a_model_is_probed_at_every_size_the_run_feeds_it_and_left_as_it_was():
+    """Validation's size and a ramp's every one are the model's too; a model of another width than the classes
+    (an import path's that ignores num_classes) trained silently on 1000 logits, or ended in an IndexError."""
+    import torch
+
+    from train.run.config import TrainConfig
+    from train.run.loop import input_sizes
+    from train.run.models import build_model, check_takes
+
+    def sizes(**settings) -> list[tuple[int, int]]:
+        return input_sizes(TrainConfig.from_settings({"data": "", "run_dir": "", **settings}))
+
+    assert sizes(image_size=64, val_crop=(48, 80)) == [(64, 64), (48, 80)]
+    assert sizes(ramp=(32, 96, 0, 3)) == [(32, 32), (64, 64), (96, 96), (96, 96)]
+    model = build_model("squeezenet1_1", 4).train()
+    with pytest.raises(ConfigError, match="--arch squeezenet1_1 cannot take 16 x 16 px images"):
+        check_takes(model, "squeezenet1_1", [(64, 64), (16, 16)], 4, torch.device("cpu"))
+    assert model.training
+    with pytest.raises(ConfigError, match=r"--arch m:f: its model answers a batch of one image with \(1, 1000\), "
+                                          r"not \(1, 4\), one logit a class"):
+        check_takes(build_model("squeezenet1_1", 1000), "m:f", [(64, 64)], 4, torch.device("cpu"))
+    model = build_model("resnet18", 4).train()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    check_takes(model, "resnet18", [(32, 32), (48, 64)], 4, torch.device("cpu"))
+    assert model.training and all(torch.equal(before[name], value) for name, value in model.state_dict().items())

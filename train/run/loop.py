@@ -44,7 +44,7 @@ from train.imagenet_loader import ImageNetLoader
 from train.loader_arguments import checked_validation
 from train.run.metrics import (EVALUATION_SETS, METRICS_NAME, append_metrics, epoch_line, read_metrics,
                                set_aside_records_from, set_aside_torn_record)
-from train.run.models import build_model
+from train.run.models import build_model, check_takes
 from train.run import run_lock
 from train.real_labels import RealLabels
 from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings,
@@ -261,6 +261,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
     model = model_on(config.arch, model_classes or manifest.num_classes, device, config.channels_last,
                      one_image_size(config))
+    check_takes(model, config.arch, input_sizes(config), model_classes or manifest.num_classes, device)
     global_batch = batch_size * env.world_size
     steps = steps_per_epoch(manifest.splits["train"].samples, env.world_size, batch_size)
     if steps == 0:
@@ -279,6 +280,16 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                scaler=torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16), amp_dtype=amp_dtype,
                steps=steps, batch_size=batch_size, control=control, preemption=preemption, ema=ema_for(model, config, global_batch),
                **build_data(config, env, device, manifest, batch_size))
+
+
+def input_sizes(config: TrainConfig) -> list[tuple[int, int]]:
+    """Every (height, width) the run feeds its model: each training size (a ramp's every one), validation's
+    output. Pure."""
+    ramp = config.image_size_or_ramp()
+    trained = ramp.sizes() if config.ramp is not None else [config.image_size]
+    validation = checked_validation(ramp, config.val_crop, config.val_resize, config.val_crop_fraction,
+                                    config.val_crop_mode, config.val_interpolation, None)
+    return [(size, size) for size in sorted(set(trained))] + [validation.shape]
 
 
 def one_image_size(config: TrainConfig) -> int | None:
