@@ -392,6 +392,20 @@ def test_a_resume_on_a_world_that_changes_the_steps_an_epoch_continues_the_runs_
     assert load_checkpoint(checkpoint_path(run)).global_step == one + two
 
 
+def test_a_resume_that_would_share_one_sample_a_rank_is_refused_as_such_not_as_damage(prepared, tmp_path):
+    """A run of 1 rank x 2 resumed on 2 ranks takes 1 sample a rank (#52: the global batch shared out): the step
+    refused the batch of one as 'the dataset is damaged; run prepare with --verify' (a review's finding)."""
+    run = tmp_path / "run"
+    args = train_args(prepared, run, "--batch-size", 2, "--workers", 1, "--max-steps", 1)
+    first = Ranks(1, [*args, "--epochs", 1], tmp_path / "one")
+    assert first.wait() == [0], first.text()
+    second = Ranks(2, [*args, "--epochs", 2, "--force-change", "--epochs", "--resume", "auto"], tmp_path / "two")
+    assert second.wait() == [2, 2], second.text()
+    assert "2 ranks would take 1 sample a step each, and batch norm cannot train on one: resume the run on fewer " \
+           "ranks" in second.text()
+    assert "damaged" not in second.text()
+
+
 @pytest.mark.parametrize("world", [1, 2])
 def test_ctrl_c_saves_a_checkpoint_says_how_to_resume_and_the_resume_finishes_the_epoch_exactly(prepared, tmp_path,
                                                                                               world):

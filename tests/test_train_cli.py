@@ -110,3 +110,14 @@ def test_a_model_is_probed_at_every_size_the_run_feeds_it_and_left_as_it_was():
     before = {name: value.clone() for name, value in model.state_dict().items()}
     check_takes(model, "resnet18", [(32, 32), (48, 64)], 4, torch.device("cpu"))
     assert model.training and all(torch.equal(before[name], value) for name, value in model.state_dict().items())
+
+
+def test_a_batch_of_one_a_rank_is_refused_at_the_parse_not_called_damage(capsys):
+    """--batch-size 1 read the data, then stopped at the first step with 'a training batch kept fewer than 2 of
+    its 1 samples: the dataset is damaged; run prepare with --verify on this node'."""
+    from train.run.config import parse_command_line
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_command_line(["--data", "/nowhere", "--batch-size", "1"])
+    assert stopped.value.code == 2
+    assert "--batch-size must be at least 2: batch norm cannot train on one sample a rank" in capsys.readouterr().err

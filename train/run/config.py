@@ -653,6 +653,8 @@ def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
     for name in ("epochs", "batch_size", "image_size", "shuffle_buffer", "log_every", "repeats", "ema_steps"):
         if getattr(args, name) < 1:
             parser.refuse(f"--{name.replace('_', '-')} must be at least 1")
+    if args.batch_size < 2:  # the step refuses a batch of one (train/run/loop.py): said here, not as damage
+        parser.refuse("--batch-size must be at least 2: batch norm cannot train on one sample a rank")
     for name in ("val_resize", "val_crop"):
         if getattr(args, name) is not None and min(sides(getattr(args, name))) < 1:
             parser.refuse(f"--{name.replace('_', '-')} must be at least 1")

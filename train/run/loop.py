@@ -256,6 +256,9 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
     resume on another world size shares the run's global batch out: Checkpoint.batch_on); its model
     with `model_classes` outputs where they are not the data's classes (an evaluation across class tables)."""
     check_every_rank_reads_one_dataset(manifest, env, control)
+    if batch_size < 2:  # a resume's share of the run's global batch on more ranks: the step would call it damage
+        raise ConfigError(f"{env.world_size} ranks would take {batch_size} sample a step each, and batch norm cannot "
+                          f"train on one: resume the run on fewer ranks")
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
