@@ -121,3 +121,22 @@ def test_a_batch_of_one_a_rank_is_refused_at_the_parse_not_called_damage(capsys)
         parse_command_line(["--data", "/nowhere", "--batch-size", "1"])
     assert stopped.value.code == 2
     assert "--batch-size must be at least 2: batch norm cannot train on one sample a rank" in capsys.readouterr().err
+
+
+def test_an_import_path_whose_callable_takes_no_num_classes_is_refused_in_one_line(tmp_path, monkeypatch):
+    """`--arch mymodels:net` of a def net() ended in a TypeError traceback; a class, a **kwargs and a partial bind."""
+    from train.run.models import build_model
+
+    (tmp_path / "no_classes_models.py").write_text(
+        "import functools\nimport torch\n\n\ndef net():\n    return torch.nn.Linear(3, 4)\n\n\n"
+        "def loose(**kwargs):\n    return torch.nn.Linear(3, kwargs['num_classes'])\n\n\n"
+        "class Net(torch.nn.Linear):\n    def __init__(self, num_classes):\n"
+        "        super().__init__(3, num_classes)\n\n\n"
+        "def sized(width, num_classes):\n    return torch.nn.Linear(width, num_classes)\n\n\n"
+        "partial = functools.partial(sized, 3)\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"--arch no_classes_models:net: net takes no num_classes argument, which the "
+                                          r"run calls it with \(net\(num_classes=4\)\): give it one"):
+        build_model("no_classes_models:net", 4)
+    for name in ("loose", "Net", "partial"):
+        assert build_model(f"no_classes_models:{name}", 4).out_features == 4

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 
@@ -71,11 +72,25 @@ def model_from_import_path(arch: str, num_classes: int) -> torch.nn.Module:
     make = getattr(module, name, None)
     if not callable(make):
         raise ConfigError(f"--arch {arch}: {module_name} has no callable {name}")
+    if not takes_num_classes(make):  # its TypeError, in a traceback, said no more
+        raise ConfigError(f"--arch {arch}: {name} takes no num_classes argument, which the run calls it with "
+                          f"({name}(num_classes={num_classes})): give it one")
     model = make(num_classes=num_classes)
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(f"--arch {arch}: {name}(num_classes={num_classes}) returned a {type(model).__name__}, "
                           "not a torch.nn.Module")
     return model
+
+
+def takes_num_classes(make) -> bool:
+    """Whether `make(num_classes=...)` binds (a signature Python cannot read, a builtin's: assumed to)."""
+    try:
+        inspect.signature(make).bind(num_classes=1)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def check_takes(model: torch.nn.Module, arch: str, sizes: list[tuple[int, int]], num_classes: int,
