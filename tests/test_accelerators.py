@@ -168,3 +168,16 @@ def test_the_torch_floor_admits_no_release_without_the_accelerator_api_the_devic
     assert not floors["torch"].contains(Version("2.6.99")) and floors["torch"].contains(Version("2.7.0"))
     assert not floors["torchvision"].contains(Version("0.21.99")) and floors["torchvision"].contains(Version("0.22.0"))
     assert floors["torch"].contains(Version(torch.__version__.split("+")[0]))
+
+
+@pytest.mark.skipif(accelerator_here() is not None, reason="a machine with a GPU: the refusals are of a GPU-less one")
+def test_device_cuda_with_a_cpu_only_torch_says_so_not_to_check_gpus_per_task(monkeypatch):
+    """A CPU-only torch (the cpu wheel, conda's cpuonly) on a GPU node was told 'no GPU is visible to this task
+    (check --gpus-per-task)': the job's GPUs were there, the torch could not use them."""
+    env = DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+                  node="here")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(ClusterError, match=r"--device cuda, but this torch is a CPU-only build \(.*: neither CUDA nor "
+                                           r"ROCm\): install torch's CUDA build"):
+        device_for(env, "cuda")
