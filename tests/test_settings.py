@@ -721,15 +721,20 @@ def test_the_librarys_refusals_name_the_flags(capsys, argv, said):
 
 
 def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path, caplog):
+    """(And a run called in-process puts back the signal handlers it found: the preemption's stayed, so Ctrl-C in a
+    notebook after it, or a test's SIGINT, set a flag instead of interrupting.)"""
     import logging
+    import signal
 
     from train.run.cli import main
 
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     with caplog.at_level(logging.ERROR, logger="train"):
         code = main(["--data", str(prepared), "--run-dir", str(tmp_path), "--arch", "resnet18", "--device", "cpu",
                      "--epochs", "1", "--warmup-epochs", "0", "--batch-size", "4", "--repeats", "1000",
                      "--workers", "1"])
     assert code == 2 and "--repeats=1000 is more than" in caplog.text and " repeats=1000" not in caplog.text
+    assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
 def test_a_library_refusal_carries_its_arguments_and_the_run_reads_them_not_the_words():

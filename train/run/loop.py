@@ -76,9 +76,14 @@ class Preemption:
     def __init__(self, name: str):
         self.requested = False
         self.interrupted = False  # by Ctrl-C: exit 130, as a shell expects, and no requeue
-        for signum in {preemption_signal(name), signal.SIGTERM}:
-            signal.signal(signum, self._handle)
-        signal.signal(signal.SIGINT, self._interrupt)
+        handlers = {signum: self._handle for signum in {preemption_signal(name), signal.SIGTERM}}
+        handlers[signal.SIGINT] = self._interrupt
+        self.before = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+
+    def restore(self) -> None:
+        """The handlers before, back: a run called in-process (a notebook's, a test's) leaves Ctrl-C as it found it."""
+        for signum, handler in self.before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     def _handle(self, signum, frame):
         self.requested = True
@@ -809,7 +814,6 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
         raise ConfigError(problem)
     require(config.tracker)
     torch.set_num_threads(cpu_threads(env, available_cpus()))
-    preemption = Preemption(config.signal)
     if env.launcher == "single" and env.job_tasks > 1:
         log.warning("SLURM_NTASKS=%d but this process is not an srun step: training as ONE process. "
                     "Run it as `srun python -m train` to use every task.", env.job_tasks)
@@ -821,7 +825,7 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
                  manifest.splits["val"].samples, manifest.num_classes)
     # a resume on another world size keeps the run's global batch (refused mid-epoch where it cannot)
     batch_size = found.checkpoint.batch_on(env.world_size) if found else config.batch_size
-    run = None
+    run, preemption = None, Preemption(config.signal)
     try:
         run = build_run(config, env, manifest, device, control, preemption, batch_size)
         if env.is_main:
@@ -830,6 +834,7 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
         return train(run, found, changes)
     finally:
         close_data(run)
+        preemption.restore()
 
 
 def join_ranks(env: DistEnv, device: torch.device, timeout_s: float):
