@@ -275,7 +275,8 @@ def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state:
     adding = "train" not in source.splits  # evaluation sets added to a dataset there, which keeps its options
     what = (f"the evaluation sets it adds ({', '.join(source.splits)})" if adding else
             "the dataset (estimated from the source)") + (
-        f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)" if ahead else "")
+        f", with {ahead / 1e9:.2f} GB of the shared read's parts read ahead (--no-shared-read needs none)"
+        if ahead else "")
     advice = ((lambda free: "Free space, or choose another --dest: the dataset there keeps its options, and a --resize "
                             "would make it another") if adding else
               (lambda free: resize_that_fits(source, config, ahead, free)))

@@ -157,7 +157,8 @@ for wheel in "$work"/raw/*.whl; do
       "$tools/python" -m wheel tags --remove --platform-tag manylinux_2_28_aarch64 "$wheel" > /dev/null
       mv "${wheel/linux_aarch64/manylinux_2_28_aarch64}" "$work/ready/" ;;
     *)
-      auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$work/ready" "$wheel" >> "$work/auditwheel.log" 2>&1 || {
+      auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$work/ready" "$wheel" \
+        >> "$work/auditwheel.log" 2>&1 || {
         cat "$work/auditwheel.log" >&2; exit 1; } ;;
   esac
 done

@@ -71,7 +71,8 @@ def accuracies(records: list[dict]) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.report", description=__doc__)
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--out", type=Path, default=None, help="a .png, .pdf or .svg file, or a folder to write metrics.png in (default: RUN_DIR/metrics.png)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="a .png, .pdf or .svg file, or a folder to write metrics.png in (default: RUN_DIR/metrics.png)")
     args = p.parse_args(argv)
     if not args.run_dir.is_dir():  # a path mistyped: not a run that has no epoch yet
         print(f"{args.run_dir}: no such run directory: give the --run-dir of a python -m train run", file=sys.stderr)
