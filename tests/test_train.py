@@ -129,7 +129,7 @@ def test_preemption_mid_epoch_then_resume_on_2_1_or_4_ranks_reads_exactly_the_re
 
 
 # The same small model, whose first evaluation in each process says so in a file and then takes 3 s: time for a
-# test to send the preemption signal while the run evaluates. (A batch of one is the run's probe of the sizes the
+# test to send the preemption signal while the run evaluates. (A batch of two is the run's probe of the sizes the
 # model takes, before training: not an evaluation.)
 SLOW_TO_EVALUATE = NORM_FREE + """
 import time
@@ -142,7 +142,7 @@ class FirstEvaluationSlow(torch.nn.Module):
         self.net, self.waited = small(num_classes), False
 
     def forward(self, x):
-        if not self.training and len(x) > 1 and not self.waited:
+        if not self.training and len(x) > 2 and not self.waited:
             self.waited = True
             Path("evaluating").touch()
             time.sleep(3)

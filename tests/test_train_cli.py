@@ -103,9 +103,19 @@ def test_a_model_is_probed_at_every_size_the_run_feeds_it_and_left_as_it_was():
     with pytest.raises(ConfigError, match="--arch squeezenet1_1 cannot take 16 x 16 px images"):
         check_takes(model, "squeezenet1_1", [(64, 64), (16, 16)], 4, torch.device("cpu"))
     assert model.training
-    with pytest.raises(ConfigError, match=r"--arch m:f: its model answers a batch of one image with \(1, 1000\), "
-                                          r"not \(1, 4\), one logit a class"):
+    with pytest.raises(ConfigError, match=r"--arch m:f: its model answers a batch of 2 images with \(2, 1000\), "
+                                          r"not \(2, 4\), one logit a class"):
         check_takes(build_model("squeezenet1_1", 1000), "m:f", [(64, 64)], 4, torch.device("cpu"))
+    # a model that squeezes its batch answers one image without it: probed with two, it is taken (a review's finding)
+    class Squeezing(torch.nn.Module):  # a head ending in .squeeze(), as some do
+        def __init__(self):
+            super().__init__()
+            self.net = build_model("resnet18", 4)
+
+        def forward(self, x):
+            return self.net(x).squeeze()
+
+    check_takes(Squeezing(), "m:squeezing", [(32, 32)], 4, torch.device("cpu"))
     model = build_model("resnet18", 4).train()
     before = {name: value.clone() for name, value in model.state_dict().items()}
     check_takes(model, "resnet18", [(32, 32), (48, 64)], 4, torch.device("cpu"))

@@ -60,7 +60,7 @@ MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def file_identity(path: Path) -> tuple | None:
-    """What tells the file at `path` from another put there later: its device, inode, size and change time;
+    """What tells the file at `path` from another put there later: its device, inode, size and modification time;
     None where there is none."""
     try:
         return identity_of(os.stat(path))

@@ -783,7 +783,7 @@ def main(command: CommandLine, env: DistEnv) -> int:
     config = replace(config, dataset_id=manifest.dataset_id())
     device = device_for(env, config.device)
     claim = run_lock.take(Path(config.run_dir)) if env.is_main else run_lock.Claim()
-    refused = claim.refused
+    refused, preemption = claim.refused, None
     try:
         control = join_ranks(env, device, config.dist_timeout)
         if control is not None:
@@ -792,15 +792,18 @@ def main(command: CommandLine, env: DistEnv) -> int:
             refused = said[0]
         if refused:
             raise run_lock.RunDirInUse(refused)
-        return train_in(config, command, env, manifest, device, control)
+        preemption = Preemption(config.signal)
+        return train_in(config, command, env, manifest, device, control, preemption)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
         run_lock.let_go(claim, Path(config.run_dir))
+        if preemption is not None:  # after the teardown, which a requeue's SIGTERM may meet
+            preemption.restore()
 
 
 def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: Manifest, device: torch.device,
-             control) -> int:
+             control, preemption: Preemption) -> int:
     """The run, its run directory held: its settings (a resume's from the checkpoint, read only now that no
     other training writes it), then the loaders, the model and the epochs."""
     found = checkpoint_to_resume(config)  # its settings are the run's: read before anything is built
@@ -825,7 +828,7 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
                  manifest.splits["val"].samples, manifest.num_classes)
     # a resume on another world size keeps the run's global batch (refused mid-epoch where it cannot)
     batch_size = found.checkpoint.batch_on(env.world_size) if found else config.batch_size
-    run, preemption = None, Preemption(config.signal)
+    run = None
     try:
         run = build_run(config, env, manifest, device, control, preemption, batch_size)
         if env.is_main:
@@ -834,7 +837,6 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
         return train(run, found, changes)
     finally:
         close_data(run)
-        preemption.restore()
 
 
 def join_ranks(env: DistEnv, device: torch.device, timeout_s: float):

@@ -97,26 +97,33 @@ def check_takes(model: torch.nn.Module, arch: str, sizes: list[tuple[int, int]],
                 device: torch.device) -> None:
     """A ConfigError, before any data is read, where the model cannot take images of one of `sizes` (height,
     width: each a run feeds it), its pooling or its partitions too large for them (alexnet at 32 px, inception_v3
-    under 75, maxvit_t off its one size), or where it answers other than one logit a class: one forward of a blank
-    image each, in eval mode without gradients (batch norm's statistics untouched; the mode restored), where it
-    ended in a traceback at the first step."""
+    under 75, maxvit_t off its one size), or where it answers other than one logit a class: one forward of PROBE
+    blank images each, in eval mode without gradients (batch norm's statistics untouched; the mode restored), where
+    it ended in a traceback at the first step. (Two images, not one: a model that squeezes its batch answers one
+    image without its batch dimension. The device's out-of-memory error is the device's, not the size's: raised.)"""
     was_training = model.training
     model.eval()
     try:
         for height, width in dict.fromkeys(sizes):
             try:
                 with torch.no_grad():
-                    out = model(torch.zeros(1, 3, height, width, device=device))
+                    out = model(torch.zeros(PROBE, 3, height, width, device=device))
+            except torch.OutOfMemoryError:
+                raise
             except (RuntimeError, AssertionError, ValueError) as exn:  # torch's shape checks; a model's own asserts
                 raise ConfigError(f"--arch {arch} cannot take {height} x {width} px images ({first_line(exn)}): give "
                                   "an --image-size (and --val-crop, --ramp) it takes; 224 suits every torchvision "
                                   "model") from None
-            if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, num_classes):
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != (PROBE, num_classes):
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
-                raise ConfigError(f"--arch {arch}: its model answers a batch of one image with {got}, not (1, "
-                                  f"{num_classes}), one logit a class: make it return num_classes outputs an image")
+                raise ConfigError(f"--arch {arch}: its model answers a batch of {PROBE} images with {got}, not "
+                                  f"({PROBE}, {num_classes}), one logit a class: make it return num_classes outputs "
+                                  "an image")
     finally:
         model.train(was_training)
+
+
+PROBE = 2  # images in check_takes' batch
 
 
 def first_line(exn: Exception) -> str:
