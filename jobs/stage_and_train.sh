@@ -67,14 +67,19 @@ cd "$REPO"
 # On every node, with all of its CPUs; the nodes share one read of the source; idempotent, so a
 # requeued job only verifies (or re-stages just the nodes that lack the data). No --kill-on-bad-exit
 # here: when one node fails, prepare tells the others, which print its error and clean up first.
+# wait_for PID: its exit status, in $status. `wait` returns early when a trap fires: wait again until it is gone.
+wait_for() {
+  while true; do
+    wait "$1" && status=0 || status=$?
+    kill -0 "$1" 2>/dev/null || break
+  done
+}
+
 # In the background, so that the trap above runs as the signal comes, not when prepare ends.
 srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
     "$PYTHON" "${python_flags[@]}" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-} &
 step=$!
-while true; do
-  wait "$step" && status=0 || status=$?
-  kill -0 "$step" 2>/dev/null || break   # wait returns early when the trap fires: wait again
-done
+wait_for "$step"
 (( status == 0 )) || exit "$status"
 
 # Training runs in the background so that this shell can forward the preemption signal
@@ -91,11 +96,7 @@ if [[ ${STATS:-0} == 1 ]]; then  # beside the training, on its nodes, sharing th
   echo "  stats:       $RUN_DIR/stats/ (every ${STATS_EVERY:-10} s)"
 fi
 trap 'echo "preemption signal: forwarding SIGUSR1 to the training step"; kill -USR1 $step' USR1
-status=0
-while true; do
-  wait "$step" && status=0 || status=$?
-  kill -0 "$step" 2>/dev/null || break   # wait returns early when the trap fires: wait again
-done
+wait_for "$step"
 if [[ -n $sampler ]]; then  # the samplers end as the file appears (each looks every second)
   touch "$stop"
   wait "$sampler" || true

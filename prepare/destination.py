@@ -255,18 +255,21 @@ def remove_incomplete(dest: Path) -> None:
         manifest_path(dest).unlink()
         fsync_dir(dest)
     remove_killed_writes(dest, (MANIFEST_NAME, REAL_LABELS_FILE))
-    for split in splits:
-        for path in (dest / split).iterdir():
-            path.unlink()
+    for path in shard_files(dest):
+        path.unlink()
     (dest / REAL_LABELS_FILE).unlink(missing_ok=True)
     shutil.rmtree(dest / WORK_DIR_NAME, ignore_errors=True)
+
+
+def shard_files(dest: Path) -> list[Path]:
+    """Every file in the split folders of --dest (remove_incomplete has refused any prepare did not write)."""
+    return [path for split in ALL_SPLITS if (dest / split).is_dir() for path in (dest / split).iterdir()]
 
 
 def removed_bytes(dest: Path) -> int:
     """The bytes remove_incomplete frees: the dataset a build replaces (--force, --verify's rebuild), what a killed
     run left."""
-    files = [path for split in ALL_SPLITS if (dest / split).is_dir() for path in (dest / split).iterdir()]
-    files += [*(dest / WORK_DIR_NAME).rglob("*"), manifest_path(dest), dest / REAL_LABELS_FILE]
+    files = [*shard_files(dest), *(dest / WORK_DIR_NAME).rglob("*"), manifest_path(dest), dest / REAL_LABELS_FILE]
     return sum(path.stat().st_size for path in files if path.is_file())
 
 
