@@ -105,6 +105,30 @@ def test_the_type_nvidias_and_amds_gpus_share_is_named_only_by_the_table_and_nvi
                      ("train/bench/stages.py", "gpu_stages")}, found
 
 
+def test_the_emas_count_on_the_host_goes_through_the_gloo_group_not_the_gpus_backend(monkeypatch):
+    """NCCL and XCCL, the default group's backends on a GPU, take device tensors only: a host tensor on the default
+    group raises torch's "No backend type associated with device type cpu" (emulated here, the model on the meta
+    device in the GPU's place). AveragedModel keeps its n_averaged on the host beside weights on the GPU: the
+    buffers' broadcast before each evaluation raised it, at the first epoch's end of every run of several GPUs with
+    --ema (the torchvision-v2 recipe's), and of python -m train.evaluate of such a run on several."""
+    from train.run.ema import ema_of
+    from train.run.loop import take_rank_0s_buffers
+
+    sent = []
+
+    def broadcast(tensor, src, group=None):
+        if group is None and tensor.device.type == "cpu":
+            raise RuntimeError("No backend type associated with device type cpu")
+        sent.append((tensor.device.type, group))
+
+    monkeypatch.setattr(dist, "broadcast", broadcast)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4)).to("meta")
+    ema = ema_of(model, decay=0.99998, every=32, epochs=600, global_batch=1024)
+    take_rank_0s_buffers([model, ema], control="the gloo group")
+    # BatchNorm's three buffers, the model's and the average's, on the device; the count through the gloo group
+    assert sorted(sent, key=str) == [("cpu", "the gloo group")] + [("meta", None)] * 6
+
+
 def test_the_start_up_line_names_the_platform_rocm_included():
     assert platform(CUDA) == "NVIDIA CUDA" and platform(CUDA, hip="6.4.1") == "AMD ROCm 6.4.1"
     assert platform(XPU) == "Intel XPU" and platform(CPU) == "CPU"

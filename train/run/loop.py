@@ -504,7 +504,7 @@ def evaluate_all(run: Run) -> dict | None:
     where a rank was asked to stop (preempted) while they were measured."""
     models = [(run.model, "")] + ([(run.ema.module, "ema_")] if run.ema is not None else [])
     if run.env.world_size > 1:
-        take_rank_0s_buffers([run.model] + ([run.ema] if run.ema is not None else []))
+        take_rank_0s_buffers([run.model] + ([run.ema] if run.ema is not None else []), run.control)
     metrics = {}
     for model, prefix in models:
         for split, loader in run.eval_data.items():
@@ -518,14 +518,16 @@ def evaluate_all(run: Run) -> dict | None:
 
 
 @torch.no_grad()
-def take_rank_0s_buffers(models: list[torch.nn.Module]) -> None:
+def take_rank_0s_buffers(models: list[torch.nn.Module], control) -> None:
     """Every rank's buffers (BatchNorm's running statistics, the EMA's averages of them) made rank 0's: DDP gives
     each rank rank 0's at the start of a forward, and each rank's own batch then moves its own, so after the last
     step they differ by rank. The checkpoint saves rank 0's: with them, every rank evaluates the model the checkpoint
-    holds, and an evaluation on its own (train/run/evaluation.py) gives the run's figures on any number of ranks."""
+    holds, and an evaluation on its own (train/run/evaluation.py) gives the run's figures on any number of ranks.
+    A buffer on the host (AveragedModel keeps its n_averaged there, beside weights on the GPU) goes through the gloo
+    group `control`: NCCL and XCCL, the default group's on a GPU, take device tensors only."""
     for model in models:
         for buffer in model.buffers():
-            dist.broadcast(buffer, src=0)
+            dist.broadcast(buffer, src=0, group=control if buffer.device.type == "cpu" else None)
 
 
 @torch.no_grad()
