@@ -146,6 +146,25 @@ def test_dali_reads_the_same_shards(prepared, tmp_path):
     assert time_batches(batches, 16, 1).per_sec > 0
 
 
+def test_the_ranks_rates_are_summed_through_gloo_where_the_default_group_takes_device_tensors_only(tmp_path):
+    """`srun python -m train.bench` on several GPUs: the default group is NCCL's (XCCL's on Intel's), which refuses a
+    host tensor ("No backend type associated with device type cpu"): the sum of the ranks' images/s after the data
+    mode stopped the benchmark there. The default group here is gloo serving the GPU's type alone, as NCCL does."""
+    import torch.distributed as dist
+
+    from train.bench.measure import global_rate
+    from train.cluster import DistEnv
+
+    dist.init_process_group("cuda:gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        host_group = dist.new_group(backend="gloo")
+        env = DistEnv(rank=0, world_size=2, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="slurm",
+                      node="here")  # (a world of 2 as the benchmark sees it: this one rank sums alone)
+        assert global_rate(1234.5, env, host_group) == 1234.5
+    finally:
+        dist.destroy_process_group()
+
+
 def test_model_modes_are_the_default_only_on_a_gpu():
     import torch
 

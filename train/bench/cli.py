@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     manifest = read_complete_manifest(root)
     device = device_for(env, args.device)
     modes = chosen_modes(args.modes, device)
+    host_group = None  # the ranks' rates are summed on the host, through gloo: NCCL and XCCL take device tensors only
     if env.world_size > 1:
         init_distributed(env, device, 120)
+        host_group = dist.new_group(backend="gloo")
     stats, _ = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
              "augment": args.augment,
@@ -128,18 +130,19 @@ def main(argv: list[str] | None = None) -> int:
         for row in data["sweep"]:
             for key in ("ours", "library", "ours_on_peers", "pil", "baseline", "dali"):
                 if key in row:
-                    row[key] = global_rate(row[key], env)
-        data["cold"] = {k: global_rate(v, env) for k, v in data["cold"].items()}
+                    row[key] = global_rate(row[key], env, host_group)
+        data["cold"] = {k: global_rate(v, env, host_group) for k, v in data["cold"].items()}
     num_classes = manifest.num_classes
     if "model" in modes:
-        extra["model_images_per_sec"] = global_rate(measure_model(args, num_classes, env, device), env)
+        extra["model_images_per_sec"] = global_rate(measure_model(args, num_classes, env, device), env, host_group)
     feed = lambda: Ours(manifest, root, max(worker_counts(args.workers)), args.model_batch_size, args.image_size,
                         rank=env.rank, world_size=env.world_size, decode=args.decode, pin_memory=pins_memory(device),
                         augment=AUGMENTS[args.augment])
     if "feed" in modes:
-        extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed()), env)
+        extra["feed_images_per_sec"] = global_rate(measure_feed(args, device, feed()), env, host_group)
     if "full" in modes:
-        extra["full_images_per_sec"] = global_rate(measure_full(args, num_classes, env, device, feed()), env)
+        extra["full_images_per_sec"] = global_rate(measure_full(args, num_classes, env, device, feed()), env,
+                                                   host_group)
     record = summarise(data, stats, extra)
     if env.is_main:
         run_dir = Path(args.run_dir)

@@ -180,10 +180,11 @@ def measure_feed(args, device: torch.device, ours: Ours) -> float:
                             device_sync(device)).per_sec
 
 
-def global_rate(value: float, env) -> float:
-    """Sum of a per-rank images/s over ranks."""
+def global_rate(value: float, env, host_group) -> float:
+    """Sum of a per-rank images/s over ranks, through `host_group`, a gloo group: the default group's NCCL (XCCL on
+    Intel's GPUs) refuses a host tensor."""
     if env.world_size == 1:
         return value
     tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
+    dist.all_reduce(tensor, group=host_group)
     return float(tensor.item())
