@@ -202,6 +202,24 @@ def test_device_cuda_with_a_cpu_only_torch_says_so_not_to_check_gpus_per_task(mo
                   node="here")
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.version, "xpu", None)
     with pytest.raises(ClusterError, match=r"--device cuda, but this torch is a CPU-only build \(.*: neither CUDA nor "
                                            r"ROCm\): install torch's CUDA build"):
         device_for(env, "cuda")
+
+
+@pytest.mark.skipif(accelerator_here() is not None, reason="a machine with a GPU: the refusals are of a GPU-less one")
+def test_device_cuda_with_torchs_xpu_build_names_xpu_not_a_cpu_only_build(monkeypatch):
+    """On an Intel GPU node (DAWN), --device cuda (a TRAIN_ARGS copied from a CUDA cluster's job) with torch's XPU
+    build was told 'this torch is a CPU-only build: install torch's CUDA build': the torch could use the node's
+    GPUs, as --device xpu."""
+    env = DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+                  node="here")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.version, "xpu", "20250101")  # (torch.version.xpu of the XPU wheels: a SYCL date)
+    with pytest.raises(ClusterError) as refused:
+        device_for(env, "cuda")
+    assert str(refused.value) == (f"--device cuda, but this torch is the build for Intel's GPUs ({torch.__version__}: "
+                                  "neither CUDA nor ROCm): on Intel's GPUs use --device xpu (or leave --device out); "
+                                  "on NVIDIA's install torch's CUDA build (pip install torch)")

@@ -26,6 +26,10 @@ def missing(kind: str) -> str:
     if kind == "xpu":
         return ("--device xpu, but this torch sees no Intel GPU (torch.xpu.is_available() is False): on a node with "
                 f"Intel GPUs, install torch's XPU build ({XPU_TORCH}); elsewhere use --device cuda or cpu")
+    if torch.version.cuda is None and torch.version.hip is None and getattr(torch.version, "xpu", None):
+        return (f"--device {kind}, but this torch is the build for Intel's GPUs ({torch.__version__}: neither CUDA "
+                "nor ROCm): on Intel's GPUs use --device xpu (or leave --device out); on NVIDIA's install torch's "
+                "CUDA build (pip install torch)")
     if torch.version.cuda is None and torch.version.hip is None:  # a CPU-only build sees no GPU on any node
         return (f"--device {kind}, but this torch is a CPU-only build ({torch.__version__}: neither CUDA nor ROCm): "
                 "install torch's CUDA build (pip install torch; ROCm's for AMD's GPUs), or use --device cpu")
