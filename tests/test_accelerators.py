@@ -40,7 +40,29 @@ def test_a_rank_takes_its_local_rank_among_the_devices_it_sees(kind, local_rank,
 def test_pinned_memory_and_autocast_follow_the_device_not_its_vendor():
     assert [pins_memory(d) for d in (CPU, CUDA, XPU)] == [False, True, True]
     assert [autocast_default(d) for d in (CPU, CUDA, XPU)] == [None, torch.bfloat16, torch.bfloat16]
+    assert [autocast_default(d, bf16=False) for d in (CPU, CUDA, XPU)] == [None, torch.float16, torch.float16]
     assert set(ACCELERATORS) == {"cuda", "xpu"}
+
+
+@pytest.mark.parametrize("capability,hip,precision", [
+    ((7, 0), None, torch.float16), ((7, 5), None, torch.float16),  # V100, T4: fp16, with a GradScaler
+    ((8, 0), None, torch.bfloat16), ((9, 0), None, torch.bfloat16),  # A100, H100
+    ((7, 0), "6.4.1", torch.bfloat16),  # ROCm's torch: AMD's numbering is not NVIDIA's
+])
+def test_amp_auto_is_fp16_on_nvidias_gpus_before_ampere(monkeypatch, capability, hip, precision):
+    """--amp auto was bf16 on every GPU: a V100 or T4 takes bf16 (torch's autocast lets it), but cuDNN's bf16
+    convolutions need Ampere, and torch convolves in its own im2col kernels instead: ResNet-50 ran slower than in
+    fp32, silently. There auto is fp16 with a GradScaler, the precision torchvision's and FFCV's runs take."""
+    from train.accelerators import computes_in_bf16
+    from train.run.loop import amp_dtype_for
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    assert amp_dtype_for("auto", CUDA) == precision
+    assert asked == ([] if hip else [CUDA])  # the rank's own GPU, not the current one
+    assert computes_in_bf16(XPU) and computes_in_bf16(CPU) and amp_dtype_for("auto", CPU) is None
+    assert [amp_dtype_for(amp, CUDA) for amp in ("bf16", "fp16", "off")] == [torch.bfloat16, torch.float16, None]
 
 
 def test_the_side_stream_and_the_timings_go_through_each_accelerators_own_torch_module():

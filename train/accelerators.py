@@ -16,7 +16,7 @@ from types import ModuleType
 import torch
 import torch.distributed as dist
 
-from train.device_types import ACCELERATORS, AUTOTUNED_CONVOLUTIONS, PLATFORMS, ROCM, ROCM_TYPE
+from train.device_types import ACCELERATORS, AUTOTUNED_CONVOLUTIONS, BF16_FROM_CAPABILITY, PLATFORMS, ROCM, ROCM_TYPE
 
 XPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/xpu"  # torch's build for Intel GPUs
 
@@ -48,10 +48,23 @@ def pins_memory(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def autocast_default(device: torch.device) -> torch.dtype | None:
-    """The precision a run takes where none is asked for: bf16 autocast on an accelerator (every one the training
-    accepts has it), fp32 on the CPU. Pure."""
-    return torch.bfloat16 if device.type != "cpu" else None
+def autocast_default(device: torch.device, bf16: bool = True) -> torch.dtype | None:
+    """The precision a run takes where none is asked for: bf16 autocast on an accelerator that computes in it
+    (`bf16`: computes_in_bf16), fp16 (with a GradScaler) on one that does not (NVIDIA's before Ampere: V100, T4),
+    fp32 on the CPU. Pure."""
+    if device.type == "cpu":
+        return None
+    return torch.bfloat16 if bf16 else torch.float16
+
+
+def computes_in_bf16(device: torch.device) -> bool:
+    """Whether `device` computes in bf16 at its speed: NVIDIA's GPUs from compute capability 8 (Ampere); a V100 or
+    T4 takes bf16 tensors, and torch's autocast lets it, but its convolutions then run in torch's own im2col kernels,
+    cuDNN's bf16 ones needing Ampere: slower than fp32. AMD's (ROCm's torch) and Intel's: yes."""
+    least = BF16_FROM_CAPABILITY.get(device.type)
+    if least is None or torch.version.hip:
+        return True
+    return torch.get_device_module(device.type).get_device_capability(device)[0] >= least
 
 
 def platform(device: torch.device, hip: str | None = None) -> str:

@@ -13,6 +13,11 @@ DEVICE_TYPES = (*ACCELERATORS, "cpu")  # every type, the CPU last
 PLATFORMS = {"cuda": "NVIDIA CUDA", "xpu": "Intel XPU", "cpu": "CPU"}
 ROCM_TYPE, ROCM = "cuda", "AMD ROCm"
 
+# The compute capability from which NVIDIA's GPUs compute in bf16 (Ampere, 8.0: its tensor cores, and cuDNN's bf16
+# convolutions, without which torch convolves by its own slow kernels); AMD's under ROCm's torch and Intel's have no
+# such numbering, and compute in it
+BF16_FROM_CAPABILITY = {"cuda": 8}
+
 # Types whose convolutions torch.backends.cudnn.benchmark autotunes for fixed shapes: cuDNN's on NVIDIA's GPUs and
 # MIOpen's on AMD's (ROCm's torch routes the flag there); Intel's oneDNN has no such search.
 AUTOTUNED_CONVOLUTIONS = ("cuda",)

@@ -142,7 +142,7 @@ def measure_data(args, manifest, root: Path, env, workers_list: list[int], folde
 
 def training_step(args, num_classes: int, env, device: torch.device) -> Callable[[tuple], None]:
     """train.run.loop's step on a model and optimiser of the benchmark's own (python -m train's
-    defaults: SGD with Nesterov momentum, bf16 autocast on a GPU, channels_last, DDP across ranks)."""
+    defaults: SGD with Nesterov momentum, --amp auto's autocast on a GPU, channels_last, DDP across ranks)."""
     torch.manual_seed(0)
     if autotunes_convolutions(device):
         torch.backends.cudnn.benchmark = True

@@ -45,7 +45,7 @@ class TrainConfig:
     weight_decay: float = 1e-4  # not applied to norm layers and biases
     label_smoothing: float = 0.1
     warmup_epochs: float = 5.0
-    amp: str = "auto"  # bf16 on GPU, off on CPU; or "bf16", "fp16", "off"
+    amp: str = "auto"  # bf16 on GPU (fp16 on NVIDIA's before Ampere), off on CPU; or "bf16", "fp16", "off"
     channels_last: bool = True
     compile: bool = False
     shuffle_buffer: int = 1000  # the read plan's shuffle window, in samples: nothing is held (shards are mapped)
@@ -180,7 +180,8 @@ def build_parser() -> OneLineParser:
                         "(the default's, a recipe's) that leaves no decay in a shorter run is shortened to the same "
                         "share of it, and the log says so")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default=d.amp,
-                   help="mixed precision: auto is bf16 on a GPU and off (fp32) on the CPU; fp16 uses a GradScaler")
+                   help="mixed precision: auto is bf16 on a GPU (fp16 on NVIDIA's before Ampere: V100, T4) and off "
+                        "(fp32) on the CPU; fp16 uses a GradScaler")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false",
                    help="keep batches and the model in NCHW memory (default: channels_last)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")

@@ -35,7 +35,7 @@ from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
                                   load_checkpoint, rng_state, save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
-from train.accelerators import autocast_default, autotunes_convolutions, platform
+from train.accelerators import autocast_default, autotunes_convolutions, computes_in_bf16, platform
 from train.run.devices import device_for
 from train.run.config import (CommandLine, TrainConfig, preemption_signal, settings_problem, warmup_ramps_by_step,
                               warmup_steps, whole_warmup_epochs)
@@ -251,7 +251,7 @@ def short_warmup_then_epochs(per_epoch, warmup_steps: int, steps: int, start_fac
 
 def amp_dtype_for(amp: str, device: torch.device) -> torch.dtype | None:
     if amp == "auto":
-        return autocast_default(device)
+        return autocast_default(device, computes_in_bf16(device))
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
 
 
