@@ -165,6 +165,27 @@ def test_the_ranks_rates_are_summed_through_gloo_where_the_default_group_takes_d
         dist.destroy_process_group()
 
 
+@pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is an optional extra: pip install nvidia-dali-cuda130")
+def test_dali_reads_labels_of_several_digits(images, tmp_path):
+    """ImageNet's .cls holds 1 to 3 digits: a batch of labels of several lengths is not one tensor, which
+    DALI's iterator refused (every dataset of more than 10 classes, python -m train.bench's default peer)."""
+    import torch
+
+    from conftest import write_shard
+    from shards.manifest import Manifest, ShardInfo, SplitInfo
+
+    labels = [0, 12, 5, 999, 1, 10, 3, 100]
+    (tmp_path / "train").mkdir()
+    write_shard(tmp_path / "train" / "train-000000.tar",
+                [(key, data, label) for (key, _, data), label in zip(images.train, labels)])
+    shard = ShardInfo("train/train-000000.tar", len(labels), (tmp_path / "train" / "train-000000.tar").stat().st_size)
+    manifest = Manifest({}, {}, [], {"train": SplitInfo(len(labels), shard.bytes, [shard])})
+    batches = dali_batches(dali_loader(manifest, tmp_path, tmp_path, 1, 8, 32))
+    for _ in range(3):
+        _, got = next(batches)
+        assert got.dtype == torch.int64 and sorted(got.tolist()) == sorted(labels)
+
+
 def test_model_modes_are_the_default_only_on_a_gpu():
     import torch
 

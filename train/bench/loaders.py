@@ -167,7 +167,9 @@ def dali_loader(manifest: Manifest, root: Path, index_dir: Path, threads: int, b
         images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
         images = fn.resize(images, resize_x=size, resize_y=size)
         images = fn.flip(images, horizontal=fn.random.coin_flip())
-        return images, labels
+        # .cls is decimal ASCII of 1 to 3 digits (shards.format): padded with zeros to the batch's longest, or
+        # the batch is no tensor and DALI's iterator refuses it; dali_batches reads the numbers back
+        return images, fn.pad(labels, fill_value=0)
 
     pipe = pipeline()
     pipe.build()
@@ -185,8 +187,17 @@ def write_dali_index(shard: Path, index: Path) -> None:
 
 
 def dali_batches(iterator):
-    """DALI's [{'images': ..., 'labels': ...}] per batch as (images, labels), epoch after epoch (the
+    """DALI's [{'images': ..., 'labels': ...}] per batch as (images, class indices), epoch after epoch (the
     iterator resets itself at each epoch's end: auto_reset)."""
     while True:
         for outputs in iterator:
-            yield outputs[0]["images"], outputs[0]["labels"]
+            yield outputs[0]["images"], padded_labels(outputs[0]["labels"])
+
+
+def padded_labels(digits: torch.Tensor) -> torch.Tensor:
+    """The class indices of a batch of .cls contents, ASCII digits padded with zeros (dali_loader): (B, L) uint8
+    -> (B,) int64, as our loader yields them."""
+    values = torch.zeros(len(digits), dtype=torch.int64)
+    for column in digits.to(torch.int64).T:
+        values = torch.where(column > 0, values * 10 + column - ord("0"), values)
+    return values
