@@ -38,11 +38,6 @@ def moved_path(work: Path, receiver: int, giver: int) -> Path:
     return work / "moved" / f"to-{receiver:06d}-from-{giver:06d}.spill"
 
 
-def moved_to(work: Path, receiver: int) -> list[Path]:
-    """The files of samples handed on to bucket `receiver`, in the givers' order."""
-    return sorted((work / "moved").glob(f"to-{receiver:06d}-from-*.spill"))
-
-
 def most_spills_open(sharing: int = 1) -> int:
     """How many spill files one `BucketSpills` keeps open at once: the process's open-file limit (prepare lifts it
     to the hard limit) less what the rest of the process holds, shared by the `sharing` BucketSpills a process
