@@ -223,6 +223,11 @@ def read_manifest(root: Path) -> Manifest:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        # a folder inside a dataset (its train/ or val/): telling to prepare into it would read the whole source
+        # again, hours, for a dataset that is already there
+        if manifest_path(Path(root).parent).is_file():
+            raise DatasetNotReady(f"no prepared dataset at {root}: it is a folder of the dataset at "
+                                  f"{Path(root).parent}, which is the folder to give") from None
         raise DatasetNotReady(
             f"no prepared dataset at {root} (no {MANIFEST_NAME}): run "
             f"`srun --ntasks-per-node=1 python -m prepare --source /path/to/imagenet --dest {root}` "

@@ -323,6 +323,18 @@ def test_a_missing_dataset_says_what_to_run(tmp_path):
         loader(tmp_path)
 
 
+def test_a_root_inside_a_dataset_names_the_dataset_not_prepare(prepared):
+    """The dataset's train/ given as root (as an ImageFolder's root would be): the refusal said to run prepare with
+    --dest at that folder, which reads the whole source again (hours) for a dataset already there."""
+    from shards.manifest import DatasetNotReady
+
+    for inside in (prepared / "train", prepared / "val"):
+        with pytest.raises(DatasetNotReady) as refused:
+            loader(inside)
+        assert str(refused.value) == (f"no prepared dataset at {inside}: it is a folder of the dataset at {prepared}, "
+                                      "which is the folder to give")
+
+
 @pytest.mark.parametrize("environ, threads", [
     ({}, 15), ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"}, 3),
     ({"RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_CPUS_PER_TASK": "16"}, 7),
