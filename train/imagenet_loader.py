@@ -45,7 +45,7 @@ from train.loader_arguments import (check_decode, check_device_decode, check_dty
                                     check_only_train_augments, check_repeats, check_split, checked_augment,
                                     checked_device, checked_image_size, checked_normalisation, checked_root,
                                     checked_validation,
-                                    epoch_length, largest_size, place_of)
+                                    PLACE, epoch_length, largest_size, place_of)
 from train.numbers import Real, Whole, flag, optional, whole_number
 from train.shard_index import ShardSet
 from train.transforms import IMAGENET_MEAN, IMAGENET_STD, ResolutionRamp
@@ -562,9 +562,14 @@ def classes_of(manifest) -> tuple[ImageNetClass, ...]:
 def self_place(rank, world_size, workers) -> DistEnv | None:
     """The launcher's environment, read once, where the loader needs it: its place where rank and world_size are
     not given, its share of the CPUs where workers is not. Given its place, a launcher's half-set variables (RANK
-    without LOCAL_RANK: a Kubeflow pod, say) are not its business: the CPUs are then shared as by no launcher."""
+    without LOCAL_RANK: a Kubeflow pod, say) are not its business: the CPUs are then shared as by no launcher. Not
+    given, a place such variables cannot make is a ConfigError naming rank and world_size."""
     if rank is None and world_size is None:
-        return process_env(os.environ)
+        try:
+            return process_env(os.environ)
+        except ClusterError as exn:  # one of the library's own errors, with the library's way out too
+            raise ConfigError(f"{exn}; or give the loader this process's data-parallel place, {{rank}} and "
+                              "{world_size}", PLACE) from None
     if workers is not None:
         return None
     try:
