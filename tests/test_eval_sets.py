@@ -177,6 +177,20 @@ def test_a_sample_without_a_real_set_is_an_error_not_a_miss():
         real.score(torch.tensor([1]), torch.tensor([key_hash("z")]))
 
 
+def test_predictions_that_are_not_one_class_a_sample_are_refused_saying_what_score_takes():
+    """Logits, or argmax(1, keepdim=True)'s column, broadcast against the label sets: a torch error about sizes,
+    or, where the batch is as long as the widest set, a count: here 2 right where neither is."""
+    real = RealLabels({"a": [1, 2], "c": [0, 3]})
+    hashes = torch.tensor([key_hash(k) for k in "ac"])
+    assert [int(n) for n in real.score(torch.tensor([3, 1]), hashes)] == [0, 2]
+    for predictions in (torch.tensor([[3], [1]]), torch.zeros(2, 5), torch.tensor([3])):
+        with pytest.raises(ValueError) as refused:
+            real.score(predictions, hashes)
+        assert str(refused.value) == (
+            "score takes one predicted class a sample, model(images).argmax(1), and the batch's key_hashes: not "
+            f"predictions of shape {tuple(predictions.shape)} with key hashes of shape (2,)")
+
+
 def test_the_official_val_keys_have_distinct_key_hashes():
     """ReaL labels are found by the 40-bit key hash batches carry: the 50,000 official keys must not collide."""
     assert len({key_hash(f"ILSVRC2012_val_{i:08d}") for i in range(1, 50_001)}) == 50_000

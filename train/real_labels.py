@@ -64,7 +64,13 @@ class RealLabels:
 
     def score(self, predictions: torch.Tensor, key_hashes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(right, counted) of a batch, on the predictions' device: predictions in the image's set,
-        among the images whose set is not empty. A sample with no set is not a val image: ValueError."""
+        among the images whose set is not empty. A sample with no set is not a val image: ValueError; so are
+        predictions that are not one class a sample (logits, or argmax's keepdim column), which broadcast against
+        the sets into a torch error about sizes, or into a wrong count."""
+        if predictions.dim() != 1 or key_hashes.dim() != 1 or len(predictions) != len(key_hashes):
+            raise ValueError(f"score takes one predicted class a sample, model(images).argmax(1), and the batch's "
+                             f"key_hashes: not predictions of shape {tuple(predictions.shape)} with key hashes of "
+                             f"shape {tuple(key_hashes.shape)}")
         wanted = key_hashes.cpu().numpy()
         rows = np.searchsorted(self.hashes, wanted).clip(0, max(len(self.hashes) - 1, 0))
         if len(wanted) and (not len(self.hashes) or (self.hashes[rows] != wanted).any()):
