@@ -195,6 +195,7 @@ def test_a_state_of_an_earlier_version_is_refused_in_one_line(prepared):
     ({"augment": Augment(policy="trivialaugment")}, "augment"), ({"augment": Augment(erasing=0.1)}, "augment"),
     ({"augment": Augment(mixup=0.2)}, "augment"), ({"repeats": 2}, "repeats"),
     ({"augment": Augment(cutmix=1.0), "repeats": 4}, "augment and repeats"),
+    ({"fixed_shape": True}, "fixed_shape"),  # (val's last batch stays partial: it was silently so)
 ])
 def test_augment_or_repeats_on_a_split_other_than_train_are_refused(prepared, split, options, named):
     with pytest.raises(ConfigError, match=f"^{named} would be ignored by the {split} split .*with_split"):
@@ -202,7 +203,7 @@ def test_augment_or_repeats_on_a_split_other_than_train_are_refused(prepared, sp
 
 
 def test_an_augment_that_changes_nothing_and_one_reading_are_what_val_does_anyway(prepared):
-    with loader(prepared, "val", augment=Augment(), repeats=1) as val:
+    with loader(prepared, "val", augment=Augment(), repeats=1, fixed_shape=False) as val:
         assert len(list(val)) == len(val)
 
 

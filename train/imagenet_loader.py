@@ -150,7 +150,7 @@ class ImageNetLoader:
 
     Every number may be Python's, numpy's or a 0-d tensor, and is kept as the plain int or float it
     equals; a bool, NaN, an infinity, a float where a whole number is meant, or a setting that
-    would be ignored (augment or repeats on a split other than train) is a ConfigError naming it.
+    would be ignored (augment, repeats or fixed_shape on a split other than train) is a ConfigError naming it.
     """
 
     def __init__(self, root: str | Path, split: str = "train", *, batch_size: Whole, image_size: Whole | ResolutionRamp,
@@ -166,7 +166,8 @@ class ImageNetLoader:
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
         self.augment, self.repeats = checked_augment(augment), whole_number("repeats", repeats, least=1)
-        check_only_train_augments(split, self.augment, self.repeats)
+        self.fixed_shape = flag("fixed_shape", fixed_shape)
+        check_only_train_augments(split, self.augment, self.repeats, self.fixed_shape)
         self.seed = whole_number("seed", seed)
         self.shuffle_buffer = whole_number("shuffle_buffer", shuffle_buffer, least=1)
         self.prefetch = whole_number("prefetch", prefetch, least=1)
@@ -182,8 +183,7 @@ class ImageNetLoader:
         self.val_resize = self.validation.resize
         self.device, self.root = checked_device(device), checked_root(root)
         check_device_decode(decode, self.device, torch.version.hip)
-        self.dtype, self.channels_last, self.fixed_shape = dtype, flag("channels_last", channels_last), flag(
-            "fixed_shape", fixed_shape)
+        self.dtype, self.channels_last = dtype, flag("channels_last", channels_last)
         # the launcher's environment, read once: this process's place and its share of the CPUs
         env = self_place(rank, world_size, workers)
         self.rank, self.world_size, self._place_given = place_of(rank, world_size, env)
@@ -216,7 +216,7 @@ class ImageNetLoader:
     def with_split(self, split: str) -> "ImageNetLoader":
         """A loader of `split` with this one's settings, sharing its threads and pinned buffers (a
         train and a val loader made so do not double them). Close both; the last one to close
-        stops the threads. `augment` and `repeats` come along and act on train passes only: the val
+        stops the threads. `augment`, `repeats` and `fixed_shape` come along and act on train passes only: the val
         loader of an augmented train loader reads val plainly, and its own with_split("train")
         augments again."""
         split = check_split(split, self._shared.loader.splits)

@@ -158,12 +158,14 @@ def checked_augment(augment) -> Augment:
     return augment
 
 
-def check_only_train_augments(split: str, augment: Augment, repeats: int) -> None:
-    """Augmentation and repeats act on train passes only: given to another split they would be
-    ignored, which hides a mistake (a val loader meant to be the train one)."""
+def check_only_train_augments(split: str, augment: Augment, repeats: int, fixed_shape: bool = False) -> None:
+    """Augmentation, repeats and fixed_shape act on train passes only: given to another split they would be
+    ignored, which hides a mistake (a val loader meant to be the train one, or one meant to keep a compiled
+    model's shapes, whose last batch is partial all the same)."""
     if split == "train":
         return
-    given = [name for name, ignored in (("augment", augment.changes_batches), ("repeats", repeats != 1)) if ignored]
+    given = [name for name, ignored in (("augment", augment.changes_batches), ("repeats", repeats != 1),
+                                        ("fixed_shape", fixed_shape)) if ignored]
     if given:
         raise ConfigError(" and ".join("{" + name + "}" for name in given) + f" would be ignored by the {split} split "
                           "(they act on train only): leave them out, or make the train loader with them and take this "
