@@ -444,6 +444,20 @@ def test_missing_or_unrecognised_source(tmp_path):
         prepare(config(tmp_path / "empty", tmp_path / "out"))
 
 
+def test_a_prepared_dataset_given_as_source_is_said_to_be_one_naming_its_download(prepared, sources, tmp_path):
+    """Its train/ passed for an extracted tree: "imagenet/train holds no <wnid>/ folders with images", which says
+    nothing of the mistake. Another program's manifest.json is no prepared dataset: the layouts decide."""
+    with pytest.raises(SourceError) as refused:
+        prepare(config(prepared, tmp_path / "again"))
+    assert str(refused.value) == (f"--source {prepared} is a dataset `python -m prepare` wrote (its manifest.json), "
+                                  "ready to train from, not an ImageNet download: give --source the download it was "
+                                  f"prepared from ({sources['official'].resolve()})")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text('{"name": "not ours"}')
+    with pytest.raises(SourceError, match="(?s)holds no ImageNet layout.*official archives"):
+        prepare(config(tmp_path / "other", tmp_path / "out"))
+
+
 def test_a_layout_is_asked_only_where_its_names_show():
     """Detection as data (#49): each layout's `SIGNS` against --source's one listing, pure."""
     from prepare.sources import signs_show

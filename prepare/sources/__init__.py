@@ -42,6 +42,8 @@ from typing import Protocol
 
 from prepare.labels import class_maps
 from prepare.sources.base import Signs, Source, SourceError, listings_kept, names_in
+from shards.manifest import DatasetNotReady, read_manifest
+from shards.paths import MANIFEST_NAME
 
 
 class Layout(Protocol):
@@ -189,6 +191,7 @@ def detect(root: Path) -> Detected:
     root = Path(root)
     if not root.exists():
         raise SourceError(f"--source {root} does not exist")
+    prepared_dataset(root)
     listings = {}
     with listings_kept(listings):
         shown = what_shows(root, {folder for layout in layouts().values() for folder in layout.SIGNS.folders})
@@ -197,6 +200,23 @@ def detect(root: Path) -> Detected:
                 detected = Detected(root, layout, found, listings)
                 return replace(detected, table=next(iter(detected.tables()), None))  # the layout's default
     raise SourceError(not_recognised(root))
+
+
+def prepared_dataset(root: Path) -> None:
+    """A dataset this package wrote, given as --source (for the download it came from, or to copy it): said so,
+    with the download its manifest records. Its train/ would pass for an extracted tree, refused as one holding no
+    <wnid>/ folders, which says nothing of the mistake."""
+    if not (root / MANIFEST_NAME).is_file():
+        return
+    try:
+        manifest = read_manifest(root)
+    except DatasetNotReady:  # another program's manifest.json, or one unreadable: the layouts decide
+        return
+    recorded = manifest.source.get("path") if isinstance(manifest.source, dict) else None
+    came = f"give --source the download it was prepared from ({recorded})" if recorded else (
+        "give --source an ImageNet download")
+    raise SourceError(f"--source {root} is a dataset `python -m prepare` wrote (its {MANIFEST_NAME}), ready to train "
+                      f"from, not an ImageNet download: {came}")
 
 
 def what_shows(root: Path, folders: set[str]) -> dict[str, tuple[str, ...]]:
