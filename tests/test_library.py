@@ -9,6 +9,7 @@ import copy
 import json
 import logging
 import pickle
+import re
 import threading
 import time
 
@@ -236,6 +237,43 @@ def test_a_loader_is_not_copied_or_pickled_and_the_refusal_says_what_to_do(prepa
         assert "\n" not in str(refused.value)
         with data.with_split("val") as val:  # with_split still makes its loader, sharing the threads
             assert len(list(val)) == len(val)
+        assert sum(1 for _ in data) == len(data)
+
+
+def _first_batch_in_a_forked_child(data: ImageNetLoader) -> str:
+    """What a forked child (a DataLoader worker over the loader) gets of its first batch: a shape, an error, or
+    "no answer" where it waited 20 s (it is then killed)."""
+    import multiprocessing
+
+    def child(answers):
+        try:
+            answers.put(str(tuple(next(iter(data))[0].shape)))
+        except Exception as exn:
+            answers.put(f"{type(exn).__name__}: {exn}")
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    process = context.Process(target=child, args=(answers,))
+    process.start()
+    try:
+        return answers.get(timeout=20)
+    except Exception:
+        return "no answer"
+    finally:
+        process.kill()
+        process.join()
+
+
+def test_a_loader_used_in_a_forked_child_is_refused_saying_where_it_decodes(prepared):
+    """A DataLoader over the loader with workers forks it: after a pass in the parent, the child waited forever for
+    decoding threads it does not have; before one, each worker read the whole epoch (two workers: every batch
+    twice). Refused in one line in the child; the loader goes on in the process that made it."""
+    said = (r"RuntimeError: this train ImageNetLoader was made in process \d+, not this one \(\d+, forked from it: a "
+            r"DataLoader worker\?\), which has none of its decoding threads: iterate it in the process that made it")
+    with loader(prepared) as data:
+        assert re.match(said, _first_batch_in_a_forked_child(data))  # no pass yet: no thread yet
+        next(iter(data))
+        assert re.match(said, _first_batch_in_a_forked_child(data))
         assert sum(1 for _ in data) == len(data)
 
 

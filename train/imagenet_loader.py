@@ -93,6 +93,7 @@ class _Shared:
         self.users = 1
         self.passes: weakref.WeakSet = weakref.WeakSet()  # the generators of the passes not yet finished
         self.lock = threading.Lock()
+        self.pid = os.getpid()  # the process whose threads decode: a forked child has none of them
 
 
 class ImageNetLoader:
@@ -504,6 +505,14 @@ class ImageNetLoader:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError(f"this {self.split} ImageNetLoader is closed")
+        if os.getpid() != self._shared.pid:
+            # A forked child (a DataLoader worker over it, a fork-started Pool) inherits the loader but not its
+            # threads: after a pass in the parent it waited for them forever; before one, each worker read the
+            # whole epoch, every batch once a worker.
+            raise RuntimeError(f"this {self.split} ImageNetLoader was made in process {self._shared.pid}, not this "
+                               f"one ({os.getpid()}, forked from it: a DataLoader worker?), which has none of its "
+                               "decoding threads: iterate it in the process that made it (a DataLoader over it with "
+                               "num_workers=0: it decodes in threads of its own), or make one in this process")
 
     def _check_open_during_pass(self) -> None:
         """A pass whose loader was closed under it stops with that, not with what its stopped threads raise."""
