@@ -754,6 +754,22 @@ def test_a_device_that_cannot_work_is_refused_at_construction(prepared, device, 
         loader(prepared, device=device)
 
 
+def test_a_gpu_index_past_those_seen_says_which_to_use_where_each_process_has_its_own(prepared, monkeypatch):
+    """srun --gpus-per-task=1 shows each task its own GPU as cuda:0; a loop using cuda:LOCAL_RANK was told to "use
+    cuda:LOCAL_RANK", what it did. Where the process sees several, LOCAL_RANK is the advice (not the job's RANK)."""
+    from train import loader_arguments
+
+    for seen, asked, said in (
+            (1, "cuda:1", "device 'cuda:1', but this process sees one GPU alone, cuda:0 (CUDA_VISIBLE_DEVICES "
+                          "renumbers them: each process given a GPU of its own sees it as index 0): use 'cuda:0'"),
+            (4, "cuda:5", "device 'cuda:5', but this process sees 4 GPUs, cuda:0 to cuda:3 (CUDA_VISIBLE_DEVICES "
+                          "renumbers them): use cuda:LOCAL_RANK, this node's rank (not RANK, the job's)")):
+        monkeypatch.setattr(loader_arguments, "device_count", lambda kind, seen=seen: seen if kind == "cuda" else 0)
+        with pytest.raises(ConfigError) as refused:
+            loader(prepared, device=asked)
+        assert str(refused.value) == said
+
+
 def test_a_root_that_is_a_file_is_not_a_dataset(tmp_path):
     from shards.manifest import DatasetNotReady
 

@@ -250,10 +250,20 @@ def checked_device(device) -> torch.device:
     if count == 0:
         raise ConfigError("{device} " + no_device_seen(device), DEVICE)
     if device.index is not None and device.index >= count:
-        kind = device.type
-        raise ConfigError(f"{{device}} {str(device)!r}, but this process sees {count} GPU(s), {kind}:0 to "
-                          f"{kind}:{count - 1} ({VISIBLE_DEVICES[kind]} renumbers them): use {kind}:LOCAL_RANK", DEVICE)
+        raise ConfigError("{device} " + past_the_devices_seen(device, count), DEVICE)
     return device
+
+
+def past_the_devices_seen(device: torch.device, count: int) -> str:
+    """Why an index past the `count` devices this process sees cannot be used, and which to use. Where it sees one,
+    its own (srun --gpus-per-task, or a binding per task), that one is index 0 whatever its LOCAL_RANK: advising
+    KIND:LOCAL_RANK there repeated the mistake. Pure."""
+    kind, seen = device.type, VISIBLE_DEVICES[device.type]
+    if count == 1:
+        return (f"{str(device)!r}, but this process sees one GPU alone, {kind}:0 ({seen} renumbers them: each "
+                f"process given a GPU of its own sees it as index 0): use '{kind}:0'")
+    return (f"{str(device)!r}, but this process sees {count} GPUs, {kind}:0 to {kind}:{count - 1} ({seen} "
+            f"renumbers them): use {kind}:LOCAL_RANK, this node's rank (not RANK, the job's)")
 
 
 def no_device_seen(device: torch.device) -> str:
