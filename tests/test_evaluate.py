@@ -232,3 +232,17 @@ def test_a_dist_timeout_that_is_no_finite_number_above_0_is_refused_in_one_line(
     assert stopped.value.code == 2
     said = f"--dist-timeout must be a finite number of seconds above 0, not {float(timeout)}"
     assert capsys.readouterr().err.splitlines()[-1] == f"python -m train.evaluate: error: {said}"
+
+
+def test_a_checkpoint_given_as_the_run_directory_names_its_folder_and_checkpoint(tmp_path, capsys):
+    """`python -m train.evaluate runs/r50/last.pt` looked for runs/r50/last.pt/last.pt: "no checkpoint at
+    .../last.pt/last.pt", the file it was given said missing."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.pt").write_bytes(b"")
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / "run" / "last.pt")])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m train.evaluate: error: RUN_DIR {tmp_path / 'run' / 'last.pt'} is a file, not a run directory: give "
+        f"the run's folder ({tmp_path / 'run'}), which evaluates its last.pt, or a folder for eval.jsonl with "
+        f"--checkpoint {tmp_path / 'run' / 'last.pt'}")

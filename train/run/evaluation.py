@@ -218,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     # timeout) told as a peer that never arrived; 0 silently became the run's
     if args.dist_timeout is not None and not 0 < args.dist_timeout < math.inf:
         parser.error(f"--dist-timeout must be a finite number of seconds above 0, not {args.dist_timeout}")
+    # a checkpoint given as RUN_DIR was looked for at RUN_DIR/last.pt inside it: "no checkpoint at .../last.pt/last.pt"
+    if args.run_dir.is_file():
+        parser.error(f"RUN_DIR {args.run_dir} is a file, not a run directory: give the run's folder "
+                     f"({args.run_dir.parent}), which evaluates its last.pt, or a folder for eval.jsonl with "
+                     f"--checkpoint {args.run_dir}")
     try:
         env = dist_env(os.environ)
         setup_logging(env)
