@@ -235,6 +235,18 @@ def test_resuming_another_runs_checkpoint_where_a_run_dir_holds_its_own_is_refus
     assert find_checkpoint(str(run), str(tmp_path / "link.pt")) == tmp_path / "link.pt"
 
 
+def test_a_run_directory_given_to_resume_says_which_file_or_flags_to_give(tmp_path):
+    """--resume RUN_DIR (the folder, not its last.pt) was "no such checkpoint file", of a folder that is there."""
+    from train.run.checkpoint import find_checkpoint
+
+    (tmp_path / "old").mkdir()
+    with pytest.raises(ResumeError) as refused:
+        find_checkpoint(str(tmp_path / "new"), str(tmp_path / "old"))
+    assert str(refused.value) == (f"--resume {tmp_path / 'old'} is a folder, not a checkpoint file: give one of its "
+                                  f"checkpoints (--resume {tmp_path / 'old' / 'last.pt'}), or continue the run there "
+                                  f"with --run-dir {tmp_path / 'old'} --resume auto")
+
+
 @pytest.mark.parametrize("damage", ["cut short", "emptied", "random bytes", "a tensor"])
 def test_a_damaged_or_foreign_checkpoint_is_refused_in_one_line(tmp_path, damage):
     """--resume auto reads RUN_DIR/last.pt: a file cut short (a copy interrupted), emptied, garbage or another

@@ -317,6 +317,10 @@ def find_checkpoint(run_dir: str, resume: str | None) -> Path | None:
         path = checkpoint_path(run_dir)
         return path if path.exists() else None
     path = Path(resume)
+    if path.is_dir():  # a run directory: "no such checkpoint file" of a folder that is there said nothing of it
+        raise ResumeError(f"--resume {resume} is a folder, not a checkpoint file: give one of its checkpoints "
+                          f"(--resume {checkpoint_path(path)}), or continue the run there with --run-dir "
+                          f"{resume} --resume auto")
     if not path.is_file():
         raise ResumeError(f"--resume {resume}: no such checkpoint file")
     existing = checkpoint_path(run_dir)
