@@ -173,9 +173,11 @@ def dali_loader(manifest: Manifest, root: Path, index_dir: Path, threads: int, b
 
     pipe = pipeline()
     pipe.build()
-    # whole batches only, as ours; the iterator starts its next epoch by itself
+    # whole batches, as ours, and every batch the pipeline decodes handed over and counted: an epoch's last batch
+    # filled from the next epoch's samples (FILL), not decoded and dropped (DROP: on a small dataset a batch in
+    # several decoded uncounted); the iterator starts its next epoch by itself
     return DALIGenericIterator([pipe], ["images", "labels"], reader_name="reader", auto_reset=True,
-                               last_batch_policy=LastBatchPolicy.DROP)
+                               last_batch_policy=LastBatchPolicy.FILL)
 
 
 def write_dali_index(shard: Path, index: Path) -> None:
@@ -188,10 +190,15 @@ def write_dali_index(shard: Path, index: Path) -> None:
 
 def dali_batches(iterator):
     """DALI's [{'images': ..., 'labels': ...}] per batch as (images, class indices), epoch after epoch (the
-    iterator resets itself at each epoch's end: auto_reset)."""
+    iterator resets itself at each epoch's end: auto_reset). next() rather than a for loop each epoch: iter() of
+    an iterator whose epoch began with the samples FILL read ahead asks for another reset, which it refuses
+    with a warning."""
     while True:
-        for outputs in iterator:
-            yield outputs[0]["images"], padded_labels(outputs[0]["labels"])
+        try:
+            outputs = next(iterator)
+        except StopIteration:  # an epoch's end, already reset
+            continue
+        yield outputs[0]["images"], padded_labels(outputs[0]["labels"])
 
 
 def padded_labels(digits: torch.Tensor) -> torch.Tensor:
