@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         baseline_root = Path(args.baseline_data or args.data)
         baseline_manifest = read_complete_manifest(baseline_root)
         extra["baseline_restart_mcus"] = baseline_manifest.options.get("restart_mcus")
+        if extra["baseline_restart_mcus"]:
+            log.warning("the peers (the baseline, DALI, the fastest full decode) read seekable shards (%s), not the "
+                        "original JPEGs: their restart markers slow DALI's and the full decoders' libjpeg-turbo, so "
+                        "ours / DALI and ours per core read high; give --baseline-data the same source prepared with "
+                        "--restart-mcus 0", baseline_root)
         peer_jpegs = image_statistics(baseline_manifest, baseline_root, limit=300)[1]
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
             folder = extract_image_folder(baseline_manifest, baseline_root, Path(tmp) / "imagefolder")

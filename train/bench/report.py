@@ -135,7 +135,7 @@ def ratio_summary(record: dict) -> list[str]:
         return f"  {label:66s}{entry['median']:6.2f}x  [{' '.join(f'{v:.2f}' for v in entry['rounds'])}]"
 
     lines = [f"ratios at {w} threads, medians of {record['rounds']} interleaved rounds [each round's]; "
-             f"{record['cpu']}, {record['cpus']} CPUs:",
+             f"{record['cpu']}, {record['cpus']} CPUs; {peers_line(record)}:",
              line("ours / the ImageFolder baseline", ratios["ours_vs_baseline"])]
     if "ours_vs_dali" in ratios:
         lines.append(line("ours / DALI's CPU pipeline", ratios["ours_vs_dali"]))
@@ -148,6 +148,17 @@ def ratio_summary(record: dict) -> list[str]:
                           ratios["ours_vs_ours_on_peers"]))
     lines.append(line("ImageNetLoader (CPU device, normalised) / ours (the Loader)", ratios["library_vs_ours"]))
     return lines
+
+
+def peers_line(record: dict) -> str:
+    """Which images the peers (the baseline, DALI, the fastest full decode) read: the ratios to them hold for the
+    original JPEGs only where those are plain shards. Seekable shards' restart markers cost DALI's and the full
+    decoders' libjpeg-turbo about 4% and 10% more a decode (their slow Huffman path; not ours, nor pillow-simd on
+    the patched library): on them those two ratios read that much too high."""
+    if record.get("baseline_restart_mcus"):
+        return ("the peers on seekable shards, not the original JPEGs (their restart markers slow DALI's and the full "
+                "decoders' libjpeg-turbo: give --baseline-data the same source prepared with --restart-mcus 0)")
+    return f"the peers on {shards_kind(record, 'baseline')} shards"
 
 
 def shards_kind(record: dict, which: str) -> str:
