@@ -244,6 +244,27 @@ def test_dali_hands_over_every_batch_it_decodes(prepared, tmp_path, monkeypatch)
     assert handed == 3 * samples // batch * batch and len(taken) - before == handed // batch
 
 
+def test_a_cold_pass_evicts_files_just_written(tmp_path):
+    """train.bench's cold pass of the baseline reads the ImageFolder it extracted moments before: fadvise DONTNEED
+    alone drops only clean pages, so those files, still dirty, stayed cached and the "cold" baseline read memory."""
+    import shutil
+    import subprocess
+
+    from shards.resources import evict_from_page_cache
+
+    fincore = shutil.which("fincore")  # util-linux
+    if fincore is None or subprocess.run(["stat", "-f", "-c", "%T", tmp_path], capture_output=True,
+                                         text=True).stdout.strip() == "tmpfs":
+        pytest.skip("needs util-linux's fincore, and a file system whose pages can leave memory (not tmpfs)")
+    files = [tmp_path / f"{i}.JPEG" for i in range(20)]
+    for path in files:
+        path.write_bytes(bytes(range(256)) * 256)
+    evict_from_page_cache(files)
+    resident = subprocess.run([fincore, "--bytes", "--noheadings", "--output", "RES", *files], capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert resident == ["0"] * len(files)
+
+
 def test_model_modes_are_the_default_only_on_a_gpu():
     import torch
 
