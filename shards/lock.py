@@ -40,6 +40,11 @@ class LockUnwritable(UserError):
 
 
 def unwritable(path: Path, exn: OSError) -> LockUnwritable:
+    if isinstance(exn, PermissionError) and path.exists() and os.access(path.parent, os.W_OK):
+        # the folder is writable: the file is another user's, made where their umask kept it from the group
+        return LockUnwritable(f"cannot write the lock file {path} ({exn.strerror}): it is another user's (uid "
+                              f"{path.stat().st_uid}) and not writable by this one; ask them to make it group-writable "
+                              f"(chmod g+w {path}), or remove it while nothing runs there")
     return LockUnwritable(f"cannot write the lock file {path} ({exn.strerror or exn}): its folder must be writable "
                           "by this user, with free space")
 
@@ -114,7 +119,9 @@ def try_lock(path: Path, record: str) -> int | None:
     where the file was replaced between our open and our lock (a takeover: try again). Under the guard.
     LockUnwritable where the file cannot be made or written."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # 0666 for the umask to narrow: a colleague in a group-shared folder (umask 002) opens it for writing to
+        # prepare or train there, where 0644 refused them, saying the folder was not writable
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as exn:
         raise unwritable(path, exn) from None
     try:
@@ -152,7 +159,7 @@ def take_over(path: Path, record: str) -> int:
     over the old one: the processes left holding the old file hold nothing of ours."""
     fresh = path.with_name(f"{path.name}.{os.getpid()}")
     try:
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     except OSError as exn:
         raise unwritable(fresh, exn) from None
     fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else has it

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -181,9 +181,8 @@ def write_file_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> N
     file in the same folder, fsync, rename, fsync of the folder. Readers see the old file or the
     new one, whole, whatever happens (kill -9, power loss). Used for manifests and checkpoints."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temporary_beside(path)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; other users of the node may read datasets
         with os.fdopen(fd, "wb") as f:
             if callable(data):
                 data(f)
@@ -196,6 +195,20 @@ def write_file_atomic(path: Path, data: bytes | Callable[[BinaryIO], None]) -> N
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def temporary_beside(path: Path) -> tuple[int, str]:
+    """A new file `.NAME.XXXXXXXX.tmp` beside `path`, open for writing, and its path. Made with mode 0666 for the
+    umask (or the folder's default ACL) to narrow, as any file its user makes: mkstemp's 0600, or a fixed 0644, kept
+    a group-shared folder's colleagues from writing its files (a run directory resumed, a dataset prepared again)
+    and overrode a private umask's 077."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), str(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def fsync_dir(path: Path) -> None:

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_module, tree_bytes
-from shards.lock import exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, start_time
+from shards.lock import (
+    exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, release, start_time, take_over, unwritable,
+)
+from shards.manifest import write_file_atomic
 from prepare.sample import SampleSpec, make_sample
 from shards.paths import LOCK_NAME
 
@@ -65,6 +68,35 @@ def test_the_lock_file_names_its_holder_and_a_free_lock_is_not_held(tmp_path):
         assert (tmp_path / LOCK_NAME).read_text() == identity()
         assert f"{os.getpid()} " in identity() and identity().endswith(socket.gethostname())
     assert not held_by_a_live_prepare(tmp_path)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o002, 0o664), (0o077, 0o600)])
+def test_the_lock_and_atomic_files_take_the_users_umask(tmp_path, umask, mode):
+    """A group-shared project folder (umask 002): a colleague's prepare or resume opens the lock file for writing
+    and replaces the manifest or checkpoint; a fixed 0644 refused them, saying the folder was not writable. A
+    private umask (077) keeps them private."""
+    before = os.umask(umask)
+    try:
+        with exclusive_lock(tmp_path):
+            pass
+        write_file_atomic(tmp_path / "manifest.json", b"{}")
+        fd = take_over(tmp_path / ".train.lock", identity())
+        release(fd)
+    finally:
+        os.umask(before)
+    for name in (LOCK_NAME, "manifest.json", ".train.lock"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == mode, name
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([LOCK_NAME, "manifest.json", ".train.lock"])
+
+
+def test_a_lock_file_of_another_user_in_a_writable_folder_is_named_with_what_to_do(tmp_path):
+    (tmp_path / LOCK_NAME).write_text("")
+    said = str(unwritable(tmp_path / LOCK_NAME, PermissionError(13, "Permission denied")))
+    assert said == (f"cannot write the lock file {tmp_path / LOCK_NAME} (Permission denied): it is another user's (uid "
+                    f"{os.getuid()}) and not writable by this one; ask them to make it group-writable (chmod g+w "
+                    f"{tmp_path / LOCK_NAME}), or remove it while nothing runs there")
+    assert str(unwritable(tmp_path / "gone" / LOCK_NAME, PermissionError(13, "Permission denied"))).endswith(
+        "its folder must be writable by this user, with free space")
 
 
 def test_a_file_system_without_flock_is_one_line_for_prepare_and_a_refusal_for_training(sources, tmp_path,
