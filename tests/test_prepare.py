@@ -504,6 +504,45 @@ def test_missing_devkit_and_unreadable_archive(sources, tmp_path):
         prepare(config(source, tmp_path / "out"))
 
 
+@pytest.mark.slow  # it starts prepare as another user
+def test_a_download_this_user_may_not_read_is_named_in_one_line_not_a_traceback_or_damage(sources):
+    """Real permissions (root only, to run as uid 12345): a download of another user's, one folder of it left
+    private, was a PermissionError's traceback from the listing; a Kaggle zip or a Parquet file not readable was
+    said to be truncated, to be downloaded again."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run prepare as another user")
+    top = Path(tempfile.mkdtemp(prefix="unreadable-"))  # (pytest's tmp_path lies in root's 0700 folder)
+    try:
+        top.chmod(0o755)
+        tree = shutil.copytree(sources["imagefolder"], top / "tree")
+        spec = SampleSpec(classes=4, train_per_class=2, val_per_class=1)
+        for layout in ("kaggle-zip", "hf-parquet"):
+            make_sample(top / layout, layout, spec)
+        private_class = sorted((tree / "val").iterdir())[1]
+        parquet = sorted((top / "hf-parquet" / "data").glob("train-*.parquet"))[0]
+        (archive,) = (top / "kaggle-zip").glob("*.zip")
+        cases = [(tree, private_class), (tree, tree / "train"), (top / "kaggle-zip", archive), (top / "hf-parquet", parquet)]
+        for number, (source, private) in enumerate(cases):
+            private.chmod(0o700 if private.is_dir() else 0o600)
+            dest = top / f"dest{number}"
+            dest.mkdir()
+            os.chown(dest, 12345, 12345)
+            shown = subprocess.run(["setpriv", "--reuid", "12345", "--regid", "12345", "--clear-groups",
+                                    sys.executable, "-m", "prepare", "--source", str(source), "--dest", str(dest),
+                                    "--no-shared-read"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            private.chmod(0o755 if private.is_dir() else 0o644)
+            errors = [line for line in shown.stderr.splitlines() if " ERROR " in line]
+            assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+            assert len(errors) == 1 and errors[0].endswith(
+                f"] ERROR {private} is not readable by this user (Permission denied): the download must be readable "
+                "throughout by whoever prepares it; ask its owner for read access (chmod -R a+rX, or a group you "
+                "are in)"), errors
+    finally:
+        shutil.rmtree(top)
+
+
 @pytest.mark.parametrize("archive,cut", [("ILSVRC2012_img_train.tar", 0.5), ("ILSVRC2012_img_val.tar", 0.7)])
 def test_truncated_archives_are_named(sources, tmp_path, archive, cut):
     source = copy_official(sources, tmp_path)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 from prepare.labels import class_maps
-from prepare.sources.base import Signs, Source, SourceError, listings_kept, names_in
+from prepare.sources.base import Signs, Source, SourceError, listings_kept, names_in, unreadable_named
 from shards.manifest import DatasetNotReady, read_manifest
 from shards.paths import MANIFEST_NAME
 
@@ -157,7 +157,7 @@ class Detected:
         return path == self.root or self.root in path.parents
 
     def open(self) -> Source:
-        with listings_kept(self.listings):
+        with listings_kept(self.listings), unreadable_named():
             if self.table is not None:
                 return self.layout.open_source(self.root, self.found, self.table)
             return self.layout.open_source(self.root, self.found)
@@ -189,17 +189,18 @@ def stat_of_download_file(path: Path) -> os.stat_result:
 def detect(root: Path) -> Detected:
     """Which layout `root` holds; a SourceError listing them all where none does."""
     root = Path(root)
-    if not root.exists():
-        raise SourceError(f"--source {root} does not exist")
-    prepared_dataset(root)
-    listings = {}
-    with listings_kept(listings):
-        shown = what_shows(root, {folder for layout in layouts().values() for folder in layout.SIGNS.folders})
-        for layout in layouts().values():
-            if signs_show(layout.SIGNS, shown) and (found := layout.recognise(root)):
-                detected = Detected(root, layout, found, listings)
-                return replace(detected, table=next(iter(detected.tables()), None))  # the layout's default
-    raise SourceError(not_recognised(root))
+    with unreadable_named():
+        if not root.exists():
+            raise SourceError(f"--source {root} does not exist")
+        prepared_dataset(root)
+        listings = {}
+        with listings_kept(listings):
+            shown = what_shows(root, {folder for layout in layouts().values() for folder in layout.SIGNS.folders})
+            for layout in layouts().values():
+                if signs_show(layout.SIGNS, shown) and (found := layout.recognise(root)):
+                    detected = Detected(root, layout, found, listings)
+                    return replace(detected, table=next(iter(detected.tables()), None))  # the layout's default
+        raise SourceError(not_recognised(root))
 
 
 def prepared_dataset(root: Path) -> None:

@@ -43,6 +43,21 @@ class SourceError(UserError, ValueError):
     """The source cannot be read as ImageNet: the message names the file and what to do."""
 
 
+@contextlib.contextmanager
+def unreadable_named():
+    """A folder or file of the download that this user may not read (a copy of another user's or another group's,
+    one subfolder left private): a SourceError naming it, where the listing's PermissionError was a traceback."""
+    try:
+        yield
+    except PermissionError as exn:
+        raise unreadable(exn.filename or "a file of --source", exn.strerror) from None
+
+
+def unreadable(path, why: str = "Permission denied") -> SourceError:
+    return SourceError(f"{path} is not readable by this user ({why}): the download must be readable throughout by "
+                       "whoever prepares it; ask its owner for read access (chmod -R a+rX, or a group you are in)")
+
+
 @dataclass(frozen=True)
 class Signs:
     """What a layout's download shows at --source, as data: a name matching one of `names` (fnmatch

@@ -31,6 +31,7 @@ Which layout a folder holds is decided once, by the registry (prepare/sources/__
 from __future__ import annotations
 
 import logging
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from prepare.completeness import Declared, Gap
 from prepare.labels import builtin_class_names, class_table
 from prepare.labels import one_line as labels_one_line
 from prepare.sources.base import (
-    IMAGE_SUFFIXES, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file,
+    IMAGE_SUFFIXES, Item, Signs, Source, SourceError, hf_key_and_wnid, names_in, readable_file, unreadable,
 )
 
 if TYPE_CHECKING:  # imported where used: every prepare imports this module, few read Parquet (0.2 s)
@@ -201,6 +202,8 @@ def open_parquet(path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exn:
+        if not os.access(path, os.R_OK):  # a permission, not damage: downloading it again would not help
+            raise unreadable(path) from None
         raise SourceError(f"cannot read {path}: {one_line(exn)}. Its footer is damaged or it is truncated: "
                           "download it again") from None
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from prepare.sources.base import Item, Part, SourceError, decoded_text, estimate_bytes, image_key, sized_chunks
+from prepare.sources.base import (
+    Item, Part, SourceError, decoded_text, estimate_bytes, image_key, sized_chunks, unreadable,
+)
 
 KAGGLE_ZIP = "imagenet-object-localization-challenge.zip"
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # signature, version, flags, method, time, date, crc, sizes, name/extra lengths
@@ -105,6 +107,8 @@ def central_directory(path: Path) -> list[ZipMember]:
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
+    except PermissionError as exn:  # a permission, not damage: downloading it again would not help
+        raise unreadable(path, exn.strerror) from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exn:
         raise SourceError(f"cannot read {path} as a zip ({exn}): it is truncated or not a zip, download it "
                           "again") from None
