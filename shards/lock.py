@@ -232,6 +232,26 @@ def held_by_a_live_prepare(dest: Path) -> bool:
     return record is not None and not holder_is_dead(record)
 
 
+def prepare_writing(dest: Path) -> str | None:
+    """The record of a running prepare that holds `dest`'s lock now, asked by a reader (training): nothing is made or
+    written (the folder may be read-only to it), and a lock it cannot judge (no lock file, no flock) is no answer,
+    None. Under the guard: a prepare that finds the lock held for this moment never takes it for a dead one's."""
+    path = dest / LOCK_NAME
+    try:
+        with guard(dest):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                record = read_identity(path)
+                return None if holder_is_dead(record) else record
+            finally:
+                os.close(fd)  # (the shared lock, where taken, with it)
+    except (OSError, LockUnwritable):
+        return None
+    return None
+
+
 def close_inherited_locks() -> None:
     """In a process forked while this one held locks: let go of its copies of the descriptors, so that
     a lock ends with the process that took it."""

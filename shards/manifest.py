@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from shards.errors import UserError
+from shards.lock import describe, prepare_writing
 from shards.paths import ALL_SPLITS, MANIFEST_NAME, SPLITS
 
 FORMAT = "imagenet-wds/1"
@@ -309,8 +310,19 @@ def checksummed_files(manifest: Manifest) -> list[tuple[str, int, str]]:
 
 
 def read_complete_manifest(root: Path) -> Manifest:
-    """The manifest, after checking that every shard it lists is present (what `train` calls)."""
-    manifest = read_manifest(root)
+    """The manifest, after checking that every shard it lists is present (what `train` calls). A dataset a prepare
+    is writing now (its manifest not there yet, or removed by a --force or --verify rebuild) is said so: a training
+    started beside it was told to run prepare, which was running."""
+    try:
+        manifest = read_manifest(root)
+    except ManifestUnreadable:
+        raise
+    except DatasetNotReady:
+        if (record := prepare_writing(Path(root))) is not None:
+            raise DatasetNotReady(f"no prepared dataset at {root} yet: a prepare ({describe(record)}) is writing it "
+                                  "now. Wait for it to finish, then train (in a job script: run prepare before "
+                                  "train, not beside it)") from None
+        raise
     problems = find_damage(root, manifest)
     if problems:
         raise DatasetNotReady(

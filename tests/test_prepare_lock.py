@@ -19,7 +19,7 @@ from conftest import ROOT, run_module, tree_bytes
 from shards.lock import (
     exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, release, start_time, take_over, unwritable,
 )
-from shards.manifest import write_file_atomic
+from shards.manifest import DatasetNotReady, read_complete_manifest, write_file_atomic
 from prepare.sample import SampleSpec, make_sample
 from shards.paths import LOCK_NAME
 
@@ -161,6 +161,37 @@ def test_a_lock_kept_by_a_dead_prepares_leftover_process_is_taken_over(tmp_path)
             assert (dest / LOCK_NAME).read_text() == identity()
             assert held_by_a_live_prepare(dest)  # by us, alive
         assert not held_by_a_live_prepare(dest)
+    finally:
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_training_started_while_a_prepare_writes_its_data_is_told_to_wait_for_it(tmp_path):
+    """A training (or the library) started beside the prepare of its --data, or beside a --force or --verify
+    rebuild: no manifest yet. It was told to run prepare, which was running. A dead prepare's leftovers, or no lock,
+    leave that line; nothing is made in the folder (a reader's may be read-only)."""
+    dest = tmp_path / "imagenet"
+    dest.mkdir()
+    with pytest.raises(DatasetNotReady, match=r"\(no manifest.json\): run `srun --ntasks-per-node=1 python -m prepare"):
+        read_complete_manifest(dest)
+    assert list(dest.iterdir()) == []
+    holder = hold(dest, "live", seconds=60)
+    try:
+        with pytest.raises(DatasetNotReady) as refused:
+            read_complete_manifest(dest)
+        assert str(refused.value) == (f"no prepared dataset at {dest} yet: a prepare (pid {holder.pid} on "
+                                      f"{socket.gethostname()}) is writing it now. Wait for it to finish, then train "
+                                      "(in a job script: run prepare before train, not beside it)")
+        assert held_by_a_live_prepare(dest)  # asked, not taken
+    finally:
+        holder.kill()
+        holder.wait()
+    hold(dest, "orphan").wait()
+    leftovers = processes_naming(str(dest))
+    try:
+        assert leftovers
+        with pytest.raises(DatasetNotReady, match=r"\(no manifest.json\): run `srun"):
+            read_complete_manifest(dest)
     finally:
         for pid in leftovers:
             os.kill(pid, signal.SIGKILL)
