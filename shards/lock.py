@@ -82,11 +82,28 @@ def identity() -> str:
 def holder_is_dead(record: str) -> bool:
     """Whether the holder `record` names (its first three words) is a process of this host that is no
     longer running. A record that is not one (empty: a holder between taking the lock and writing it,
-    under the guard, so never seen; or another program's) or another host's holder: not known to be dead."""
+    under the guard, so never seen; or another program's) or another host's holder: not known to be dead.
+    Nor is a process this user may not look at in /proc (another user's, where /proc is mounted with hidepid, as
+    clusters do for privacy): judged dead, its lock was taken over while it wrote (two users' jobs on one node, one
+    group-shared folder), and both wrote there."""
     parts = record.split()
     if len(parts) < 3 or not parts[0].isdigit() or parts[1] == "None" or parts[2] != socket.gethostname():
         return False
-    return start_time(int(parts[0])) != parts[1]
+    started = start_time(int(parts[0]))
+    if started is None and is_running(int(parts[0])):
+        return False
+    return started != parts[1]
+
+
+def is_running(pid: int) -> bool:
+    """Whether some process has the id `pid`: kill's signal 0, which hidepid does not hide (another user's: EPERM)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def describe(record: str) -> str:

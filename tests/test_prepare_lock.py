@@ -62,6 +62,25 @@ def test_a_holder_is_dead_only_where_its_pid_and_start_time_name_no_running_proc
     assert start_time(os.getpid()) == started
 
 
+def test_a_holder_hidden_from_this_user_in_proc_is_alive_not_dead():
+    """/proc mounted with hidepid (a cluster's privacy setting): another user's live prepare or training has no
+    /proc/PID/stat to read, and was judged dead, its lock taken over while it wrote (two users' jobs on one node, one
+    group-shared --dest: both wrote there, each removing the other's shards). Real: a /proc of hidepid=2 in a mount
+    namespace, asked as uid 12345 about this (root's) live process and a finished one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a /proc and to run as another user")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    code = "import sys; from shards.lock import holder_is_dead; print([holder_is_dead(r) for r in sys.argv[1:]])"
+    shown = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t proc -o hidepid=2 proc '
+                            '/proc && exec setpriv --reuid 12345 --regid 12345 --clear-groups "$@"', "sh",
+                            sys.executable, "-c", code, identity(), f"{gone.pid} 1 {socket.gethostname()}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if shown.returncode != 0 and "mount" in shown.stderr:
+        pytest.skip(f"cannot mount a /proc here: {shown.stderr.strip()}")
+    assert shown.stdout == "[False, True]\n", shown.stderr
+
+
 def test_the_lock_file_names_its_holder_and_a_free_lock_is_not_held(tmp_path):
     assert not held_by_a_live_prepare(tmp_path)
     with exclusive_lock(tmp_path):
