@@ -74,20 +74,36 @@ def start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # after the command name, which may hold spaces
 
 
+INITIAL_PID_NAMESPACE = 0xEFFFFFFC  # /proc/self/ns/pid's inode in the host's own PID namespace (PROC_PID_INIT_INO)
+
+
+def this_host() -> str:
+    """This host's name as a holder's record gives it; in a PID namespace of its own (a container's: apptainer --pid
+    or --containall, docker, podman) with that namespace, whose pids the host's processes cannot look up: a live
+    holder in one was judged dead from outside (its pid no process, or another's there), its lock taken over."""
+    host = socket.gethostname()
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return host
+    return host if namespace == INITIAL_PID_NAMESPACE else f"{host}:pidns{namespace}"
+
+
 def identity() -> str:
     """This process: "pid start-time host"."""
-    return f"{os.getpid()} {start_time(os.getpid())} {socket.gethostname()}"
+    return f"{os.getpid()} {start_time(os.getpid())} {this_host()}"
 
 
 def holder_is_dead(record: str) -> bool:
     """Whether the holder `record` names (its first three words) is a process of this host that is no
     longer running. A record that is not one (empty: a holder between taking the lock and writing it,
-    under the guard, so never seen; or another program's) or another host's holder: not known to be dead.
+    under the guard, so never seen; or another program's) or another host's holder (or another PID namespace's,
+    `this_host`): not known to be dead.
     Nor is a process this user may not look at in /proc (another user's, where /proc is mounted with hidepid, as
     clusters do for privacy): judged dead, its lock was taken over while it wrote (two users' jobs on one node, one
     group-shared folder), and both wrote there."""
     parts = record.split()
-    if len(parts) < 3 or not parts[0].isdigit() or parts[1] == "None" or parts[2] != socket.gethostname():
+    if len(parts) < 3 or not parts[0].isdigit() or parts[1] == "None" or parts[2] != this_host():
         return False
     started = start_time(int(parts[0]))
     if started is None and is_running(int(parts[0])):

@@ -216,6 +216,28 @@ def test_a_training_started_while_a_prepare_writes_its_data_is_told_to_wait_for_
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_holder_in_a_pid_namespace_of_its_own_is_not_judged_dead_from_outside(tmp_path):
+    """A container with its own PID namespace on the same node (apptainer --containall, podman): its prepare's pid
+    named no process here, or another one (its pid 1, this host's init), and its live lock was taken over by a
+    second job's prepare of the same --dest. Real: a holder under unshare --pid."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a PID namespace")
+    dest = tmp_path / "imagenet"
+    dest.mkdir()
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-c",
+                               HOLDER, str(dest), "live", "60"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        if holder.stdout.readline() != "held\n":
+            pytest.skip("cannot make a PID namespace here")
+        record = (dest / LOCK_NAME).read_text()
+        assert not holder_is_dead(record) and held_by_a_live_prepare(dest)
+        assert (dest / LOCK_NAME).read_text() == record  # asked, not taken over
+        assert record.split()[2].startswith(f"{socket.gethostname()}:pidns")  # its pid is its namespace's
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.slow
 def test_a_prepare_waits_for_a_live_holder_names_it_and_goes_on_when_it_ends(tmp_path):
     source = tmp_path / "source"
