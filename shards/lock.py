@@ -138,8 +138,13 @@ def read_identity(path: Path) -> str:
 
 @contextmanager
 def guard(folder: Path):
-    """The short lock around writing and judging the holder's identity: an flock of the folder."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """The short lock around writing and judging the holder's identity: an flock of the folder. LockUnwritable where
+    the folder cannot be opened (another user's, private: a colleague's run directory), where it was a traceback."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exn:
+        raise LockUnwritable(f"cannot open {folder} ({exn.strerror or exn}): it must be a folder this user may "
+                             "write") from None
     try:
         flock(fd, fcntl.LOCK_EX, folder)
         yield

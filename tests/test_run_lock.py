@@ -129,6 +129,30 @@ def test_a_run_directory_that_cannot_be_written_is_refused_as_a_held_one_is(tmp_
         subprocess.run(["umount", mount]).returncode == 0 or subprocess.run(["umount", "-l", mount], check=True)
 
 
+def test_a_run_directory_this_user_may_not_open_is_refused_as_a_held_one_is():
+    """A colleague's private run directory (made under umask 077) given to --run-dir, or to --resume auto: opening it
+    for the lock's guard was a PermissionError's traceback on rank 0. Real: asked as uid 12345 of a folder of root's,
+    mode 0700 (outside pytest's folder, which root's 0700 closes to other users)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as another user")
+    top = Path(tempfile.mkdtemp(prefix="run-dirs-"))
+    try:
+        top.chmod(0o755)
+        (top / "run").mkdir(mode=0o700)
+        code = ("import sys; from pathlib import Path; from train.run.run_lock import take; "
+                "print(take(Path(sys.argv[1])).refused)")
+        shown = subprocess.run(["setpriv", "--reuid", "12345", "--regid", "12345", "--clear-groups", sys.executable,
+                                "-c", code, str(top / "run")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout == (f"cannot open {top / 'run'} (Permission denied): it must be a folder this user may "
+                                "write\n")
+    finally:
+        shutil.rmtree(top)
+
+
 def test_a_requeued_job_waits_for_its_earlier_start_to_end_and_only_so_long(tmp_path, caplog):
     run_dir = tmp_path / "run"
     earlier = hold(run_dir, "2", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
