@@ -316,6 +316,22 @@ def test_a_requeued_job_continues_its_wandb_run_and_an_empty_id_file_is_replaced
     assert again and (tmp_path / "run" / WANDB_ID_NAME).read_text() == again
 
 
+def test_a_new_run_where_an_earlier_one_left_its_wandb_id_logs_to_a_wandb_run_of_its_own(tmp_path, caplog):
+    """A new run in a run directory whose last.pt went (deleted, as a refusal advises, or not copied) continued the
+    earlier run's W&B run, which ignores every step it logs until they pass the earlier run's last (a review's
+    finding): it draws an id of its own, and says so; its resumes continue it."""
+    from train.run.trackers import WANDB_ID_NAME, run_id_of
+
+    earlier = run_id_of(tmp_path / "run", resumed=False)
+    assert not caplog.records  # a first run: nothing to say
+    new = run_id_of(tmp_path / "run", resumed=False)
+    assert new != earlier and (tmp_path / "run" / WANDB_ID_NAME).read_text() == new
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'run' / WANDB_ID_NAME}: W&B run {earlier} was an earlier start's, whose last.pt is not here: "
+        f"this new run logs to W&B run {new} (continued, {earlier} would ignore its steps up to its own last)"]
+    assert run_id_of(tmp_path / "run") == new
+
+
 @pytest.mark.parametrize("fills", ["before it opens", "as it logs"])
 def test_a_tracker_whose_file_system_fills_stops_in_one_warning_and_the_run_goes_on(tmp_path, caplog, fills):
     """--tracker tensorboard on a run directory that fills (another job, a quota): TensorBoard's writer thread

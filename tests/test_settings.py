@@ -570,6 +570,33 @@ def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
     assert [(c["flag"], c["epoch"]) for c in recorded_changes(path)] == [("--lr", 3), ("--epochs", 5)]
 
 
+def test_a_forced_change_the_run_does_not_carry_leaves_config_jsons_changes(tmp_path, caplog):
+    """config.json listed the --force-change records of an earlier run whose last.pt went (deleted, as a refusal
+    advises, or not copied) beside a new run's settings that contradict them, and those of a start past an older
+    last.pt put back (a review's finding). They move to its "superseded", said in a warning."""
+    from train.run.loop import tidy_run_dir
+
+    run = dataclasses.replace(V2, run_dir=str(tmp_path))
+    path = record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    record_settings(tmp_path, V2, [Change("epochs", 600, 700)], 5, 0)
+    tidy_run_dir(run, [], 5, 0)  # a resume from the checkpoint the last change was made at: both carried
+    assert [c["flag"] for c in recorded_changes(path)] == ["--lr", "--epochs"] and not caplog.records
+    tidy_run_dir(run, [], 4, 0)  # an older last.pt put back
+    assert [c["flag"] for c in recorded_changes(path)] == ["--lr"]
+    assert [c["flag"] for c in json.loads(path.read_text())["superseded"]] == ["--epochs"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: --force-change --epochs (to 700), recorded by the start past this run's checkpoint (an older "
+        "last.pt put back?), which this run does not carry: moved to its \"superseded\""]
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps(document | {"changes": document["changes"] + ["a hand edit's"]}))
+    tidy_run_dir(run, [], 0, 0, resumed=False)  # a new run: its last.pt gone
+    document = json.loads(path.read_text())
+    assert document["changes"] == [] and document["superseded"][-1] == "a hand edit's"
+    assert [c["flag"] for c in document["superseded"][:2]] == ["--epochs", "--lr"]
+    assert caplog.records[-1].getMessage().endswith("recorded by an earlier run whose last.pt is not here, which "
+                                                   "this run does not carry: moved to its \"superseded\"")
+
+
 @pytest.mark.parametrize("damage", ["cut short", "not a settings document"])
 def test_a_config_json_that_does_not_read_is_set_aside_with_its_changes_not_overwritten(tmp_path, damage):
     """A resume writes config.json again with the earlier starts' --force-change records it reads from it: one that

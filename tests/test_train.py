@@ -9,6 +9,7 @@ Every test here starts training processes (2-30 s each): all are `slow`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -494,6 +495,14 @@ def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, 
     offline_runs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(run_id) for p in offline_runs)
     assert all(list(p.glob("*.wandb")) for p in offline_runs)
+    # its last.pt deleted (as a refusal advises): a new run there logs to a W&B run of its own, and its config.json
+    # lists none of the earlier run's forced changes
+    checkpoint_path(run).unlink()
+    new = warm.run("train", *args, "--epochs", 1, "--resume", "auto", env=offline)
+    assert new.returncode == 0, new.stderr[-3000:]
+    assert (run / "wandb-id").read_text() != run_id and f"W&B run {run_id} was an earlier start's" in new.stderr
+    document = json.loads((run / "config.json").read_text())
+    assert document["changes"] == [] and [c["flag"] for c in document["superseded"]] == ["--epochs"]
 
 
 @pytest.mark.parametrize("tracker", ["tensorboard", "wandb"])

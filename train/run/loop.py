@@ -47,8 +47,9 @@ from train.run.metrics import (EVALUATION_SETS, METRICS_NAME, append_metrics, ep
 from train.run.models import build_model, check_takes
 from train.run import run_lock
 from train.real_labels import RealLabels
-from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings,
+from train.run.settings import (SETTINGS_FILE, describe, not_carried, record_settings, recorded_changes, run_settings,
                                set_aside_unreadable_settings, train_size)
+from train.run.flags import show
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
 
@@ -648,13 +649,20 @@ def gather_rank_states(run: Run, sums: EpochSums) -> list[dict]:
     return states
 
 
-def tidy_run_dir(config: TrainConfig, changes: list, start_epoch: int, start_step: int) -> None:
-    """Rank 0, as the run starts or resumes: its settings recorded in config.json, and what an earlier start left
-    set aside or removed (a config.json that does not read, a torn record, the records past the checkpoint, a killed
-    write's temporary file)."""
+def tidy_run_dir(config: TrainConfig, changes: list, start_epoch: int, start_step: int, resumed: bool = True) -> None:
+    """Rank 0, as the run starts (`resumed` False) or resumes: its settings recorded in config.json, and what an
+    earlier start left set aside or removed (a config.json that does not read, the forced changes and the records past
+    the checkpoint, a torn record, a killed write's temporary file)."""
     if unreadable := set_aside_unreadable_settings(config.run_dir):  # before it is written again
         log.warning("%s", unreadable)
-    record_settings(config.run_dir, config, changes, start_epoch, start_step)
+    path = Path(config.run_dir) / SETTINGS_FILE
+    if gone := not_carried(recorded_changes(path), start_epoch, start_step, resumed):
+        forced = ", ".join(f"--force-change {c.get('flag')} (to {show(c.get('to'))})" if isinstance(c, dict) else
+                           repr(c) for c in gone)  # (a hand edit's entry, whatever it is)
+        log.warning("%s: %s, recorded by %s, which this run does not carry: moved to its \"superseded\"", path, forced,
+                    "the start past this run's checkpoint (an older last.pt put back?)" if resumed else
+                    "an earlier run whose last.pt is not here")
+    record_settings(config.run_dir, config, changes, start_epoch, start_step, resumed)
     if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
         log.warning("%s", torn)
     if superseded := set_aside_records_from(config.run_dir, start_epoch):
@@ -937,7 +945,7 @@ def train(run: Run, found: Found | None, changes: list) -> int:
     problem = ""
     if run.env.is_main:  # after the resume was accepted: config.json holds only settings that ran
         try:
-            tidy_run_dir(config, changes, start_epoch, start_step)
+            tidy_run_dir(config, changes, start_epoch, start_step, resumed=found is not None)
         except OSError as exn:
             problem = (f"cannot write the run directory {config.run_dir} ({exn.strerror or exn}): is its file system "
                        "full, or over its quota? Nothing was trained: make room, then run the same command again")
@@ -946,7 +954,7 @@ def train(run: Run, found: Found | None, changes: list) -> int:
         log.info("the run in %s already finished %d epochs", config.run_dir, config.epochs)
     run.tracker = open_tracker(config.tracker, config.run_dir, is_main=run.env.is_main,
                                resumed_step=run_step(run, start_epoch, start_step), project=config.wandb_project,
-                               config=config.to_dict())
+                               config=config.to_dict(), resumed=found is not None)
     try:
         return train_epochs(run, start_epoch, start_step, sums)
     finally:

@@ -258,18 +258,44 @@ def train_size(config: TrainConfig, epoch: int) -> int:
 
 # ---------------------------------------------------------------- RUN_DIR/config.json
 
-def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Change], epoch: int, step: int) -> Path:
+def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Change], epoch: int, step: int,
+                    resumed: bool = True) -> Path:
     """Write RUN_DIR/config.json: the settings in force, and every change --force-change made, this one
     and earlier resumes' (kept from the file), with where in the run it was made. A change recorded already
-    (a start killed before its first checkpoint, resumed again from the same one) is recorded once."""
+    (a start killed before its first checkpoint, resumed again from the same one) is recorded once. One the run
+    does not carry (`not_carried`: a new run's, a resume's from an older checkpoint) moves to "superseded"."""
     path = Path(run_dir) / SETTINGS_FILE
-    earlier = recorded_changes(path)
+    recorded = recorded_changes(path)
+    gone = not_carried(recorded, epoch, step, resumed)
+    earlier = [change for change in recorded if change not in gone]
     these = [{"epoch": epoch, "step": step, "flag": flag_of(c.field), "from": c.old, "to": c.new} for c in changes]
     document = {"format": SETTINGS_FORMAT, "settings": config.to_dict(),
                 "changes": earlier + [change for change in these if change not in earlier]}
+    if superseded := recorded_superseded(path) + gone:
+        document["superseded"] = superseded
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file_atomic(path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
     return path
+
+
+def not_carried(changes: list, epoch: int, step: int, resumed: bool) -> list:
+    """The recorded changes that a run starting at `epoch`, `step` does not carry, which config.json would
+    otherwise list beside settings that contradict them: every one where it is a new run (a run directory whose
+    last.pt went, deleted or not copied: they were an earlier run's), else those recorded past the checkpoint it
+    resumes (an older last.pt put back: the start that forced them went on from a later one). Pure."""
+    def past(change) -> bool:
+        where = (change.get("epoch"), change.get("step")) if isinstance(change, dict) else ()
+        return len(where) == 2 and all(isinstance(n, int) for n in where) and where > (epoch, step)
+    return [change for change in changes if not resumed or past(change)]
+
+
+def recorded_superseded(path: Path) -> list:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    superseded = document.get("superseded") if isinstance(document, dict) else None
+    return superseded if isinstance(superseded, list) else []
 
 
 def recorded_changes(path: Path) -> list[dict]:

@@ -72,26 +72,32 @@ class TensorBoard:
         self.writer.close()
 
 
-def run_id_of(run_dir: Path) -> str:
+def run_id_of(run_dir: Path, resumed: bool = True) -> str:
     """The run's W&B id, kept in RUN_DIR/wandb-id so that a requeued job continues the same W&B run: read, or
     drawn (as W&B's own ids) and written atomically where there is none yet (or an empty one, left by a
-    crash of an earlier version's plain write: W&B refuses an empty id)."""
+    crash of an earlier version's plain write: W&B refuses an empty id). A new run (not `resumed`) draws its own
+    where the folder keeps an earlier run's whose last.pt went: continued, that W&B run would ignore the new run's
+    steps until they passed its own last."""
     id_file = run_dir / WANDB_ID_NAME
     run_id = id_file.read_text().strip() if id_file.exists() else ""
-    if not run_id:
-        run_id = secrets.token_hex(4)
+    if not run_id or not resumed:
+        earlier, run_id = run_id, secrets.token_hex(4)
         run_dir.mkdir(parents=True, exist_ok=True)
         write_file_atomic(id_file, run_id.encode())
+        if earlier:
+            log.warning("%s: W&B run %s was an earlier start's, whose last.pt is not here: this new run logs to "
+                        "W&B run %s (continued, %s would ignore its steps up to its own last)", id_file, earlier,
+                        run_id, earlier)
     return run_id
 
 
 class WandB:
-    def __init__(self, run_dir: Path, project: str, config: dict):
+    def __init__(self, run_dir: Path, project: str, config: dict, resumed: bool = True):
         try:
             import wandb
         except ImportError:
             raise missing("wandb", "wandb") from None
-        self.run = wandb.init(project=project, id=run_id_of(Path(run_dir)), resume="allow", dir=str(run_dir),
+        self.run = wandb.init(project=project, id=run_id_of(Path(run_dir), resumed), resume="allow", dir=str(run_dir),
                               config=config, name=Path(run_dir).name)
 
     def log(self, values: dict, step: int) -> None:
@@ -133,13 +139,15 @@ class Guarded:
             log.warning("%s", stopped(self.name, self.run_dir, exn))
 
 
-def open_tracker(tracker: str, run_dir: str, *, is_main: bool, resumed_step: int, project: str, config: dict):
-    """The tracker of rank 0 (Guarded); the other ranks log nothing."""
+def open_tracker(tracker: str, run_dir: str, *, is_main: bool, resumed_step: int, project: str, config: dict,
+                 resumed: bool = True):
+    """The tracker of rank 0 (Guarded); the other ranks log nothing. `resumed`: whether the run continues a
+    checkpoint (a new run logs to a W&B run of its own)."""
     if tracker == "none" or not is_main:
         return NoTracker()
     try:
         opened = (TensorBoard(Path(run_dir), resumed_step) if tracker == "tensorboard"
-                  else WandB(Path(run_dir), project, config))
+                  else WandB(Path(run_dir), project, config, resumed))
     except OSError as exn:  # its folder, or W&B's run id, on a full file system
         log.warning("%s", stopped(tracker, run_dir, exn))
         return NoTracker()
