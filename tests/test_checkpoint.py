@@ -167,8 +167,28 @@ def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
     with pytest.raises(ResumeError, match=r"/scratch/again holds the run's source prepared again with other options "
                                           r"\(--resize None -> 512, --shard-size 200.0 -> 50.0\)"):
         saved.check_resumable(refused, dataset=again)
-    with pytest.raises(ResumeError, match="belongs to another run"):  # not the same source: as before
+    # another dataset (not the same source): what each is, where it said 'the checkpoint belongs to another run
+    # (dataset_id: ...): use ... the settings it was made with' (a review's finding: a run moved to another cluster,
+    # its source at another path prepared with another --shard-size, or a mistyped --data, was told nothing)
+    with pytest.raises(ResumeError) as refusal:
         saved.check_resumable(refused, dataset=again | {"classes": ["n09"]})
+    assert str(refusal.value) == (
+        "/scratch/again holds another dataset than the run trained on: the run's: 2 classes, 10 train and 4 val "
+        "images, from /data/ILSVRC (official) prepared with --seed 0 --shard-size 200 --quality 90 --restart-mcus 4; "
+        "now: 1 class, 10 train and 4 val images, from /data/ILSVRC (official) prepared with --seed 0 --shard-size 50 "
+        "--resize 512 --quality 90 --restart-mcus 4. To resume, point --data at the run's dataset (its source prepared "
+        "with its options); or start a new run in another --run-dir")
+    moved = again | {"source": {"path": "/cluster2/ILSVRC", "layout": "official"}}
+    with pytest.raises(ResumeError, match=r"the run's: .* from /data/ILSVRC \(official\) prepared with --seed 0 "
+                                          r"--shard-size 200 .*; now: .* from /cluster2/ILSVRC \(official\) prepared "
+                                          r"with --seed 0 --shard-size 50 --resize 512"):
+        saved.check_resumable(refused, dataset=moved)
+    with pytest.raises(ResumeError, match=r"holds another dataset than the run trained on: 2 classes, .*, as the "
+                                          r"run's, into other shards \(the source's files changed since"):
+        saved.check_resumable(refused, dataset=trained)  # the same description, another dataset id
+    saved.dataset = None  # a checkpoint from before the dataset was kept: as before
+    with pytest.raises(ResumeError, match="belongs to another run"):
+        saved.check_resumable(refused, dataset=again)
 
 
 def test_a_resume_on_winter21_labelled_in_its_other_table_names_the_flag_that_gives_the_runs():

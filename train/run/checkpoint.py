@@ -155,6 +155,11 @@ class Checkpoint:
                                   "cannot continue. To resume, prepare it again with the run's options ("
                                   f"{prepare_flags(self.dataset['options'])}), or point --data at the copy it trained "
                                   "on; or start a new run in another --run-dir (python -m train.evaluate reads any copy)")
+            # another dataset: what each is, so that a run moved to another cluster (its source at another path)
+            # or a --data mistyped is told from a checkpoint of another run
+            raise ResumeError(f"{config.data} holds another dataset than the run trained on: "
+                              f"{dataset_change(self.dataset, dataset)}. To resume, point --data at the run's dataset "
+                              "(its source prepared with its options); or start a new run in another --run-dir")
         diffs = [f"{name}: checkpoint {saved.setting(name)!r}, now {config.setting(name)!r}"
                  for name in MUST_MATCH_ON_RESUME if saved.setting(name) != config.setting(name)]
         if diffs:
@@ -245,6 +250,20 @@ def prepared_again_with(trained: dict, now: dict) -> str:
     changed = [f"{PREPARE_FLAGS.get(name, name)} {trained['options'].get(name)} -> {now['options'].get(name)}"
                for name in options if trained["options"].get(name) != now["options"].get(name)]
     return ", ".join(changed) if same_source else ""
+
+
+def dataset_change(trained: dict, now: dict) -> str:
+    """What the run trained on and what --data holds now, as a refusal says them (the source's path, classes, images
+    and prepare's options), where it is neither the run's source prepared again nor labelled again. Pure."""
+    def described(dataset: dict) -> str:
+        classes, samples, source = len(dataset["classes"]), dataset["samples"], dataset["source"]
+        return (f"{classes:,} class{'es' * (classes != 1)}, {samples.get('train', 0):,} train and "
+                f"{samples.get('val', 0):,} val images, from {source.get('path')} ({source.get('layout')}) prepared "
+                f"with {prepare_flags(dataset['options'])}")
+    if described(trained) == described(now):  # the same description, other shards
+        return (f"{described(trained)}, as the run's, into other shards (the source's files changed since the run's "
+                "was prepared?)")
+    return f"the run's: {described(trained)}; now: {described(now)}"
 
 
 def prepare_flags(options: dict) -> str:
