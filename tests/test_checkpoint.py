@@ -79,9 +79,11 @@ def test_another_world_size_shares_the_runs_global_batch_and_mid_epoch_refuses_o
     mid = checkpoint(torch.nn.Linear(3, 2), config=with_batch, loader=loader_state(2, 16))
     assert mid.layout == (2, 16) and [mid.batch_on(w) for w in (1, 2, 4, 8, 32)] == [32, 16, 8, 4, 1]
     four = checkpoint(torch.nn.Linear(3, 2), world_size=4, loader=loader_state(4, 8))  # the example
+    # the world sizes named give each rank 2 samples or more: 32 ranks, named before, were then refused, one sample a
+    # rank (a review's finding)
     with pytest.raises(ResumeError, match=r"stopped mid-epoch on a run laid out for 4 ranks x 8: 3 ranks cannot "
-                                          r"share the run's global batch of 32 equally: resume it on 1, 2, 4, 8, 16, "
-                                          r"32 ranks"):
+                                          r"share the run's global batch of 32 equally: resume it on 1, 2, 4, 8, 16 "
+                                          r"ranks \(the epoch's remaining"):
         four.batch_on(3)
     resumed_before = checkpoint(torch.nn.Linear(3, 2), config=with_batch, world_size=1,
                                 loader=loader_state(1, 32, canonical=(2, 16)))

@@ -97,11 +97,14 @@ class Checkpoint:
         world, batch = self.layout
         try:
             return per_rank_batch(world * batch, world_size)
-        except ValueError as exn:
+        except ValueError:
             if self.mid_epoch:
+                # the world sizes that give each rank 2 samples or more: the run refuses a batch of one a rank
+                fitting = ", ".join(str(n) for n in range(1, world * batch // 2 + 1) if world * batch % n == 0)
                 raise ResumeError(f"the checkpoint stopped mid-epoch on a run laid out for {world} ranks x "
-                                  f"{batch}: {exn} (the epoch's remaining global batches are read exactly on those)"
-                                  ) from None
+                                  f"{batch}: {world_size} ranks cannot share the run's global batch of {world * batch} "
+                                  f"equally: resume it on {fitting} ranks (the epoch's remaining global batches are "
+                                  "read exactly on those)") from None
             return self.settings.batch_size
 
     def loader_to_load(self, world_size: int, batch_size: int, shuffle_buffer: int) -> dict | None:
