@@ -21,7 +21,7 @@ import warm
 from conftest import ROOT
 from shards.lock import guard, held_by_another
 from train.run.metrics import read_metrics
-from train.run.run_lock import LOCK_NAME, Holder, let_go, take, verdict
+from train.run.run_lock import LOCK_NAME, REQUEUE_WAIT_S, Holder, let_go, rendezvous_wait, take, verdict
 from test_train import train_args
 
 IN_JOB_77_AGAIN = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"}  # a requeued job's second start
@@ -219,6 +219,24 @@ def test_a_second_training_and_a_resume_into_a_live_run_directory_are_refused_an
     assert [r["epoch"] for r in read_metrics(run)] == [0, 1]  # the live run's records, each once
     after = warm.run("train", *args, "--resume", "auto")  # once it has ended, the directory is free
     assert after.returncode == 0 and "already finished 2 epochs" in after.stderr, after.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_requeued_start_of_two_ranks_waits_for_its_earlier_start_while_rank_1_waits_in_the_rendezvous(
+        prepared, tmp_path):
+    """Rank 0 waits for the earlier start's lock before it joins the rendezvous; rank 1 waits there meanwhile, and
+    gave up after --dist-timeout, every rank ending in 'a peer never arrived' (exit 1) and not in the lock's line.
+    The rendezvous of a requeued start waits the lock's wait longer."""
+    assert rendezvous_wait(20.0, {}) == 20.0 == rendezvous_wait(20.0, {"SLURM_RESTART_COUNT": "0"})
+    assert rendezvous_wait(20.0, IN_JOB_77_AGAIN) == 20.0 + REQUEUE_WAIT_S
+    run = tmp_path / "run"
+    earlier = hold(run, "8", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
+    args = train_args(prepared, run, "--epochs", 1, "--workers", 1, "--batch-size", 12, "--dist-timeout", 3)
+    requeued = warm.Ranks(2, args, tmp_path / "requeued", env=IN_JOB_77_AGAIN)
+    assert requeued.wait(timeout=240) == [0, 0], requeued.text()
+    assert earlier.wait() == 0
+    assert "held by this SLURM job's earlier start" in requeued.logs[0].read_text()
+    assert [r["epoch"] for r in read_metrics(run)] == [0]
 
 
 @pytest.mark.slow

@@ -173,7 +173,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     torch.set_num_threads(cpu_threads(env, available_cpus()))
     run = None
     try:
-        control = join_ranks(env, device, config.dist_timeout)
+        control = join_ranks(env, device, config.dist_timeout, config.dist_timeout)
         run = build_run(config, env, manifest, device, control, preemption=None, batch_size=config.batch_size,
                         model_classes=len(checkpoint.dataset["classes"]) if mapped else None)
         if mapped:

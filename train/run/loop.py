@@ -795,7 +795,7 @@ def main(command: CommandLine, env: DistEnv) -> int:
     claim = run_lock.take(Path(config.run_dir)) if env.is_main else run_lock.Claim()
     refused, preemption = claim.refused, None
     try:
-        control = join_ranks(env, device, config.dist_timeout)
+        control = join_ranks(env, device, config.dist_timeout, run_lock.rendezvous_wait(config.dist_timeout))
         if control is not None:
             said = [refused]
             dist.broadcast_object_list(said, src=0, group=control)  # rank 0's verdict on the run directory
@@ -849,12 +849,12 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
         close_data(run)
 
 
-def join_ranks(env: DistEnv, device: torch.device, timeout_s: float):
-    """The rendezvous of a run of several ranks, and its gloo group for CPU-side agreement (Run.control); None
-    for one rank."""
+def join_ranks(env: DistEnv, device: torch.device, timeout_s: float, rendezvous_s: float):
+    """The rendezvous of a run of several ranks (within `rendezvous_s`, which is also the device's collectives'
+    timeout), and its gloo group for CPU-side agreement (Run.control, within `timeout_s`); None for one rank."""
     if env.world_size == 1:
         return None
-    init_distributed(env, device, timeout_s)
+    init_distributed(env, device, rendezvous_s)
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 

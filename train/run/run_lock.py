@@ -135,6 +135,15 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
         time.sleep(POLL_S)
 
 
+def rendezvous_wait(dist_timeout: float, environ=os.environ) -> float:
+    """How long every rank of this start waits for the others at the rendezvous: --dist-timeout, and on a requeued
+    job's start (SLURM_RESTART_COUNT above 0) the wait for the earlier start's lock too, which rank 0 spends before
+    it joins (`take`, before the rendezvous: the earlier start's rank 0 may still hold the job's port): the other
+    ranks wait in the rendezvous meanwhile, and gave up first, each in a line blaming a peer. Pure."""
+    restarted = int(environ.get("SLURM_RESTART_COUNT") or 0) > 0
+    return dist_timeout + (REQUEUE_WAIT_S if restarted else 0.0)
+
+
 def let_go(claim: Claim, run_dir: Path) -> None:
     """The lock released; the run directory removed where this start made it and wrote nothing in it but the lock."""
     if claim.fd is not None:
