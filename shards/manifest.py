@@ -277,6 +277,23 @@ def find_damage(root: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
+def first_unreadable(root: Path, manifest: Manifest) -> str | None:
+    """The first of the files the manifest lists that this user may not read (its folder private, the file of
+    another user's umask), and why; None where each is readable or missing (find_damage's). Training met such a
+    shard as a traceback of find_damage's stat, or mid-epoch as a shard 'changed after this loader was made'."""
+    for name, _, _ in checksummed_files(manifest):
+        path = Path(root) / name
+        try:
+            path.stat()
+        except FileNotFoundError:
+            continue
+        except PermissionError as exn:
+            return f"{name} ({exn.strerror})"
+        if not os.access(path, os.R_OK):
+            return f"{name} (Permission denied)"
+    return None
+
+
 def file_sha256(path: Path, chunk: int = 4 << 20) -> str:
     """The SHA-256 of a file, read in chunks (hashlib releases the GIL: threads hash in parallel).
     The same digest as `sha256sum` prints."""
@@ -323,6 +340,9 @@ def read_complete_manifest(root: Path) -> Manifest:
                                   "now. Wait for it to finish, then train (in a job script: run prepare before "
                                   "train, not beside it)") from None
         raise
+    if denied := first_unreadable(root, manifest):
+        raise DatasetNotReady(f"the dataset at {root} cannot be read by this user: {denied}. Ask its owner for read "
+                              "access (chmod -R a+rX on its folder; g+rX for a group), or prepare a copy of your own")
     problems = find_damage(root, manifest)
     if problems:
         raise DatasetNotReady(

@@ -504,6 +504,36 @@ def test_missing_devkit_and_unreadable_archive(sources, tmp_path):
         prepare(config(source, tmp_path / "out"))
 
 
+@pytest.mark.slow  # it reads as another user, in a child
+def test_a_dataset_this_user_may_not_read_is_named_in_one_line_not_a_traceback_or_a_changed_shard(prepared):
+    """Real permissions (root only: run as uid 12345, a child without torch): a colleague's dataset with its val/
+    private was a PermissionError's traceback from find_damage's stat; a shard of theirs not readable (their umask
+    077) was met mid-epoch as a shard 'changed after this loader was made'. Both are one line before the run."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to read the dataset as another user")
+    top = Path(tempfile.mkdtemp(prefix="unreadable-"))  # (pytest's tmp_path lies in root's 0700 folder)
+    try:
+        top.chmod(0o755)
+        dataset = shutil.copytree(prepared, top / "dataset")
+        shard = sorted((dataset / "train").glob("*.tar"))[0]
+        for private, named in ((dataset / "val", "val/val-000000.tar (Permission denied)"),
+                               (shard, f"train/{shard.name} (Permission denied)")):
+            private.chmod(0o700 if private.is_dir() else 0o600)
+            shown = subprocess.run(["setpriv", "--reuid", "12345", "--regid", "12345", "--clear-groups",
+                                    sys.executable, "-c", "import sys; from shards.manifest import "
+                                    "read_complete_manifest; read_complete_manifest(sys.argv[1])", str(dataset)],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=60)
+            private.chmod(0o755 if private.is_dir() else 0o644)
+            assert shown.stderr.splitlines()[-1] == (
+                f"shards.manifest.DatasetNotReady: the dataset at {dataset} cannot be read by this user: {named}. Ask "
+                "its owner for read access (chmod -R a+rX on its folder; g+rX for a group), or prepare a copy of your "
+                "own"), shown.stderr
+    finally:
+        shutil.rmtree(top)
+
+
 @pytest.mark.slow  # it starts prepare as another user
 def test_a_download_this_user_may_not_read_is_named_in_one_line_not_a_traceback_or_damage(sources):
     """Real permissions (root only, to run as uid 12345): a download of another user's, one folder of it left
