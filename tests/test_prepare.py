@@ -553,7 +553,8 @@ def test_a_download_this_user_may_not_read_is_named_in_one_line_not_a_traceback_
         private_class = sorted((tree / "val").iterdir())[1]
         parquet = sorted((top / "hf-parquet" / "data").glob("train-*.parquet"))[0]
         (archive,) = (top / "kaggle-zip").glob("*.zip")
-        cases = [(tree, private_class), (tree, tree / "train"), (top / "kaggle-zip", archive), (top / "hf-parquet", parquet)]
+        cases = [(tree, private_class), (tree, tree / "train"), (top / "kaggle-zip", archive),
+                 (top / "hf-parquet", parquet)]
         for number, (source, private) in enumerate(cases):
             private.chmod(0o700 if private.is_dir() else 0o600)
             dest = top / f"dest{number}"
