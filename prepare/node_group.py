@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from shards.errors import UserError
-from shards.slurm import SlurmEnvError, expand_nodes, slurm_port
+from shards.slurm import SlurmEnvError, expand_nodes, port_in_use, slurm_port
 
 log = logging.getLogger("prepare")
 
@@ -96,7 +96,12 @@ class NodeGroup:
             dist.barrier()  # the store answers before every node has joined; one collective proves they all did
         except PeerFailed:
             raise
-        except Exception as exn:  # torch raises several types here; all mean the same to the user
+        except Exception as exn:  # torch raises several types here; all mean the same to the user, but one
+            if port_in_use(exn):  # the first node could not listen: at once, and no node is to blame
+                raise PeerFailed(
+                    f"{env.node}: the nodes' rendezvous port {env.port} is in use on {env.node} by another process "
+                    "(another job's group, whose job and step ids give the same port): rerun it as another srun step "
+                    "or job (either takes another port), or prepare each node alone with --no-shared-read") from None
             raise PeerFailed(
                 f"{env.node}: the nodes' rendezvous at {env.addr}:{env.port} failed after "
                 f"{time.monotonic() - started:.0f} s (of {rendezvous:.0f} s allowed) "

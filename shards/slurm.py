@@ -28,6 +28,13 @@ def slurm_port(job_id: int, step_id: int, stage: str = "train") -> int:
     return PORT_RANGES[stage] + (job_id * 64 + step_id) % PORT_SPAN
 
 
+def port_in_use(exn: BaseException) -> bool:
+    """Whether a rendezvous failed because its port was taken on the store's node (torch's DistNetworkError
+    says EADDRINUSE; an OSError says errno 98's text): not a peer that never came, and no wait made."""
+    text = str(exn)
+    return "EADDRINUSE" in text or "address already in use" in text.lower()
+
+
 def expand_nodes(nodelist: str) -> list[str]:
     """'gpu[07-09],cpu1' -> ['gpu07', 'gpu08', 'gpu09', 'cpu1'], in SLURM's node order."""
     hosts = hostlist.expand_hostlist(nodelist)

@@ -119,3 +119,24 @@ def test_every_one_line_error_is_a_user_error_caught_in_one_place():
         assert issubclass(error, UserError), error
     for cli in ("prepare/cli.py", "train/run/cli.py"):
         assert (ROOT / cli).read_text().count("except UserError") == 1, cli
+
+
+def test_a_rendezvous_port_another_process_holds_is_said_so_with_what_to_do():
+    """Rank 0 could not listen on the job's port (another job's rendezvous on the node, whose job id maps to the same
+    port, or a MASTER_PORT in use): it was told as a peer that never arrived, after a wait it never made."""
+    import socket
+
+    import torch
+
+    from train.cluster import DistEnv, init_distributed
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = DistEnv(rank=0, world_size=2, local_rank=0, master_addr="127.0.0.1", master_port=port,
+                      launcher="slurm", node="gpu07")
+        with pytest.raises(ClusterError) as refused:
+            init_distributed(env, torch.device("cpu"), 5)
+    said = str(refused.value)
+    assert f"port {port} is in use on gpu07" in said and "MASTER_PORT" in said and "never arrived" not in said

@@ -719,3 +719,21 @@ def test_a_first_task_marks_how_it_ended_before_it_lets_the_nodes_lock_go(tmp_pa
             raise failure
     expected = {"step": "41.0", "state": "failed" if failure else "done", "error": "disk full" if failure else None}
     assert seen_at_release == [expected]
+
+
+def test_a_rendezvous_port_another_process_holds_is_said_so_with_what_to_do():
+    """The first node could not listen on the step's port (another job's group on the node, or any other process):
+    it was told as a node that never arrived."""
+    import socket
+
+    from prepare.node_group import NodeGroup, NodeGroupEnv, PeerFailed
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = NodeGroupEnv(rank=0, size=2, addr="127.0.0.1", port=port, node="gpu07", step="4242.0")
+        with pytest.raises(PeerFailed) as refused:
+            NodeGroup(env, 5)
+    said = str(refused.value)
+    assert f"port {port} is in use on gpu07" in said and "--no-shared-read" in said and "never arrived" not in said

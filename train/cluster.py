@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from shards.errors import UserError
-from shards.slurm import SlurmEnvError, first_host, slurm_port, tasks_per_node
+from shards.slurm import SlurmEnvError, first_host, port_in_use, slurm_port, tasks_per_node
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -154,7 +154,13 @@ def init_distributed(env: DistEnv, device: torch.device, timeout_s: float) -> No
                                 **({"device_id": device} if device.type != "cpu" else {}))
         # The store answers before every rank has joined; one collective proves they all did.
         dist.barrier()
-    except Exception as exn:  # torch raises several types here; all mean the same to the user
+    except Exception as exn:  # torch raises several types here; all mean the same to the user, but one
+        if port_in_use(exn):  # rank 0 could not listen: at once, and no peer is to blame
+            raise ClusterError(
+                f"rank {env.rank}/{env.world_size} on {env.node}: the rendezvous port {port} is in use on {env.node} "
+                "by another process (another job's rendezvous, whose job id gives the same port, or a MASTER_PORT "
+                "set to a port in use): rerun it as another srun step or job (either takes another port), or export "
+                "MASTER_PORT with a free port to every task") from None
         raise ClusterError(
             f"rank {env.rank}/{env.world_size} on {env.node}: rendezvous at {env.master_addr}:{port} failed "
             f"within {timeout_s:.0f} s ({type(exn).__name__}: {str(exn).splitlines()[0] if str(exn) else ''}). "
