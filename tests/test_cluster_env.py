@@ -140,3 +140,34 @@ def test_a_rendezvous_port_another_process_holds_is_said_so_with_what_to_do():
             init_distributed(env, torch.device("cpu"), 5)
     said = str(refused.value)
     assert f"port {port} is in use on gpu07" in said and "MASTER_PORT" in said and "never arrived" not in said
+
+
+# A heterogeneous job's step as SLURM 22.05 gives it (`srun --het-group=0,1`: component 0 one task on node2,
+# component 1 two on node1): the step's node list is sorted by name, its tasks a node in that order, but the
+# tasks are numbered component by component, so rank 0 is on node2, and SLURM_NODEID follows the components.
+HET_STEP = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "3", "SLURM_NTASKS": "3", "SLURM_JOB_ID": "268",
+            "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_HET_SIZE": "2"}
+HET_TASKS = [{"SLURM_PROCID": "0", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "0", "SLURM_LOCALID": "0"},
+             {"SLURM_PROCID": "1", "SLURMD_NODENAME": "node1", "SLURM_NODEID": "1", "SLURM_LOCALID": "0"},
+             {"SLURM_PROCID": "2", "SLURMD_NODENAME": "node1", "SLURM_NODEID": "1", "SLURM_LOCALID": "1"}]
+
+
+def test_rank_0_off_the_steps_first_node_is_refused_at_once_with_what_to_do():
+    """A heterogeneous job (or srun --distribution=arbitrary, whose SLURM_NODEID is right but rank 0 is wherever
+    SLURM_HOSTFILE's first line says) put rank 0 on node2 while every rank met at node1, the node list's first: on
+    a cluster rank 0's store was on one node and the ranks knocked at another until --dist-timeout, told as a peer
+    that never arrived. Rank 0 knows where it is: it says so at once; MASTER_ADDR, given, is taken as it is."""
+    with pytest.raises(ClusterError, match="rank 0 runs on node2, but the ranks meet on node1") as refused:
+        dist_env({**HET_STEP, **HET_TASKS[0]})
+    assert "MASTER_ADDR" in str(refused.value) and "\n" not in str(refused.value)
+    arbitrary = {**HET_STEP, **HET_TASKS[0], "SLURM_NODEID": "1"}
+    with pytest.raises(ClusterError, match="rank 0 runs on node2"):
+        dist_env(arbitrary)
+    assert dist_env({**arbitrary, "MASTER_ADDR": "node2"}).master_addr == "node2"
+    assert dist_env({**HET_STEP, **HET_TASKS[1]}).master_addr == "node1"  # only rank 0 can tell
+
+
+def test_a_nodes_tasks_are_read_by_its_name_where_the_node_ids_follow_a_heterogeneous_jobs_components():
+    """SLURM_NODEID 0 on node2 read the node list's first entry (node1's 2 tasks): its one rank took half its CPUs."""
+    sizes = [dist_env({**HET_STEP, **task, "MASTER_ADDR": "node2"}).local_world_size for task in HET_TASKS]
+    assert sizes == [1, 2, 2]

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from shards.errors import UserError
-from shards.slurm import SlurmEnvError, first_host, port_in_use, slurm_port, tasks_per_node
+from shards.slurm import SlurmEnvError, expand_nodes, port_in_use, slurm_port, tasks_per_node
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -92,15 +92,28 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
     try:
         world = int(environ.get("SLURM_STEP_NUM_TASKS") or environ["SLURM_NTASKS"])
         nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
-        addr = environ.get("MASTER_ADDR") or first_host(nodelist)
-        port = int(environ.get("MASTER_PORT") or slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])))
+        nodes = expand_nodes(nodelist)
+        port = int(environ.get("MASTER_PORT")
+                   or slurm_port(int(environ["SLURM_JOB_ID"]), int(environ["SLURM_STEP_ID"])))
         per_node = tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "1"))
     except SlurmEnvError as exn:
         raise ClusterError(str(exn)) from None
-    local_world = per_node[int(environ.get("SLURM_NODEID", 0))] if per_node else 1
-    return DistEnv(rank=int(environ["SLURM_PROCID"]), world_size=world,
-                   local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr, master_port=port,
-                   launcher="slurm", local_world_size=local_world, **job)
+    rank, node, addr = int(environ["SLURM_PROCID"]), job["node"], environ.get("MASTER_ADDR") or nodes[0]
+    # Every rank meets at the node list's first node, where rank 0's store is under block and cyclic distributions;
+    # a heterogeneous job numbers its tasks component by component, and --distribution=arbitrary as SLURM_HOSTFILE
+    # lists them, both over a node list sorted by name. Only rank 0 can tell: at once, not after --dist-timeout.
+    if rank == 0 and not environ.get("MASTER_ADDR") and node in nodes and node != addr:
+        raise ClusterError(
+            f"rank 0 runs on {node}, but the ranks meet on {addr}, the first node of the step's {nodelist} (a "
+            "heterogeneous job or srun --distribution=arbitrary puts rank 0 elsewhere): export MASTER_ADDR with rank "
+            "0's node to every task (a heterogeneous job's: the first of `scontrol show hostnames "
+            "$SLURM_JOB_NODELIST_HET_GROUP_0`; an arbitrary distribution's: the first line of $SLURM_HOSTFILE)")
+    # This node's tasks, by its place in the node list, which SLURM_STEP_TASKS_PER_NODE follows (SLURM_NODEID
+    # follows a heterogeneous job's components instead)
+    here = nodes.index(node) if node in nodes else int(environ.get("SLURM_NODEID", 0))
+    local_world = per_node[here] if here < len(per_node) else 1
+    return DistEnv(rank=rank, world_size=world, local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr,
+                   master_port=port, launcher="slurm", local_world_size=local_world, **job)
 
 
 def process_env(environ: dict) -> DistEnv:
