@@ -66,6 +66,9 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
     if len(nodes) != size or not 0 <= rank < size:
         raise SlurmEnvError(f"SLURM_NODEID={rank} and a node list of {len(nodes)} do not match "
                             f"SLURM_STEP_NUM_NODES={size}")
+    # The rank is the node's place in the node list, whose first holds the store: SLURM_NODEID is that place under
+    # block, cyclic and arbitrary distributions, but follows a heterogeneous job's components (node2 first)
+    rank = nodes.index(environ["SLURMD_NODENAME"]) if environ.get("SLURMD_NODENAME") in nodes else rank
     return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=slurm_port(job, step, "prepare"),
                         node=environ.get("SLURMD_NODENAME") or nodes[rank], step=step_name(job, step, environ),
                         local_task=local_task)

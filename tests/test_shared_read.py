@@ -198,6 +198,17 @@ def test_without_an_srun_step_over_several_nodes_a_node_reads_alone(environ):
     assert node_group_env(environ) is None
 
 
+def test_a_nodes_rank_is_its_place_in_the_node_list_where_the_node_ids_follow_a_heterogeneous_jobs_components():
+    """srun --het-group=0,1 with component 0 on node2 (SLURM 22.05's variables): SLURM_NODEID 0 is node2, but the
+    rendezvous is the sorted node list's first, node1. Node2 held the store as rank 0 while node1 knocked at node1
+    until the rendezvous timed out (on the local cluster both names are this machine: it worked by chance)."""
+    het = {"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_JOB_ID": "268",
+           "SLURM_STEP_ID": "0", "SLURM_HET_SIZE": "2"}
+    node2 = node_group_env({**het, "SLURM_NODEID": "0", "SLURMD_NODENAME": "node2"})
+    node1 = node_group_env({**het, "SLURM_NODEID": "1", "SLURMD_NODENAME": "node1"})
+    assert (node1.rank, node1.addr, node2.rank, node2.addr) == (0, "node1", 1, "node1")
+
+
 def test_a_node_list_that_contradicts_the_step_is_refused():
     with pytest.raises(SlurmEnvError, match="do not match SLURM_STEP_NUM_NODES=3"):
         node_group_env({**STEP, "SLURM_STEP_NODELIST": "gpu[07-08]"})
