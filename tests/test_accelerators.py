@@ -245,3 +245,31 @@ def test_device_cuda_with_torchs_xpu_build_names_xpu_not_a_cpu_only_build(monkey
     assert str(refused.value) == (f"--device cuda, but this torch is the build for Intel's GPUs ({torch.__version__}: "
                                   "neither CUDA nor ROCm): on Intel's GPUs use --device xpu (or leave --device out); "
                                   "on NVIDIA's install torch's CUDA build (pip install torch)")
+
+
+def place(launcher: str, local_world_size: int) -> DistEnv:
+    return DistEnv(rank=0, world_size=2 * local_world_size, local_rank=0, master_addr="node1", master_port=20000,
+                   launcher=launcher, node="node1", local_world_size=local_world_size)
+
+
+@pytest.mark.parametrize("env, count, said", [
+    # sbatch --ntasks-per-node=1 --gpus-per-node=4, then srun: one rank a node, on cuda:0
+    (place("slurm", 1), 4, "3 of the 4 cuda devices this process sees stay idle: its node runs 1 rank of the job, "
+                           "one device a rank: run one a device (srun --ntasks-per-node=4 --gpus-per-task=1)"),
+    (place("torchrun", 2), 8, "6 of the 8 cuda devices this process sees stay idle: its node runs 2 ranks of the job, "
+                              "one device a rank: run one a device (torchrun --nproc-per-node=8)"),
+    (DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
+             node="node1"), 2, "1 of the 2 cuda devices this process sees stay idle: `python -m train` alone is one "
+                               "rank: run one a device (srun --ntasks-per-node=2 --gpus-per-task=1 in a SLURM job, "
+                               "torchrun --nproc-per-node=2 elsewhere)"),
+    (place("slurm", 4), 4, None),  # one rank a device
+    (place("slurm", 4), 1, None),  # --gpus-per-task=1: each task sees its own, as cuda:0
+    (place("slurm", 1), 0, None),  # the CPU
+])
+def test_devices_no_rank_of_the_node_takes_are_said_to_stay_idle(env, count, said):
+    """Each rank trains on one device: a task that saw 4 GPUs with one rank on its node trained on cuda:0 alone, at a
+    quarter of the job's speed, and nothing said so."""
+    from train.run.devices import idle_devices
+
+    device = rank_device("cuda" if count else "cpu", env.local_rank, count)
+    assert idle_devices(env, device, count) == said

@@ -34,3 +34,17 @@ def missing(kind: str) -> str:
         return (f"--device {kind}, but this torch is a CPU-only build ({torch.__version__}: neither CUDA nor ROCm): "
                 "install torch's CUDA build (pip install torch; ROCm's for AMD's GPUs), or use --device cpu")
     return f"--device {kind}, but no GPU is visible to this task (check --gpus-per-task)"
+
+
+def idle_devices(env: DistEnv, device: torch.device, count: int) -> str | None:
+    """What to say where devices this process sees stay idle: more of them (`count`) than its node has ranks, each
+    training on one device (an srun of one task a node on a node of 4 GPUs uses cuda:0 alone); None otherwise. Pure."""
+    ranks = env.local_world_size
+    if device.type == "cpu" or count <= ranks:
+        return None
+    srun, torchrun = f"srun --ntasks-per-node={count} --gpus-per-task=1", f"torchrun --nproc-per-node={count}"
+    how = {"slurm": srun, "torchrun": torchrun}.get(env.launcher, f"{srun} in a SLURM job, {torchrun} elsewhere")
+    where = ("`python -m train` alone is one rank" if env.launcher == "single" else
+             f"its node runs {ranks} rank{'s' if ranks > 1 else ''} of the job, one device a rank")
+    return (f"{count - ranks} of the {count} {device.type} devices this process sees stay idle: {where}: run one a "
+            f"device ({how})")

@@ -35,8 +35,8 @@ from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
                                   load_checkpoint, rng_state, save_checkpoint)
 from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
-from train.accelerators import autocast_default, autotunes_convolutions, computes_in_bf16, platform
-from train.run.devices import device_for
+from train.accelerators import autocast_default, autotunes_convolutions, computes_in_bf16, device_count, platform
+from train.run.devices import device_for, idle_devices
 from train.run.config import (CommandLine, TrainConfig, preemption_signal, settings_problem, warmup_ramps_by_step,
                               warmup_steps, whole_warmup_epochs)
 from train.errors import ConfigError
@@ -830,6 +830,9 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
     if env.launcher == "single" and env.job_tasks > 1:
         log.warning("SLURM_NTASKS=%d but this process is not an srun step: training as ONE process. "
                     "Run it as `srun python -m train` to use every task.", env.job_tasks)
+    idle = idle_devices(env, device, device_count(device.type)) if env.is_main else None
+    if idle:
+        log.warning("%s", idle)
     if env.is_main:
         log_pil_build(log)
         log.info("%s: %d ranks (%s launcher), device %s (%s), %d train / %d val samples, %d classes", config.arch,
