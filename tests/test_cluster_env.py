@@ -171,3 +171,19 @@ def test_a_nodes_tasks_are_read_by_its_name_where_the_node_ids_follow_a_heteroge
     """SLURM_NODEID 0 on node2 read the node list's first entry (node1's 2 tasks): its one rank took half its CPUs."""
     sizes = [dist_env({**HET_STEP, **task, "MASTER_ADDR": "node2"}).local_world_size for task in HET_TASKS]
     assert sizes == [1, 2, 2]
+
+
+def test_a_job_scripts_world_size_under_srun_is_taken_where_it_agrees_with_srun_and_refused_where_it_does_not():
+    """SLURM's DDP recipes export MASTER_ADDR, MASTER_PORT and WORLD_SIZE=$SLURM_NTASKS in the job script, then srun:
+    every task was refused with 'WORLD_SIZE set but not RANK, LOCAL_RANK: launch with torchrun, srun, or neither',
+    launched with srun. srun's own variables place each rank; what the script exported is held to them."""
+    exported = {**SRUN, "WORLD_SIZE": "7", "MASTER_ADDR": "node01", "MASTER_PORT": "23456"}
+    env = dist_env(exported)
+    assert (env.launcher, env.rank, env.world_size, env.local_rank, env.master_port) == ("slurm", 5, 7, 1, 23456)
+    assert dist_env({**SRUN, "LOCAL_RANK": "1"}).launcher == "slurm"
+    with pytest.raises(ClusterError) as refused:  # WORLD_SIZE=$SLURM_NNODES
+        dist_env({**exported, "WORLD_SIZE": "4"})
+    said = str(refused.value)
+    assert "WORLD_SIZE=4" in said and "rank 5 of 7" in said and "unset WORLD_SIZE" in said and "\n" not in said
+    with pytest.raises(ClusterError, match="RANK set but not WORLD_SIZE, LOCAL_RANK"):  # outside srun, as before
+        dist_env({"RANK": "0"})

@@ -46,7 +46,8 @@ def dist_env(environ: dict) -> DistEnv:
     """Rank, world size, local rank and rendezvous address from the launcher's variables.
 
     torchrun's variables win (and MASTER_ADDR/MASTER_PORT override SLURM's derived ones); under
-    srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess;
+    srun, SLURM_PROCID etc.; otherwise a single process. Half a torchrun set is an error, not a guess (in an srun
+    step, where a job script exported it, it must say what srun says);
     so is a rank outside its world, or a variable that is no number (exported by hand: WORLD_SIZE=$SLURM_NNODES).
     """
     try:
@@ -69,6 +70,11 @@ def launcher_env(environ: dict) -> DistEnv:
            "job_id": environ.get("SLURM_JOB_ID"), "job_tasks": int(environ.get("SLURM_NTASKS", 1)),
            "cpus_per_task": "SLURM_CPUS_PER_TASK" in environ}
     present = [v for v in TORCHRUN_VARS[:3] if v in environ]
+    srun_step = "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ
+    if present and len(present) < 3 and srun_step:
+        # a job script's exports (SLURM's DDP recipes: WORLD_SIZE=$SLURM_NTASKS before srun): srun's own variables
+        # place each rank, and what the script said is held to them
+        return srun_agreed(environ, job, present)
     if present:
         if len(present) < 3:
             missing = [v for v in TORCHRUN_VARS[:3] if v not in environ]
@@ -85,6 +91,19 @@ def launcher_env(environ: dict) -> DistEnv:
         return slurm_env(environ, job)
     return DistEnv(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single",
                    **job)
+
+
+def srun_agreed(environ: dict, job: dict, present: list[str]) -> DistEnv:
+    """srun's place for this task, where the torchrun variables a job script exported (some, not all) say the same."""
+    env = slurm_env(environ, job)
+    srun_says = {"RANK": env.rank, "WORLD_SIZE": env.world_size, "LOCAL_RANK": env.local_rank}
+    wrong = [v for v in present if environ[v].strip() != str(srun_says[v])]
+    if wrong:
+        raise ClusterError(
+            f"{', '.join(f'{v}={environ[v]}' for v in wrong)} in an srun step whose task is rank {env.rank} of "
+            f"{env.world_size} (local rank {env.local_rank}): unset {' '.join(wrong)} in the job script (srun's own "
+            "variables place each rank; WORLD_SIZE counts ranks, not nodes)")
+    return env
 
 
 def slurm_env(environ: dict, job: dict) -> DistEnv:
