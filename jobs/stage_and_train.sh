@@ -54,6 +54,9 @@ mkdir -p "$RUN_DIR"
 export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}
 tasks_per_node=${SLURM_NTASKS_PER_NODE:-1}
 node_cpus=$(( SRUN_CPUS_PER_TASK * tasks_per_node ))
+# A step of one task a node. The task count too: srun takes it from SLURM_NTASKS, which sbatch exports (every task
+# of the job), and with several tasks a node it ignored --ntasks-per-node=1 alone ("Ignoring --ntasks-per-node").
+one_a_node=(--nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
 
 log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'StdOut=[^ ]*' | cut -d= -f2 || true)
 echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST, $SLURM_NTASKS tasks"
@@ -76,7 +79,7 @@ wait_for() {
 }
 
 # In the background, so that the trap above runs as the signal comes, not when prepare ends.
-srun --ntasks-per-node=1 --cpus-per-task="$node_cpus" \
+srun "${one_a_node[@]}" --cpus-per-task="$node_cpus" \
     "$PYTHON" "${python_flags[@]}" -m prepare --source "$IMAGENET" "${data_option[@]}" ${PREPARE_ARGS:-} &
 step=$!
 wait_for "$step"
@@ -91,7 +94,7 @@ step=$!
 sampler=
 if [[ ${STATS:-0} == 1 ]]; then  # beside the training, on its nodes, sharing their CPUs (--overlap) rather than taking any
   stop=$RUN_DIR/stats/.stop-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}
-  srun --overlap --ntasks-per-node=1 --cpus-per-task=1 bash jobs/sample_stats.sh "$RUN_DIR/stats" "$stop" &
+  srun --overlap "${one_a_node[@]}" --cpus-per-task=1 bash jobs/sample_stats.sh "$RUN_DIR/stats" "$stop" &
   sampler=$!
   echo "  stats:       $RUN_DIR/stats/ (every ${STATS_EVERY:-10} s)"
 fi

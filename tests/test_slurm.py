@@ -321,6 +321,23 @@ def test_sbatch_preempted_by_signal_checkpoints_requeues_and_resumes_exactly(slu
         assert record["val_images"] == read_manifest(data).splits["val"].samples
 
 
+def test_the_job_script_runs_with_several_tasks_a_node_as_it_asks(slurm, sources, tmp_path):
+    """imagenet.sbatch asks for 4 tasks a node (dawn.sbatch 8), the other tests 1: with several, srun took the job's
+    task count from SLURM_NTASKS, which sbatch exports, and ignored the prepare step's --ntasks-per-node=1: it asked
+    for a node's CPUs for every task and the job ended there ('Unable to create step ...: More processors requested
+    than permitted'); STATS=1 started a sampler a task, two writing each node's file."""
+    shutil.copytree(sources["official"], tmp_path / "source")
+    job = sbatch(slurm, "jobs/imagenet.sbatch", tmp_path, f"{TRAIN_CPU} --epochs 1 --batch-size 4 --max-steps 2",
+                 more=",STATS=1,STATS_EVERY=1", options=("--ntasks-per-node=2", "--cpus-per-task=1"))
+    state = wait_job(slurm, job)
+    text = (tmp_path / f"job-{job}.out").read_text()
+    assert state["JobState"] == "COMPLETED", text
+    assert "4 ranks (slurm launcher)" in text and "Ignoring --ntasks-per-node" not in text
+    for node in ("node1", "node2"):
+        read_complete_manifest(node_dir(job, node) / "imagenet")
+        assert text.count(f"sample_stats.sh: {node} has neither xpu-smi nor nvidia-smi") == 1, text
+
+
 def test_a_preemption_signal_while_the_job_prepares_requeues_it(slurm, sources, tmp_path):
     """#SBATCH --signal=B:USR1@180 that comes before training (the time limit near while prepare runs): USR1's
     default action ended the batch shell, and with it the job, not requeued. Now the job is requeued at once, and
