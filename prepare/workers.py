@@ -105,21 +105,10 @@ class WorkerPool:
         with worker_died_is_named():
             yield from self.executor.map(fn, jobs)
 
-    def imap_ahead(self, fn: Callable, jobs: Iterable, ahead: int) -> Iterator:
-        """fn(job) for every job, in the jobs' order, with at most `ahead` jobs queued or running:
-        for results that take space (files) until the caller has used them."""
-        jobs, pending = iter(jobs), deque()
-        with worker_died_is_named():
-            pending.extend(self.executor.submit(fn, job) for job in islice(jobs, ahead))
-            while pending:
-                result = pending.popleft().result()
-                pending.extend(self.executor.submit(fn, job) for job in islice(jobs, 1))
-                yield result
-
     def submit_ahead(self, fn: Callable, jobs: Iterable, ahead: int) -> Iterator[tuple[object, Future]]:
         """(job, the task of fn(job)) for every job, in the jobs' order: `ahead` submitted besides the one
-        the caller takes (as imap_ahead keeps them), for tasks whose output the caller takes while they
-        run (a part stream's segments). A worker that died is named when the caller asks a task's result."""
+        the caller takes, for tasks whose output the caller takes while they run (a part stream's segments).
+        A worker that died is named when the caller asks a task's result."""
         jobs, pending = iter(jobs), deque()
         with worker_died_is_named():  # a submit to a pool whose worker died (idle, by the OOM killer) raises too
             pending.extend((job, self.executor.submit(fn, job)) for job in islice(jobs, ahead))
