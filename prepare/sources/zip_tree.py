@@ -14,7 +14,6 @@ its CRC-32. Every failure is one SourceError naming the zip and the member.
 
 from __future__ import annotations
 
-import os
 import struct
 import zipfile
 import zlib
@@ -224,8 +223,3 @@ def open_kaggle_zip(path: Path, marker: str) -> ZipTree:
     if len(prefixes) != 1:
         raise SourceError(f"{path} holds no {marker} at its top (nor in one folder): is it Kaggle's {KAGGLE_ZIP}?")
     return ZipTree(path, members, prefixes[0])
-
-
-def zip_identity(path: Path) -> dict:
-    st = os.stat(path)
-    return {"path": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
