@@ -48,10 +48,6 @@ class Declared:
     images_by: str | None = None  # who says so
     found: int | None = None  # images found before reading (listings, Parquet footers); None: only reading counts
 
-    @property
-    def declares(self) -> bool:
-        return bool(self.gaps) or self.images is not None
-
 
 def gap_line(gap: Gap) -> str:
     names = ", ".join(gap.missing[:NAMED]) + (f" and {len(gap.missing) - NAMED} more" if len(gap.missing) > NAMED
