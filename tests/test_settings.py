@@ -832,7 +832,7 @@ def optimizer_and_schedule(config: TrainConfig, world_size: int, steps: int):
     from train.run.loop import build_optimizer, lr_factor
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
-    peak = config.lr * config.batch_size * world_size / 256
+    peak = config.lr * (config.batch_size * world_size) / 256  # build_run's: --lr per 256 images of the global batch
     optimizer = build_optimizer(model, peak, config.momentum, config.weight_decay, config.nesterov, config.no_decay)
     schedule = lr_factor(config.lr_schedule, config.warmup_epochs, config.epochs, steps, config.warmup_start_factor,
                          config.warmup_at, config.lr_update)
@@ -869,6 +869,14 @@ def test_without_a_change_the_restored_optimizer_and_schedule_are_the_checkpoint
     assert after.state_dict()["param_groups"] == before.state_dict()["param_groups"]
     assert after_schedule.get_last_lr() == before_schedule.get_last_lr()
     assert after_schedule.state_dict() == before_schedule.state_dict()
+
+
+def test_a_resume_on_a_world_whose_global_batch_rounds_steps_at_the_uninterrupted_runs_rates():
+    """3 ranks of 96: lr x 96 x 3 and lr x 288 differ in their last bit; the resume's peak is the run's start's."""
+    run = config(epochs=10, warmup_epochs=2, batch_size=96)
+    (before, before_schedule), (after, after_schedule) = restored_run(run, run, (3, 3), (7, 7), 3, 4)
+    assert after.state_dict()["param_groups"] == before.state_dict()["param_groups"]
+    assert after_schedule.get_last_lr() == before_schedule.get_last_lr()
 
 
 @pytest.mark.parametrize("change", [{"lr": 0.3}, {"momentum": 0.5}, {"weight_decay": 5e-4}, {"nesterov": False},

@@ -115,6 +115,13 @@ class TrainConfig:
 
         return ResolutionRamp(*self.ramp) if self.ramp else self.image_size
 
+    def peak_lr(self, global_batch: int) -> float:
+        """The peak learning rate of a global batch of `global_batch` images (--lr is per 256 images). One
+        expression for a run's start, its resumes and its start-up line: the same product in another order
+        differs in its last bit (0.1 * 96 * 3 is not 0.1 * 288), and a resume then steps at other rates than
+        the run it continues."""
+        return self.lr * global_batch / 256
+
 
 # Every setting's name, flat, in the order of TrainConfig's fields: Augment's fields where it lies (the names of the
 # flags, the checkpoints' and config.json's keys)

@@ -278,7 +278,7 @@ def build_run(config: TrainConfig, env: DistEnv, manifest: Manifest, device: tor
                           f"{global_batch} ({env.world_size} ranks x --batch-size {batch_size}): lower --batch-size")
     if config.max_steps:
         steps = min(steps, config.max_steps)
-    optimizer = build_optimizer(model, config.lr * global_batch / 256, config.momentum, config.weight_decay,
+    optimizer = build_optimizer(model, config.peak_lr(global_batch), config.momentum, config.weight_decay,
                                 config.nesterov, config.no_decay)
     schedule = lr_factor(config.lr_schedule, config.warmup_epochs, config.epochs, steps, config.warmup_start_factor,
                          config.warmup_at, config.lr_update)
@@ -931,7 +931,7 @@ def follow_settings(run: Run, epoch: int, step: int) -> None:
     an epoch boundary meets another world size (the peak follows the global batch, the schedule's
     position the steps an epoch). Without a change every value is the one the checkpoint holds."""
     config, scheduler = run.config, run.scheduler
-    peak = config.lr * run.batch_size * run.env.world_size / 256
+    peak = config.peak_lr(run.batch_size * run.env.world_size)
     for group, decay in zip(run.optimizer.param_groups, (config.weight_decay, 0.0)):  # parameter_groups' order
         group.update(initial_lr=peak, momentum=config.momentum, weight_decay=decay, nesterov=config.nesterov)
     scheduler.base_lrs = [peak] * len(run.optimizer.param_groups)

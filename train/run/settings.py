@@ -201,7 +201,7 @@ def describe(config: TrainConfig, world_size: int, validation: str, precision: s
     momentum = f"momentum {config.momentum:g}{' (Nesterov)' if config.nesterov else ''}"
     return [
         f"recipe {config.recipe}: {config.arch}, {config.epochs} epochs of batch {global_batch} ({world_size} x "
-        f"{batch_size}), lr {config.lr * global_batch / 256:.4g} at the peak ({config.lr:g} per 256 images), "
+        f"{batch_size}), lr {config.peak_lr(global_batch):.4g} at the peak ({config.lr:g} per 256 images), "
         f"{warmup(config, steps)} then {config.lr_schedule} decay, changing every {config.lr_update}; "
         f"weight decay {config.weight_decay:g} (none on {config.no_decay}), {momentum}, label smoothing "
         f"{config.label_smoothing:g}",
