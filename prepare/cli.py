@@ -1,4 +1,5 @@
-"""The command line of `python -m prepare`: parse, configure logging, call `prepare`."""
+"""The command line of `python -m prepare`: parse, configure logging, call `prepare` (one node) or, under srun
+on several nodes, `prepare_in_group` (the shared read)."""
 
 from __future__ import annotations
 

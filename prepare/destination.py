@@ -1,8 +1,9 @@
-"""--dest before and after a build: refused inside the source, created; what it already holds, judged
-against what this run makes (`dataset_identity`): the same dataset (nothing to do), one lacking only
-evaluation sets the command line adds (kept, the base of the addition), a damaged one (--verify reads
-every shard against its checksum and rebuilds it), or another (refused unless --force); and what an
-interrupted or failed run left, removed (`remove_incomplete`, `remove_this_run`, `remove_unlisted`).
+"""--dest before and after a build (refused inside the source before it: prepare/builder.py's `identified`,
+by `Detected.holds`): created; what it already holds, judged against what this run makes
+(`dataset_identity`): the same dataset (nothing to do), one lacking only evaluation sets the command line
+adds (kept, the base of the addition), a damaged one (--verify reads every shard against its checksum and
+rebuilds it), or another (refused unless --force); and what an interrupted or failed run left, removed
+(`remove_incomplete`, `remove_this_run`, `remove_unlisted`).
 """
 
 from __future__ import annotations
