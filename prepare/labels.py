@@ -1,10 +1,12 @@
 """Labels, exactly: class index = position of the wnid among the sorted train wnids (torchvision's
 convention), validation labels through the devkit's meta.mat or Kaggle's CSV; the class lists of
-the Hugging Face hub's layouts (ILSVRC/imagenet-1k's classes.py, read as text and never run) and
-the built-in table of the 1000 ILSVRC 2012 classes (prepare/imagenet_classes.txt, from timm).
+the Hugging Face hub's layouts (ILSVRC/imagenet-1k's classes.py, read as text and never run); the
+built-in class tables (`BUILTIN_TABLES`: the 1000 ILSVRC 2012 classes, prepare/imagenet_classes.txt, and
+ImageNet-12k's and -22k's, from timm; winter21's own, from birder) and where one table's classes lie in
+another (`class_maps`).
 
 The parsing functions take text or bytes and return plain values; only `read_devkit` and
-`builtin_class_names` (the package's own file) touch files.
+`read_builtin_table` (the package's own files, under `builtin_class_names` and the maps) touch files.
 """
 
 from __future__ import annotations
