@@ -120,7 +120,7 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
     rank, node, addr = int(environ["SLURM_PROCID"]), job["node"], environ.get("MASTER_ADDR") or nodes[0]
     # Every rank meets at the node list's first node, where rank 0's store is under block and cyclic distributions;
     # a heterogeneous job numbers its tasks component by component, and --distribution=arbitrary as SLURM_HOSTFILE
-    # lists them, both over a node list sorted by name. Only rank 0 can tell: at once, not after --dist-timeout.
+    # lists them, both over a node list sorted by name. Only rank 0 can tell: at once, not after the rendezvous timeout.
     if rank == 0 and not environ.get("MASTER_ADDR") and node in nodes and node != addr:
         raise ClusterError(
             f"rank 0 runs on {node}, but the ranks meet on {addr}, the first node of the step's {nodelist} (a "
