@@ -126,6 +126,16 @@ def plan_for(args: PlanArgs, shard_sizes: list[int]) -> ReadPlan:
                               repeats=args.repeats)
 
 
+def last_read(shard_of: np.ndarray, batch_size: int) -> dict[int, list[int]]:
+    """For an epoch whose samples lie in shards `shard_of` (in its order), the shards each batch reads for the last
+    time in it, by the batch's index. Pure."""
+    shards, from_end = np.unique(shard_of[::-1], return_index=True)
+    last = collections.defaultdict(list)
+    for shard, batch in zip(shards.tolist(), ((len(shard_of) - 1 - from_end) // batch_size).tolist()):
+        last[batch].append(shard)
+    return dict(last)
+
+
 def chunk_size(batch_size: int, threads: int) -> int:
     """Images per decode task: each batch spread over every thread. Tasks in flight are capped by
     the ring (its batches x tasks per batch), and threads beyond them idle: fixed chunks of 32 in
@@ -465,14 +475,17 @@ class Loader:
         repeats = np.asarray(plan.repeats, np.int64)[start:] if plan.repeats else None
         batches = [(ids[i:i + self.batch_size], None if repeats is None else repeats[i:i + self.batch_size])
                    for i in range(0, len(ids), self.batch_size)]
-        return self._decoded(shards, batches, args.crops())
+        return self._decoded(shards, batches, args.crops(), last_read(shards.shard[ids], self.batch_size))
 
-    def _decoded(self, shards: ShardSet, batches: list[tuple[np.ndarray, np.ndarray | None]], spec: Crops
-                 ) -> Iterator[Batch]:
+    def _decoded(self, shards: ShardSet, batches: list[tuple[np.ndarray, np.ndarray | None]], spec: Crops,
+                 last: dict[int, list[int]]) -> Iterator[Batch]:
         """Batch k decodes into slot k mod R of the epoch's ring; R - 1 batches decode ahead of the one
-        the caller holds, and a slot is reused only once the caller has asked for the batch after it."""
+        the caller holds, and a slot is reused only once the caller has asked for the batch after it.
+        The shards batch k reads for the last time (`last`) are let go of once it is finished (a batch
+        yielded holds its pixels, or its JPEGs' bytes copied, not the maps); where the caller leaves
+        early, those it had not finished with too."""
         in_flight: collections.deque[InFlight] = collections.deque()
-        submitted = 0
+        submitted = finished = 0
         ring = self.strategy.acquire()
         try:
             for k in range(len(batches)):
@@ -480,7 +493,10 @@ class Loader:
                     slot = submitted % self.ring_size
                     in_flight.append(self._submit(shards, *batches[submitted], ring, slot, spec))
                     submitted += 1
-                yield self._finish(in_flight.popleft(), spec)
+                batch = self._finish(in_flight.popleft(), spec)
+                shards.let_go(last.get(k, ()))
+                finished = k + 1
+                yield batch
         finally:
             for batch in in_flight:  # the caller left early: stop what is queued
                 for f in batch.futures:
@@ -489,6 +505,7 @@ class Loader:
                 for f in batch.futures:
                     if not f.cancelled():
                         f.exception()  # wait: a running task still writes into its ring slot
+            shards.let_go([shard for k, read in last.items() if k >= finished for shard in read])
             self.strategy.release(ring)
 
     def _submit(self, shards: ShardSet, ids: np.ndarray, repeats: np.ndarray | None, ring: int, slot: int,

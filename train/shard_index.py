@@ -56,6 +56,7 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.mmap.restype = ctypes.c_void_p
 LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
 LIBC.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -168,6 +169,18 @@ class ShardSet:
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
         self.maps[shard] = data
         self.indexed[shard] = True
+
+    def let_go(self, shards) -> None:
+        """These shards' pages out of this process's resident set (madvise MADV_DONTNEED): they stay in the page
+        cache, and a later read maps them again (a minor fault). A pass calls it for each shard it has read for the
+        last time. Each epoch a rank reads other shards, so a map that kept every page it had read made a rank's
+        resident set grow, epoch after epoch, towards the whole split: ImageNet's 145 GB in each rank of a node, which
+        top, Slurm's accounting (MaxRSS, seff) and a per-process memory limit add up, though only the page cache,
+        shared and reclaimable, held it. A failure changes nothing but that, and is ignored."""
+        for shard in shards:
+            view = self.maps[shard]
+            if view is not None:
+                LIBC.madvise(ctypes.addressof(view.obj), len(view), mmap.MADV_DONTNEED)
 
     def images(self, ids: np.ndarray) -> Images:
         return Images(tuple(self.maps), self.shard[ids], self.jpg_at[ids], self.jpg_len[ids])
