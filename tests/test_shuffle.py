@@ -53,3 +53,19 @@ def test_targets_and_shard_count():
     assert equal_targets([5, 1, 2]) == [3, 2, 3]
     assert shard_count(1000, 300) == 3
     assert shard_count(10, 300) == 1
+
+
+def test_the_shards_a_seed_gives_stay_those_datasets_were_prepared_with():
+    """The keys each shard holds, and their order, for these keys and seed as this version deals them: the same
+    source and seed must give the same shards in every version, as a run prepared anew on node-local disk each job
+    resumes mid-epoch on them (shards.plan reads positions in the shards). A change to the hash, or to any draw
+    (which surplus leaves, where it goes, each shard's order), fails here, not as a resume that reads other
+    samples."""
+    keys = [f"n{i % 3:08d}_{i}" for i in range(14)]
+    buckets = buckets_for(keys, 13, 4)  # of 2, 8, 1 and 3 keys: 4 move, from bucket 1 to the others
+    assert [bucket_of(key, 13, 4) for key in keys] == [1, 3, 2, 0, 1, 1, 3, 1, 1, 1, 3, 1, 1, 0]
+    assert deal_into_shards(buckets, 13) == [
+        (0, ["n00000000_3", "n00000002_8", "n00000001_13"]),
+        (1, ["n00000000_12", "n00000000_9", "n00000001_4", "n00000002_5"]),
+        (2, ["n00000002_11", "n00000001_7", "n00000002_2"]),
+        (3, ["n00000000_0", "n00000000_6", "n00000001_10", "n00000001_1"])]
