@@ -169,6 +169,7 @@ def test_each_receiving_shard_takes_what_was_handed_to_it_without_listing_what_m
     that moves (about 120,000 at ImageNet-21k's 6,500 shards), and each receiver listed all of it to find its own,
     which made the writing quadratic in the shards (343 s of a core at 21k's size, 5 s at 1k's 1,000 shards). Each
     job names its givers now: nothing lists moved/, and each shard holds the keys it was dealt, in their order."""
+    import prepare.shard_writer
     from prepare.shard_writer import write_shards
     from prepare.shuffle import bucket_of, deal_into_shards
     from prepare.spills import BucketSpills
@@ -188,10 +189,42 @@ def test_each_receiving_shard_takes_what_was_handed_to_it_without_listing_what_m
     assert sum(1 for b, keys in shards for key in keys if bucket_of(key, seed, count) != b) > 20  # some move
     listed, scandir = [], os.scandir
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(Path(path).name) or scandir(path))
+    handed, write_spill = [], prepare.shard_writer.write_spill
+    monkeypatch.setattr(prepare.shard_writer, "write_spill",
+                        lambda path, samples: write_spill(path, [handed.append(s["__key__"]) or s for s in samples]))
     infos = write_shards("train", shards, buckets, work, dest, config(tmp_path, dest, seed=seed), None)
     assert "moved" not in listed
+    # each sample that moves handed on once, to its receiver alone (moved/ is on --dest, counted in its space)
+    assert sorted(handed) == sorted(key for b, keys in shards for key in keys if bucket_of(key, seed, count) != b)
     assert [shard_keys(dest / info.name) for info in infos] == [keys for _, keys in shards]
     assert not list((work / "moved").iterdir())  # each file handed on was taken in, and removed
+
+
+def test_a_split_with_fewer_samples_than_buckets_gives_every_key_once_in_shards_numbered_from_zero(tmp_path):
+    """A small split (an evaluation set, a --shard-size under its images' size) leaves buckets the hash filled with
+    nothing, and buckets some worker's spills never reached: such a bucket still receives its share, a worker's
+    missing spill file is none to read or remove, and the shards are numbered by their order, not by bucket."""
+    from prepare.shard_writer import write_shards
+    from prepare.shuffle import bucket_of, deal_into_shards
+    from prepare.spills import BucketSpills
+    from shards.format import sample_record, shard_keys
+
+    seed, count = 0, 12
+    work, dest = tmp_path / "work", tmp_path / "imagenet"
+    work.mkdir()
+    (dest / "val").mkdir(parents=True)
+    keys = [f"n{i % 3:08d}_{i}" for i in range(6)]
+    buckets = [[key for key in keys if bucket_of(key, seed, count) == b] for b in range(count)]
+    for tag, mine in (("1", keys[0::2]), ("2", keys[1::2])):  # two workers' spills
+        with BucketSpills(work, tag) as spills:
+            for key in mine:
+                spills.write(bucket_of(key, seed, count), sample_record(key, key.encode(), 0, {}))
+    shards = deal_into_shards(buckets, seed)
+    assert [b for b, _ in shards] == [0, 1, 6, 7, 10, 11]  # 0 and 1 spilled nothing: each receives one of 6's, 11's
+    infos = write_shards("val", shards, buckets, work, dest, config(tmp_path, dest, seed=seed), None)
+    assert [info.name for info in infos] == [f"val/val-{i:06d}.tar" for i in range(6)]
+    assert [shard_keys(dest / info.name) for info in infos] == [keys for _, keys in shards]
+    assert not list(work.glob("*.spill")) and not list((work / "moved").iterdir())
 
 @contextmanager
 def garbled(*paths: Path):
