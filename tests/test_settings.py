@@ -412,6 +412,8 @@ def test_the_settings_a_resume_carries_over_are_named():
     said = carried_over(config(dataset_id="x"), like_v2(lr=0.3, max_steps=2), frozenset({"data", "run_dir", "ema"}))
     assert "--lr 0.3" in said and "--recipe torchvision-v2" in said and "--epochs 600" in said
     assert not [item for item in said if item.startswith(("--ema ", "--max-steps", "--data", "--dataset-id"))]
+    # what the command line would give the same (torchvision-v2's momentum and seed are the classic's) is not news
+    assert not [item for item in said if item.startswith(("--momentum ", "--seed "))]
 
 
 def test_a_forced_epochs_must_leave_the_run_an_epoch_to_train():
@@ -436,6 +438,29 @@ def test_a_forced_change_on_a_finished_run_is_refused_as_a_forced_epochs_is():
     assert (more.lr, more.epochs) == (0.2, 4) and {c.field for c in changes} == {"lr", "epochs"}
     mid, _ = settings_on_resume(like_v2(epochs=3, lr=0.2), three, frozenset({"lr"}), frozenset({"lr"}), epoch=2)
     assert mid.lr == 0.2  # an epoch left: the change trains
+    # nothing forced: a job requeued, or run again, after the run's end resumes to say it finished
+    same, changes = settings_on_resume(like_v2(epochs=3, lr=0.5), three, frozenset({"lr"}), frozenset(), epoch=3)
+    assert same == three and changes == []
+
+
+def test_a_resume_holds_the_typed_flags_and_only_them_against_the_checkpoint():
+    """run_settings hands settings_on_resume what was typed and what was forced, each as itself: a typed --lr that
+    differs is refused (taken as forced, it changed the run; taken as untyped, the checkpoint's value ran without a
+    word), and what the run keeps of its own is said, once there is something to say."""
+    from train.run.settings import run_settings
+
+    checkpoint = (like_v2(), 4)  # its settings and epoch
+    command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--resume", "auto")
+    with pytest.raises(ResumeError, match=r"--lr 0.125 there, 0.3 here.*add --force-change --lr"):
+        run_settings(command, command.config, *checkpoint, 1000, 1)
+    command = parsed("--recipe", "torchvision-v2", "--lr", 0.3, "--force-change", "--lr", "--resume", "auto")
+    assert run_settings(command, command.config, *checkpoint, 1000, 1).config.lr == 0.3
+    command = parsed("--resume", "auto")  # no --recipe: the run's, and all it set, are kept and said
+    notes = run_settings(command, command.config, *checkpoint, 1000, 1).notes
+    assert [note for note in notes if note.startswith("resumed with the run's own ") and "--recipe torchvision-v2" in
+            note]
+    command = parsed("--recipe", "torchvision-v2", "--resume", "auto")  # as the run began: nothing to say
+    assert not run_settings(command, command.config, *checkpoint, 1000, 1).notes
 
 
 def test_a_forced_flag_the_checkpoint_already_has_changes_nothing_and_is_said():
@@ -508,12 +533,17 @@ def test_force_change_without_a_checkpoint_to_change_is_refused():
 
 @pytest.mark.parametrize("argv,samples,world,fitted,said", [
     (["--recipe", "torchvision-v2", "--batch-size", 8, "--epochs", 3], 120, 2, {"ema_steps": 7},
-     "--ema-steps 32 (--recipe torchvision-v2's) is more than the 7 steps of an epoch here"),
+     ["--ema-steps 32 (--recipe torchvision-v2's) is more than the 7 steps of an epoch here"]),
     (["--recipe", "torchvision-v2", "--batch-size", 2, "--epochs", 3], 5, 2, {"ema_steps": 1, "repeats": 2},
-     "--repeats 4 (--recipe torchvision-v2's) is more than the 2 samples a rank reads an epoch here"),
-    (["--recipe", "torchvision-v2", "--epochs", 3], 1_281_167, 8, {"ema_steps": 32, "repeats": 4}, None),
+     ["--ema-steps 32 (--recipe torchvision-v2's) is more than the 1 steps of an epoch here",
+      "--repeats 4 (--recipe torchvision-v2's) is more than the 2 samples a rank reads an epoch here"]),
+    (["--recipe", "torchvision-v2", "--epochs", 3], 1_281_167, 8, {"ema_steps": 32, "repeats": 4}, []),
     (["--recipe", "torchvision-v2", "--batch-size", 8, "--epochs", 3, "--ema-steps", 32], 120, 2, {"ema_steps": 32},
-     None),  # typed: the user's
+     []),  # typed: the user's
+    # as many steps as the interval, as many samples as the readings: they fit, nothing to say
+    (["--recipe", "torchvision-v2", "--batch-size", 2, "--epochs", 3], 64, 1, {"ema_steps": 32, "repeats": 4}, []),
+    (["--recipe", "torchvision-v2", "--batch-size", 2, "--epochs", 3], 4, 1, {"ema_steps": 2, "repeats": 4},
+     ["--ema-steps 32 (--recipe torchvision-v2's) is more than the 2 steps of an epoch here"]),
 ])
 def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted, said):
     from train.run.settings import run_settings
@@ -521,7 +551,8 @@ def test_values_nobody_typed_are_fitted_to_the_data(argv, samples, world, fitted
     command = parsed(*argv)
     settings = run_settings(command, command.config, None, 0, samples, world)
     assert {name: getattr(settings.config, name) for name in fitted} == fitted
-    assert said is None or any(line.startswith(said) for line in settings.notes), settings.notes
+    lines = [line for line in settings.notes if line.startswith(("--ema-steps", "--repeats"))]
+    assert len(lines) == len(said) and all(map(str.startswith, lines, said)), settings.notes
 
 
 def test_a_cap_of_max_steps_is_said_new_or_resumed():
