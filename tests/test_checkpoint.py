@@ -32,6 +32,8 @@ def test_the_runs_step_goes_on_from_the_checkpoints_and_one_written_before_it_wa
     its position."""
     saved = checkpoint(torch.nn.Linear(2, 3), epoch=1, step=0, global_step=36)
     assert saved.step_offset(36) == 0 and saved.step_offset(18) == 18
+    mid = checkpoint(torch.nn.Linear(2, 3), epoch=1, step=4, global_step=40)  # 4 steps into epoch 1
+    assert mid.step_offset(36) == 0 and mid.step_offset(18) == 18
     state = saved.to_state()
     del state["global_step"]
     torch.save(state, tmp_path / "last.pt")
@@ -105,6 +107,8 @@ def test_a_resume_loads_the_loaders_state_mid_epoch_and_at_an_epochs_end_only_to
     assert end.loader_to_load(5, 6, 16) is None  # a world that cannot keep the batch: a new layout, nothing to load
     before = checkpoint(torch.nn.Linear(3, 2), config=with_batch, step=0)  # no state (before #52)
     assert before.loader_to_load(1, 12, 16) is None
+    first = checkpoint(torch.nn.Linear(3, 2), config=with_batch, step=1, loader=loader_state(2, 6))
+    assert first.mid_epoch and first.loader_to_load(2, 6, 16) is first.loader  # after the epoch's first step
 
 
 def test_a_resume_on_another_world_says_what_stays_the_same_and_what_does_not():
@@ -136,6 +140,15 @@ def test_a_mid_epoch_resume_on_another_world_shares_the_epochs_sums_out_and_seed
     for name in ("data_wait", "elapsed"):  # the epoch's record averages them over the ranks: as before
         assert sum(share[name] for share in shares) / 4 == sum(s[name] for s in saved) / 2
     assert {share["steps_here"] for share in shares} == {2}
+    assert sums_on_world(saved, 1, 0) == {"loss": 3.0, "correct": 4, "samples": 16, "key_hash": 12, "bad_samples": 1,
+                                          "data_wait": 2.0, "elapsed": 5.0, "steps_here": 2}  # onto one rank: all
+    one = [{"loss": 2.0, "samples": 8, "steps_here": 2}]  # one rank's sums, some never recorded: none counted
+    assert [sums_on_world(one, 2, rank) for rank in (0, 1)] == [
+        {"loss": 2.0, "correct": 0, "samples": 8, "key_hash": 0, "bad_samples": 0, "data_wait": 0.0, "elapsed": 0.0,
+         "steps_here": 2},
+        {"loss": 0, "correct": 0, "samples": 0, "key_hash": 0, "bad_samples": 0, "data_wait": 0.0, "elapsed": 0.0,
+         "steps_here": 2}]
+    assert sums_on_world([{"loss": 2.0}], 2, 0)["steps_here"] == 0
     model = torch.nn.Linear(3, 2)
     mid = checkpoint(model, ranks=[{"rng": rng_state(torch.device("cpu")), "sums": sums} for sums in saved])
     draws = []
@@ -188,6 +201,7 @@ def test_the_same_source_prepared_again_is_told_apart_from_another_dataset():
     with pytest.raises(ResumeError, match=r"holds another dataset than the run trained on: 2 classes, .*, as the "
                                           r"run's, into other shards \(the source's files changed since"):
         saved.check_resumable(refused, dataset=trained)  # the same description, another dataset id
+    saved.check_resumable(TrainConfig("/scratch/same", "run", arch="resnet18"), dataset=trained)  # its own: resumes
     saved.dataset = None  # a checkpoint from before the dataset was kept: as before
     with pytest.raises(ResumeError, match="belongs to another run"):
         saved.check_resumable(refused, dataset=again)
@@ -267,6 +281,8 @@ def test_a_run_directory_given_to_resume_says_which_file_or_flags_to_give(tmp_pa
     assert str(refused.value) == (f"--resume {tmp_path / 'old'} is a folder, not a checkpoint file: give one of its "
                                   f"checkpoints (--resume {tmp_path / 'old' / 'last.pt'}), or continue the run there "
                                   f"with --run-dir {tmp_path / 'old'} --resume auto")
+    with pytest.raises(ResumeError, match=f"^--resume {tmp_path / 'old.pt'}: no such checkpoint file$"):
+        find_checkpoint(str(tmp_path / "new"), str(tmp_path / "old.pt"))  # a path mistyped
 
 
 @pytest.mark.parametrize("damage", ["cut short", "emptied", "random bytes", "a tensor"])
