@@ -214,7 +214,11 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
      "--epochs 600 (--recipe torchvision-v2's)"),
     (["--epochs", 3, "--warmup-epochs", -1], "--warmup-epochs must be a finite number of 0 or more, not -1.0"),
     (["--ramp", 64, 96, 1, 9, "--epochs", 8], "--ramp 64 96 1 9 (typed) ends at epoch 9, after the run's --epochs 8 "
-     "(typed): its end size would never be reached. Give a ramp that ends within the run"),
+     "(typed) (epochs 0 to 7): its end size would never be reached. Give a ramp that ends within the run (--ramp "
+     "START_PX END_PX START_EPOCH END_EPOCH, END_EPOCH at most 7)"),
+    # END_EPOCH typed as the run's last counting from 1: it trained 128 and 192 px, and validated at 256
+    (["--ramp", 128, 256, 0, 2, "--epochs", 2], "--ramp 128 256 0 2 (typed) ends at epoch 2, after the run's "
+     "--epochs 2 (typed) (epochs 0 to 1): its end size would never be reached"),
     (["--lr", "nan"], "--lr must be a finite number of 0 or more, not nan"),
     (["--weight-decay", -1], "--weight-decay must be a finite number of 0 or more"),
     (["--label-smoothing", 1], "--label-smoothing must be from 0 to below 1, not 1.0"),
@@ -938,9 +942,9 @@ def test_a_resumes_flags_are_checked_on_the_settings_that_will_run():
     ffcv = config(**recipe("ffcv-rn50"), recipe="ffcv-rn50")
     shorter, _ = settings_on_resume(config(epochs=16), ffcv, frozenset({"epochs"}), frozenset({"epochs"}))
     origin = {"epochs": "typed", "ramp": "the checkpoint's", "ema": "the checkpoint's"}
-    assert "--ramp 160 192 65 76 (the checkpoint's) ends at epoch 76, after the run's --epochs 16 (typed): its end " \
-        "size would never be reached. Give a ramp that ends within the run (--ramp START_PX END_PX START_EPOCH " \
-        "END_EPOCH), or --no-ramp with --force-change --ramp" in \
+    assert "--ramp 160 192 65 76 (the checkpoint's) ends at epoch 76, after the run's --epochs 16 (typed) (epochs 0 " \
+        "to 15): its end size would never be reached. Give a ramp that ends within the run (--ramp START_PX END_PX " \
+        "START_EPOCH END_EPOCH, END_EPOCH at most 15), or --no-ramp with --force-change --ramp" in \
         settings_problem(shorter, {"epochs"}, origin)
     bigger, _ = settings_on_resume(config(image_size=224), ffcv, frozenset({"image_size"}), frozenset({"image_size"}))
     assert "--image-size 224 is used only with no --ramp (a ramp sets the training size), and this run has --ramp 160 " \

@@ -551,10 +551,14 @@ def schedule_problem(config: TrainConfig, said: Origins) -> str | None:
         return (f"{said.value(config, 'warmup_epochs')} is {as_long} the run, "
                 f"{said.value(config, 'epochs')}: it would never reach the peak rate{why}. Give --warmup-epochs "
                 f"{most} (0: none){said.forcing('warmup_epochs')}")
-    if config.ramp is not None and config.ramp[3] > config.epochs:
+    # END_EPOCH is the first epoch at END_PX, and a run's epochs count from 0: one of --epochs N ends at N - 1. A ramp
+    # ending at N (END_EPOCH typed as the run's last, counting from 1) trained its end size only where rounding
+    # reached it before (128 to 256 px over 2 epochs trained 128 and 192), and validation ran at it
+    if config.ramp is not None and config.ramp[3] >= config.epochs:
         return (f"{said.value(config, 'ramp')} ends at epoch {config.ramp[3]}, after the run's "
-                f"{said.value(config, 'epochs')}: its end size would never be reached. Give a ramp that ends within "
-                f"the run (--ramp START_PX END_PX START_EPOCH END_EPOCH), or --no-ramp{said.forcing('ramp')}")
+                f"{said.value(config, 'epochs')} (epochs 0 to {config.epochs - 1}): its end size would never be "
+                f"reached. Give a ramp that ends within the run (--ramp START_PX END_PX START_EPOCH END_EPOCH, "
+                f"END_EPOCH at most {config.epochs - 1}), or --no-ramp{said.forcing('ramp')}")
     return None
 
 
