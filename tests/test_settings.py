@@ -162,6 +162,8 @@ def test_a_renamed_flag_is_answered_with_its_new_name(capsys, old, new):
     assert refused(capsys, old, 1).endswith(f"type {new} 1")
     assert f"type {new}=2" in refused(capsys, f"{old}=2")
     assert refused(capsys, "--resume", "auto", "--force-change", old).endswith(f"type --force-change {new}")
+    assert refused(capsys, old).endswith(f"type {new}")  # the last word typed: no value to name, nor a traceback
+    assert refused(capsys, old, "--epochs", 3).endswith(f"type {new}")  # followed by another flag, not its value
     assert new in {option for action in build_parser()._actions for option in action.option_strings}
 
 
@@ -241,9 +243,70 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
     (["--epochs", 3, "--warmup-epochs", 3, "--warmup-at", "start"], "Give --warmup-epochs under 3 (0: none)"),
     (["--momentum", 1.5], "--momentum must be below 1 (SGD's velocity would never decay, and the run diverge), not "
                           "1.5"),
+    # each at the edge of what it takes
+    (["--momentum", 1], "--momentum must be below 1"),
+    (["--epochs", 1, "--warmup-epochs", 1, "--warmup-at", "start"], "--warmup-epochs 1 (typed) is as long as the run"),
+    (["--epochs", 0], "--epochs must be at least 1"),
+    (["--shuffle-buffer", 0], "--shuffle-buffer must be at least 1"),
+    (["--workers", 0], "--workers must be at least 1"),
+    (["--ema-decay", 0], "--ema-decay is between 0 and 1"),
+    (["--ema-decay", 1], "--ema-decay is between 0 and 1"),
+    (["--max-bad-samples", -1], "--max-bad-samples must be 0 or more"),
+    (["--seed", -2 ** 63 - 1], "--seed must be from -2**63 to 2**64 - 1"),
+    (["--lr", "inf"], "--lr must be a finite number of 0 or more, not inf"),
+    (["--label-smoothing", -0.1], "--label-smoothing must be from 0 to below 1, not -0.1"),
 ])
 def test_settings_that_cannot_work_are_refused_naming_the_flags(capsys, argv, said):
     assert said in refused(capsys, *argv)
+
+
+@pytest.mark.parametrize("argv,values", [
+    (["--label-smoothing", 0, "--max-bad-samples", 0, "--workers", 1],  # 0: off; 0: stop at the first bad sample
+     {"label_smoothing": 0, "max_bad_samples": 0, "workers": 1}),
+    (["--seed", 1], {"seed": 1}), (["--seed", -2 ** 63], {"seed": -2 ** 63}),  # torch's seeds, from end to end
+    (["--seed", 2 ** 64 - 1], {"seed": 2 ** 64 - 1}),
+    # rounded to whole epochs (2, the run's length) only where the rate changes once an epoch
+    (["--epochs", 2, "--warmup-epochs", 1.6, "--warmup-at", "start"], {"warmup_epochs": 1.6}),
+    (["--ramp", 128, 256, 0, 1, "--epochs", 2], {"ramp": (128, 256, 0, 1)}),  # 256 px from epoch 1, the run's last
+])
+def test_settings_at_the_edge_of_what_they_take_are_accepted(argv, values):
+    config = parsed(*argv).config
+    assert {name: config.setting(name) for name in values} == values
+
+
+def test_the_command_line_is_the_processes_where_none_is_given(monkeypatch):
+    """`python -m train` reads its flags from sys.argv, past the program's name."""
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["python -m train", *BASE, "--lr", "0.2"])
+    assert parse_command_line().config.lr == 0.2
+
+
+def test_data_is_required_outside_a_slurm_job(capsys, monkeypatch):
+    monkeypatch.delenv("SLURM_TMPDIR", raising=False)
+    with pytest.raises(SystemExit):
+        parse_command_line(["--run-dir", "r"])
+    assert "--data is required outside a SLURM job (no $SLURM_TMPDIR)" in capsys.readouterr().err
+
+
+def test_a_resumes_augmentation_flags_are_held_against_the_checkpoints_not_refused_on_their_own():
+    """--num-ops without --policy is refused in a new run (no policy takes it), but a resume's policy is its
+    checkpoint's: the typed value is compared with that run's, as every flag of a resume is."""
+    from train import Augment
+
+    command = parsed("--num-ops", 3, "--resume", "auto")
+    assert command.config.augment == Augment() and command.values["num_ops"] == 3
+
+
+def test_the_warmups_steps_are_whole_steps_or_whole_epochs_as_the_rate_changes():
+    """What the EMA restarts over (train/run/ema.py) and the start-up line says: where the rate changes once an
+    epoch, a warm-up of an epoch or more takes whole epochs, a shorter one ramps by the step."""
+    from train.run.config import warmup_ramps_by_step, warmup_steps
+
+    assert warmup_steps(1.6, 100, "step") == 160 and warmup_steps(1.6, 100, "epoch") == 200
+    assert warmup_steps(0.5, 100, "epoch") == 50 and warmup_steps(0, 100, "epoch") == 0
+    assert warmup_ramps_by_step(0.5, "epoch") and not warmup_ramps_by_step(0.5, "step")
+    assert not warmup_ramps_by_step(0, "epoch") and not warmup_ramps_by_step(1, "epoch")
 
 
 def test_the_preemption_signal_is_named_or_numbered_as_sbatch_takes_it():
