@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
+import threading
 from pathlib import Path
 
 from shards.manifest import write_file_atomic
@@ -59,6 +60,7 @@ class TensorBoard:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise missing("tensorboard", "tensorboard") from None
+        hush_writer_thread_errors()  # before its thread starts: opening writes the event file's first record
         # what a killed run logged after the step it resumes from (a fresh start: step 0) is dropped
         self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resumed_step + 1)
 
@@ -70,6 +72,23 @@ class TensorBoard:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def hush_writer_thread_errors() -> None:
+    """TensorBoard's writer thread keeps the OSError it meets (a full disk) for the writer's next flush, which
+    Guarded turns into one warning, and raises it too: threading's hook printed its traceback on rank 0's stderr
+    beside that warning. Only that thread's OSErrors are hushed; every other thread's error reaches the hook
+    installed before."""
+    earlier = threading.excepthook
+    if getattr(earlier, "hushes_tensorboard", False):
+        return
+
+    def hook(args) -> None:
+        if not (type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError)):
+            earlier(args)
+
+    hook.hushes_tensorboard = True
+    threading.excepthook = hook
 
 
 def run_id_of(run_dir: Path, resumed: bool = True) -> str:
