@@ -160,3 +160,23 @@ def test_many_random_crops(reference):
     blobs = [with_restarts(jpeg(w, h, seed=s), mcus, MAX_PIXELS)[0]
              for s, (w, h, mcus) in enumerate([(500, 375, 2), (480, 640, 4), (1000, 750, 8), (320, 240, 2)])]
     assert_same(reference, blobs * 25, [f"image {i % 4}" for i in range(100)], seed=5, crops=20, size=64)
+
+
+def test_the_benchmark_times_both_decoders_at_the_datasets_interval(reference, prepared, capsys):
+    """python -m train.bench.huffman (BENCHMARKS.md's rows of #39), which no test had run: a row for the dataset's
+    restart interval, each crop kind's patched and release medians over the rounds and their ratio."""
+    import json
+    import statistics
+
+    from shards.manifest import read_complete_manifest
+    from train.bench.huffman import main
+
+    assert main(["--data", str(prepared), "--images", "6", "--rounds", "3", "--image-size", "64"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["images"] == 6 and result["rounds"] == 3
+    [(interval, row)] = result["intervals"].items()
+    assert interval == str(read_complete_manifest(prepared).options["restart_mcus"]) and row["bytes"] > 0
+    for label in ["train", "train huffman", "val", "val huffman"]:
+        timed = row[label]
+        assert timed["patched_ms"] > 0 and timed["release_ms"] > 0 and len(timed["speedups"]) == 3
+        assert timed["speedup"] == pytest.approx(statistics.median(timed["speedups"]), abs=1e-3)

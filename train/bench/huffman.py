@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     from train.bench.reference_build import reference_jpegcrop
     from train.bench.report import cpu_model
 
-    reference = reference_jpegcrop()
+    samples = [(read_complete_manifest(data).options["restart_mcus"], *first_samples(data, args.images))
+               for data in args.data]
+    reference = reference_jpegcrop()  # a build of a minute, once: only after every --data is found prepared
     result = {}
-    for data in args.data:
-        shard_set, ids = first_samples(data, args.images)
-        interval = read_complete_manifest(data).options["restart_mcus"]
+    for interval, shard_set, ids in samples:
         result[interval] = measure(shard_set.images(ids), shard_set.hashes[ids], args.image_size, args.rounds, reference)
         shard_set.close()
     report(result, len(ids), cpu_model())
