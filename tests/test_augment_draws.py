@@ -10,7 +10,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import scipy.stats
 import torch
 from torchvision.transforms import v2
 
@@ -61,6 +60,8 @@ def test_ops_and_magnitudes_have_the_distribution_of_torchvisions_own_policy(aug
     """A two-sample chi-square over every (ops, magnitudes) outcome: ours from 12,000 keys, torchvision's
     from 12,000 calls of its class. Every outcome we draw is one torchvision draws, and the other way
     round for every outcome frequent enough to be seen in both."""
+    import scipy.stats  # (half a second: imported by the tests that use it, not by every collection)
+
     ours, theirs = our_draws(augment), torchvisions_draws(transform(), len(KEYS))
     outcomes = sorted(set(ours) | set(theirs))
     common = [o for o in outcomes if ours[o] + theirs[o] >= 20]
@@ -73,6 +74,8 @@ def test_ops_and_magnitudes_have_the_distribution_of_torchvisions_own_policy(aug
 
 
 def test_randaugment_applies_num_ops_ops_in_order():
+    import scipy.stats
+
     ops, magnitudes = policy_draws(KEYS[:2000], 0, 0, Augment(policy="randaugment", num_ops=3), *SIZE)
     assert ops.shape == magnitudes.shape == (2000, 3) and (ops >= 0).all()
     for r in range(3):  # each round uniform over RandAugment's 14 ops

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.stats
 import webdataset as wds
 from PIL import Image
 
@@ -108,6 +107,8 @@ def test_without_restart_markers_good_jpegs_keep_their_bytes(sources, images, tm
 
 
 def test_shards_are_equal_sized_and_mixed_across_classes(prepared):
+    import scipy.stats  # (half a second: imported by the tests that use it, not by every collection)
+
     manifest = read_manifest(prepared)
     for split in ("train", "val"):
         counts = [s.samples for s in manifest.splits[split].shards]
