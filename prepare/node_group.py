@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from shards.errors import UserError
-from shards.slurm import SlurmEnvError, expand_nodes, port_in_use, slurm_port
+from shards.slurm import SlurmEnvError, expand_nodes, node_place, port_in_use, slurm_port
 
 log = logging.getLogger("prepare")
 
@@ -66,9 +66,7 @@ def node_group_env(environ: dict) -> NodeGroupEnv | None:
     if len(nodes) != size or not 0 <= rank < size:
         raise SlurmEnvError(f"SLURM_NODEID={rank} and a node list of {len(nodes)} do not match "
                             f"SLURM_STEP_NUM_NODES={size}")
-    # The rank is the node's place in the node list, whose first holds the store: SLURM_NODEID is that place under
-    # block, cyclic and arbitrary distributions, but follows a heterogeneous job's components (node2 first)
-    rank = nodes.index(environ["SLURMD_NODENAME"]) if environ.get("SLURMD_NODENAME") in nodes else rank
+    rank = node_place(nodes, environ.get("SLURMD_NODENAME"), rank)  # (the first node holds the store)
     return NodeGroupEnv(rank=rank, size=size, addr=nodes[0], port=slurm_port(job, step, "prepare"),
                         node=environ.get("SLURMD_NODENAME") or nodes[rank], step=step_name(job, step, environ),
                         local_task=local_task)

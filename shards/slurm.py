@@ -43,8 +43,12 @@ def expand_nodes(nodelist: str) -> list[str]:
     return hosts
 
 
-def first_host(nodelist: str) -> str:
-    return expand_nodes(nodelist)[0]
+def node_place(nodes: list[str], node: str | None, node_id: int) -> int:
+    """This node's place in the step's node list, which puts the rendezvous' store on the first node and which
+    SLURM_STEP_TASKS_PER_NODE follows: where `node` (SLURMD_NODENAME) is listed, else `node_id` (SLURM_NODEID), the
+    same place under block, cyclic and arbitrary distributions, but which follows a heterogeneous job's components
+    instead (its node2 first). Pure."""
+    return nodes.index(node) if node in nodes else node_id
 
 
 def tasks_per_node(spec: str) -> list[int]:

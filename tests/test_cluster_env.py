@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import ROOT
-from shards.slurm import PORT_RANGES, PORT_SPAN, first_host, slurm_port, tasks_per_node
+from shards.slurm import PORT_RANGES, PORT_SPAN, expand_nodes, slurm_port, tasks_per_node
 from train.cluster import ClusterError, cpu_threads, default_workers, dist_env
 
 SRUN = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "7",
@@ -36,7 +36,7 @@ def test_a_prepare_step_never_takes_a_train_step_port(job):
 
 
 def test_hostlists_and_tasks_per_node_expand_properly():
-    assert first_host("gpu[07-09],cpu1") == "gpu07"
+    assert expand_nodes("gpu[07-09],cpu1") == ["gpu07", "gpu08", "gpu09", "cpu1"]
     assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
 
 

@@ -656,8 +656,9 @@ def test_the_start_up_lines_name_the_recipe_augmentation_sizes_and_precision():
 
 
 def test_config_json_holds_the_settings_and_every_forced_change(tmp_path):
-    record_settings(tmp_path, V2, [], 0, 0)
-    path = record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    assert record_settings(tmp_path, V2, [], 0, 0) == []  # (none recorded, none moved)
+    assert record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10) == []
+    path = tmp_path / "config.json"
     document = json.loads(path.read_text())
     assert document["settings"]["recipe"] == "torchvision-v2"
     assert document["changes"] == [{"epoch": 3, "step": 10, "flag": "--lr", "from": 0.125, "to": 0.2}]
@@ -675,7 +676,8 @@ def test_a_forced_change_the_run_does_not_carry_leaves_config_jsons_changes(tmp_
     from train.run.loop import tidy_run_dir
 
     run = dataclasses.replace(V2, run_dir=str(tmp_path))
-    path = record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    path = tmp_path / "config.json"
     record_settings(tmp_path, V2, [Change("epochs", 600, 700)], 5, 0)
     tidy_run_dir(run, [], 5, 0)  # a resume from the checkpoint the last change was made at: both carried
     assert [c["flag"] for c in recorded_changes(path)] == ["--lr", "--epochs"] and not caplog.records
@@ -702,7 +704,8 @@ def test_a_config_json_that_does_not_read_is_set_aside_with_its_changes_not_over
     finding)."""
     from train.run.loop import tidy_run_dir
 
-    path = record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    record_settings(tmp_path, V2, [Change("lr", 0.125, 0.2)], 3, 10)
+    path = tmp_path / "config.json"
     damaged = path.read_bytes()[:200] if damage == "cut short" else b"[1, 2]\n"
     path.write_bytes(damaged)
     tidy_run_dir(dataclasses.replace(V2, run_dir=str(tmp_path)), [Change("epochs", 600, 700)], 5, 0)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from shards.errors import UserError
-from shards.slurm import SlurmEnvError, expand_nodes, port_in_use, slurm_port, tasks_per_node
+from shards.slurm import SlurmEnvError, expand_nodes, node_place, port_in_use, slurm_port, tasks_per_node
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -127,9 +127,7 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
             "heterogeneous job or srun --distribution=arbitrary puts rank 0 elsewhere): export MASTER_ADDR with rank "
             "0's node to every task (a heterogeneous job's: the first of `scontrol show hostnames "
             "$SLURM_JOB_NODELIST_HET_GROUP_0`; an arbitrary distribution's: the first line of $SLURM_HOSTFILE)")
-    # This node's tasks, by its place in the node list, which SLURM_STEP_TASKS_PER_NODE follows (SLURM_NODEID
-    # follows a heterogeneous job's components instead)
-    here = nodes.index(node) if node in nodes else int(environ.get("SLURM_NODEID", 0))
+    here = node_place(nodes, node, int(environ.get("SLURM_NODEID", 0)))  # (SLURM_STEP_TASKS_PER_NODE follows it)
     local_world = per_node[here] if here < len(per_node) else 1
     return DistEnv(rank=rank, world_size=world, local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr,
                    master_port=port, launcher="slurm", local_world_size=local_world, **job)

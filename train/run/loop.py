@@ -47,8 +47,8 @@ from train.run.metrics import (EVALUATION_SETS, METRICS_NAME, append_metrics, ep
 from train.run.models import build_model, check_takes
 from train.run import run_lock
 from train.real_labels import RealLabels
-from train.run.settings import (SETTINGS_FILE, describe, not_carried, record_settings, recorded_changes, run_settings,
-                               set_aside_unreadable_settings, train_size)
+from train.run.settings import (SETTINGS_FILE, describe, record_settings, run_settings, set_aside_unreadable_settings,
+                               train_size)
 from train.run.flags import show
 from train.shard_index import KEY_HASH_BITS
 from train.run.trackers import WANDB_ID_NAME, NoTracker, open_tracker, require
@@ -655,14 +655,13 @@ def tidy_run_dir(config: TrainConfig, changes: list, start_epoch: int, start_ste
     the checkpoint, a torn record, a killed write's temporary file)."""
     if unreadable := set_aside_unreadable_settings(config.run_dir):  # before it is written again
         log.warning("%s", unreadable)
-    path = Path(config.run_dir) / SETTINGS_FILE
-    if gone := not_carried(recorded_changes(path), start_epoch, start_step, resumed):
+    if gone := record_settings(config.run_dir, config, changes, start_epoch, start_step, resumed):
         forced = ", ".join(f"--force-change {c.get('flag')} (to {show(c.get('to'))})" if isinstance(c, dict) else
                            repr(c) for c in gone)  # (a hand edit's entry, whatever it is)
-        log.warning("%s: %s, recorded by %s, which this run does not carry: moved to its \"superseded\"", path, forced,
+        log.warning("%s: %s, recorded by %s, which this run does not carry: moved to its \"superseded\"",
+                    Path(config.run_dir) / SETTINGS_FILE, forced,
                     "the start past this run's checkpoint (an older last.pt put back?)" if resumed else
                     "an earlier run whose last.pt is not here")
-    record_settings(config.run_dir, config, changes, start_epoch, start_step, resumed)
     if torn := set_aside_torn_record(config.run_dir):  # before this run appends a record to it
         log.warning("%s", torn)
     if superseded := set_aside_records_from(config.run_dir, start_epoch):

@@ -259,11 +259,12 @@ def train_size(config: TrainConfig, epoch: int) -> int:
 # ---------------------------------------------------------------- RUN_DIR/config.json
 
 def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Change], epoch: int, step: int,
-                    resumed: bool = True) -> Path:
+                    resumed: bool = True) -> list:
     """Write RUN_DIR/config.json: the settings in force, and every change --force-change made, this one
     and earlier resumes' (kept from the file), with where in the run it was made. A change recorded already
     (a start killed before its first checkpoint, resumed again from the same one) is recorded once. One the run
-    does not carry (`not_carried`: a new run's, a resume's from an older checkpoint) moves to "superseded"."""
+    does not carry (`not_carried`: a new run's, a resume's from an older checkpoint) moves to "superseded":
+    those it moved now are returned, for the caller to say."""
     path = Path(run_dir) / SETTINGS_FILE
     recorded = recorded_changes(path)
     gone = not_carried(recorded, epoch, step, resumed)
@@ -275,7 +276,7 @@ def record_settings(run_dir: str | Path, config: TrainConfig, changes: list[Chan
         document["superseded"] = superseded
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file_atomic(path, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
-    return path
+    return gone
 
 
 def not_carried(changes: list, epoch: int, step: int, resumed: bool) -> list:
