@@ -6,6 +6,7 @@ mid-epoch state saved by rank 0 that resumes every rank to exactly the batches i
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -44,7 +45,10 @@ def accelerate(*args: str, ranks: int = 2) -> list[str]:
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+    # TMPDIR in the test's folder: torchrun (accelerate's too) leaves its log folder, /tmp/torchelastic_*, behind
+    (cwd / "tmp").mkdir(exist_ok=True)
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(cwd / "tmp")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
