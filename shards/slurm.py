@@ -37,7 +37,10 @@ def port_in_use(exn: BaseException) -> bool:
 
 def expand_nodes(nodelist: str) -> list[str]:
     """'gpu[07-09],cpu1' -> ['gpu07', 'gpu08', 'gpu09', 'cpu1'], in SLURM's node order."""
-    hosts = hostlist.expand_hostlist(nodelist)
+    try:
+        hosts = hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist as exn:  # (a variable exported by hand, not SLURM's)
+        raise SlurmEnvError(f"SLURM node list {nodelist!r} does not read ({exn})") from None
     if not hosts:
         raise SlurmEnvError(f"empty SLURM node list {nodelist!r}")
     return hosts
@@ -53,4 +56,7 @@ def node_place(nodes: list[str], node: str | None, node_id: int) -> int:
 
 def tasks_per_node(spec: str) -> list[int]:
     """SLURM_TASKS_PER_NODE ('2(x3),1') as a list per node ([2, 2, 2, 1])."""
-    return hostlist.parse_slurm_tasks_per_node(spec)
+    try:
+        return hostlist.parse_slurm_tasks_per_node(spec)
+    except hostlist.BadHostlist:
+        raise SlurmEnvError(f"SLURM count a node {spec!r} does not read (SLURM writes them as '2(x3),1')") from None

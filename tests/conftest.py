@@ -179,6 +179,17 @@ def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedPr
                           text=True, timeout=timeout, **kwargs)
 
 
+def as_one_srun_task(monkeypatch, **more: str) -> None:
+    """This process's environment as srun sets a job's one task's (SLURM 22.05's variables), and no torchrun's."""
+    for name, value in {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "77",
+                        "SLURM_NTASKS": "1", "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_NODELIST": "node1",
+                        "SLURM_JOB_NODELIST": "node1", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "1",
+                        "SLURMD_NODENAME": "node1", **more}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every shard of a prepared dataset, for byte-for-byte comparison."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/*.tar"))}

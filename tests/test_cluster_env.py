@@ -187,3 +187,36 @@ def test_a_job_scripts_world_size_under_srun_is_taken_where_it_agrees_with_srun_
     assert "WORLD_SIZE=4" in said and "rank 5 of 7" in said and "unset WORLD_SIZE" in said and "\n" not in said
     with pytest.raises(ClusterError, match="RANK set but not WORLD_SIZE, LOCAL_RANK"):  # outside srun, as before
         dist_env({"RANK": "0"})
+
+
+def test_a_task_srun_pinned_to_fewer_cpus_than_the_job_holds_for_it_is_named_with_what_to_give_srun():
+    """Since Slurm 22.05 an srun inside a batch script does not take the job's --cpus-per-task, and pins each task
+    to 1 CPU: the loader decoded on one thread and the GPU waited, without a word. Pure: the decision, from the
+    variables srun sets and the task's affinity."""
+    from train.cluster import cpus_short
+
+    exported = dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "8"})  # the batch script's --cpus-per-task=8, exported
+    assert (exported.cpus_asked, exported.job_cpus_here) == (8, 0)
+    assert cpus_short(exported, 1) == (
+        "this task may use 1 CPU (its affinity), not the 8 of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun does not "
+        "take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on it. Give srun "
+        "--cpus-per-task=8 (or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
+    assert cpus_short(exported, 8) is None  # srun --cpus-per-task=8
+    assert cpus_short(exported, 64) is None  # SLURM pins nothing (TaskPlugin=task/none): the node's every CPU
+    # no --cpus-per-task anywhere: node03's 64 CPUs of the job, shared by its 2 tasks of this step
+    unasked = dist_env({**SRUN, "SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "48(x2),64,48(x2)"})
+    assert (unasked.cpus_asked, unasked.job_cpus_here, unasked.local_world_size) == (0, 64, 2)
+    assert cpus_short(unasked, 2) == (
+        "this task may use 2 of the 64 CPUs the job has on node03, which its 2 tasks there share: srun pins each "
+        "task to --cpus-per-task CPUs, 1 unless asked: its loader decodes on 1 thread, and a GPU waits on it. Give "
+        "srun --cpus-per-task=32")
+    assert cpus_short(unasked, 16).startswith("this task may use 16 of the 64 CPUs")  # half its share: said
+    assert cpus_short(unasked, 17) is None and cpus_short(unasked, 64) is None
+    for said in ({"SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "lots"},
+                 {"SLURM_JOB_NODELIST": "node[01-", "SLURM_JOB_CPUS_PER_NODE": "64(x5)"},
+                 {"SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "64"}, {}):
+        env = dist_env({**SRUN, **said})
+        assert env.job_cpus_here == 0 and cpus_short(env, 1) is None  # nothing to weigh it against
+    # torchrun's ranks (in an srun task or not) and a lone process share what they were given: not srun's pinning
+    torchrun = dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "8", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
+    assert cpus_short(torchrun, 1) is None and cpus_short(dist_env({"SLURM_CPUS_PER_TASK": "8"}), 1) is None

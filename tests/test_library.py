@@ -929,3 +929,40 @@ def test_a_non_square_validation_size_gives_batches_of_that_height_and_width(pre
     assert shapes == {(3, 40, 24)}
     with pytest.raises(ConfigError, match=r"val_crop=\(40, 24\), not square, with val_resize=48"):
         loader(prepared, "val", val_crop=(40, 24), val_resize=48)
+
+
+def test_an_srun_task_pinned_to_fewer_cpus_than_it_was_given_is_told_once(prepared, monkeypatch, caplog):
+    """A batch script's --cpus-per-task=2 that its srun did not pass on (Slurm 22.05 and later): srun pinned the
+    task to 1 CPU, and the loader decoded on one thread without a word. A real affinity mask (this thread's, as
+    srun's pinning sets a task's), SLURM's variables as srun sets them: rank 0 is told once, for both its
+    loaders, what to give srun; given the CPUs, nothing is said."""
+    import os
+
+    from conftest import as_one_srun_task
+    from train.imagenet_loader import say_once
+
+    as_one_srun_task(monkeypatch, SLURM_CPUS_PER_TASK="2")
+    say_once.cache_clear()
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mask)})  # (this thread's: the loaders' threads it starts inherit it)
+        with caplog.at_level(logging.WARNING, logger="train"):
+            for split in ("train", "val"):
+                with ImageNetLoader(prepared, split, batch_size=4, image_size=SIZE, device="cpu") as data:
+                    assert data.threads == 1
+    finally:
+        os.sched_setaffinity(0, mask)
+    told = [r.getMessage() for r in caplog.records if "SLURM_CPUS_PER_TASK" in r.getMessage()]
+    assert told == ["this task may use 1 CPU (its affinity), not the 2 of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun "
+                    "does not take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on it. "
+                    "Give srun --cpus-per-task=2 (or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)"]
+    if len(mask) >= 2:  # srun --cpus-per-task=2: its two CPUs
+        caplog.clear()
+        say_once.cache_clear()
+        os.sched_setaffinity(0, set(sorted(mask)[:2]))
+        try:
+            with caplog.at_level(logging.WARNING, logger="train"):
+                ImageNetLoader(prepared, "val", batch_size=4, image_size=SIZE, device="cpu").close()
+        finally:
+            os.sched_setaffinity(0, mask)
+        assert not [r for r in caplog.records if "SLURM_CPUS_PER_TASK" in r.getMessage()]

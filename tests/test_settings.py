@@ -865,6 +865,33 @@ def test_a_refusal_while_the_run_is_built_names_the_flag_too(prepared, tmp_path,
     assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
+def test_a_run_whose_srun_task_is_pinned_to_fewer_cpus_than_the_job_holds_for_it_says_what_to_give_srun(
+        prepared, tmp_path, caplog, monkeypatch):
+    """srun without --cpus-per-task in a job of 2 CPUs on its node: pinned to 1 (a real affinity mask, this
+    thread's), rank 0 says so as the run starts (the same words as the library's: tests/test_library.py), before
+    a refusal made as the run is built (--repeats) ends it."""
+    import logging
+    import os
+
+    from conftest import as_one_srun_task
+    from train.run.cli import main
+
+    as_one_srun_task(monkeypatch, SLURM_JOB_CPUS_PER_NODE="2")
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mask)})
+        with caplog.at_level(logging.WARNING, logger="train"):
+            code = main(["--data", str(prepared), "--run-dir", str(tmp_path), "--device", "cpu", "--epochs", "1",
+                         "--warmup-epochs", "0", "--batch-size", "4", "--repeats", "1000"])
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert code == 2 and "--repeats=1000 is more than" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "srun" in r.getMessage()] == [
+        "this task may use 1 of the 2 CPUs the job has on node1, which its 1 task there share: srun pins each task "
+        "to --cpus-per-task CPUs, 1 unless asked: its loader decodes on 1 thread, and a GPU waits on it. Give srun "
+        "--cpus-per-task=2"]
+
+
 def test_a_library_refusal_carries_its_arguments_and_the_run_reads_them_not_the_words():
     """The library's words and the run's flags come from the arguments the error carries: a message
     reworded in the library still says the flag, and one that only looks like an argument stays as it is."""

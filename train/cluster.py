@@ -36,6 +36,8 @@ class DistEnv:
     job_id: str | None = None  # the SLURM job, for requeueing it
     job_tasks: int = 1  # tasks of the SLURM job (more than world_size: python -m train run without srun)
     cpus_per_task: bool = False  # SLURM gave each rank its own CPUs (srun --cpus-per-task, one task a rank)
+    cpus_asked: int = 0  # srun's task: SLURM_CPUS_PER_TASK, where said (a batch script's export, or srun's own)
+    job_cpus_here: int = 0  # srun's task: the job's CPUs on this node (SLURM_JOB_CPUS_PER_NODE's), where said
 
     @property
     def is_main(self) -> bool:
@@ -129,8 +131,21 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
             "$SLURM_JOB_NODELIST_HET_GROUP_0`; an arbitrary distribution's: the first line of $SLURM_HOSTFILE)")
     here = node_place(nodes, node, int(environ.get("SLURM_NODEID", 0)))  # (SLURM_STEP_TASKS_PER_NODE follows it)
     local_world = per_node[here] if here < len(per_node) else 1
+    asked = environ.get("SLURM_CPUS_PER_TASK", "")
     return DistEnv(rank=rank, world_size=world, local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr,
-                   master_port=port, launcher="slurm", local_world_size=local_world, **job)
+                   master_port=port, launcher="slurm", local_world_size=local_world,
+                   cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus_on(node, environ), **job)
+
+
+def job_cpus_on(node: str, environ: dict) -> int:
+    """The job's CPUs on `node`, from SLURM_JOB_CPUS_PER_NODE ('72(x2),36', over SLURM_JOB_NODELIST); 0 where
+    not said, or not as SLURM says it (nothing to weigh a task's CPUs against)."""
+    try:
+        nodes = expand_nodes(environ["SLURM_JOB_NODELIST"])
+        counts = tasks_per_node(environ["SLURM_JOB_CPUS_PER_NODE"])  # (the same syntax as the tasks a node)
+        return counts[node_place(nodes, node, 0)]
+    except (KeyError, IndexError, SlurmEnvError):
+        return 0
 
 
 def process_env(environ: dict) -> DistEnv:
@@ -157,6 +172,31 @@ def cpu_threads(env: DistEnv, cpus: int) -> int:
     if env.cpus_per_task:
         return cpus
     return max(1, cpus // env.local_world_size)
+
+
+def cpus_short(env: DistEnv, affinity: int) -> str | None:
+    """What to say where srun pinned this task to fewer CPUs than the job holds for it (`affinity`: the CPUs its
+    mask allows), so that its loader decodes on one or two threads and its GPU waits; None otherwise. Since Slurm
+    22.05 an srun inside a batch script does not take the job's --cpus-per-task (SLURM_CPUS_PER_TASK, exported,
+    still says it), and srun pins each task to 1 CPU unless told. Where no --cpus-per-task was given at all, the
+    job's CPUs on this node shared by its tasks are what a task could have. Pure."""
+    if env.launcher != "slurm":
+        return None
+    threads = max(1, affinity - 1)
+    decodes = f"its loader decodes on {threads} thread{'s' if threads > 1 else ''}, and a GPU waits on it"
+    if env.cpus_asked:
+        if affinity >= env.cpus_asked:
+            return None
+        return (f"this task may use {affinity} CPU{'s' if affinity > 1 else ''} (its affinity), not the "
+                f"{env.cpus_asked} of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun does not take the job's "
+                f"--cpus-per-task: {decodes}. Give srun --cpus-per-task={env.cpus_asked} (or export "
+                "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
+    share = env.job_cpus_here // env.local_world_size
+    if affinity * 2 > share:  # (also where the job's CPUs are not said: share 0)
+        return None
+    return (f"this task may use {affinity} of the {env.job_cpus_here} CPUs the job has on {env.node}, which its "
+            f"{env.local_world_size} task{'s' if env.local_world_size > 1 else ''} there share: srun pins each task "
+            f"to --cpus-per-task CPUs, 1 unless asked: {decodes}. Give srun --cpus-per-task={share}")
 
 
 def default_workers(env: DistEnv, cpus: int) -> int:

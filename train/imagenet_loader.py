@@ -18,6 +18,7 @@ manual.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -37,7 +38,7 @@ from shards.resources import available_cpus
 from train.accelerators import pins_memory
 from train.augment.choices import Augment
 from train.augment.mixing import mixed_in_groups, mixer_for, mixing_groups, mixing_seed
-from train.cluster import ClusterError, DistEnv, default_workers, process_env
+from train.cluster import ClusterError, DistEnv, cpus_short, default_workers, process_env
 from train.device_batches import DeviceBatches
 from train.errors import ConfigError, ResumeError
 from train.loader import Batch, Loader, PlanArgs, take
@@ -590,9 +591,12 @@ def self_place(rank, world_size, workers) -> DistEnv | None:
 def decode_threads(workers: int | None, env: DistEnv | None) -> int:
     """`workers`, at most the CPUs this process may use: more threads only contend for them (the
     batches are the same for any count). None: this rank's share of them (`env`: cluster.process_env),
-    less one (cluster.default_workers)."""
+    less one (cluster.default_workers); where srun pinned the task to fewer CPUs than the job holds for it
+    (cluster.cpus_short), rank 0 says so, once a process."""
     if workers is None:
         assert env is not None
+        if env.is_main and (short := cpus_short(env, len(os.sched_getaffinity(0)))):
+            say_once(short)
         return default_workers(env, available_cpus())
     cpus = available_cpus()
     if workers > cpus:
@@ -600,6 +604,11 @@ def decode_threads(workers: int | None, env: DistEnv | None) -> int:
                     cpus, cpus)
         return cpus
     return workers
+
+
+@functools.cache  # (a train loader and a val loader: one line)
+def say_once(warning: str) -> None:
+    log.warning("%s", warning)
 
 
 def checked_state(state) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -34,7 +35,7 @@ from shards.resources import available_cpus, log_pil_build
 from train.run.ema import ema_of, update_ema
 from train.run.checkpoint import (CHECKPOINT_NAME, Checkpoint, CheckpointUnwritable, checkpoint_path, dataset_of, find_checkpoint,
                                   load_checkpoint, rng_state, save_checkpoint)
-from train.cluster import DistEnv, cpu_threads, default_workers, init_distributed
+from train.cluster import DistEnv, cpu_threads, cpus_short, default_workers, init_distributed
 from train.accelerators import autocast_default, autotunes_convolutions, computes_in_bf16, device_count, platform
 from train.run.devices import device_for, idle_devices
 from train.run.config import (CommandLine, TrainConfig, preemption_signal, settings_problem, warmup_ramps_by_step,
@@ -832,6 +833,8 @@ def train_in(config: TrainConfig, command: CommandLine, env: DistEnv, manifest: 
     idle = idle_devices(env, device, device_count(device.type)) if env.is_main else None
     if idle:
         log.warning("%s", idle)
+    if env.is_main and (short := cpus_short(env, len(os.sched_getaffinity(0)))):
+        log.warning("%s", short)
     if env.is_main:
         log_pil_build(log)
         log.info("%s: %d ranks (%s launcher), device %s (%s), %d train / %d val samples, %d classes", config.arch,
