@@ -966,3 +966,21 @@ def test_an_srun_task_pinned_to_fewer_cpus_than_it_was_given_is_told_once(prepar
         finally:
             os.sched_setaffinity(0, mask)
         assert not [r for r in caplog.records if "SLURM_CPUS_PER_TASK" in r.getMessage()]
+
+
+@pytest.mark.slow  # a prepare
+def test_ranks_can_tell_by_the_states_dataset_id_whether_they_read_one_dataset(prepared, sources, tmp_path):
+    """docs/library.md: the library makes no collective of its own to check that every rank reads the same dataset
+    (python -m train does); the state's dataset_id is what ranks compare. A node's copy is the same dataset; one
+    prepared with another seed, whose epochs ranks would not share out between them, is not."""
+    from conftest import config
+    from prepare.builder import prepare
+
+    other_seed = tmp_path / "seed-1"
+    prepare(config(sources["official"], other_seed, seed=1))
+    ids = {}
+    for name, root in (("prepared", prepared), ("copy", copy_dataset(prepared, tmp_path / "copy")),
+                       ("seed 1", other_seed)):
+        with ImageNetLoader(root, batch_size=4, image_size=SIZE, device="cpu") as data:
+            ids[name] = data.state_dict()["dataset_id"]
+    assert ids["copy"] == ids["prepared"] != ids["seed 1"]
