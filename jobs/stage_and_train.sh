@@ -50,7 +50,7 @@ RUN_DIR=$(absolute "${RUN_DIR:-runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}")
 TRAIN_ARGS=${TRAIN_ARGS:---arch resnet50 --epochs 90}
 mkdir -p "$RUN_DIR"
 
-# Since Slurm 22.05 srun does not inherit the job's --cpus-per-task: pass it on explicitly.
+# Slurm 22.05 to 23.02's srun does not inherit the job's --cpus-per-task, but reads this (23.11's inherits it again).
 export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}
 tasks_per_node=${SLURM_NTASKS_PER_NODE:-1}
 node_cpus=$(( SRUN_CPUS_PER_TASK * tasks_per_node ))

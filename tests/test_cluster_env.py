@@ -190,7 +190,8 @@ def test_a_job_scripts_world_size_under_srun_is_taken_where_it_agrees_with_srun_
 
 
 def test_a_task_srun_pinned_to_fewer_cpus_than_the_job_holds_for_it_is_named_with_what_to_give_srun():
-    """Since Slurm 22.05 an srun inside a batch script does not take the job's --cpus-per-task, and pins each task
+    """Slurm 22.05 to 23.02's srun inside a batch script does not take the job's --cpus-per-task (23.11 reads
+    SLURM_CPUS_PER_TASK again, and SRUN_CPUS_PER_TASK no more: the advice names its versions), and pins each task
     to 1 CPU: the loader decoded on one thread and the GPU waited, without a word. Pure: the decision, from the
     variables srun sets and the task's affinity."""
     from train.cluster import cpus_short
@@ -198,9 +199,9 @@ def test_a_task_srun_pinned_to_fewer_cpus_than_the_job_holds_for_it_is_named_wit
     exported = dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "8"})  # the batch script's --cpus-per-task=8, exported
     assert (exported.cpus_asked, exported.job_cpus_here) == (8, 0)
     assert cpus_short(exported, 1) == (
-        "this task may use 1 CPU (its affinity), not the 8 of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun does not "
-        "take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on it. Give srun "
-        "--cpus-per-task=8 (or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
+        "this task may use 1 CPU (its affinity), not the 8 of SLURM_CPUS_PER_TASK: Slurm 22.05 to 23.02's srun "
+        "does not take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on it. Give srun "
+        "--cpus-per-task=8 (or, on those versions, export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
     assert cpus_short(exported, 8) is None  # srun --cpus-per-task=8
     assert cpus_short(exported, 64) is None  # SLURM pins nothing (TaskPlugin=task/none): the node's every CPU
     # no --cpus-per-task anywhere: node03's 64 CPUs of the job, shared by its 2 tasks of this step

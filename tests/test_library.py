@@ -932,7 +932,7 @@ def test_a_non_square_validation_size_gives_batches_of_that_height_and_width(pre
 
 
 def test_an_srun_task_pinned_to_fewer_cpus_than_it_was_given_is_told_once(prepared, monkeypatch, caplog):
-    """A batch script's --cpus-per-task=2 that its srun did not pass on (Slurm 22.05 and later): srun pinned the
+    """A batch script's --cpus-per-task=2 that its srun did not pass on (Slurm 22.05 to 23.02): srun pinned the
     task to 1 CPU, and the loader decoded on one thread without a word. A real affinity mask (this thread's, as
     srun's pinning sets a task's), SLURM's variables as srun sets them: rank 0 is told once, for both its
     loaders, what to give srun; given the CPUs, nothing is said."""
@@ -953,9 +953,10 @@ def test_an_srun_task_pinned_to_fewer_cpus_than_it_was_given_is_told_once(prepar
     finally:
         os.sched_setaffinity(0, mask)
     told = [r.getMessage() for r in caplog.records if "SLURM_CPUS_PER_TASK" in r.getMessage()]
-    assert told == ["this task may use 1 CPU (its affinity), not the 2 of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun "
-                    "does not take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on it. "
-                    "Give srun --cpus-per-task=2 (or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)"]
+    assert told == ["this task may use 1 CPU (its affinity), not the 2 of SLURM_CPUS_PER_TASK: Slurm 22.05 to 23.02's "
+                    "srun does not take the job's --cpus-per-task: its loader decodes on 1 thread, and a GPU waits on "
+                    "it. Give srun --cpus-per-task=2 (or, on those versions, export "
+                    "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)"]
     if len(mask) >= 2:  # srun --cpus-per-task=2: its two CPUs
         caplog.clear()
         say_once.cache_clear()

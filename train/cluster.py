@@ -176,10 +176,11 @@ def cpu_threads(env: DistEnv, cpus: int) -> int:
 
 def cpus_short(env: DistEnv, affinity: int) -> str | None:
     """What to say where srun pinned this task to fewer CPUs than the job holds for it (`affinity`: the CPUs its
-    mask allows), so that its loader decodes on one or two threads and its GPU waits; None otherwise. Since Slurm
-    22.05 an srun inside a batch script does not take the job's --cpus-per-task (SLURM_CPUS_PER_TASK, exported,
-    still says it), and srun pins each task to 1 CPU unless told. Where no --cpus-per-task was given at all, the
-    job's CPUs on this node shared by its tasks are what a task could have. Pure."""
+    mask allows), so that its loader decodes on one or two threads and its GPU waits; None otherwise. Slurm 22.05
+    to 23.02's srun inside a batch script does not take the job's --cpus-per-task (SLURM_CPUS_PER_TASK, exported,
+    still says it; 23.11 reads it again, and no longer SRUN_CPUS_PER_TASK), and srun pins each task to 1 CPU unless
+    told. Where no --cpus-per-task was given at all, the job's CPUs on this node shared by its tasks are what a task
+    could have. Pure."""
     if env.launcher != "slurm":
         return None
     threads = max(1, affinity - 1)
@@ -188,9 +189,9 @@ def cpus_short(env: DistEnv, affinity: int) -> str | None:
         if affinity >= env.cpus_asked:
             return None
         return (f"this task may use {affinity} CPU{'s' if affinity > 1 else ''} (its affinity), not the "
-                f"{env.cpus_asked} of SLURM_CPUS_PER_TASK: since Slurm 22.05 srun does not take the job's "
-                f"--cpus-per-task: {decodes}. Give srun --cpus-per-task={env.cpus_asked} (or export "
-                "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
+                f"{env.cpus_asked} of SLURM_CPUS_PER_TASK: Slurm 22.05 to 23.02's srun does not take the job's "
+                f"--cpus-per-task: {decodes}. Give srun --cpus-per-task={env.cpus_asked} (or, on those versions, "
+                "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
     share = env.job_cpus_here // env.local_world_size
     if affinity * 2 > share:  # (also where the job's CPUs are not said: share 0)
         return None
