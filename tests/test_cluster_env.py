@@ -221,3 +221,17 @@ def test_a_task_srun_pinned_to_fewer_cpus_than_the_job_holds_for_it_is_named_wit
     # torchrun's ranks (in an srun task or not) and a lone process share what they were given: not srun's pinning
     torchrun = dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "8", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
     assert cpus_short(torchrun, 1) is None and cpus_short(dist_env({"SLURM_CPUS_PER_TASK": "8"}), 1) is None
+
+
+@pytest.mark.parametrize("one_thread", [{"SLURM_HINT": "nomultithread"}, {"SLURM_THREADS_PER_CORE": "1"}])
+def test_a_task_of_one_thread_a_core_is_not_told_to_ask_for_the_threads_it_may_not_use(one_thread):
+    """sbatch --hint=nomultithread (or --threads-per-core=1) --ntasks-per-node=2 on a node of 2 threads a core:
+    SelectTypeParameters=CR_Core gives the job 2 whole cores, and SLURM_JOB_CPUS_PER_NODE counts their 4 threads
+    (srun(1): "the job allocation will include four CPUs"); srun binds each task to one thread of its core. Its
+    affinity of 1 is all it may use: "Give srun --cpus-per-task=2" was a false alarm, asking srun for 2 cores a task
+    where the job holds 1."""
+    from train.cluster import cpus_short
+
+    job = {"SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "4(x5)"}
+    assert cpus_short(dist_env({**SRUN, **job, **one_thread}), 1) is None
+    assert cpus_short(dist_env({**SRUN, **job}), 1).endswith("Give srun --cpus-per-task=2")  # a thread a task: said

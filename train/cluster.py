@@ -38,6 +38,7 @@ class DistEnv:
     cpus_per_task: bool = False  # SLURM gave each rank its own CPUs (srun --cpus-per-task, one task a rank)
     cpus_asked: int = 0  # srun's task: SLURM_CPUS_PER_TASK, where said (a batch script's export, or srun's own)
     job_cpus_here: int = 0  # srun's task: the job's CPUs on this node (SLURM_JOB_CPUS_PER_NODE's), where said
+    one_thread_a_core: bool = False  # srun's task: --threads-per-core or --hint=nomultithread (job or step)
 
     @property
     def is_main(self) -> bool:
@@ -134,7 +135,9 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
     asked = environ.get("SLURM_CPUS_PER_TASK", "")
     return DistEnv(rank=rank, world_size=world, local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr,
                    master_port=port, launcher="slurm", local_world_size=local_world,
-                   cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus_on(node, environ), **job)
+                   cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus_on(node, environ),
+                   one_thread_a_core="SLURM_THREADS_PER_CORE" in environ
+                   or "nomultithread" in environ.get("SLURM_HINT", ""), **job)
 
 
 def job_cpus_on(node: str, environ: dict) -> int:
@@ -192,6 +195,8 @@ def cpus_short(env: DistEnv, affinity: int) -> str | None:
                 f"{env.cpus_asked} of SLURM_CPUS_PER_TASK: Slurm 22.05 to 23.02's srun does not take the job's "
                 f"--cpus-per-task: {decodes}. Give srun --cpus-per-task={env.cpus_asked} (or, on those versions, "
                 "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun)")
+    if env.one_thread_a_core:  # SLURM_JOB_CPUS_PER_NODE may count every thread of the job's cores (CR_Core), each
+        return None  # task may use one of a core's: its half of a hyperthreaded node's share is all it could have
     share = env.job_cpus_here // env.local_world_size
     if affinity * 2 > share:  # (also where the job's CPUs are not said: share 0)
         return None
