@@ -235,3 +235,25 @@ def test_a_task_of_one_thread_a_core_is_not_told_to_ask_for_the_threads_it_may_n
     job = {"SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "4(x5)"}
     assert cpus_short(dist_env({**SRUN, **job, **one_thread}), 1) is None
     assert cpus_short(dist_env({**SRUN, **job}), 1).endswith("Give srun --cpus-per-task=2")  # a thread a task: said
+
+
+def test_a_heterogeneous_jobs_second_component_is_not_weighed_against_the_firsts_cpus():
+    """`srun --het-group=1` in a heterogeneous job's batch script: SLURM_JOB_NODELIST and SLURM_JOB_CPUS_PER_NODE
+    stay component 0's (the batch script's node, cpu01 with 128 CPUs of the job; srun sets only the _HET_GROUP_1
+    ones). The task on gpu01 was weighed against cpu01's 128, as the first node's count stood in for a node not
+    listed: "Give srun --cpus-per-task=32" on a node where the job holds 8 CPUs. So are counts that do not match the
+    node list (a hand's export)."""
+    from train.cluster import cpus_short
+
+    step = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8",
+            "SLURM_JOB_ID": "91", "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_NODEID": "0",
+            "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURMD_NODENAME": "gpu01", "SLURM_JOB_NODELIST": "cpu01",
+            "SLURM_JOB_CPUS_PER_NODE": "128", "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[01-02]",
+            "SLURM_JOB_CPUS_PER_NODE_HET_GROUP_1": "8(x2)"}
+    env = dist_env(step)
+    assert env.job_cpus_here == 0 and cpus_short(env, 1) is None
+    for listed in ({"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_CPUS_PER_NODE": "128"},  # one count, two nodes
+                   {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_CPUS_PER_NODE": "128(x3)"}):
+        assert dist_env({**step, **listed}).job_cpus_here == 0
+    assert dist_env({**step, "SLURM_JOB_NODELIST": "cpu01,gpu[01-02]", "SLURM_JOB_CPUS_PER_NODE": "128,8(x2)"}
+                    ).job_cpus_here == 8  # srun --het-group=0,1: the job's lists, joined, as srun sets them

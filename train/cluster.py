@@ -146,9 +146,11 @@ def job_cpus_on(node: str, environ: dict) -> int:
     try:
         nodes = expand_nodes(environ["SLURM_JOB_NODELIST"])
         counts = tasks_per_node(environ["SLURM_JOB_CPUS_PER_NODE"])  # (the same syntax as the tasks a node)
-        return counts[node_place(nodes, node, 0)]
-    except (KeyError, IndexError, SlurmEnvError):
+    except (KeyError, SlurmEnvError):
         return 0
+    # Not another node's count: `srun --het-group=1` in a heterogeneous job's batch script leaves both variables
+    # component 0's (the batch script's; srun sets only the _HET_GROUP_1 ones), whose list does not hold this node
+    return counts[nodes.index(node)] if node in nodes and len(counts) == len(nodes) else 0
 
 
 def process_env(environ: dict) -> DistEnv:
