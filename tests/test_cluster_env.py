@@ -212,6 +212,8 @@ def test_a_task_srun_pinned_to_fewer_cpus_than_the_job_holds_for_it_is_named_wit
         "task to --cpus-per-task CPUs, 1 unless asked: its loader decodes on 1 thread, and a GPU waits on it. Give "
         "srun --cpus-per-task=32")
     assert cpus_short(unasked, 16).startswith("this task may use 16 of the 64 CPUs")  # half its share: said
+    # the threads its loader decodes on, as the loader counts them: 16 CPUs shared by the node's 2 tasks, less one
+    assert "its loader decodes on 7 threads" in cpus_short(unasked, 16)
     assert cpus_short(unasked, 17) is None and cpus_short(unasked, 64) is None
     for said in ({"SLURM_JOB_NODELIST": "node[01-04,7]", "SLURM_JOB_CPUS_PER_NODE": "lots"},
                  {"SLURM_JOB_NODELIST": "node[01-", "SLURM_JOB_CPUS_PER_NODE": "64(x5)"},

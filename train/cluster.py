@@ -188,7 +188,7 @@ def cpus_short(env: DistEnv, affinity: int) -> str | None:
     could have. Pure."""
     if env.launcher != "slurm":
         return None
-    threads = max(1, affinity - 1)
+    threads = default_workers(env, affinity)  # (its share of them where none are said to be its own: the loader's)
     decodes = f"its loader decodes on {threads} thread{'s' if threads > 1 else ''}, and a GPU waits on it"
     if env.cpus_asked:
         if affinity >= env.cpus_asked:
