@@ -180,7 +180,10 @@ def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedPr
 
 
 def as_one_srun_task(monkeypatch, **more: str) -> None:
-    """This process's environment as srun sets a job's one task's (SLURM 22.05's variables), and no torchrun's."""
+    """This process's environment as srun sets a job's one task's (SLURM 22.05's variables), and no torchrun's: none
+    of the job's the tests may run in (`srun pytest`: its SLURM_CPUS_PER_TASK, SLURM_HINT, ... would be this task's)."""
+    for name in [name for name in os.environ if name.startswith(("SLURM_", "SLURMD_", "SRUN_"))]:
+        monkeypatch.delenv(name)
     for name, value in {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "77",
                         "SLURM_NTASKS": "1", "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_NODELIST": "node1",
                         "SLURM_JOB_NODELIST": "node1", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "1",

@@ -259,3 +259,20 @@ def test_a_heterogeneous_jobs_second_component_is_not_weighed_against_the_firsts
         assert dist_env({**step, **listed}).job_cpus_here == 0
     assert dist_env({**step, "SLURM_JOB_NODELIST": "cpu01,gpu[01-02]", "SLURM_JOB_CPUS_PER_NODE": "128,8(x2)"}
                     ).job_cpus_here == 8  # srun --het-group=0,1: the job's lists, joined, as srun sets them
+
+
+def test_one_srun_task_as_the_tests_set_it_has_none_of_the_job_the_tests_run_in(monkeypatch):
+    """The tests of the CPUs srun pinned a task to (tests/test_library.py, tests/test_settings.py) set one task's
+    variables: run in a SLURM job (`srun -c8 pytest`), its SLURM_CPUS_PER_TASK, SLURM_HINT and SLURM_JOB_CPUS_PER_NODE
+    were taken for that task's, and those tests failed on another message or none."""
+    import os
+
+    from conftest import as_one_srun_task
+
+    for name, value in {"SLURM_CPUS_PER_TASK": "8", "SLURM_HINT": "nomultithread", "SLURM_JOB_CPUS_PER_NODE": "64",
+                        "SRUN_CPUS_PER_TASK": "8", "SLURM_THREADS_PER_CORE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    as_one_srun_task(monkeypatch, SLURM_JOB_CPUS_PER_NODE="2")
+    env = dist_env(dict(os.environ))
+    assert (env.cpus_asked, env.job_cpus_here, env.one_thread_a_core, env.launcher) == (0, 2, False, "slurm")
+    assert not [name for name in os.environ if name.startswith("SRUN_")]
