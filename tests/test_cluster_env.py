@@ -276,3 +276,23 @@ def test_one_srun_task_as_the_tests_set_it_has_none_of_the_job_the_tests_run_in(
     env = dist_env(dict(os.environ))
     assert (env.cpus_asked, env.job_cpus_here, env.one_thread_a_core, env.launcher) == (0, 2, False, "slurm")
     assert not [name for name in os.environ if name.startswith("SRUN_")]
+
+
+def test_the_cpus_per_task_to_give_srun_is_one_every_node_of_the_step_can_give():
+    """--exclusive on nodes of 72 and 36 CPUs, 2 tasks each, srun not told: rank 0 on a node of 72 said "Give srun
+    --cpus-per-task=36", which the node of 36 cannot give its 2 tasks (srun: More processors requested than
+    permitted). The fewest a task has on any node of the step is what to give."""
+    from train.cluster import cpus_short
+
+    step = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "6",
+            "SLURM_JOB_ID": "92", "SLURM_STEP_NODELIST": "gpu[01-03]", "SLURM_NODEID": "0",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x3)", "SLURMD_NODENAME": "gpu01", "SLURM_JOB_NODELIST": "gpu[01-03]",
+            "SLURM_JOB_CPUS_PER_NODE": "72(x2),36"}
+    env = dist_env(step)
+    assert (env.job_cpus_here, env.job_cpus_a_task) == (72, 18)
+    assert cpus_short(env, 1).endswith(
+        "Give srun --cpus-per-task=18 (what the step's every node has for each of its tasks)")
+    # a step on the two nodes of 72 alone (srun --nodes=2 in that job): each of its tasks can have 36
+    alone = dist_env({**step, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu[01-02]",
+                      "SLURM_STEP_TASKS_PER_NODE": "2(x2)"})
+    assert alone.job_cpus_a_task == 36 and cpus_short(alone, 1).endswith("Give srun --cpus-per-task=36")

@@ -38,6 +38,7 @@ class DistEnv:
     cpus_per_task: bool = False  # SLURM gave each rank its own CPUs (srun --cpus-per-task, one task a rank)
     cpus_asked: int = 0  # srun's task: SLURM_CPUS_PER_TASK, where said (a batch script's export, or srun's own)
     job_cpus_here: int = 0  # srun's task: the job's CPUs on this node (SLURM_JOB_CPUS_PER_NODE's), where said
+    job_cpus_a_task: int = 0  # srun's task: the fewest of them a task of the step has on any of its nodes, where said
     one_thread_a_core: bool = False  # srun's task: --threads-per-core or --hint=nomultithread (job or step)
 
     @property
@@ -133,24 +134,27 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
     here = node_place(nodes, node, int(environ.get("SLURM_NODEID", 0)))  # (SLURM_STEP_TASKS_PER_NODE follows it)
     local_world = per_node[here] if here < len(per_node) else 1
     asked = environ.get("SLURM_CPUS_PER_TASK", "")
+    job_cpus = job_cpus_by_node(environ)
+    shares = [job_cpus.get(name, 0) // max(1, tasks) for name, tasks in zip(nodes, per_node)]
     return DistEnv(rank=rank, world_size=world, local_rank=int(environ.get("SLURM_LOCALID", 0)), master_addr=addr,
                    master_port=port, launcher="slurm", local_world_size=local_world,
-                   cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus_on(node, environ),
+                   cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus.get(node, 0),
+                   job_cpus_a_task=min(shares) if len(shares) == len(nodes) and all(shares) else 0,
                    one_thread_a_core="SLURM_THREADS_PER_CORE" in environ
                    or "nomultithread" in environ.get("SLURM_HINT", ""), **job)
 
 
-def job_cpus_on(node: str, environ: dict) -> int:
-    """The job's CPUs on `node`, from SLURM_JOB_CPUS_PER_NODE ('72(x2),36', over SLURM_JOB_NODELIST); 0 where
-    not said, or not as SLURM says it (nothing to weigh a task's CPUs against)."""
+def job_cpus_by_node(environ: dict) -> dict[str, int]:
+    """The job's CPUs on each of its nodes, from SLURM_JOB_CPUS_PER_NODE ('72(x2),36', over SLURM_JOB_NODELIST);
+    none where not said, or not as SLURM says it (nothing to weigh a task's CPUs against)."""
     try:
         nodes = expand_nodes(environ["SLURM_JOB_NODELIST"])
         counts = tasks_per_node(environ["SLURM_JOB_CPUS_PER_NODE"])  # (the same syntax as the tasks a node)
     except (KeyError, SlurmEnvError):
-        return 0
+        return {}
     # Not another node's count: `srun --het-group=1` in a heterogeneous job's batch script leaves both variables
-    # component 0's (the batch script's; srun sets only the _HET_GROUP_1 ones), whose list does not hold this node
-    return counts[nodes.index(node)] if node in nodes and len(counts) == len(nodes) else 0
+    # component 0's (the batch script's; srun sets only the _HET_GROUP_1 ones), whose list does not hold its nodes
+    return dict(zip(nodes, counts)) if len(counts) == len(nodes) else {}
 
 
 def process_env(environ: dict) -> DistEnv:
@@ -202,9 +206,12 @@ def cpus_short(env: DistEnv, affinity: int) -> str | None:
     share = env.job_cpus_here // env.local_world_size
     if affinity * 2 > share:  # (also where the job's CPUs are not said: share 0)
         return None
+    # srun gives every task of the step as many: what the step's node of the fewest a task can give (72(x2),36)
+    give = min(share, env.job_cpus_a_task or share)
     return (f"this task may use {affinity} of the {env.job_cpus_here} CPUs the job has on {env.node}, which its "
             f"{env.local_world_size} task{'s' if env.local_world_size > 1 else ''} there share: srun pins each task "
-            f"to --cpus-per-task CPUs, 1 unless asked: {decodes}. Give srun --cpus-per-task={share}")
+            f"to --cpus-per-task CPUs, 1 unless asked: {decodes}. Give srun --cpus-per-task={give}"
+            + (" (what the step's every node has for each of its tasks)" if give < share else ""))
 
 
 def default_workers(env: DistEnv, cpus: int) -> int:
