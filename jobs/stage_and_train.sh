@@ -9,7 +9,8 @@
 #   LOCAL_DISK    node-local disk, the same path on every node, where your site does not provide
 #                 $SLURM_TMPDIR (default: each task's own $SLURM_TMPDIR, which may differ per node)
 #   RUN_DIR       checkpoints and metrics on shared storage (default: runs/<job name>-<job id>)
-# Relative paths are the job's working directory's (where sbatch was called, or its --chdir: submit.sh's clone).
+# Relative paths are the job's working directory's (where sbatch was called, or its --chdir: submit.sh's clone);
+# a leading ~/ is $HOME.
 #   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512"; the evaluation sets:
 #                 "--eval-source /datasets/imagenetv2-matched-frequency.tar.gz --real-labels /datasets/real.json")
 #   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
@@ -34,7 +35,13 @@ python_flags=()
 compgen -G "$REPO/train/_jpegcrop*.so" >/dev/null || python_flags=(-P)
 # The paths made absolute before the `cd "$REPO"` below: under submit.sh REPO is a snapshot of the commit, and
 # a run directory inside it would move with the next commit (its --resume auto then starting the run over).
-absolute() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+# A leading `~` is the home: sbatch --export=ALL,RUN_DIR=~/runs hands it over as typed (bash expands `~` only at a
+# word's start or after an assignment's `=`), and a folder named `~` made here is one `rm -rf ~` from losing the home.
+absolute() {
+  local path=$1
+  [[ $path == "~" || $path == "~/"* ]] && path=$HOME${path:1}
+  if [[ $path == /* ]]; then echo "$path"; else echo "$PWD/$path"; fi
+}
 IMAGENET=$(absolute "$IMAGENET")
 [[ -z ${LOCAL_DISK:-} ]] || LOCAL_DISK=$(absolute "$LOCAL_DISK")
 # Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet

@@ -1,0 +1,65 @@
+"""The job scripts' path handling, without SLURM: each script runs as sbatch would start it, with `srun`,
+`sbatch` and `scontrol` stand-ins on PATH that record the command lines they were given. Paths as users have
+them: spaces, unicode, `~`, relative to the folder the job was submitted from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # (bash processes)
+
+# Each stand-in writes its arguments, one a line, then a line "--", to $CALLS; srun runs nothing.
+RECORDER = '#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a" >> "$CALLS"; done\necho -- >> "$CALLS"\n'
+
+
+def stand_ins(folder: Path) -> Path:
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name in ("srun", "sbatch", "scontrol"):
+        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def calls(folder: Path) -> list[list[str]]:
+    """The stand-ins' command lines, in order."""
+    text = (folder / "calls").read_text() if (folder / "calls").exists() else ""
+    return [block.strip("\n").split("\n") for block in text.split("--\n") if block.strip("\n")]
+
+
+def job_env(tmp_path: Path, **more: str) -> dict:
+    home = tmp_path / "home dir"
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "PATH": f"{stand_ins(tmp_path)}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
+            "HOME": str(home), "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "t",
+            "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "1",
+            "SLURM_TMPDIR": str(tmp_path / "node tmp"), **more}
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_stage_and_train_takes_a_leading_tilde_as_the_home_and_keeps_spaces(tmp_path):
+    """sbatch --export=ALL,RUN_DIR=~/runs/r hands the script `~` as typed (bash expands it only at a word's start):
+    it is the home, not a folder named `~` made in the submit directory."""
+    submitted_from = tmp_path / "submitted from ü"
+    submitted_from.mkdir()
+    env = job_env(tmp_path, IMAGENET="~/image net", RUN_DIR="~/runs/my run", LOCAL_DISK="local disk")
+    done = subprocess.run(["bash", str(ROOT / "jobs" / "stage_and_train.sh")], cwd=submitted_from, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    home = Path(env["HOME"])
+    prepare, train = [c for c in calls(tmp_path) if "-m" in c]
+    assert option(prepare, "--source") == f"{home}/image net"
+    assert option(prepare, "--dest") == f"{submitted_from}/local disk/imagenet"
+    assert option(train, "--run-dir") == f"{home}/runs/my run"
+    assert option(train, "--data") == f"{submitted_from}/local disk/imagenet"
+    assert (home / "runs" / "my run").is_dir()
+    assert not (submitted_from / "~").exists()
