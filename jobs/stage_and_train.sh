@@ -33,15 +33,8 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 # the working directory. A clone built by install.sh (or submit.sh's snapshot) runs its own code.
 python_flags=()
 compgen -G "$REPO/train/_jpegcrop*.so" >/dev/null || python_flags=(-P)
-# The paths made absolute before the `cd "$REPO"` below: under submit.sh REPO is a snapshot of the commit, and
-# a run directory inside it would move with the next commit (its --resume auto then starting the run over).
-# A leading `~` is the home: sbatch --export=ALL,RUN_DIR=~/runs hands it over as typed (bash expands `~` only at a
-# word's start or after an assignment's `=`), and a folder named `~` made here is one `rm -rf ~` from losing the home.
-absolute() {
-  local path=$1
-  [[ $path == "~" || $path == "~/"* ]] && path=$HOME${path:1}
-  if [[ $path == /* ]]; then echo "$path"; else echo "$PWD/$path"; fi
-}
+# The paths made absolute before the `cd "$REPO"` below (jobs/paths.sh says why).
+source "$REPO/jobs/paths.sh"
 IMAGENET=$(absolute "$IMAGENET")
 [[ -z ${LOCAL_DISK:-} ]] || LOCAL_DISK=$(absolute "$LOCAL_DISK")
 # Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet

@@ -14,21 +14,23 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # (bash processes)
 
-# Each stand-in writes its arguments, one a line, then a line "--", to $CALLS; srun runs nothing.
+# The stand-in for python writes its arguments, one a line, then a line "--", to $CALLS; srun runs the command
+# after its options (the task's shell and python), sbatch and scontrol nothing.
 RECORDER = '#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a" >> "$CALLS"; done\necho -- >> "$CALLS"\n'
+SRUN = '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n'
 
 
 def stand_ins(folder: Path) -> Path:
     bin_dir = folder / "bin"
     bin_dir.mkdir()
-    for name in ("srun", "sbatch", "scontrol"):
-        (bin_dir / name).write_text(RECORDER)
+    for name, text in (("srun", SRUN), ("sbatch", ""), ("scontrol", ""), ("python", RECORDER)):
+        (bin_dir / name).write_text(text or "#!/bin/sh\n")
         (bin_dir / name).chmod(0o755)
     return bin_dir
 
 
 def calls(folder: Path) -> list[list[str]]:
-    """The stand-ins' command lines, in order."""
+    """The command lines python was started with, in order."""
     text = (folder / "calls").read_text() if (folder / "calls").exists() else ""
     return [block.strip("\n").split("\n") for block in text.split("--\n") if block.strip("\n")]
 
@@ -36,10 +38,11 @@ def calls(folder: Path) -> list[list[str]]:
 def job_env(tmp_path: Path, **more: str) -> dict:
     home = tmp_path / "home dir"
     home.mkdir(exist_ok=True)
-    return {**os.environ, "PATH": f"{stand_ins(tmp_path)}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
-            "HOME": str(home), "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "t",
-            "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "1",
-            "SLURM_TMPDIR": str(tmp_path / "node tmp"), **more}
+    bin_dir = stand_ins(tmp_path)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
+            "HOME": str(home), "PYTHON": str(bin_dir / "python"), "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "7",
+            "SLURM_JOB_NAME": "t", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "n1",
+            "SLURM_CPUS_PER_TASK": "1", "SLURM_TMPDIR": str(tmp_path / "node tmp"), **more}
 
 
 def option(command: list[str], name: str) -> str:
@@ -56,10 +59,31 @@ def test_stage_and_train_takes_a_leading_tilde_as_the_home_and_keeps_spaces(tmp_
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     home = Path(env["HOME"])
-    prepare, train = [c for c in calls(tmp_path) if "-m" in c]
+    prepare, train = calls(tmp_path)
     assert option(prepare, "--source") == f"{home}/image net"
     assert option(prepare, "--dest") == f"{submitted_from}/local disk/imagenet"
     assert option(train, "--run-dir") == f"{home}/runs/my run"
     assert option(train, "--data") == f"{submitted_from}/local disk/imagenet"
     assert (home / "runs" / "my run").is_dir()
     assert not (submitted_from / "~").exists()
+
+
+def test_benchmark_job_takes_a_clone_run_directory_and_node_disk_whose_paths_hold_spaces(tmp_path):
+    """benchmark.sbatch split its python, its --run-dir and $SLURM_TMPDIR at spaces, and read a relative IMAGENET
+    from the clone rather than from where the job was submitted."""
+    clone = tmp_path / "my clone"  # (its python the stand-in, its scripts and built modules this tree's)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    for name in ("jobs", "train"):
+        (clone / name).symlink_to(ROOT / name)
+    submitted_from = tmp_path / "submitted from"
+    submitted_from.mkdir()
+    env = job_env(tmp_path, IMAGENET="image net", RUN_DIR="~/bench run", REPO=str(clone))
+    (clone / ".venv" / "bin" / "python").symlink_to(env.pop("PYTHON"))
+    done = subprocess.run(["bash", str(ROOT / "jobs" / "benchmark.sbatch")], cwd=submitted_from, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    prepare, bench = calls(tmp_path)
+    assert option(prepare, "--source") == f"{submitted_from}/image net"
+    assert bench[:2] == ["-m", "train.bench"]
+    assert option(bench, "--run-dir") == f"{env['HOME']}/bench run"
+    assert option(bench, "--data") == f"{tmp_path}/node tmp/imagenet"
