@@ -12,7 +12,6 @@ import signal
 import socket
 import sys
 import threading
-from pathlib import Path
 
 from prepare.builder import prepare
 from prepare.config import PrepareConfig
@@ -21,7 +20,7 @@ from prepare.node_group import node_group_env
 from prepare.shared_read import prepare_in_group
 from shards.errors import UserError
 from shards.help import HelpFormatter
-from shards.paths import default_dest
+from shards.paths import default_dest, user_path
 from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
 
@@ -32,19 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write ImageNet as globally shuffled WebDataset shards to node-local disk. "
                     "Run once per node: srun --ntasks-per-node=1 python -m prepare --source DIR.",
         formatter_class=HelpFormatter)
-    p.add_argument("--source", type=Path, required=True,
+    p.add_argument("--source", type=user_path, required=True,
                    help="folder with the official archives (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, "
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, Kaggle's layout, or a "
                         "download from the Hugging Face hub (ILSVRC/imagenet-1k, timm/imagenet-1k-wds, -12k-wds, "
                         "-22k-wds), or image-net.org's full release (fall11_whole.tar, winter21_whole.tar.gz)")
-    p.add_argument("--dest", type=Path, default=default_dest(),
+    p.add_argument("--dest", type=user_path, default=default_dest(),
                    help="where the shards go (node-local disk) (default: $SLURM_TMPDIR/imagenet)")
-    p.add_argument("--eval-source", type=Path, action="append", default=[], metavar="PATH",
+    p.add_argument("--eval-source", type=user_path, action="append", default=[], metavar="PATH",
                    help="an ImageNetV2 variant as downloaded (imagenetv2-matched-frequency.tar.gz, "
                         "imagenetv2-threshold0.7.tar.gz, imagenetv2-top-images.tar.gz) or the folder it extracts to, "
                         "prepared as a further split evaluated as val is (v2, v2-threshold, v2-top-images); give it "
                         "once per variant. Added to a dataset prepared without it, only it is prepared")
-    p.add_argument("--real-labels", type=Path, default=None, metavar="FILE",
+    p.add_argument("--real-labels", type=user_path, default=None, metavar="FILE",
                    help="ReaL's real.json (the val images' label sets), kept with the dataset: training then reports "
                         "real_top1. Added to a dataset prepared without it, only it is prepared")
     p.add_argument("--class-table", choices=("imagenet-w21", "imagenet-22k"), default=None,

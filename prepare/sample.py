@@ -41,6 +41,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from prepare.labels import builtin_class_names
 from shards.help import HelpFormatter
 from shards.resources import available_cpus
+from shards.paths import user_path
 
 # Real ImageNet classes (their wnids, words and the real ILSVRC2012_IDs are not needed: ours are
 # shuffled on purpose). n01751748 is the class of ILSVRC2012_val_00000001; n02105855 holds the PNG.
@@ -439,7 +440,7 @@ def make_sample(out: Path, layout: str = "official", spec: SampleSpec = SampleSp
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m prepare.sample", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
-    p.add_argument("out", type=Path, help="the folder to write the sample download to")
+    p.add_argument("out", type=user_path, help="the folder to write the sample download to")
     p.add_argument("--layout", choices=[*WRITERS, "all"], default="official",
                    help="which download to write it as: the official archives, an extracted tree, Kaggle's folder "
                         "or zip, the hub's tars, timm's WebDataset shards or the hub's Parquet; all: each in "

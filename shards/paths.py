@@ -49,6 +49,13 @@ def shard_name(split: str, index: int) -> str:
     return f"{split}/{split}-{index:06d}.tar"
 
 
+def user_path(text: str) -> Path:
+    """A path flag's value (argparse's type=), a leading `~` made the home: the shell expands `--dest ~/x` but not
+    `--dest=~/x`, nor a `~` inside a variable's value (sbatch --export, TRAIN_ARGS), and a folder named `~` made in
+    the working directory is one `rm -rf ~` from losing the home."""
+    return Path(os.path.expanduser(text))
+
+
 def default_dest(environ=os.environ) -> Path | None:
     """`$SLURM_TMPDIR/imagenet`, the node-local default for both stages; None outside SLURM."""
     tmpdir = environ.get("SLURM_TMPDIR")

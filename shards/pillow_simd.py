@@ -24,6 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from shards.paths import user_path
+
 # Measured side by side (BENCHMARKS.md, "PIL: pillow-simd against stock Pillow": prepare.bench.pil_builds, 2 vCPUs
 # of an AMD EPYC, 2026-12-02): stock Pillow 13.0 re-encodes at 0.46-0.47x pillow-simd's speed, crops at 0.75-0.79x.
 STOCK_COST = ("prepare's re-encodes (--resize, CMYK, greyscale, PNGs) run about 2.1x slower and the ImageFolder "
@@ -140,8 +142,8 @@ def last_line(done: subprocess.CompletedProcess) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m shards.pillow_simd", description=__doc__.split("\n\n")[0])
-    parser.add_argument("wheels", type=Path, help="the folder jobs/release/build_wheels.sh wrote (dist/), or any holding "
-                                                  "pillow_simd-*.whl")
+    parser.add_argument("wheels", type=user_path,
+                        help="the folder jobs/release/build_wheels.sh wrote (dist/), or any holding pillow_simd-*.whl")
     parser.add_argument("--require", action="store_true",
                         help="exit 1 where PIL does not end up as pillow-simd (jobs/install.sh)")
     args = parser.parse_args(argv)

@@ -25,6 +25,7 @@ from prepare.sources.official import TRAIN_TAR, VAL_TAR
 from prepare.sources.base import DEVKIT
 from shards.help import at_least_one
 from shards.resources import available_cpus, evict_from_page_cache
+from shards.paths import user_path
 
 ARCHIVES = (TRAIN_TAR, VAL_TAR, DEVKIT)
 
@@ -65,8 +66,8 @@ def timed(name: str, fn, source: Path, scratch: Path, cold: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m prepare.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--source", type=Path, required=True, help="folder with the three official archives")
-    p.add_argument("--scratch", type=Path, required=True, help="local disk for the outputs (removed after)")
+    p.add_argument("--source", type=user_path, required=True, help="folder with the three official archives")
+    p.add_argument("--scratch", type=user_path, required=True, help="local disk for the outputs (removed after)")
     p.add_argument("--workers", type=int, default=available_cpus())
     p.add_argument("--repeats", type=at_least_one, default=1, help="warm repetitions after the cold run")
     args = p.parse_args(argv)

@@ -29,6 +29,7 @@ from PIL import Image
 
 from prepare.labels import builtin_class_names
 from prepare.sources.imagenet_full import FALL11, HELD_OUT_FROM
+from shards.paths import user_path
 
 HELD_OUT_CLASSES = 1000
 DISTINCT_IMAGES = 256
@@ -111,7 +112,7 @@ def prepare_measured(source: Path, dest: Path, workers: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m prepare.bench.full_scale", description=__doc__.split("\n\n")[0])
-    p.add_argument("scratch", type=Path)
+    p.add_argument("scratch", type=user_path)
     p.add_argument("--images", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     args = p.parse_args(argv)

@@ -34,6 +34,7 @@ import rapidgzip
 
 from prepare.sources.gzip_index import index_format
 from prepare.sample import SampleSpec, sample_images
+from shards.paths import user_path
 
 READ = 4 << 20
 PART = 64 << 20
@@ -65,7 +66,7 @@ def timed_read(open_stream) -> tuple[float, float, int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m prepare.bench.inflate", description=__doc__.split("\n\n")[0])
-    p.add_argument("scratch", type=Path)
+    p.add_argument("scratch", type=user_path)
     p.add_argument("--mb", type=int, default=1024, help="size of the tar the stream holds (its JPEGs barely compress)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--nodes", type=int, nargs="*", default=[2, 4, 8], help="shares read through the seek index")

@@ -23,6 +23,7 @@ from prepare.builder import prepare
 from prepare.config import PrepareConfig
 from prepare.sample import WRITERS, SampleSpec, sample_images
 from shards.help import at_least_one
+from shards.paths import user_path
 
 
 def write_sources(scratch: Path, layouts: list[str], spec: SampleSpec) -> dict[str, Path]:
@@ -47,7 +48,7 @@ def time_prepare(source: Path, out: Path, workers: int) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m prepare.bench.layouts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scratch", type=Path)
+    p.add_argument("scratch", type=user_path)
     p.add_argument("--layouts", nargs="+", choices=list(WRITERS), default=["official", "hf-parquet"],
                    help="the first is the one the others are compared with")
     p.add_argument("--workers", type=int, default=2)

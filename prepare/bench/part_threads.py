@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from prepare import scatter
 from prepare.sources import open_source
 from prepare.sample import SampleSpec, make_sample
 from shards.resources import available_cpus
+from shards.paths import user_path
 
 
 def time_part(part, classes: dict[str, int], threads: int) -> float:
@@ -31,7 +31,7 @@ def time_part(part, classes: dict[str, int], threads: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m prepare.bench.part_threads", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scratch", type=Path)
+    p.add_argument("scratch", type=user_path)
     p.add_argument("--threads", type=int, default=available_cpus())
     p.add_argument("--val-per-class", type=int, default=60, help="images of each of the 10 classes in the archive")
     p.add_argument("--rounds", type=int, default=3)

@@ -24,6 +24,7 @@ from train.cluster import dist_env, init_distributed
 from train.device_types import DEVICE_TYPES
 from train.run.devices import device_for
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 log = logging.getLogger("benchmark")
 MODES = ("data", "model", "feed", "full")
@@ -32,13 +33,14 @@ MODES = ("data", "model", "feed", "full")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m train.bench", description=train.bench.__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
-    p.add_argument("--baseline-data", default=None,
+    p.add_argument("--data", type=user_path, required=True, help="a dataset prepared by python -m prepare")
+    p.add_argument("--baseline-data", type=user_path, default=None,
                    help="the dataset whose images the peers read, the baseline, DALI and the decode ceiling "
                         "(default --data): the images users have today. Give shards made with --restart-mcus 0 "
                         "(the original JPEGs' bytes) when --data is seekable, or the full-size shards when --data "
                         "was made with --resize")
-    p.add_argument("--run-dir", default="runs/benchmark", help="benchmark.jsonl and benchmark.png go here")
+    p.add_argument("--run-dir", type=user_path, default="runs/benchmark",
+                   help="benchmark.jsonl and benchmark.png go here")
     p.add_argument("--modes", default=None,
                    help="default: data,model,feed,full on a GPU; data alone on the CPU, where ResNet-50 at "
                         "batch 256 would take many minutes (ask for the others with a small --arch)")
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     stats, _ = image_statistics(manifest, root)
     extra = {"arch": args.arch, "device": str(device), "decode": args.decode, "world_size": env.world_size,
              "augment": args.augment,
-             "data": str(root), "baseline_data": args.baseline_data or str(root),
+             "data": str(root), "baseline_data": str(args.baseline_data or root),
              "data_restart_mcus": manifest.options.get("restart_mcus")}
     data = None
     if "data" in modes:

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -33,6 +32,7 @@ from train.decoder import Images, decode_crops, image_sizes
 from train.device_decode import quiet_stderr
 from train.transforms import train_crops
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 
 def full_decoders() -> dict[str, Callable[[bytes], object]]:
@@ -135,7 +135,7 @@ def candidates(images: Images, hashes: np.ndarray, size: int) -> dict[str, float
 @user_errors_in_one_line("python -m train.bench.decoders")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.decoders", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="a dataset prepared by python -m prepare")
+    p.add_argument("--data", type=user_path, required=True, help="a dataset prepared by python -m prepare")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--image-size", type=int, default=224)
     args = p.parse_args(argv)

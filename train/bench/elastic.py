@@ -26,6 +26,7 @@ from pathlib import Path
 from shards.help import at_least_one
 from train import ImageNetLoader
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 log = logging.getLogger("benchmark")
 # (the run's world, its per-rank batch, the world it resumes on): a shrink to one rank and a growth to 4x, at a
@@ -35,7 +36,7 @@ CASES = ((8, 4, 1), (2, 16, 8))
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m train.bench.elastic", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
+    p.add_argument("--data", type=user_path, required=True, help="a dataset prepared by python -m prepare")
     p.add_argument("--workers", type=int, default=2, help="decode threads")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--rounds", type=at_least_one, default=5, help="alternated rounds of the two reads, each case")

@@ -17,7 +17,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from train.bench.seek import first_samples
 from train.decoder import Images, image_sizes
 from train.transforms import centre_crops, default_resize, train_crops
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 def decode_seconds(module, images: Images, boxes: np.ndarray, flips: np.ndarray, out: np.ndarray,
                    stop_after: str | None) -> float:
@@ -80,7 +80,7 @@ def report(result: dict, count: int, cpu: str) -> None:
 @user_errors_in_one_line("python -m train.bench.huffman")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.huffman", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, nargs="+", required=True,
+    p.add_argument("--data", type=user_path, nargs="+", required=True,
                    help="prepared datasets, one source with one seed at several --restart-mcus (training samples read)")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--image-size", type=int, default=224)

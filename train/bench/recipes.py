@@ -34,6 +34,7 @@ from train import Augment
 from train.bench.loaders import baseline_loader, extract_image_folder, library_passes
 from train.bench.measure import time_batches
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 
 def cpu_model() -> str:
@@ -46,8 +47,8 @@ def cpu_model() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m train.bench.recipes", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="a dataset prepared by python -m prepare")
-    p.add_argument("--run-dir", default="runs/benchmark")
+    p.add_argument("--data", type=user_path, required=True, help="a dataset prepared by python -m prepare")
+    p.add_argument("--run-dir", type=user_path, default="runs/benchmark")
     p.add_argument("--workers", type=int, default=available_cpus(), help="decoding threads / DataLoader workers")
     p.add_argument("--images", type=at_least_one, default=2000, help="images timed per measurement, after warm-up")
     p.add_argument("--warmup-batches", type=int, default=3)

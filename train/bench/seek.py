@@ -24,6 +24,7 @@ from train.decoder import Images, decode_crops, image_sizes
 from train.shard_index import ShardSet
 from train.transforms import centre_crops, default_resize, train_crops
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 AREAS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1.01))  # bands of box area / image area
 
@@ -95,8 +96,8 @@ def report(result: dict, interval: int) -> None:
 @user_errors_in_one_line("python -m train.bench.seek")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.seek", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="a dataset prepared with restart markers")
-    p.add_argument("--plain", type=Path, required=True,
+    p.add_argument("--data", type=user_path, required=True, help="a dataset prepared with restart markers")
+    p.add_argument("--plain", type=user_path, required=True,
                    help="the same source prepared with the same seed and --restart-mcus 0")
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--image-size", type=int, default=224)

@@ -24,6 +24,7 @@ from train.loader import Loader, PlanArgs
 from train.shard_index import ShardSet
 from train.device_decode import OPTIONS, DeviceDecoder, crop_resize_flip
 from shards.errors import user_errors_in_one_line
+from shards.paths import user_path
 
 BATCH = 256
 VARIANTS = {"GPU Huffman": OPTIONS + " nvjpeg_cuda_decoder:hybrid_huffman_threshold=0",
@@ -82,9 +83,10 @@ def gpu_stages(root: Path) -> None:
 @user_errors_in_one_line("python -m train.bench.stages")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.bench.stages", description=__doc__.split("\n\n")[0])
-    p.add_argument("data", type=Path, help="a dataset prepared by python -m prepare (seekable: its default)")
+    p.add_argument("data", type=user_path, help="a dataset prepared by python -m prepare (seekable: its default)")
     p.add_argument("--cpu", action="store_true", help="the CPU path's profile even where CUDA is")
-    p.add_argument("--plain", type=Path, help="CPU: the same source prepared with the same seed and --restart-mcus 0")
+    p.add_argument("--plain", type=user_path,
+                   help="CPU: the same source prepared with the same seed and --restart-mcus 0")
     p.add_argument("--images", type=at_least_one, default=2000, help="CPU: the first N training images")
     p.add_argument("--rounds", type=at_least_one, default=5, help="CPU: interleaved rounds (medians)")
     p.add_argument("--perf", action="store_true",

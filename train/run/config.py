@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from shards.help import HelpFormatter
-from shards.paths import default_dest
+from shards.paths import default_dest, user_path
 from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.augment.choices import AUGMENT_FIELDS, Augment
 from train.device_types import DEVICE_TYPES
@@ -146,9 +146,10 @@ def build_parser() -> OneLineParser:
         description="Streaming DDP training on ImageNet shards prepared by `python -m prepare`. Under srun, "
                     "one task per GPU; also under torchrun, or as one plain process.")
     dest = default_dest()
-    p.add_argument("--data", default=str(dest) if dest else None,
+    p.add_argument("--data", type=user_path, default=str(dest) if dest else None,
                    help="the prepared dataset on node-local disk (default: $SLURM_TMPDIR/imagenet)")
-    p.add_argument("--run-dir", default="runs/default", help="checkpoints and metrics.jsonl (shared storage)")
+    p.add_argument("--run-dir", type=user_path, default="runs/default",
+                   help="checkpoints and metrics.jsonl (shared storage)")
     p.add_argument("--arch", default=d.arch,
                    help="any torchvision classification model name, or package.module:callable (found on PYTHONPATH or "
                         "in the current directory), called with num_classes=... and returning a torch.nn.Module")

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shards.errors import UserError
-from shards.paths import MANIFEST_NAME, default_dest
+from shards.paths import MANIFEST_NAME, default_dest, user_path
 from train.device_types import DEVICE_TYPES
 
 log = logging.getLogger("train")
@@ -43,10 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a run's checkpoint (and its EMA) on val and every evaluation set of the dataset, "
                     "as the run evaluates: one record appended to RUN_DIR/eval.jsonl. Launch it as training: "
                     "srun python -m train.evaluate RUN_DIR, or under torchrun.")
-    p.add_argument("run_dir", type=Path, help="the run directory: its last.pt is evaluated, its eval.jsonl written")
-    p.add_argument("--checkpoint", type=Path, default=None,
+    p.add_argument("run_dir", type=user_path,
+                   help="the run directory: its last.pt is evaluated, its eval.jsonl written")
+    p.add_argument("--checkpoint", type=user_path, default=None,
                    help="another checkpoint of the run to evaluate (default: RUN_DIR/last.pt)")
-    p.add_argument("--data", default=None,
+    p.add_argument("--data", type=user_path, default=None,
                    help="the prepared dataset (default: the run's --data; where that is gone, a later job's "
                         "$SLURM_TMPDIR/imagenet); another prepared copy of the same classes is fine: the record names "
                         "it")
@@ -59,12 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def evaluation_data(given: str | None, runs: str, environ, holds_a_dataset) -> str:
+def evaluation_data(given: str | Path | None, runs: str, environ, holds_a_dataset) -> str:
     """--data, else the run's; where the run's is gone and this job's $SLURM_TMPDIR/imagenet holds a dataset,
     that: a run trained on the default --data recorded its job's node-local folder, which ended with the job
     (training's own default is the job's). `holds_a_dataset(path)`: whether a manifest is there. Pure but for it."""
     if given:
-        return given
+        return str(given)
     here = default_dest(environ)
     if not holds_a_dataset(runs) and here is not None and str(here) != runs and holds_a_dataset(str(here)):
         return str(here)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_records
+from shards.paths import user_path
 
 FORMATS = (".png", ".pdf", ".svg")  # what --out may be, by its suffix (none: .png)
 
@@ -70,8 +71,8 @@ def accuracies(records: list[dict]) -> list[tuple[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.report", description=__doc__)
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("run_dir", type=user_path)
+    p.add_argument("--out", type=user_path, default=None,
                    help="a .png, .pdf or .svg file, or a folder to write metrics.png in (default: RUN_DIR/metrics.png)")
     args = p.parse_args(argv)
     if not args.run_dir.is_dir():  # a path mistyped: not a run that has no epoch yet
