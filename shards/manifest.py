@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import secrets
+import shlex
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -244,7 +245,7 @@ def read_manifest(root: Path) -> Manifest:
                                   f"{Path(root).parent}, which is the folder to give") from None
         raise DatasetNotReady(
             f"no prepared dataset at {root} (no {MANIFEST_NAME}): run "
-            f"`srun --ntasks-per-node=1 python -m prepare --source /path/to/imagenet --dest {root}` "
+            f"`srun --ntasks-per-node=1 python -m prepare --source /path/to/imagenet --dest {shlex.quote(str(root))}` "
             "on every node of the job first"
         ) from None
     except NotADirectoryError:

@@ -4,6 +4,8 @@ working directory."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ import train.bench.cli
 import train.run.evaluation
 import train.run.report
 from conftest import SHARD_MB
-from shards.manifest import read_complete_manifest
+from shards.manifest import DatasetNotReady, read_complete_manifest
+from train import ImageNetLoader
 from train.run.config import parse_command_line
 
 
@@ -56,3 +59,11 @@ def test_prepare_writes_dest_with_tilde_in_the_home(home, sources, tmp_path):
                              "--workers=1"]) == 0
     assert read_complete_manifest(home / "imagenet").splits["train"]
     assert not (tmp_path / "~").exists()
+
+
+def test_the_command_a_message_gives_keeps_a_path_with_a_space_one_word(tmp_path):
+    root = tmp_path / "node disk" / "imagenet"
+    with pytest.raises(DatasetNotReady) as refused:
+        ImageNetLoader(root, batch_size=8, image_size=32, device="cpu")
+    command = re.search("`([^`]*)`", str(refused.value)).group(1)
+    assert shlex.split(command)[-2:] == ["--dest", str(root)], command

@@ -22,6 +22,7 @@ import functools
 import logging
 import operator
 import os
+import shlex
 import threading
 import time
 import weakref
@@ -454,12 +455,14 @@ class ImageNetLoader:
         this_epoch = self._bad_this_epoch
         for sample, why in bad:
             log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset "
-                        "with `python -m prepare --source ... --dest %s --verify`", sample, why, this_epoch, self.root)
+                        "with `python -m prepare --source ... --dest %s --verify`", sample, why, this_epoch,
+                        shlex.quote(str(self.root)))
         if bad and self.max_bad_samples is not None and this_epoch > self.max_bad_samples:
             sample, why = bad[-1]
+            dest = shlex.quote(str(self.root))  # (a command to paste: a path with a space stays one word)
             raise DamagedData(f"{this_epoch} bad {self.split} samples this epoch on this rank, more than "
                               f"max_bad_samples {self.max_bad_samples}; the last: {sample} ({why}). The node's disk "
-                              f"or dataset is damaged: run `python -m prepare --source ... --dest {self.root} --verify` "
+                              f"or dataset is damaged: run `python -m prepare --source ... --dest {dest} --verify` "
                               "on this node (it finds and rebuilds damaged shards), or raise max_bad_samples")
 
     @property
