@@ -16,7 +16,7 @@ import train.run.evaluation
 import train.run.report
 from conftest import SHARD_MB
 from shards.manifest import DatasetNotReady, read_complete_manifest
-from train import ImageNetLoader
+from train import ImageNetLoader, RealLabels
 from train.run.config import parse_command_line
 
 
@@ -67,3 +67,13 @@ def test_the_command_a_message_gives_keeps_a_path_with_a_space_one_word(tmp_path
         ImageNetLoader(root, batch_size=8, image_size=32, device="cpu")
     command = re.search("`([^`]*)`", str(refused.value)).group(1)
     assert shlex.split(command)[-2:] == ["--dest", str(root)], command
+
+
+@pytest.mark.parametrize("spelling", [str, Path])
+def test_the_library_takes_tilde_as_the_home_as_torchvision_does(home, prepared, spelling):
+    (home / "imagenet").symlink_to(prepared)  # (a dataset folder that is a link to another disk, too)
+    loader = ImageNetLoader(spelling("~/imagenet"), batch_size=8, image_size=32, device="cpu")
+    assert loader.root == home / "imagenet"
+    images, labels = next(iter(loader))
+    assert images.shape[0] == labels.shape[0] == 8
+    assert RealLabels.of(spelling("~/imagenet")) is None  # (prepared without them)

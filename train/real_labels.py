@@ -45,11 +45,12 @@ class RealLabels:
 
     @classmethod
     def of(cls, root: str | Path, manifest: Manifest | None = None) -> "RealLabels | None":
-        """The dataset's ReaL labels; None where it was prepared without them."""
-        manifest = manifest or read_complete_manifest(Path(root))
+        """The dataset's ReaL labels; None where it was prepared without them. A leading `~` in `root` is the home."""
+        root = Path(root).expanduser()  # (as ImageNetLoader's root)
+        manifest = manifest or read_complete_manifest(root)
         if not manifest.real_labels:
             return None
-        path = Path(root) / manifest.real_labels["file"]
+        path = root / manifest.real_labels["file"]
         try:
             document = json.loads(path.read_text())
         except (OSError, ValueError) as exn:
