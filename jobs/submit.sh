@@ -7,10 +7,20 @@
 #
 # Refuses uncommitted changes to tracked files. The .venv of this clone is used (PYTHON overrides).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 (( $# >= 1 )) || { echo "usage: bash jobs/submit.sh JOB_SCRIPT [sbatch options]" >&2; exit 2; }
+# JOB_SCRIPT as the caller names it (from any folder, or absolute), else relative to the clone's root: the
+# snapshot's copy of it is what runs, so it is made a path inside the clone
 script=$1
+[[ -f $script ]] && script=$(realpath -- "$script")
 shift
+cd "$(dirname "$0")/.."
+if [[ $script == /* ]]; then
+  [[ $script == "$(pwd -P)"/* ]] || {
+    echo "submit.sh: $script is not in this clone ($PWD): give one of its job scripts, e.g. jobs/imagenet.sbatch" >&2
+    exit 2
+  }
+  script=${script#"$(pwd -P)"/}
+fi
 if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
   echo "submit.sh: uncommitted changes (git status): commit them, so the job runs what a commit names" >&2
   exit 2
@@ -34,6 +44,10 @@ if [[ ! -d $code ]]; then
   }
   mv "$code.partial" "$code"
 fi
+[[ -f $code/$script ]] || {
+  echo "submit.sh: $script is not in commit $commit: commit it (the job runs the commit's copy)" >&2
+  exit 2
+}
 export REPO=$code PYTHON
 echo "submit.sh: code at commit $commit in $code"
 sbatch --chdir="$PWD" "$@" "$code/$script"

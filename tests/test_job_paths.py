@@ -5,6 +5,7 @@ them: spaces, unicode, `~`, relative to the folder the job was submitted from.""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -87,3 +88,44 @@ def test_benchmark_job_takes_a_clone_run_directory_and_node_disk_whose_paths_hol
     assert bench[:2] == ["-m", "train.bench"]
     assert option(bench, "--run-dir") == f"{env['HOME']}/bench run"
     assert option(bench, "--data") == f"{tmp_path}/node tmp/imagenet"
+
+
+@pytest.fixture
+def committed_clone(tmp_path) -> Path:
+    """A clone of this repository with this tree's submit.sh committed (it snapshots the commit), in a folder whose
+    path holds a space."""
+    clone = tmp_path / "my clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    shutil.copy(ROOT / "jobs" / "submit.sh", clone / "jobs" / "submit.sh")
+    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q", "-a",
+                    "-m", "this tree's submit.sh", "--allow-empty"], cwd=clone, check=True)
+    return clone
+
+
+@pytest.mark.parametrize("named", ["absolute", "from its folder", "from the clone's root"])
+def test_submit_takes_the_job_script_as_named_from_any_folder(committed_clone, tmp_path, named):
+    """submit.sh joined JOB_SCRIPT to the snapshot's path as given: an absolute one, or one relative to the folder
+    it was called from, named no file, and sbatch refused it."""
+    script = committed_clone / "jobs" / "imagenet-1node.sbatch"
+    cwd, given = {"absolute": (tmp_path, str(script)), "from its folder": (script.parent, script.name),
+                  "from the clone's root": (tmp_path, "jobs/imagenet-1node.sbatch")}[named]
+    env = job_env(tmp_path, CODE_DIR=str(tmp_path / "code"))  # (its python the stand-in: nothing is built)
+    (tmp_path / "bin" / "sbatch").write_text(RECORDER)
+    done = subprocess.run(["bash", str(committed_clone / "jobs" / "submit.sh"), given, "--parsable"], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sbatch = calls(tmp_path)[-1]
+    assert Path(sbatch[-1]).read_bytes() == script.read_bytes() and sbatch[-1].startswith(str(tmp_path / "code"))
+
+
+def test_submit_refuses_a_job_script_outside_the_clone_or_its_commit(committed_clone, tmp_path):
+    env = job_env(tmp_path, CODE_DIR=str(tmp_path / "code"))
+    mine = tmp_path / "mine.sbatch"
+    mine.write_text("#!/bin/bash\n")
+    done = subprocess.run(["bash", "jobs/submit.sh", str(mine)], cwd=committed_clone, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(f"submit.sh: {mine} is not in this clone"), done.stderr
+    (committed_clone / "jobs" / "new.sbatch").write_text("#!/bin/bash\n")  # (untracked: submit.sh lets it be)
+    done = subprocess.run(["bash", "jobs/submit.sh", "jobs/new.sbatch"], cwd=committed_clone, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "jobs/new.sbatch is not in commit" in done.stderr, done.stderr
