@@ -252,3 +252,14 @@ def test_a_training_killed_by_sigkill_leaves_its_run_directory_free_for_the_resu
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr and "is being written" not in resumed.stderr
     assert [r["epoch"] for r in read_metrics(run)] == [0, 1]
+
+
+def test_a_run_directory_that_is_a_link_to_a_folder_not_made_yet_is_made_there(tmp_path):
+    """`ln -s /scratch/me/runs/r1 runs/r1` before the first start: the link's target is made, not refused with
+    mkdir's "File exists"; a start that writes nothing leaves the link as it was."""
+    link, target = tmp_path / "r1", tmp_path / "other disk" / "runs" / "r1"
+    link.symlink_to(target)
+    claim = take(link, Holder.me({}))
+    assert claim.refused == "" and (target / LOCK_NAME).is_file()
+    let_go(claim, link)
+    assert link.is_symlink() and not target.exists()

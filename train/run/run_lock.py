@@ -106,8 +106,9 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
     else why not."""
     me = me or Holder.me()
     made_dir = not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # a link to a folder not made yet (a run directory linked to another disk): its target, as `mkdir -p` of
+        # the link would not (the link itself is there: "File exists")
+        run_dir.resolve().mkdir(parents=True, exist_ok=True)
     except OSError as exn:  # refused as a held lock is: rank 0's verdict, which every rank says
         return Claim(None, f"cannot make --run-dir {run_dir} ({exn.strerror or exn}): give a writable one", False)
     path, started, said = run_dir / LOCK_NAME, time.monotonic(), False
@@ -151,4 +152,4 @@ def let_go(claim: Claim, run_dir: Path) -> None:
     if claim.made_dir and [entry.name for entry in run_dir.iterdir()] == [LOCK_NAME]:
         with contextlib.suppress(OSError):  # (a full disk's: a read-only one made no folder)
             (run_dir / LOCK_NAME).unlink(missing_ok=True)
-            run_dir.rmdir()
+            run_dir.resolve().rmdir()  # (a link made stays, as it was: to a folder not made)
