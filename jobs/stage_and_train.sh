@@ -14,6 +14,8 @@
 #   PREPARE_ARGS  extra options for `python -m prepare` (e.g. "--resize 512"; the evaluation sets:
 #                 "--eval-source /datasets/imagenetv2-matched-frequency.tar.gz --real-labels /datasets/real.json")
 #   TRAIN_ARGS    options for `python -m train` (default: "--arch resnet50 --epochs 90")
+# The paths inside PREPARE_ARGS and TRAIN_ARGS are split at spaces and read from REPO, where the steps run (under
+# submit.sh its snapshot of the commit, not the clone): give them absolute, without spaces.
 #   STATS         1: sample each node while it trains (vmstat; xpu-smi or nvidia-smi where the node has it) into
 #                 $RUN_DIR/stats/, every STATS_EVERY seconds (default 10): jobs/sample_stats.sh
 set -euo pipefail
