@@ -1,4 +1,5 @@
-# Sourced by the job scripts (stage_and_train.sh, benchmark.sbatch): a path from the environment as the steps need it.
+# Sourced by the job scripts (stage_and_train.sh, benchmark.sbatch): a path from the environment as the steps need it,
+# and whether the clone's code is built to run.
 
 # absolute PATH: PATH made absolute against this shell's working directory (the job's: where sbatch was called, or
 # its --chdir), before the script's `cd "$REPO"` (under submit.sh REPO is a snapshot of the commit: a relative path
@@ -9,4 +10,13 @@ absolute() {
   local path=$1
   [[ $path == "~" || $path == "~/"* ]] && path=$HOME${path:1}
   if [[ $path == /* ]]; then echo "$path"; else echo "$PWD/$path"; fi
+}
+
+# built_in REPO: whether REPO's native modules are built there (install.sh, submit.sh's snapshot), not the wheels
+# installed. REPO quoted, the pattern only after it: compgen -G "$REPO/..." took a `[` or `*` in REPO's path as
+# a pattern, matched nothing, and the job ran the installed package (`python -P`) in place of the clone's code.
+built_in() {
+  local found
+  for found in "$1"/train/_jpegcrop*.so; do [[ -e $found ]] && return 0; done
+  return 1
 }

@@ -33,10 +33,10 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 # With the wheels installed in the clone's .venv (README, "Install on a cluster") the clone's source tree
 # has no built modules: `python -P` then imports the installed packages, not the clone's folders from
 # the working directory. A clone built by install.sh (or submit.sh's snapshot) runs its own code.
-python_flags=()
-compgen -G "$REPO/train/_jpegcrop*.so" >/dev/null || python_flags=(-P)
-# The paths made absolute before the `cd "$REPO"` below (jobs/paths.sh says why).
 source "$REPO/jobs/paths.sh"
+python_flags=()
+built_in "$REPO" || python_flags=(-P)
+# The paths made absolute before the `cd "$REPO"` below (jobs/paths.sh says why).
 IMAGENET=$(absolute "$IMAGENET")
 [[ -z ${LOCAL_DISK:-} ]] || LOCAL_DISK=$(absolute "$LOCAL_DISK")
 # Without LOCAL_DISK neither stage gets a path: each task takes its own node's $SLURM_TMPDIR/imagenet

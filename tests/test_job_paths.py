@@ -71,8 +71,9 @@ def test_stage_and_train_takes_a_leading_tilde_as_the_home_and_keeps_spaces(tmp_
 
 def test_benchmark_job_takes_a_clone_run_directory_and_node_disk_whose_paths_hold_spaces(tmp_path):
     """benchmark.sbatch split its python, its --run-dir and $SLURM_TMPDIR at spaces, and read a relative IMAGENET
-    from the clone rather than from where the job was submitted."""
-    clone = tmp_path / "my clone"  # (its python the stand-in, its scripts and built modules this tree's)
+    from the clone rather than from where the job was submitted; a `[` in the clone's path hid its built modules,
+    and the job ran the installed package (python -P)."""
+    clone = tmp_path / "my clone [1]"  # (its python the stand-in, its scripts and built modules this tree's)
     (clone / ".venv" / "bin").mkdir(parents=True)
     for name in ("jobs", "train"):
         (clone / name).symlink_to(ROOT / name)
@@ -85,7 +86,7 @@ def test_benchmark_job_takes_a_clone_run_directory_and_node_disk_whose_paths_hol
     assert done.returncode == 0, done.stdout + done.stderr
     prepare, bench = calls(tmp_path)
     assert option(prepare, "--source") == f"{submitted_from}/image net"
-    assert bench[:2] == ["-m", "train.bench"]
+    assert prepare[:2] == ["-m", "prepare"] and bench[:2] == ["-m", "train.bench"]  # (no -P: the clone's code)
     assert option(bench, "--run-dir") == f"{env['HOME']}/bench run"
     assert option(bench, "--data") == f"{tmp_path}/node tmp/imagenet"
 
