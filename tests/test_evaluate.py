@@ -246,3 +246,11 @@ def test_a_checkpoint_given_as_the_run_directory_names_its_folder_and_checkpoint
         f"python -m train.evaluate: error: RUN_DIR {tmp_path / 'run' / 'last.pt'} is a file, not a run directory: give "
         f"the run's folder ({tmp_path / 'run'}), which evaluates its last.pt, or a folder for eval.jsonl with "
         f"--checkpoint {tmp_path / 'run' / 'last.pt'}")
+
+
+def test_a_run_directory_whose_name_is_too_long_is_no_checkpoint_said_in_one_line(tmp_path, caplog):
+    """A name past the file system's 255 bytes (a sweep's run named by its settings): Path.is_file raised, a
+    traceback in place of the one line."""
+    run_dir = tmp_path / ("r" * 300)
+    assert main([str(run_dir)]) == 2
+    assert caplog.records[-1].getMessage().startswith(f"no checkpoint at {run_dir / 'last.pt'}: nothing to evaluate")

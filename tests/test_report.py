@@ -59,7 +59,7 @@ def test_a_run_directory_that_is_not_there_is_said_so_not_a_run_without_epochs(t
     epoch, to wait for (a review's finding)."""
     from train.run.report import main
 
-    for wrong in (tmp_path / "rn", tmp_path / "last.pt"):
+    for wrong in (tmp_path / "rn", tmp_path / "last.pt", tmp_path / ("r" * 300)):  # (the last: a name too long)
         (tmp_path / "last.pt").write_bytes(b"")
         assert main([str(wrong)]) == 2
         assert capsys.readouterr().err == (f"{wrong}: no such run directory: give the --run-dir of a python -m train "

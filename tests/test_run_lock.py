@@ -263,3 +263,12 @@ def test_a_run_directory_that_is_a_link_to_a_folder_not_made_yet_is_made_there(t
     assert claim.refused == "" and (target / LOCK_NAME).is_file()
     let_go(claim, link)
     assert link.is_symlink() and not target.exists()
+
+
+def test_a_run_directory_whose_name_is_too_long_is_refused_in_one_line(tmp_path):
+    """A name past the file system's 255 bytes (a sweep's run named by its settings): its `exists()` raised, a
+    traceback before the refusal."""
+    run_dir = tmp_path / ("r" * 300)
+    claim = take(run_dir, Holder.me({}))
+    assert claim.fd is None
+    assert claim.refused == f"cannot make --run-dir {run_dir} (File name too long): give a writable one"

@@ -156,7 +156,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
-    if not path.is_file():
+    if not is_file(path):
         raise UserError(f"no checkpoint at {path}: nothing to evaluate (a run saves RUN_DIR/last.pt at each epoch's "
                         "end and at a preemption; --checkpoint names another file)")
     checkpoint = load_checkpoint(path)
@@ -208,6 +208,14 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
             dist.destroy_process_group()
 
 
+def is_file(path: Path) -> bool:
+    """Path.is_file, False too for a name longer than the file system takes (Path.is_file raises it)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     from train.cluster import dist_env
     from train.run.cli import setup_logging
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dist_timeout is not None and not 0 < args.dist_timeout < math.inf:
         parser.error(f"--dist-timeout must be a finite number of seconds above 0, not {args.dist_timeout}")
     # a checkpoint given as RUN_DIR was looked for at RUN_DIR/last.pt inside it: "no checkpoint at .../last.pt/last.pt"
-    if args.run_dir.is_file():
+    if is_file(args.run_dir):
         parser.error(f"RUN_DIR {args.run_dir} is a file, not a run directory: give the run's folder "
                      f"({args.run_dir.parent}), which evaluates its last.pt, or a folder for eval.jsonl with "
                      f"--checkpoint {args.run_dir}")

@@ -105,9 +105,10 @@ def take(run_dir: Path, me: Holder | None = None, wait_s: float = REQUEUE_WAIT_S
     """Rank 0, before the checkpoint is read: the run directory's lock where this training may write `run_dir`,
     else why not."""
     me = me or Holder.me()
-    made_dir = not run_dir.exists()
+    made_dir = False
     try:  # a link to a folder not made yet (a run directory linked to another disk): its target, as `mkdir -p` of
         # the link would not (the link itself is there: "File exists")
+        made_dir = not run_dir.exists()  # (in the try: a name longer than the file system's 255 bytes raises)
         run_dir.resolve().mkdir(parents=True, exist_ok=True)
     except OSError as exn:  # refused as a held lock is: rank 0's verdict, which every rank says
         return Claim(None, f"cannot make --run-dir {run_dir} ({exn.strerror or exn}): give a writable one", False)
