@@ -3,9 +3,9 @@
 
 # absolute PATH: PATH made absolute against this shell's working directory (the job's: where sbatch was called, or
 # its --chdir), before the script's `cd "$REPO"` (under submit.sh REPO is a snapshot of the commit: a relative path
-# would land inside it: a run directory there moves with the next commit, its --resume auto then starting over). A leading `~` is the home: sbatch --export=ALL,RUN_DIR=~/runs hands it over as typed (bash
-# expands `~` only at a word's start or after an assignment's `=`), and a folder named `~` made here is one
-# `rm -rf ~` from losing the home.
+# would land inside it: a run directory there moves with the next commit, its --resume auto then starting over).
+# A leading `~` is the home: sbatch --export=ALL,RUN_DIR=~/runs hands it over as typed (bash expands `~` only at a
+# word's start or after an assignment's `=`), and a folder named `~` made here is one `rm -rf ~` from losing the home.
 absolute() {
   local path=$1
   [[ $path == "~" || $path == "~/"* ]] && path=$HOME${path:1}
