@@ -292,6 +292,40 @@ def test_leaving_a_pass_early_leaves_no_thread_busy_and_no_buffer_held(prepared)
         next(iter(data))
 
 
+# A fresh process, in which torchvision is imported first by the loader (as where the user imports no torchvision of
+# their own): a loader dropped without close() leaves no decoding thread and no shard mapped once collected.
+FIRST_LOADER_DROPPED = """
+import gc, sys, threading
+from train import ImageNetLoader
+assert "torchvision" not in sys.modules
+data = ImageNetLoader(sys.argv[1], "train", batch_size=4, image_size=32, device="cpu", workers=2)
+next(iter(data))
+del data
+gc.collect()
+for thread in threading.enumerate():
+    if thread.name.startswith("decode"):
+        thread.join(timeout=5)  # a dropped pool's threads end as they wake
+print([t.name for t in threading.enumerate() if t.name.startswith("decode")],
+      sum(sys.argv[1] in line for line in open("/proc/self/maps")))
+"""
+
+
+@pytest.mark.slow
+def test_the_first_loader_of_a_process_dropped_without_close_is_freed(prepared):
+    """PIL built without FreeType (pillow-simd, as jobs/install.sh builds it) keeps the ImportError its ImageFont
+    raised, traceback and all, and with it every frame above the import: the first loader of a process, whose
+    __init__ imported torchvision, was never freed (its threads, its maps, its buffers, after `del` or a notebook's
+    `loader = ImageNetLoader(...)` again)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-c", FIRST_LOADER_DROPPED, str(prepared)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.split("\n")[-2:] == ["[] 0", ""], result.stdout + result.stderr
+
+
 def test_counters_count_images_bad_samples_fallbacks_and_the_wait(tmp_path):
     import io
 

@@ -18,11 +18,14 @@ manual.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import logging
 import operator
 import os
 import shlex
+import sys
 import threading
 import time
 import weakref
@@ -165,6 +168,7 @@ class ImageNetLoader:
                  val_resize: Whole | None = None, val_crop_fraction: Real | None = None, val_crop_mode: str = "center",
                  val_interpolation: str = "bilinear", mean: Sequence[Real] | None = None,
                  std: Sequence[Real] | None = None):
+        imported_apart("torchvision")  # before this loader holds anything: see imported_apart
         # Every setting checked, and every number made a plain int or float, before a thread starts.
         self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.image_size = checked_image_size(image_size)
@@ -529,6 +533,25 @@ class ImageNetLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def imported_apart(name: str) -> None:
+    """Import `name` (where it is not yet) in a thread of its own, not under a loader's frames. torchvision is imported
+    where a loader first needs it (1.8 s), and PIL built without FreeType (pillow-simd, as jobs/install.sh builds it)
+    keeps the ImportError its ImageFont raised as torchvision imports it, traceback and all, and with it every frame
+    above the import for the life of the process: the first loader's __init__, and so that loader, its threads, maps
+    and buffers, never freed. In a thread of its own, only that thread's frames are kept."""
+    if name in sys.modules:
+        return
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # said by the import below, in the caller's thread
+            importlib.import_module(name)
+
+    thread = threading.Thread(target=run, name=f"import {name}")
+    thread.start()
+    thread.join()
+    importlib.import_module(name)  # imported: at once; not importable: its error, here
 
 
 def filled(batch: Batch, size: int, channels_last: bool) -> Batch:
