@@ -259,6 +259,9 @@ class DecodeStrategy:
     def release(self, ring: int) -> None:
         pass
 
+    def close(self) -> None:
+        """Let go of the buffers: the loader is closed."""
+
     def buffer(self, ring: int, slot: int, shape: tuple[int, int]) -> np.ndarray | None:
         return None
 
@@ -306,6 +309,13 @@ class CpuDecode(DecodeStrategy):
     def release(self, ring: int) -> None:
         with self.lock:
             self.free.append(ring)
+
+    def close(self) -> None:
+        """The rings freed now, not when the loader is collected: a closed loader may be held long after (a
+        notebook's Out[], a list of the loaders made), and a ring is 4 batches of pinned memory. A batch still held
+        keeps its own buffer."""
+        with self.lock:
+            self.rings, self.free = [], []
 
     def view(self, ring: int, slot: int, shape: tuple[int, int]) -> torch.Tensor:
         """The slot as a batch of height x width images, uint8 (B, height, width, 3), C-contiguous."""
@@ -454,6 +464,7 @@ class Loader:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.strategy.close()
         for shards in self.splits.values():
             shards.close()
 
