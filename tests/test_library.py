@@ -240,14 +240,14 @@ def test_a_loader_is_not_copied_or_pickled_and_the_refusal_says_what_to_do(prepa
         assert sum(1 for _ in data) == len(data)
 
 
-def _first_batch_in_a_forked_child(data: ImageNetLoader) -> str:
-    """What a forked child (a DataLoader worker over the loader) gets of its first batch: a shape, an error, or
-    "no answer" where it waited 20 s (it is then killed)."""
+def _first_batch_in_a_forked_child(data: ImageNetLoader, open_pass=None) -> str:
+    """What a forked child (a DataLoader worker over the loader) gets of its first batch (of `open_pass`, a pass the
+    parent opened, where given): a shape, an error, or "no answer" where it waited 20 s (it is then killed)."""
     import multiprocessing
 
     def child(answers):
         try:
-            answers.put(str(tuple(next(iter(data))[0].shape)))
+            answers.put(str(tuple(next(open_pass or iter(data))[0].shape)))
         except Exception as exn:
             answers.put(f"{type(exn).__name__}: {exn}")
 
@@ -275,6 +275,18 @@ def test_a_loader_used_in_a_forked_child_is_refused_saying_where_it_decodes(prep
         next(iter(data))
         assert re.match(said, _first_batch_in_a_forked_child(data))
         assert sum(1 for _ in data) == len(data)
+
+
+@pytest.mark.slow
+def test_a_pass_opened_before_a_fork_is_refused_in_the_child(prepared):
+    """A pass the parent had opened (an iterator a fork-started Pool's task or a DataLoader worker inherits) waited
+    forever in the child for batches from a background thread the child does not have."""
+    said = r"RuntimeError: this train ImageNetLoader was made in process \d+, not this one \(\d+, forked from it"
+    with loader(prepared) as data:
+        open_pass = iter(data)
+        next(open_pass)
+        assert re.match(said, _first_batch_in_a_forked_child(data, open_pass))
+        assert sum(1 for _ in open_pass) == len(data) - 1  # the parent's pass goes on
 
 
 def test_leaving_a_pass_early_leaves_no_thread_busy_and_no_buffer_held(prepared):

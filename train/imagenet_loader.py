@@ -423,6 +423,7 @@ class ImageNetLoader:
                                std=self.std or IMAGENET_STD) as on_device:
                 arriving = iter(on_device)
                 while True:
+                    self._check_process()  # a pass opened before a fork: the child has no thread to wait for
                     asked = time.perf_counter()
                     try:
                         batch = next(arriving, None)
@@ -513,6 +514,9 @@ class ImageNetLoader:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError(f"this {self.split} ImageNetLoader is closed")
+        self._check_process()
+
+    def _check_process(self) -> None:
         if os.getpid() != self._shared.pid:
             # A forked child (a DataLoader worker over it, a fork-started Pool) inherits the loader but not its
             # threads: after a pass in the parent it waited for them forever; before one, each worker read the
