@@ -499,7 +499,33 @@ def test_close_ends_the_passes_still_open(prepared):
     assert any(t.name == "device-batches" for t in threading.enumerate())
     data.close()
     assert not any(t.name == "device-batches" for t in threading.enumerate())
-    assert list(open_pass) == []  # ended, not waiting for batches that will never come
+    with pytest.raises(RuntimeError, match="closed during a pass"):  # not waiting for batches that will never come
+        next(open_pass)
+
+
+def test_a_pass_in_another_thread_closed_under_it_says_so(prepared):
+    """A loop in a thread of its own (a notebook training in the background) whose loader the main thread closes:
+    the loop got the generator's `ValueError: generator already executing` (close() ending the pass in the main
+    thread as the loop asked it for its next batch), or ended quietly, as an epoch ends, mid-epoch."""
+    for holding in (0.01, 0.02, 0.03):  # the loop's body (45 batches: longer than the wait for the close)
+        data = loader(prepared)
+        ended = []
+
+        def loop():
+            try:
+                for _ in data:
+                    time.sleep(holding)
+                ended.append("quietly")
+            except Exception as exn:
+                ended.append(f"{type(exn).__name__}: {exn}")
+
+        thread = threading.Thread(target=loop)
+        thread.start()
+        time.sleep(0.2)
+        data.close()
+        thread.join(timeout=30)
+        assert len(ended) == 1 and ended[0].startswith("RuntimeError: this train ImageNetLoader was closed during a "
+                                                       "pass of it"), (holding, ended)
 
 
 @pytest.mark.slow

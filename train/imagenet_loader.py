@@ -31,7 +31,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Generator, Iterator, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -403,9 +403,30 @@ class ImageNetLoader:
                                "of its loop, or close() its iterator), before starting another")
         this_pass = self._pass()
         self._shared.passes.add(this_pass)
-        return this_pass
+        return self._said_if_closed(this_pass)
 
-    def _pass(self) -> Iterator[Batch]:
+    def _said_if_closed(self, this_pass: Generator[Batch, None, bool]) -> Iterator[Batch]:
+        """The pass's batches; where close() ends it under the caller (from another thread, or while the caller holds
+        a batch), the RuntimeError that says so: not the generator's `ValueError: generator already executing` (close()
+        ending it in another thread as the caller asks for a batch), nor a quiet end mid-epoch, as an epoch ends."""
+        try:
+            while True:
+                try:
+                    batch = next(this_pass)
+                except StopIteration as end:
+                    if end.value is not True:  # ended by close(), not by its epoch
+                        self._check_open_during_pass()
+                    return
+                except ValueError:
+                    self._check_open_during_pass()
+                    raise
+                yield batch
+        finally:
+            with contextlib.suppress(ValueError):  # being ended by close() in another thread: it ends there
+                this_pass.close()  # left early (break): its copier stops and its buffers go back now
+
+    def _pass(self) -> Generator[Batch, None, bool]:
+        """The pass; True as it ends with its epoch."""
         self._pass_open = True
         try:
             self._check_place()
@@ -432,7 +453,7 @@ class ImageNetLoader:
                         raise
                     self.counters.data_wait_s += time.perf_counter() - asked
                     if batch is None:
-                        return
+                        return True
                     self._leave_out(batch.bad)
                     self.counters.images += len(batch.labels)
                     self.counters.pil_fallbacks += batch.pil_fallbacks
