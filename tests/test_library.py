@@ -490,6 +490,33 @@ def test_one_pass_of_a_loader_at_a_time(prepared):
         next(iter(data))
 
 
+def test_a_pass_kept_by_a_traceback_says_how_to_go_on_without_it(prepared):
+    """A function that raised while it held a pass's iterator, in an interactive session (Python's own, IPython's,
+    Jupyter's), which keeps the last exception's traceback and with it the function's locals: the pass stays open,
+    and the refusal of the next one said only to finish it or close() its iterator, which the user no longer holds."""
+    def steps(data):
+        batches = iter(data)
+        for step in range(5):
+            next(batches)
+            if step == 2:
+                raise ValueError("a bug in the step")
+
+    data = loader(prepared)
+    try:
+        steps(data)
+    except ValueError as exn:
+        kept = exn.__traceback__  # as sys.last_traceback keeps it
+    with pytest.raises(RuntimeError, match=r"still open.*no longer hold.*close\(\) the loader") as refused:
+        next(iter(data))
+    assert "\n" not in str(refused.value)
+    state = data.state_dict()  # what the message says to do
+    data.close()
+    with loader(prepared) as again:
+        again.load_state_dict(state)
+        assert sum(1 for _ in again) == len(again) - 3
+    del kept
+
+
 def test_close_ends_the_passes_still_open(prepared):
     data = loader(prepared)
     val = data.with_split("val")

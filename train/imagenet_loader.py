@@ -400,7 +400,10 @@ class ImageNetLoader:
         self._check_open()
         if self._pass_open:
             raise RuntimeError(f"a pass of this {self.split} loader is still open: finish it, or leave it (break out "
-                               "of its loop, or close() its iterator), before starting another")
+                               "of its loop, or close() its iterator), before starting another; one you no longer hold "
+                               "(a local of a function that raised, kept by an interactive session's last traceback) "
+                               "ends as you close() the loader: make another, and load_state_dict() this one's "
+                               "state_dict() to go on where it stopped")
         this_pass = self._pass()
         self._shared.passes.add(this_pass)
         return self._said_if_closed(this_pass)
