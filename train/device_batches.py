@@ -262,6 +262,12 @@ class DeviceBatches:
     def __exit__(self, *exc) -> None:
         self.stopping.set()
         self.thread.join()
+        # What was read ahead goes now, not with this object: an exception's traceback holds the frames that hold it
+        # (an interactive session keeps the last one), and with them the batches queued and the reused buffers. A
+        # batch the caller holds keeps its own memory.
+        self.outputs = None
+        while not self.queue.empty():
+            self.queue.get_nowait()
 
     def _put(self, item) -> bool:
         """Queue `item` unless the consumer has left; False once it has."""
