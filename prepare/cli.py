@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 
 from prepare.builder import prepare
 from prepare.config import PrepareConfig
@@ -25,13 +26,19 @@ from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
 
 
+def source_path(text: str) -> Path:
+    """--source's value: shards.paths.user_path's rule (a leading `~` made the home), kept in this module: the path
+    of the source reaches its first image through as few modules as can carry it (tests/source_walk.py)."""
+    return Path(text).expanduser()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m prepare",
         description="Write ImageNet as globally shuffled WebDataset shards to node-local disk. "
                     "Run once per node: srun --ntasks-per-node=1 python -m prepare --source DIR.",
         formatter_class=HelpFormatter)
-    p.add_argument("--source", type=user_path, required=True,
+    p.add_argument("--source", type=source_path, required=True,
                    help="folder with the official archives (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, "
                         "ILSVRC2012_devkit_t12.tar.gz), an extracted train/ and val/ tree, Kaggle's layout, or a "
                         "download from the Hugging Face hub (ILSVRC/imagenet-1k, timm/imagenet-1k-wds, -12k-wds, "
