@@ -232,6 +232,12 @@ def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
     ({"val_crop_fraction": 1.2, "val_crop_mode": "ffcv"}, "val_crop_fraction must be at most 1"),
     ({"val_crop_fraction": 225}, "val_crop_fraction must be at most 224"),  # a resize of no pixel
     ({"val_crop_fraction": True}, "val_crop_fraction must be a number"),
+    # a resize past int64's arithmetic overflowed in the first batch, a traceback
+    ({"val_resize": 10 ** 20}, "val_resize must be at most 131072"),
+    ({"val_crop_fraction": 1e-300}, "val_crop_fraction makes validation's resize floor(224 / 1e-300), more than "
+                                    "131072 px: give a fraction of at least 224 / 131072"),
+    ({"val_crop_fraction": 1e-320}, "val_crop_fraction makes validation's resize"),  # 224 / it is infinite
+    ({"val_crop": (224, 256), "val_crop_fraction": 1e-300}, "val_crop_fraction makes validation's resize"),
 ])
 def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, refused):
     from train.errors import ConfigError

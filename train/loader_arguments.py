@@ -122,12 +122,22 @@ def padding_fill(mean: tuple[float, float, float] | None) -> tuple[int, int, int
     return IMAGENET_FILL if mean is None else tuple(min(255, max(0, round(255 * v))) for v in mean)
 
 
+# The largest validation Resize: far past any use (a photo's short side zoomed to it, then cropped), and the
+# geometry's int64 arithmetic of larger ones (a val_crop_fraction of 1e-300) overflowed in the first batch
+MAX_VAL_RESIZE = 16 * MAX_IMAGE_SIZE
+
+
 def val_resize_of(crop: int, val_resize, fraction: float | None) -> int:
     """Resize's size before CenterCrop(crop): given, or timm's floor(crop / crop_pct) (its
     transforms_imagenet_eval, the same float division), or the classic ratio."""
     if val_resize is not None:
-        return whole_number("val_resize", val_resize, least=1)
-    return math.floor(crop / fraction) if fraction is not None else default_resize(crop)
+        return whole_number("val_resize", val_resize, least=1, most=MAX_VAL_RESIZE)
+    if fraction is None:
+        return default_resize(crop)
+    if crop / fraction > MAX_VAL_RESIZE:
+        raise about("val_crop_fraction", None, f"makes validation's resize floor({crop} / {fraction}), more than "
+                    f"{MAX_VAL_RESIZE} px: give a fraction of at least {crop} / {MAX_VAL_RESIZE}")
+    return math.floor(crop / fraction)
 
 
 VAL_ARGUMENTS = {name: name for name in ("val_crop", "val_resize", "val_crop_fraction", "val_crop_mode")}
