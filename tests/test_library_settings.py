@@ -235,6 +235,16 @@ def test_more_repeats_than_samples_a_rank_reads_are_refused(prepared):
         loader(prepared, repeats=train // 4 * 4 + 1)  # one process
 
 
+def test_a_val_batch_size_past_the_split_is_its_one_batch_with_buffers_for_the_split_alone(prepared):
+    """Validation's last batch is partial, so a batch_size past the split is its one batch: the buffers hold the
+    split's samples, not batch_size images (3 TB for 10**9 at 32 px: a traceback from the allocator)."""
+    samples = read_manifest(prepared).splits["val"].samples
+    with loader(prepared, "val", batch_size=10 ** 9) as data:
+        assert len(data) == 1 and [len(labels) for _, labels in data] == [samples]
+        largest = max(split.samples for split in read_manifest(prepared).splits.values())
+        assert data._shared.loader.strategy.memory_bytes() == 4 * largest * SIZE * SIZE * 3  # a ring of 4
+
+
 def test_on_one_process_a_batch_of_8_with_repeats_4_holds_2_images_4_times_each(prepared):
     """RASampler's rule, as docs/library.md states it: the readings of a sample go to the ranks in
     turn, so on one rank they are side by side; each its own augmentation."""

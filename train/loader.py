@@ -449,8 +449,10 @@ class Loader:
             raise ValueError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
         self.splits, self.batch_size, self.ring_size, self.max_size = splits, batch_size, ring, image_size
         self.threads = max(1, threads)
-        self.strategy = strategy_for(decode, batch_size=batch_size, image_size=image_size, ring=ring,
-                                     pin_memory=pin_memory)
+        # A batch holds at most a split's samples (validation's one batch of a batch_size past its split): buffers
+        # for batch_size images allocated terabytes for a val loader of batch_size 10**9, or pinned them
+        most = min(batch_size, max((len(shards) for shards in splits.values()), default=batch_size))
+        self.strategy = strategy_for(decode, batch_size=most, image_size=image_size, ring=ring, pin_memory=pin_memory)
         self.chunk = chunk_size(batch_size, self.threads)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
         self.fallbacks = 0  # images decoded by the PIL path, over the Loader's life
