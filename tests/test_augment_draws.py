@@ -144,6 +144,8 @@ RANDAUGMENT = {"policy": "randaugment"}
     ({**RANDAUGMENT, "magnitude": 31}, r"magnitude must be below the policy's 31 magnitude bins, not 31"),
     ({**RANDAUGMENT, "magnitude": 9, "num_magnitude_bins": 9}, r"below the policy's 9 magnitude bins"),
     ({"policy": "trivialaugment", "num_magnitude_bins": 1}, "num_magnitude_bins must be at least 2"),
+    ({"policy": "trivialaugment", "num_magnitude_bins": 10 ** 9}, "num_magnitude_bins must be at most 10000"),
+    ({**RANDAUGMENT, "num_ops": 10 ** 6}, "num_ops must be at most 100"),
     ({"erasing": 1.5}, "erasing must be at most 1"), ({"erasing": -0.1}, "erasing must be at least 0"),
     ({"mixup": -1}, "mixup .* must be at least 0"), ({"cutmix": float("nan")}, "cutmix .* finite"),
     ({"mixup": float("inf")}, "mixup .* finite"), ({"erasing": np.float64("nan")}, "erasing must be a finite"),

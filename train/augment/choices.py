@@ -28,6 +28,12 @@ POLICY_DEFAULTS = {"trivialaugment": {"num_magnitude_bins": 31},
                    "randaugment": {"num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31},
                    "autoaugment": {}}
 
+# Far past any recipe's (torchvision's defaults: 2 ops, 31 bins), and bounded: the draws hold num_ops columns a sample
+# and the op space a table of num_magnitude_bins a policy op: 10**9 bins asked 104 GB in the first batch (a
+# MemoryError in a decode thread), and 10**6 ops ran a batch for minutes
+MAX_NUM_OPS = 100
+MAX_MAGNITUDE_BINS = 10_000
+
 
 @dataclass(frozen=True)
 class Augment:
@@ -68,8 +74,9 @@ class Augment:
         object.__setattr__(self, "policy", None if self.policy is None else str(self.policy))
         object.__setattr__(self, "policy_interpolation", str(self.policy_interpolation))
         check_policy_takes(self.policy, {name: getattr(self, name) for name in POLICY_OPTIONS})
-        for name, least in (("num_ops", 1), ("num_magnitude_bins", 2), ("magnitude", 0)):
-            object.__setattr__(self, name, optional(whole_number, name, getattr(self, name), least=least,
+        for name, least, most in (("num_ops", 1, MAX_NUM_OPS), ("num_magnitude_bins", 2, MAX_MAGNITUDE_BINS),
+                                  ("magnitude", 0, None)):
+            object.__setattr__(self, name, optional(whole_number, name, getattr(self, name), least=least, most=most,
                                                     said=f"augment {name}"))
         magnitude, bins = self.option("magnitude"), self.option("num_magnitude_bins")
         if magnitude is not None and magnitude >= bins:  # RandAugment's magnitude is one of its bins
