@@ -148,7 +148,11 @@ RANDAUGMENT = {"policy": "randaugment"}
     ({**RANDAUGMENT, "num_ops": 10 ** 6}, "num_ops must be at most 100"),
     ({"erasing": 1.5}, "erasing must be at most 1"), ({"erasing": -0.1}, "erasing must be at least 0"),
     ({"mixup": -1}, "mixup .* must be at least 0"), ({"cutmix": float("nan")}, "cutmix .* finite"),
-    ({"mixup": float("inf")}, "mixup .* finite"), ({"erasing": np.float64("nan")}, "erasing must be a finite"),
+    ({"mixup": float("inf")}, "mixup .* finite"),
+    # torch's float32 Beta: a tiny alpha failed mid-run (or drew 0.5 exactly), a huge one drew about 0, not 0.5
+    ({"mixup": 1e-308}, r"mixup must be 0 \(off\) or at least 0.01"), ({"cutmix": 0.001}, "cutmix must be 0 .off."),
+    ({"cutmix": 1e308}, r"cutmix \(an alpha, 0: off\) must be at most 3.4e\+38"),
+    ({"erasing": np.float64("nan")}, "erasing must be a finite"),
 ])
 def test_an_augmentation_that_cannot_work_is_refused_by_name(options, message):
     with pytest.raises(ConfigError, match=message):

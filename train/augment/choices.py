@@ -33,6 +33,11 @@ POLICY_DEFAULTS = {"trivialaugment": {"num_magnitude_bins": 31},
 # MemoryError in a decode thread), and 10**6 ops ran a batch for minutes
 MAX_NUM_OPS = 100
 MAX_MAGNITUDE_BINS = 10_000
+# MixUp's and CutMix's alphas as torch's Beta (float32) draws them right: below 0.01 a share of its draws are
+# exactly 0.5 (0.09% at 0.005, 25% at 0.001), below 1e-38 it raises mid-run; above float32's largest it is
+# infinite, and the weight drawn about 0 where it should be 0.5
+MIN_ALPHA = 0.01
+MAX_ALPHA = 3.4e38
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,13 @@ class Augment:
         object.__setattr__(self, "erasing", real_number("erasing", self.erasing, least=0, most=1,
                                                         said="augment erasing"))
         for name in ("mixup", "cutmix"):
-            object.__setattr__(self, name, real_number(name, getattr(self, name), least=0, said=f"augment {name}",
-                                                       note=" (an alpha, 0: off)"))
+            alpha = real_number(name, getattr(self, name), least=0, most=MAX_ALPHA, said=f"augment {name}",
+                                note=" (an alpha, 0: off)")
+            if 0 < alpha < MIN_ALPHA:
+                raise about(name, f"augment {name}", f"must be 0 (off) or at least {MIN_ALPHA}, not {alpha}: torch's "
+                            "Beta draws a smaller alpha's mixing weight as exactly 0.5 for a share of batches (its "
+                            "float32 gammas underflow), and fails mid-run below 1e-38")
+            object.__setattr__(self, name, alpha)
 
     def option(self, name: str) -> int | None:
         """num_ops, magnitude or num_magnitude_bins as the policy uses it: the value given, else its
