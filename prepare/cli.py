@@ -25,6 +25,8 @@ from shards.paths import default_dest, user_path
 from shards.resources import available_cpus
 from shards.slurm import SlurmEnvError
 
+MAX_GROUP_TIMEOUT_S = 1e9
+
 
 def source_path(text: str) -> Path:
     """--source's value: shards.paths.user_path's rule (a leading `~` made the home), kept in this module: the path
@@ -112,6 +114,10 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     # shard count) or in the rendezvous's OverflowError, told as a node that never arrived
     if not (0 < args.shard_size < math.inf and args.workers >= 1 and 0 < args.group_timeout < math.inf):
         parser.error("--shard-size, --workers and --group-timeout must be positive (and finite)")
+    # 1e14 s failed gloo's check of its timeout and 1e308 timedelta's, on several nodes only: a traceback
+    if args.group_timeout > MAX_GROUP_TIMEOUT_S:
+        parser.error(f"--group-timeout must be at most {MAX_GROUP_TIMEOUT_S:.0e} s (31 years), "
+                     f"not {args.group_timeout:g}")
     try:
         group = None if args.no_shared_read else node_group_env(os.environ)
     except SlurmEnvError as exn:

@@ -223,14 +223,14 @@ def test_a_winter21_dataset_prepared_before_class_maps_is_told_how_to_get_them()
     assert "run on it again" not in str(other.value)  # no table of theirs to record
 
 
-@pytest.mark.parametrize("timeout", ["inf", "nan", "-1", "0"])
+@pytest.mark.parametrize("timeout", ["inf", "nan", "-1", "0", "1e14"])
 def test_a_dist_timeout_that_is_no_finite_number_above_0_is_refused_in_one_line(tmp_path, capsys, timeout):
     """As training refuses it, before anything is read: on several ranks inf ended the rendezvous in an
     OverflowError, and -1 in a timeout, each told as 'a peer never arrived or died'; 0 became the run's."""
     with pytest.raises(SystemExit) as stopped:
         main([str(tmp_path / "run"), "--dist-timeout", timeout])
     assert stopped.value.code == 2
-    said = f"--dist-timeout must be a finite number of seconds above 0, not {float(timeout)}"
+    said = f"--dist-timeout must be a finite number of seconds above 0 (at most 1e+09), not {float(timeout)}"
     assert capsys.readouterr().err.splitlines()[-1] == f"python -m train.evaluate: error: {said}"
 
 

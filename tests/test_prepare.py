@@ -1597,6 +1597,17 @@ def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_re
         assert read_complete_manifest(dest).options["resize"] == 64
 
 
+def test_a_group_timeout_past_what_gloo_takes_is_refused_in_one_line(sources, tmp_path, capsys):
+    """On several nodes 1e14 s failed gloo's check of its timeout and 1e308 timedelta's: a traceback."""
+    from prepare.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--source", str(sources["official"]), "--dest", str(tmp_path / "imagenet"), "--group-timeout", "1e14"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "python -m prepare: error: --group-timeout must be at most 1e+09 s (31 years), not 1e+14"
+
+
 @pytest.mark.parametrize("option,value", [("--shard-size", "nan"), ("--shard-size", "inf"), ("--group-timeout", "inf"),
                                           ("--group-timeout", "nan"), ("--shard-size", "0")])
 def test_a_shard_size_or_group_timeout_that_is_no_positive_finite_number_is_refused_in_one_line(

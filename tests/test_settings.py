@@ -233,6 +233,9 @@ def test_an_unknown_policy_is_refused_with_the_choices(capsys):
     (["--signal", "_DFL"], "--signal _DFL: no signal a process can catch"),
     (["--seed", 2 ** 64], f"--seed must be from -2**63 to 2**64 - 1 (torch's seeds), not {2 ** 64}"),
     (["--dist-timeout", 0], "--dist-timeout must be more than 0 s"),
+    # on several ranks 1e14 failed gloo's check and 1e308 timedelta's: a traceback after the set-up
+    (["--dist-timeout", 1e14], "--dist-timeout must be at most 1e+09 s (31 years), not 1e+14"),
+    (["--dist-timeout", 1e308], "--dist-timeout must be at most 1e+09 s"),
     # each warm-up step at the ramp's value at its start (torchvision-v2's): a warm-up as long as the run never
     # reaches the peak; where the rate changes once an epoch, one that rounds to the run's length neither
     (["--recipe", "torchvision-v2", "--epochs", 3, "--warmup-epochs", 3], "--warmup-epochs 3 (typed) is as long as the "

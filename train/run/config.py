@@ -21,7 +21,7 @@ from train.augment import POLICIES, POLICY_INTERPOLATIONS
 from train.augment.choices import AUGMENT_FIELDS, Augment
 from train.device_types import DEVICE_TYPES
 from train.errors import ConfigError
-from train.run.flags import flag_of, in_flags, show
+from train.run.flags import MAX_DIST_TIMEOUT_S, flag_of, in_flags, show
 
 TRACKERS = ("none", "tensorboard", "wandb")  # --tracker (train/run/trackers.py)
 LR_SCHEDULES = ("cosine", "linear")  # after the warm-up: cosine to 0, or linear to 0 (FFCV's)
@@ -692,6 +692,9 @@ def settings_from_args(args: argparse.Namespace, parser: OneLineParser) -> dict:
                       f"{args.momentum}")
     if args.dist_timeout == 0:
         parser.refuse("--dist-timeout must be more than 0 s: no rendezvous or collective completes in none")
+    if args.dist_timeout > MAX_DIST_TIMEOUT_S:
+        parser.refuse(f"--dist-timeout must be at most {MAX_DIST_TIMEOUT_S:.0e} s (31 years), "
+                      f"not {args.dist_timeout:g}: torch's gloo and timedelta overflow past it")
     if not 0 <= args.label_smoothing < 1:
         parser.refuse(f"--label-smoothing must be from 0 to below 1, not {args.label_smoothing}")
     values = {k: v for k, v in vars(args).items() if k != "force_change"}

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 from dataclasses import replace
@@ -219,14 +218,15 @@ def is_file(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     from train.cluster import dist_env
     from train.run.cli import setup_logging
-    from train.run.flags import in_flags
+    from train.run.flags import MAX_DIST_TIMEOUT_S, in_flags
 
     parser = build_parser()
     args = parser.parse_args(argv)
     # as training refuses it: inf or nan ended the rendezvous of several ranks in an OverflowError (a negative, a
     # timeout) told as a peer that never arrived; 0 silently became the run's
-    if args.dist_timeout is not None and not 0 < args.dist_timeout < math.inf:
-        parser.error(f"--dist-timeout must be a finite number of seconds above 0, not {args.dist_timeout}")
+    if args.dist_timeout is not None and not 0 < args.dist_timeout <= MAX_DIST_TIMEOUT_S:
+        parser.error(f"--dist-timeout must be a finite number of seconds above 0 (at most {MAX_DIST_TIMEOUT_S:.0e}), "
+                     f"not {args.dist_timeout}")
     # a checkpoint given as RUN_DIR was looked for at RUN_DIR/last.pt inside it: "no checkpoint at .../last.pt/last.pt"
     if is_file(args.run_dir):
         parser.error(f"RUN_DIR {args.run_dir} is a file, not a run directory: give the run's folder "

@@ -9,6 +9,9 @@ from shards.errors import UserError
 from shards.help import as_typed
 from train.errors import ConfigError
 
+# --dist-timeout's largest (python -m train's and train.evaluate's): 1e14 s failed gloo's check of its timeout and
+# 1e308 timedelta's, on several ranks only (a traceback, after the set-up), where 1e9 s (31 years) passes both
+MAX_DIST_TIMEOUT_S = 1e9
 FLAG_OF = {"channels_last": "--no-channels-last"}  # a field whose flag is not --its-name
 # The library's arguments that are no TrainConfig field of their own name -> the flag that sets them. Every
 # other argument a library refusal carries is a field's own name (magnitude, val_crop, repeats, decode).
