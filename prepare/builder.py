@@ -333,7 +333,8 @@ def disk_to_come(splits: tuple[str, ...], estimate: dict[str, int], results: dic
 def shards_overhead(result: SplitResult, config: PrepareConfig) -> int:
     """What writing a split read already (its images spilled on --dest) adds to the disk: its samples' tar
     headers and the shards in flight."""
-    return space_needed(0, sum(map(len, result.buckets)), config.shard_size_mb * MB, config.workers)
+    return space_needed(0, sum(map(len, result.buckets)), config.shard_size_mb * MB, config.workers,
+                        result.source_bytes)
 
 
 def merged(results: dict[str, SplitResult], what: str) -> dict[str, str]:

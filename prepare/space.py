@@ -19,14 +19,19 @@ SPILL_OVERHEAD = 200  # a pickled sample's keys, label and metadata around the J
 MARGIN = 16 << 20  # once per check: the manifest, file-system slack
 
 
-def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: int) -> int:
-    """The peak of spills and shards for a split of `samples` images (`image_bytes` in all).
+def space_needed(image_bytes: int, samples: int, shard_bytes: float, workers: int,
+                 shard_image_bytes: int | None = None) -> int:
+    """The peak of spills and shards for a split of `samples` images (`image_bytes` in all; the shards hold
+    `shard_image_bytes` of images, where the spills are counted elsewhere: `image_bytes` where None).
 
     >>> space_needed(4500 * 1000, 1000, 1e6, 1) > 1.5 * 4500 * 1000   # small images: tar doubles them
     True
     """
     spills = image_bytes + samples * SPILL_OVERHEAD
-    in_flight = int(2 * workers * shard_bytes)  # shards being written beside their spills, moved samples
+    shards = (image_bytes if shard_image_bytes is None else shard_image_bytes) + samples * SAMPLE_OVERHEAD
+    # shards being written beside their spills, moved samples: at most the split's shards all told, however large
+    # --shard-size (--shard-size 100000 on 16 workers asked 3.2 TB of disk for ImageNet's 145 GB; 1e308 overflowed)
+    in_flight = int(min(2 * workers * shard_bytes, shards))
     return spills + samples * SAMPLE_OVERHEAD + in_flight
 
 

@@ -1597,6 +1597,28 @@ def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_re
         assert read_complete_manifest(dest).options["resize"] == 64
 
 
+def test_the_disk_a_split_needs_counts_shards_in_flight_at_most_the_splits_own():
+    """--shard-size 100000 (one shard a split) on 16 workers was refused for 3.2 TB of disk for ImageNet's 145 GB,
+    and 1e308 overflowed in the estimate (a traceback): a worker's shard is at most the split."""
+    from prepare.space import space_needed
+    from shards.resources import MB
+
+    small = space_needed(145 * 10 ** 9, 1_281_167, 200 * MB, 16)
+    assert space_needed(145 * 10 ** 9, 1_281_167, 100_000 * MB, 16) < 2.1 * small
+    assert space_needed(145 * 10 ** 9, 1_281_167, 1e308, 16) < 2.1 * small
+    assert space_needed(0, 1000, 1e308, 16, 10 ** 6) < 10 ** 7  # the shards' images counted apart from the spills
+
+
+@pytest.mark.slow
+def test_a_shard_size_past_the_source_prepares_one_shard_a_split(sources, tmp_path):
+    from prepare.cli import main
+
+    assert main(["--source", str(sources["official"]), "--dest", str(tmp_path / "imagenet"), "--shard-size", "1e308",
+                 "--workers", "2"]) == 0
+    assert {split: len(info.shards) for split, info in read_manifest(tmp_path / "imagenet").splits.items()} == \
+        {"train": 1, "val": 1}
+
+
 def test_a_group_timeout_past_what_gloo_takes_is_refused_in_one_line(sources, tmp_path, capsys):
     """On several nodes 1e14 s failed gloo's check of its timeout and 1e308 timedelta's: a traceback."""
     from prepare.cli import main
