@@ -242,6 +242,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     dealt into shards, written."""
     start = time.monotonic()
     raise_open_file_limit()
+    check_shard_size(source, config)
     estimate = check_dataset_fits(source, dest, config, state, reader)
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
@@ -264,6 +265,21 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                     real_labels=write_real_labels(dest, real_labels) if real_labels is not None else {},
                     partial={split: r.partial for split, r in results.items() if r.partial},
                     warnings={split: r.warning for split, r in results.items() if r.warning})
+
+
+def check_shard_size(source: Source, config: PrepareConfig) -> None:
+    """Refuse a --shard-size under half an image a shard in any split, before anything is read: 1e-300 made 1e300
+    spill buckets, a MemoryError (1e-320 an OverflowError)."""
+    shard_bytes, least = config.shard_size_mb * MB, {}
+    for split in source.splits:
+        split_bytes, images = source.split_bytes(split), max(1, source.estimated_count(split))
+        if split_bytes / shard_bytes > 2 * images:  # (twice: some layouts' counts are estimates)
+            least[split] = (split_bytes / shard_bytes, images, split_bytes / images / MB)
+    if least:
+        split, (count, images, average) = max(least.items(), key=lambda item: item[1][2])
+        raise PrepareError(f"--shard-size {config.shard_size_mb:g} makes {count:.3g} shards of the {split} split's "
+                           f"{images:,} images (about), under half an image a shard: give --shard-size {average:.2g} "
+                           "(MB, its average image) or more")
 
 
 def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state: RunState, reader: Reader,
