@@ -114,6 +114,9 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     # shard count) or in the rendezvous's OverflowError, told as a node that never arrived
     if not (0 < args.shard_size < math.inf and args.workers >= 1 and 0 < args.group_timeout < math.inf):
         parser.error("--shard-size, --workers and --group-timeout must be positive (and finite)")
+    # NaN printed no progress line at all, silently (no time is `>= nan` past the last)
+    if not 0 <= args.progress_interval < math.inf:
+        parser.error(f"--progress-interval must be a finite number of seconds, 0 or more, not {args.progress_interval}")
     # 1e14 s failed gloo's check of its timeout and 1e308 timedelta's, on several nodes only: a traceback
     if args.group_timeout > MAX_GROUP_TIMEOUT_S:
         parser.error(f"--group-timeout must be at most {MAX_GROUP_TIMEOUT_S:.0e} s (31 years), "

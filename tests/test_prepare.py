@@ -1636,6 +1636,20 @@ def test_a_shard_size_under_half_an_image_is_refused_in_one_line_naming_the_leas
     assert main(["--source", str(sources["official"]), "--dest", str(dest), "--shard-size", least]) == 0
 
 
+@pytest.mark.parametrize("interval", ["nan", "inf", "-1"])
+def test_a_progress_interval_that_is_no_finite_number_of_0_or_more_is_refused_in_one_line(sources, tmp_path, capsys,
+                                                                                        interval):
+    """NaN printed no progress line at all, silently; -1 one at every update."""
+    from prepare.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--source", str(sources["official"]), "--dest", str(tmp_path / "imagenet"), "--progress-interval",
+              interval])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == ("python -m prepare: error: --progress-interval must be a "
+                                                        f"finite number of seconds, 0 or more, not {float(interval)}")
+
+
 def test_a_group_timeout_past_what_gloo_takes_is_refused_in_one_line(sources, tmp_path, capsys):
     """On several nodes 1e14 s failed gloo's check of its timeout and 1e308 timedelta's: a traceback."""
     from prepare.cli import main
