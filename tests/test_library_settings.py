@@ -11,6 +11,7 @@ import ast
 import io
 import inspect
 import re
+import signal
 import subprocess
 import sys
 import tomllib
@@ -149,6 +150,24 @@ def test_a_resolution_ramp_keeps_plain_ints(kind):
     ramp = ResolutionRamp(kind(160), kind(192), kind(65), kind(76), step=kind(32))
     assert ramp == ResolutionRamp(160, 192, 65, 76) and all(type(getattr(ramp, f)) is int for f in
                                                              ramp.__dataclass_fields__)
+
+
+def test_a_resolution_ramp_over_a_billion_epochs_is_made_at_once_and_its_extremes_are_every_epochs():
+    """Its checks took every epoch's size: an end_epoch of 10**12 hung the constructor for good."""
+    def too_long(signum, frame):
+        raise TimeoutError("ResolutionRamp took over 10 s")
+
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)
+    try:
+        ramp = ResolutionRamp(32, 64, 0, 10 ** 12)
+        assert (ramp.largest, ramp.size(10 ** 11), ramp.size(10 ** 12)) == (64, 32, 64)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    for settings in [(160, 192, 65, 76), (192, 160, 0, 5), (30, 100, 3, 4, 64), (17, 17, 0, 9), (20, 60, 0, 7, 40)]:
+        ramp = ResolutionRamp(*settings)
+        assert ramp.largest == max(ramp.sizes()) and min(ramp.extremes()) == min(ramp.sizes())
 
 
 def test_the_checks_say_which_kinds_they_take():

@@ -318,7 +318,7 @@ class ResolutionRamp:
         for name, least in (("start", 1), ("end", 1), ("step", 1), ("start_epoch", 0), ("end_epoch", self.start_epoch)):
             object.__setattr__(self, name, whole_number(f"ramp.{name}", getattr(self, name), least=least,
                                                         said=f"the resolution ramp's {name}"))
-        if min(self.sizes()) < 1:
+        if min(self.extremes()) < 1:
             raise ConfigError(f"{self} rounds some epochs to 0 px: give sizes of at least one step")
 
     def size(self, epoch: int) -> int:
@@ -333,7 +333,13 @@ class ResolutionRamp:
         """The size of every epoch from start_epoch to end_epoch (before and after: the ends)."""
         return [self.size(epoch) for epoch in range(self.start_epoch, self.end_epoch + 1)]
 
+    def extremes(self) -> list[int]:
+        """The sizes of the ends and of the epochs next to them, which hold the smallest and the largest: the size
+        is monotone in the epoch between the ends. Not every epoch's: an end_epoch of 10**9 ran for hours."""
+        epochs = {self.start_epoch, self.start_epoch + 1, self.end_epoch - 1, self.end_epoch}
+        return [self.size(epoch) for epoch in sorted(epochs) if self.start_epoch <= epoch <= self.end_epoch]
+
     @property
     def largest(self) -> int:
         """The largest size of any epoch (rounding to the step may pass the larger end)."""
-        return max(self.sizes())
+        return max(self.extremes())
