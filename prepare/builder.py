@@ -267,19 +267,24 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
                     warnings={split: r.warning for split, r in results.items() if r.warning})
 
 
+SHARDS_AN_IMAGE = 100  # past this many shards an image a --shard-size is refused; see check_shard_size
+
+
 def check_shard_size(source: Source, config: PrepareConfig) -> None:
-    """Refuse a --shard-size under half an image a shard in any split, before anything is read: 1e-300 made 1e300
-    spill buckets, a MemoryError (1e-320 an OverflowError)."""
+    """Refuse a --shard-size that makes far more shards than a split has images, before anything is read: 1e-300
+    made 1e300 spill buckets, a MemoryError (1e-320 an OverflowError). Far more: a hundred an image, as the counts
+    are estimates before the read (the full releases' from their archive's bytes and a typical image's, wrong by
+    tens for small or resized images), and a few empty shards harm nothing."""
     shard_bytes, least = config.shard_size_mb * MB, {}
     for split in source.splits:
         split_bytes, images = source.split_bytes(split), max(1, source.estimated_count(split))
-        if split_bytes / shard_bytes > 2 * images:  # (twice: some layouts' counts are estimates)
+        if split_bytes / shard_bytes > SHARDS_AN_IMAGE * images:
             least[split] = (split_bytes / shard_bytes, images, split_bytes / images / MB)
     if least:
         split, (count, images, average) = max(least.items(), key=lambda item: item[1][2])
         raise PrepareError(f"--shard-size {config.shard_size_mb:g} makes {count:.3g} shards of the {split} split's "
-                           f"{images:,} images (about), under half an image a shard: give --shard-size {average:.2g} "
-                           "(MB, its average image) or more")
+                           f"{images:,} images (about), over {SHARDS_AN_IMAGE} an image: give --shard-size "
+                           f"{average:.2g} (MB, its average image) or more")
 
 
 def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state: RunState, reader: Reader,

@@ -1620,17 +1620,19 @@ def test_a_shard_size_past_the_source_prepares_one_shard_a_split(sources, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["1e-300", "1e-320", "0.0001"])
-def test_a_shard_size_under_half_an_image_is_refused_in_one_line_naming_the_least(sources, tmp_path, caplog, size):
+@pytest.mark.parametrize("size", ["1e-300", "1e-320", "0.00001"])
+def test_a_shard_size_of_far_more_shards_than_images_is_refused_in_one_line_naming_the_least(sources, tmp_path, caplog,
+                                                                                              size):
     """1e-300 made 1e300 spill buckets, a MemoryError (1e-320 an OverflowError), after the checks: refused before
-    the source is read, naming a size that works."""
+    the source is read, naming a size that works. (The full releases' small samples, whose count is estimated from a
+    typical image's bytes, prepare at 0.02 MB: tests/test_large_sources.py.)"""
     from prepare.cli import main
 
     dest = tmp_path / "imagenet"
     assert main(["--source", str(sources["official"]), "--dest", str(dest), "--shard-size", size]) == 2
     said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(said) == 1 and re.fullmatch(r"--shard-size \S+ makes \S+ shards of the (train|val) split's [\d,]+ "
-                                           r"images \(about\), under half an image a shard: give --shard-size (\S+) "
+                                           r"images \(about\), over 100 an image: give --shard-size (\S+) "
                                            r"\(MB, its average image\) or more", said[0]), said
     least = re.search(r"give --shard-size (\S+)", said[0]).group(1)
     assert main(["--source", str(sources["official"]), "--dest", str(dest), "--shard-size", least]) == 0
