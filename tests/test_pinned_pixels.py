@@ -92,6 +92,7 @@ def test_the_native_modules_are_built_on_the_vendored_libjpeg_turbo():
         assert not [name for name in libraries if "jpeg" in name], (module.__file__, libraries)
 
 
+@pytest.mark.slow  # every resize path this CPU runs, each over every crop (1.5 s)
 def test_decoded_crops_are_the_pinned_ones_with_every_resize_this_cpu_runs():
     digests = {simd: crops_digest(simd) for simd in SIMD}
     assert set(digests.values()) == {CROPS}, digests

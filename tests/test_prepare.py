@@ -1579,6 +1579,7 @@ def test_a_file_system_out_of_files_is_said_so_with_what_helps(sources, tmp_path
         assert not [path for path in mount.rglob("*") if path.is_file() and path.name != ".prepare.lock"]
 
 
+@pytest.mark.slow  # three prepares on a small disk (1.1 s)
 def test_a_force_that_cannot_fit_is_refused_before_the_dataset_it_replaces_is_removed(tmp_path):
     """A dataset prepared at --resize 32 on a small disk, then --force at full size, which does not fit even with
     it gone: refused in one line, the dataset there kept whole (it was removed first, then the build refused:

@@ -153,6 +153,7 @@ def test_a_run_directory_this_user_may_not_open_is_refused_as_a_held_one_is():
         shutil.rmtree(top)
 
 
+@pytest.mark.slow  # it waits out its bounds (2.6 s)
 def test_a_requeued_job_waits_for_its_earlier_start_to_end_and_only_so_long(tmp_path, caplog):
     run_dir = tmp_path / "run"
     earlier = hold(run_dir, "1", env={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"})
