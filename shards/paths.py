@@ -56,6 +56,15 @@ def user_path(text: str) -> Path:
     return Path(os.path.expanduser(text))
 
 
+def path_is(path: Path, kind: str) -> bool:
+    """Whether `path` is a "file" or a "dir": Path.is_file or is_dir, but False too for a name longer than the file
+    system takes (a sweep's run named by its settings), for which they raise OSError instead of answering."""
+    try:
+        return path.is_file() if kind == "file" else path.is_dir()
+    except OSError:
+        return False
+
+
 def default_dest(environ=os.environ) -> Path | None:
     """`$SLURM_TMPDIR/imagenet`, the node-local default for both stages; None outside SLURM."""
     tmpdir = environ.get("SLURM_TMPDIR")

@@ -482,13 +482,12 @@ class ImageNetLoader:
         self.counters.bad_samples += len(bad)
         self._bad_this_epoch += len(bad)
         this_epoch = self._bad_this_epoch
+        dest = shlex.quote(str(self.root))  # (a command to paste: a path with a space stays one word)
         for sample, why in bad:
             log.warning("left out %s (%s; %d this epoch on this rank). Its shard may be damaged: check the dataset "
-                        "with `python -m prepare --source ... --dest %s --verify`", sample, why, this_epoch,
-                        shlex.quote(str(self.root)))
+                        "with `python -m prepare --source ... --dest %s --verify`", sample, why, this_epoch, dest)
         if bad and self.max_bad_samples is not None and this_epoch > self.max_bad_samples:
             sample, why = bad[-1]
-            dest = shlex.quote(str(self.root))  # (a command to paste: a path with a space stays one word)
             raise DamagedData(f"{this_epoch} bad {self.split} samples this epoch on this rank, more than "
                               f"max_bad_samples {self.max_bad_samples}; the last: {sample} ({why}). The node's disk "
                               f"or dataset is damaged: run `python -m prepare --source ... --dest {dest} --verify` "

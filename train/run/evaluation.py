@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shards.errors import UserError
-from shards.paths import MANIFEST_NAME, default_dest, user_path
+from shards.paths import MANIFEST_NAME, default_dest, path_is, user_path
 from train.device_types import DEVICE_TYPES
 
 log = logging.getLogger("train")
@@ -155,7 +155,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
-    if not is_file(path):
+    if not path_is(path, "file"):
         raise UserError(f"no checkpoint at {path}: nothing to evaluate (a run saves RUN_DIR/last.pt at each epoch's "
                         "end and at a preemption; --checkpoint names another file)")
     checkpoint = load_checkpoint(path)
@@ -207,14 +207,6 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
             dist.destroy_process_group()
 
 
-def is_file(path: Path) -> bool:
-    """Path.is_file, False too for a name longer than the file system takes (Path.is_file raises it)."""
-    try:
-        return path.is_file()
-    except OSError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     from train.cluster import dist_env
     from train.run.cli import setup_logging
@@ -228,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--dist-timeout must be a finite number of seconds above 0 (at most {MAX_DIST_TIMEOUT_S:.0e}), "
                      f"not {args.dist_timeout}")
     # a checkpoint given as RUN_DIR was looked for at RUN_DIR/last.pt inside it: "no checkpoint at .../last.pt/last.pt"
-    if is_file(args.run_dir):
+    if path_is(args.run_dir, "file"):
         parser.error(f"RUN_DIR {args.run_dir} is a file, not a run directory: give the run's folder "
                      f"({args.run_dir.parent}), which evaluates its last.pt, or a folder for eval.jsonl with "
                      f"--checkpoint {args.run_dir}")

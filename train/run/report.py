@@ -10,7 +10,7 @@ from pathlib import Path
 
 from shards.manifest import write_file_atomic
 from train.run.metrics import EVALUATION_SETS, METRICS_NAME, evaluation_sets, read_records
-from shards.paths import user_path
+from shards.paths import path_is, user_path
 
 FORMATS = (".png", ".pdf", ".svg")  # what --out may be, by its suffix (none: .png)
 
@@ -69,21 +69,13 @@ def accuracies(records: list[dict]) -> list[tuple[str, str]]:
     return [(name, label) for name, label in named if any(name in r for r in records)]
 
 
-def is_dir(path: Path) -> bool:
-    """Path.is_dir, False too for a name longer than the file system takes (Path.is_dir raises it)."""
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.report", description=__doc__)
     p.add_argument("run_dir", type=user_path)
     p.add_argument("--out", type=user_path, default=None,
                    help="a .png, .pdf or .svg file, or a folder to write metrics.png in (default: RUN_DIR/metrics.png)")
     args = p.parse_args(argv)
-    if not is_dir(args.run_dir):  # a path mistyped: not a run that has no epoch yet
+    if not path_is(args.run_dir, "dir"):  # a path mistyped: not a run that has no epoch yet
         print(f"{args.run_dir}: no such run directory: give the --run-dir of a python -m train run", file=sys.stderr)
         return 2
     records, damaged = read_records(args.run_dir)
