@@ -650,3 +650,75 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
                                       "device): is its file system full, or over its quota? Make room, then resume "
                                       "(--resume auto): the epoch is trained again from the last checkpoint"]
         assert not (run / "last.pt").exists() and "Traceback" not in ranks.text()
+
+
+# A model whose logits turn NaN at its training forward call $NAN_AT_STEP, on rank $NAN_RANK only (every rank where
+# unset): the loss a diverging run meets, where and when a test wants it.
+NAN_AT_A_STEP = """
+import os
+
+import torch
+
+class NanAt(torch.nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.GroupNorm(2, 8), torch.nn.ReLU(),
+                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                       torch.nn.Linear(8, num_classes))
+        self.steps = 0
+
+    def forward(self, x):
+        logits = self.net(x)
+        if self.training:
+            self.steps += 1
+            here = os.environ.get("NAN_RANK", os.environ["RANK"]) == os.environ["RANK"]
+            if here and self.steps == int(os.environ.get("NAN_AT_STEP", "0")):
+                logits = logits * float("nan")
+        return logits
+
+
+def nan_at(num_classes):
+    return NanAt(num_classes)
+"""
+
+
+def errors_of(ranks: Ranks) -> list[list[str]]:
+    return [[line.split("ERROR ", 1)[1] for line in log.read_text().splitlines() if "ERROR " in line]
+            for log in ranks.logs]
+
+
+def test_a_loss_that_turns_nan_on_one_rank_stops_every_rank_in_one_line_and_saves_nothing(prepared, tmp_path):
+    """Training went on through a NaN loss (a rate too high, fp16 overflowing): every later step, evaluation and
+    checkpoint on NaN weights, the last good checkpoint replaced by them. The ranks now ask at each --log-every
+    step whether any rank's loss stopped being finite, and all stop together, naming the rank and the step."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    run = tmp_path / "run"
+    ranks = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_at"),
+                  tmp_path / "logs", env={"NAN_AT_STEP": "3", "NAN_RANK": "1"}, cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [2, 2], ranks.text()
+    said = errors_of(ranks)
+    assert said[0] == said[1] == ["the training loss became NaN or infinite on rank 1 in epoch 0, step 3: the run "
+                                  "diverged and stopped, its weights unsaved. No checkpoint was saved before it: "
+                                  "start again with a lower --lr, a longer --warmup-epochs"], ranks.text()
+    assert "Traceback" not in ranks.text()
+    assert not (run / "last.pt").exists() and read_metrics(run) == []
+
+
+def test_a_loss_that_turns_nan_after_the_last_log_step_keeps_the_last_checkpoint_as_it_was(prepared, tmp_path):
+    """Between --log-every steps the loss is not looked at (a device sync): the epoch's end asks again, before its
+    checkpoint would replace the last good one. The line says which checkpoint holds the weights before, and how to
+    resume from it."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    run, args = tmp_path / "run", ["--workers", 1, "--arch", "nan_at_a_step:nan_at", "--log-every", 1000]
+    first = Ranks(1, train_args(prepared, run, "--epochs", 1, *args), tmp_path / "one", cwd=tmp_path)
+    assert first.wait(timeout=120) == [0], first.text()
+    kept = (run / "last.pt").read_bytes()
+    ranks = Ranks(1, train_args(prepared, run, "--epochs", 2, *args, "--resume", "auto", "--force-change",
+                                "--epochs"), tmp_path / "two", env={"NAN_AT_STEP": "2"}, cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [2], ranks.text()
+    steps = read_metrics(run)[0]["steps"]
+    assert errors_of(ranks) == [[f"the training loss became NaN or infinite on rank 0 in epoch 1, between steps 0 and "
+                                 f"{steps}: the run diverged and stopped, its weights unsaved. {run / 'last.pt'} still "
+                                 "holds epoch 1 step 0, before it: resume from it with --resume auto and a lower rate "
+                                 "(--lr RATE --force-change --lr), a longer --warmup-epochs"]], ranks.text()
+    assert (run / "last.pt").read_bytes() == kept and len(read_metrics(run)) == 1

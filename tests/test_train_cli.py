@@ -150,3 +150,29 @@ def test_an_import_path_whose_callable_takes_no_num_classes_is_refused_in_one_li
         build_model("no_classes_models:net", 4)
     for name in ("loose", "Net", "partial"):
         assert build_model(f"no_classes_models:{name}", 4).out_features == 4
+
+
+def test_a_diverged_run_says_which_ranks_in_a_line_of_any_world_size():
+    from train.run.loop import which_ranks
+
+    assert which_ranks([1], 2) == "rank 1" and which_ranks([0], 1) == "rank 0"
+    assert which_ranks([0, 1], 2) == "every rank" and which_ranks([3, 5], 8) == "ranks 3, 5"
+    assert which_ranks(list(range(0, 1000, 2)), 1024) == "ranks 0, 2, 4, 6, 8, 10, 12, 14 and 492 more"
+
+
+def test_a_diverged_run_says_how_to_go_on_from_the_checkpoint_it_holds(tmp_path):
+    """From the run directory's checkpoint: --resume auto; from one elsewhere that no save replaced yet: its path, as
+    one word to paste; fp16 (which overflows where bf16 does not): bf16."""
+    from train.run.checkpoint import checkpoint_path
+    from train.run.loop import how_to_go_on
+
+    run_dir = str(tmp_path / "run")
+    assert how_to_go_on(None, run_dir, fp16=False) == ("No checkpoint was saved before it: start again with a lower "
+                                                       "--lr, a longer --warmup-epochs")
+    assert how_to_go_on((checkpoint_path(run_dir), 3, 0), run_dir, fp16=True) == (
+        f"{run_dir}/last.pt still holds epoch 3 step 0, before it: resume from it with --resume auto and a lower rate "
+        "(--lr RATE --force-change --lr), a longer --warmup-epochs, or --amp bf16 where fp16 overflowed")
+    elsewhere = tmp_path / "old runs" / "last.pt"
+    assert how_to_go_on((elsewhere, 2, 40), run_dir, fp16=False) == (
+        f"{elsewhere} still holds epoch 2 step 40, before it: resume from it with --resume '{elsewhere}' and a lower "
+        "rate (--lr RATE --force-change --lr), a longer --warmup-epochs")

@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -121,6 +122,7 @@ class Run:
     ema: AveragedModel | None = None  # --ema: the average of the weights, evaluated and checkpointed too
     # python -m train.evaluate of a checkpoint trained in another class table: its outputs placed on the data's
     outputs_on_data: "ClassPlacement | None" = None
+    saved_at: tuple[Path, int, int] | None = None  # the checkpoint this run last wrote or resumed: (path, epoch, step)
 
 
 # ---------------------------------------------------------------- set-up
@@ -407,6 +409,48 @@ def agree(run: Run, bad_samples: int, tiny_batch: bool) -> tuple[bool, int, bool
 
 # ---------------------------------------------------------------- train and evaluate
 
+class Diverged(UserError):
+    """The training loss stopped being a number (NaN or infinite) on some rank: every rank stops alike, before a
+    checkpoint of the ruined weights replaces the last good one (DeiT's and MAE's loops stop on it too)."""
+
+
+def diverged_ranks(run: Run, loss_sum: torch.Tensor) -> list[int]:
+    """The ranks whose loss summed over this epoch's steps is NaN or infinite (one bad step leaves its sum so),
+    asked of every rank at the same steps, so that all stop together. A device sync and a tiny gloo all-reduce:
+    every --log-every steps and at the epoch's end, not every step."""
+    bad = [0.0] * run.env.world_size
+    bad[run.env.rank] = 0.0 if torch.isfinite(loss_sum).item() else 1.0
+    return [rank for rank, flag in enumerate(all_reduce(bad, run)) if flag]
+
+
+def divergence(run: Run, ranks: list[int], epoch: int, checked: int, done: int) -> Diverged:
+    """What every rank stops with when the loss diverged between steps `checked` and `done` of `epoch`."""
+    steps = f"step {done}" if done == checked + 1 else f"between steps {checked} and {done}"
+    return Diverged(f"the training loss became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
+                    f"{epoch}, {steps}: the run diverged and stopped, its weights unsaved. "
+                    f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
+
+
+def how_to_go_on(saved_at: tuple[Path, int, int] | None, run_dir: str, fp16: bool) -> str:
+    """From the last checkpoint (`saved_at`: its path, epoch and step), or from the start, with what to change. Pure."""
+    if saved_at:
+        path, epoch, step = saved_at
+        again = "auto" if path == checkpoint_path(run_dir) else shlex.quote(str(path))
+        start = (f"{path} still holds epoch {epoch} step {step}, before it: resume from it with --resume {again} and "
+                 "a lower rate (--lr RATE --force-change --lr)")
+    else:
+        start = "No checkpoint was saved before it: start again with a lower --lr"
+    return f"{start}, a longer --warmup-epochs{', or --amp bf16 where fp16 overflowed' if fp16 else ''}"
+
+
+def which_ranks(ranks: list[int], world_size: int, named: int = 8) -> str:
+    """`ranks` in words, a few named (a 512-rank run's line stays a line). Pure."""
+    if world_size > 1 and len(ranks) == world_size:
+        return "every rank"
+    more = f" and {len(ranks) - named} more" if len(ranks) > named else ""
+    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks[:named]))}{more}"
+
+
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, criterion, x: torch.Tensor,
                y: torch.Tensor, *, amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
                scheduler=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -442,7 +486,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     done = position_at_start = position["position"]
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
                         enabled=run.env.is_main)
-    preempted, last_bad = False, ()
+    preempted, last_bad, checked = False, (), done  # checked: the step the loss was last known finite at
     warm_up = warmup_steps(run.config.warmup_epochs, run.steps, run.config.lr_update)  # the EMA restarts within it
     start, waited_before = time.perf_counter(), run.train_data.counters.data_wait_s
     with progress:
@@ -469,10 +513,16 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             sums.steps_here += 1
             position = run.train_data.state_dict()
             progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{rate_of_last_step(run.scheduler):.4g}"})
-            if done % run.config.log_every == 0 and run.env.is_main:  # loss.item(): a device sync, every N steps
-                log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
+            if done % run.config.log_every == 0:  # loss.item(), isfinite: a device sync, every N steps
+                if run.env.is_main:
+                    log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
+                if ranks := diverged_ranks(run, loss_sum):
+                    raise divergence(run, ranks, epoch, checked, done)
+                checked = done
             if done >= run.steps:
                 break
+    if done > checked and (ranks := diverged_ranks(run, loss_sum)):  # before the epoch's save, or preemption's
+        raise divergence(run, ranks, epoch, checked, done)
     if run.device.type != "cpu":
         torch.accelerator.synchronize(run.device)
     sums.loss += loss_sum.item()
@@ -703,6 +753,7 @@ def save(run: Run, epoch: int, step: int, sums: EpochSums, loader: dict | None =
         except CheckpointUnwritable as exn:
             problem = str(exn)
     share_rank_zeros_problem(run, problem)
+    run.saved_at = (checkpoint_path(run.config.run_dir), epoch, step)  # every rank's, as rank 0 wrote it
 
 
 def remove_killed_writes(run_dir: str | Path) -> list[str]:
@@ -922,6 +973,7 @@ def resume(run: Run, found: Found | None) -> tuple[int, int, EpochSums]:
     state = checkpoint.loader_to_load(run.env.world_size, run.batch_size, run.config.shuffle_buffer)
     if state is not None:
         run.train_data.load_state_dict(state)
+    run.saved_at = (found.path, checkpoint.epoch, checkpoint.step)
     if run.env.is_main:
         log.info("resumed from %s at epoch %d step %d", found.path, checkpoint.epoch, checkpoint.step)
     return checkpoint.epoch, checkpoint.step, EpochSums(**sums)
