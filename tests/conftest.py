@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -177,6 +180,41 @@ def run_module(*args, env=None, timeout=300, **kwargs) -> subprocess.CompletedPr
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", *map(str, args)], cwd=ROOT, env=full_env, capture_output=True,
                           text=True, timeout=timeout, **kwargs)
+
+
+def process_state() -> tuple:
+    """What a command's main(argv) run in the test process could leave changed for the tests after it."""
+    root, prepare_log = logging.getLogger(), logging.getLogger("prepare")
+    return (os.getcwd(), dict(os.environ), signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT),
+            list(root.handlers), root.level, list(prepare_log.handlers), prepare_log.level)
+
+
+@pytest.fixture
+def run_here(capfd, caplog, monkeypatch) -> Callable[..., subprocess.CompletedProcess]:
+    """run_module's in-process twin: run_here(prepare.cli.main, *args) is `python -m prepare ARGS` without the new
+    interpreter's 0.4-0.8 s of imports (issue #48), for tests of what the command says, not of its process. Its
+    stderr holds every log line, the forked workers' too (their records reach only their own copy of caplog), in
+    one format (the command's own logging set-up is a no-op under pytest, whose handlers are already there), and
+    whatever a worker prints to the descriptors it inherits (a traceback). Fails if main left the process changed."""
+    caplog.set_level(logging.INFO, logger="prepare")  # what the command's setup_logging would show
+    # prepare.cli.main sets it for good (before torch's import, in its own process): undone after the test
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))
+
+    def run(main: Callable[[list[str]], int], *args) -> subprocess.CompletedProcess:
+        capfd.readouterr()  # what came before is not the command's
+        before = process_state()
+        handler = logging.StreamHandler(sys.stderr)  # capfd's file, which forked workers write to as well
+        handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s %(message)s"))
+        logging.getLogger().addHandler(handler)
+        try:
+            code = main([str(arg) for arg in args])
+        finally:
+            logging.getLogger().removeHandler(handler)
+        out, err = capfd.readouterr()
+        assert process_state() == before, "the command's main left this process changed for the tests after it"
+        return subprocess.CompletedProcess([main.__module__, *args], code, out, err)
+
+    return run
 
 
 def as_one_srun_task(monkeypatch, **more: str) -> None:
