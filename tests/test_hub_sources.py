@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import webdataset as wds
 
-from conftest import SHARD_MB, config, run_module, tree_bytes
+from conftest import SHARD_MB, config, tree_bytes
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.completeness import shortfall
@@ -465,12 +465,14 @@ def cut_at_two_thirds(path: Path) -> None:
     ("hf-imagenet-1k", "data/val_images.tar.gz", lambda path: path.write_bytes(path.read_bytes()[:-3])),
     ("timm-wds", "imagenet1k-train-0002.tar", cut_at_two_thirds),
 ])
-def test_a_damaged_archive_or_shard_stops_prepare_in_one_line_naming_it(hub_sources, tmp_path, layout, victim,
-                                                                        damage):
+def test_a_damaged_archive_or_shard_stops_prepare_in_one_line_naming_it(hub_sources, tmp_path, run_here, layout,
+                                                                        victim, damage):
+    from prepare.cli import main
+
     source = copy_source(hub_sources, layout, tmp_path)
     damage(source / victim)
     dest = tmp_path / "out"
-    result = run_module("prepare", "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
+    result = run_here(main, "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and str((source / victim).resolve()) in errors[0], result.stderr

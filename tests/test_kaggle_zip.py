@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARD_MB, config, run_module, tree_bytes
+from conftest import SHARD_MB, config, tree_bytes
 from prepare.builder import prepare
 from prepare.sources import detect, open_source
 from prepare.sample import KAGGLE_ZIP, kaggle_files, write_kaggle_zip
@@ -152,11 +152,13 @@ def huge_size(path: Path) -> str:
 
 @pytest.mark.parametrize("damage", [flip_member_data, break_local_header, truncate, unsupported_method, encrypted,
                                     huge_size])
-def test_a_damaged_zip_stops_prepare_in_one_line_naming_it(kaggle_zip, tmp_path, damage):
+def test_a_damaged_zip_stops_prepare_in_one_line_naming_it(kaggle_zip, tmp_path, run_here, damage):
+    from prepare.cli import main
+
     source = Path(shutil.copytree(kaggle_zip, tmp_path / "source"))
     said = damage(source / KAGGLE_ZIP)
     dest = tmp_path / "out"
-    result = run_module("prepare", "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
+    result = run_here(main, "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert str(source / KAGGLE_ZIP) in errors[0] and pytest.importorskip("re").search(said, errors[0]), errors[0]

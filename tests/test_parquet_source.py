@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
 
-from conftest import SHARD_MB, config, run_module, tree_bytes
+from conftest import SHARD_MB, config, tree_bytes
 from prepare.builder import prepare
 from prepare.completeness import excess, shortfall
 from prepare.sources.hf_parquet import (
@@ -489,13 +489,15 @@ def break_a_page_header(path: Path) -> None:
     (cut_in_half, "Its footer is damaged or it is truncated: download it again"),
     (break_a_page_header, "its row group 1 \\(of 0..1\\): .*The file is damaged: download it again"),
 ])
-def test_a_damaged_parquet_file_stops_prepare_in_one_line_naming_it(images, tmp_path, damage, said):
+def test_a_damaged_parquet_file_stops_prepare_in_one_line_naming_it(images, tmp_path, run_here, damage, said):
+    from prepare.cli import main
+
     source = tmp_path / "imagenet-1k"
     write_hf_parquet(source, images, row_group_rows=50)
     victim = source / "data" / TRAIN[1]
     damage(victim)
     dest = tmp_path / "out"
-    result = run_module("prepare", "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
+    result = run_here(main, "--source", source, "--dest", dest, "--shard-size", SHARD_MB, "--workers", 2)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and f"cannot read {victim.resolve()}" in errors[0], result.stderr
@@ -520,9 +522,11 @@ def test_two_nodes_share_the_read_of_the_parquet_and_write_a_one_node_prepares_b
 
 # ---------------------------------------------------------------- the layouts benchmark
 
-def test_the_layouts_benchmark_times_parquet_against_the_official_archives(tmp_path):
-    result = run_module("prepare.bench.layouts", tmp_path, "--rounds", 1, "--classes", 4, "--train-per-class", 3,
-                        "--val-per-class", 1, "--max-width", 64, "--workers", 1)
+def test_the_layouts_benchmark_times_parquet_against_the_official_archives(tmp_path, run_here):
+    from prepare.bench.layouts import main
+
+    result = run_here(main, tmp_path, "--rounds", 1, "--classes", 4, "--train-per-class", 3, "--val-per-class", 1,
+                      "--max-width", 64, "--workers", 1)
     assert result.returncode == 0, result.stderr
     record = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
     assert record["images"] == {"official": 16, "hf-parquet": 16} and record["ratio_to_first"]["official"] == 1.0
