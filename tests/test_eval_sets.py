@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import warm
-from conftest import ARCH, config, run_module
+from conftest import ARCH, config
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.eval_sets import ImageNet1k, EvalSetError, real_labels_by_key, parse_real_json, read_v2, v2_variant
@@ -294,10 +294,12 @@ def test_a_missing_real_labels_file_makes_the_dataset_not_ready(eval_dataset, tm
         read_complete_manifest(dest)
 
 
-def test_real_labels_that_do_not_match_the_val_images_stop_prepare_in_one_line(sources, images, tmp_path):
+def test_real_labels_that_do_not_match_the_val_images_stop_prepare_in_one_line(sources, images, tmp_path, run_here):
+    from prepare.cli import main
+
     real = tmp_path / "real.json"
     real.write_text(json.dumps([[0]] * (len(images.val) + 1)))
-    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out", "--real-labels", real)
+    result = run_here(main, "--source", sources["official"], "--dest", tmp_path / "out", "--real-labels", real)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and f"{len(images.val) + 1} label sets for {len(images.val)} validation images" in errors[0]
@@ -306,10 +308,12 @@ def test_real_labels_that_do_not_match_the_val_images_stop_prepare_in_one_line(s
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_a_wrong_eval_source_is_refused_before_anything_is_read(sources, tmp_path):
+def test_a_wrong_eval_source_is_refused_before_anything_is_read(sources, tmp_path, run_here):
+    from prepare.cli import main
+
     (tmp_path / "imagenet-v2" / "0").mkdir(parents=True)
-    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out",
-                        "--eval-source", tmp_path / "imagenet-v2")
+    result = run_here(main, "--source", sources["official"], "--dest", tmp_path / "out",
+                      "--eval-source", tmp_path / "imagenet-v2")
     assert result.returncode == 2 and "not ImageNetV2" in result.stderr
     assert "train: read" not in result.stderr
 
@@ -443,7 +447,9 @@ def test_the_archive_streamed_gives_the_samples_of_its_extracted_folder(eval_dat
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
-def test_a_damaged_v2_archive_stops_prepare_in_one_line_naming_it(eval_dataset, sources, tmp_path, damage):
+def test_a_damaged_v2_archive_stops_prepare_in_one_line_naming_it(eval_dataset, sources, tmp_path, run_here, damage):
+    from prepare.cli import main
+
     _, _, v2, _ = eval_dataset
     archive = gzip_tar_of(v2, tmp_path / "imagenetv2-top-images.tar.gz")
     data = bytearray(archive.read_bytes())
@@ -452,7 +458,7 @@ def test_a_damaged_v2_archive_stops_prepare_in_one_line_naming_it(eval_dataset, 
     else:
         data[len(data) // 2] ^= 0xFF
     archive.write_bytes(bytes(data))
-    result = run_module("prepare", "--source", sources["official"], "--dest", tmp_path / "out", "--eval-source", archive)
+    result = run_here(main, "--source", sources["official"], "--dest", tmp_path / "out", "--eval-source", archive)
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert str(archive) in errors[0] and "download it again" in errors[0]

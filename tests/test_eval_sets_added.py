@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, config, copy_dataset, run_module, tree_bytes
+from conftest import ROOT, config, copy_dataset, tree_bytes
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.eval_sets import EvalAddition, EvalSetError, PreparedDataset, eval_addition
@@ -168,9 +168,11 @@ def test_a_second_variant_added_leaves_the_first_untouched(eval_dataset, plain, 
     assert tree_bytes(plain) == tree_bytes(both) and without_stats(plain) == without_stats(both)
 
 
-def test_the_command_line_says_what_it_adds_and_reads_neither_train_nor_val(eval_dataset, plain, sources):
-    result = run_module("prepare", "--source", sources["official"], "--dest", plain, "--eval-source", eval_dataset[2],
-                        "--shard-size", read_manifest(plain).options["shard_size_mb"])
+def test_the_command_line_says_what_it_adds_and_reads_neither_train_nor_val(eval_dataset, plain, sources, run_here):
+    from prepare.cli import main
+
+    result = run_here(main, "--source", sources["official"], "--dest", plain, "--eval-source", eval_dataset[2],
+                      "--shard-size", read_manifest(plain).options["shard_size_mb"])
     assert result.returncode == 0, result.stderr
     assert f"{plain}: adding v2 to the dataset there; train, val stay as they are" in result.stderr
     assert "v2: read" in result.stderr and "train: read" not in result.stderr and "val: read" not in result.stderr
