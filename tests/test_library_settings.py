@@ -170,6 +170,28 @@ def test_a_resolution_ramp_over_a_billion_epochs_is_made_at_once_and_its_extreme
         assert ramp.largest == max(ramp.sizes()) and min(ramp.extremes()) == min(ramp.sizes())
 
 
+def test_a_resolution_ramps_sizes_are_each_once_in_epoch_order_and_at_once_over_a_hundred_billion_epochs():
+    """sizes() asked every epoch's size: `python -m train --ramp 32 64 0 99999999999` hung at its start (its model
+    is probed at each size the run trains at)."""
+    def too_long(signum, frame):
+        raise TimeoutError("ResolutionRamp.sizes took over 10 s")
+
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)
+    try:
+        assert ResolutionRamp(32, 64, 0, 10 ** 11 - 1).sizes() == [32, 64]
+        assert ResolutionRamp(64, 32, 5, 10 ** 11).sizes() == [64, 32]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert ResolutionRamp(192, 160, 0, 5).sizes() == [192, 160]  # epochs 0-2 at 192, 3-5 at 160
+    for settings in [(160, 192, 65, 76), (33, 64, 0, 9), (32, 63, 2, 40, 8), (30, 100, 3, 4, 64), (17, 17, 0, 9),
+                     (100, 1, 0, 50, 1), (20, 60, 0, 7, 40)]:
+        ramp = ResolutionRamp(*settings)
+        every_epochs = [ramp.size(epoch) for epoch in range(ramp.start_epoch, ramp.end_epoch + 1)]
+        assert ramp.sizes() == [size for at, size in enumerate(every_epochs) if at == 0 or every_epochs[at - 1] != size]
+
+
 def test_the_checks_say_which_kinds_they_take():
     assert whole_number("n", np.uint8(3)) == 3 and real_number("x", np.int32(3)) == 3.0
     with pytest.raises(ConfigError, match=r"n must be a whole number, not 64.0 \(float\): use // for a division"):

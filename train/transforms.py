@@ -330,8 +330,24 @@ class ResolutionRamp:
         return int(np.round(between / self.step)) * self.step
 
     def sizes(self) -> list[int]:
-        """The size of every epoch from start_epoch to end_epoch (before and after: the ends)."""
-        return [self.size(epoch) for epoch in range(self.start_epoch, self.end_epoch + 1)]
+        """Each size the ramp trains at, once, in the order of the epochs from start_epoch to end_epoch (before and
+        after: the ends). Each run of epochs at one size is skipped by bisection, not walked: asking every epoch's
+        size, `python -m train --ramp 32 64 0 99999999999` hung at its start."""
+        sizes, epoch = [], self.start_epoch
+        while epoch <= self.end_epoch:
+            sizes.append(self.size(epoch))
+            epoch = self.last_epoch_at(sizes[-1], epoch) + 1
+        return sizes
+
+    def last_epoch_at(self, size: int, epoch: int) -> int:
+        """The last epoch from `epoch` (at `size`) to end_epoch still at `size`. The epochs at one size are
+        consecutive (the size is monotone between the ends, and an end off the step's multiples is its epoch's
+        alone), so the first epoch at another size is bisected."""
+        low, high = epoch, self.end_epoch
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.size(middle) == size else (low, middle - 1)
+        return low
 
     def extremes(self) -> list[int]:
         """The sizes of the ends and of the epochs next to them, which hold the smallest and the largest: the size
