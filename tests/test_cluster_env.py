@@ -81,6 +81,23 @@ def test_cpu_threads_are_shared_unless_slurm_gave_each_task_its_own():
     assert cpu_threads(dist_env({**SRUN, "SLURM_CPUS_PER_TASK": "16"}), 16) == 16
 
 
+@pytest.mark.parametrize("kind, bound, threads", [
+    ("mask_cpu:", "0x0000FFFF,0xFFFF0000", 16),  # srun's auto binding, a socket a task: its own 16
+    ("mask_cpu:", "0x3,0xC", 16),  # a core a task (as srun writes it)
+    ("map_cpu:", "3,7", 16),  # --cpu-bind=map_cpu: a CPU of its own
+    ("mask_cpu:", "0xFFFFFFFF", 8),  # auto binding off: every task the step's one mask, shared
+    ("mask_cpu:", "0xF,0xF", 8),  # the same mask twice: shared
+    ("none", "", 8),  # --cpu-bind=none: the step's CPUs, shared
+])
+def test_cpu_threads_are_a_bound_tasks_own_cpus_without_cpus_per_task(kind, bound, threads):
+    """srun without --cpus-per-task binds each task to a core or socket of its own where the step holds as many as
+    it has tasks (task/affinity's auto binding): that affinity, already the task's share, was divided by the node's 2
+    tasks again, and a task of a socket of 16 CPUs ran 8 threads."""
+    environ = {**SRUN, "SLURM_CPU_BIND_TYPE": kind, "SLURM_CPU_BIND_LIST": bound}
+    assert cpu_threads(dist_env(environ), 16) == threads
+    assert default_workers(dist_env(environ), 16) == threads - 1
+
+
 def test_the_job_is_read_with_the_ranks():
     env = dist_env(SRUN)
     assert (env.job_id, env.job_tasks, env.cpus_per_task) == ("4242", 8, False)

@@ -40,6 +40,7 @@ class DistEnv:
     job_cpus_here: int = 0  # srun's task: the job's CPUs on this node (SLURM_JOB_CPUS_PER_NODE's), where said
     job_cpus_a_task: int = 0  # srun's task: the fewest of them a task of the step has on any of its nodes, where said
     one_thread_a_core: bool = False  # srun's task: --threads-per-core or --hint=nomultithread (job or step)
+    tasks_on_its_cpus: int = 0  # srun's task: the node's tasks bound to the very CPUs it is (SLURM_CPU_BIND_LIST)
 
     @property
     def is_main(self) -> bool:
@@ -141,7 +142,26 @@ def slurm_env(environ: dict, job: dict) -> DistEnv:
                    cpus_asked=int(asked) if asked.isdigit() else 0, job_cpus_here=job_cpus.get(node, 0),
                    job_cpus_a_task=min(shares) if len(shares) == len(nodes) and all(shares) else 0,
                    one_thread_a_core="SLURM_THREADS_PER_CORE" in environ
-                   or "nomultithread" in environ.get("SLURM_HINT", ""), **job)
+                   or "nomultithread" in environ.get("SLURM_HINT", ""),
+                   tasks_on_its_cpus=tasks_bound_alike(environ, int(environ.get("SLURM_LOCALID", 0)), local_world),
+                   **job)
+
+
+def tasks_bound_alike(environ: dict, local_rank: int, local_world: int) -> int:
+    """How many of the node's tasks srun bound to this task's CPUs, from its SLURM_CPU_BIND_LIST (a mask or a CPU for
+    each local task, taken round again where fewer); 0 where not said. Without --cpus-per-task, srun (task/affinity)
+    binds each task to a core or socket of its own where the step holds as many as it has tasks, and otherwise gives
+    every task the one mask of the step's CPUs: an affinity that is the task's own is not to be divided again."""
+    kind = environ.get("SLURM_CPU_BIND_TYPE", "")
+    if not kind.startswith(("mask_cpu:", "map_cpu:")):
+        return 0  # none, or a binding by rank or locality domain: not said as CPUs
+    try:
+        bound = [int(cpus, 16) if kind.startswith("mask") or cpus.lower().startswith("0x") else int(cpus)
+                 for cpus in environ.get("SLURM_CPU_BIND_LIST", "").split(",")]
+    except ValueError:  # an empty list, or not as srun writes it
+        return 0
+    mine = bound[local_rank % len(bound)]
+    return sum(bound[task % len(bound)] == mine for task in range(max(local_world, local_rank + 1)))
 
 
 def job_cpus_by_node(environ: dict) -> dict[str, int]:
@@ -177,10 +197,10 @@ def process_env(environ: dict) -> DistEnv:
 
 def cpu_threads(env: DistEnv, cpus: int) -> int:
     """Intra-op threads per rank: its CPUs, shared with the other ranks of the node unless SLURM
-    already gave each task its own (--cpus-per-task)."""
+    already gave each task its own (--cpus-per-task, or srun's binding of each task to its own CPUs)."""
     if env.cpus_per_task:
         return cpus
-    return max(1, cpus // env.local_world_size)
+    return max(1, cpus // (env.tasks_on_its_cpus or env.local_world_size))
 
 
 def cpus_short(env: DistEnv, affinity: int) -> str | None:
