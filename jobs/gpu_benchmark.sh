@@ -13,12 +13,17 @@
 # modules are not built; else python3), OUT (results: runs/gpu-benchmark), SCRATCH (sample data, shards and
 # checkpoints: $SLURM_TMPDIR or /tmp), PER_CLASS (sample train images per class, 10 classes:
 # 1000), WORKERS (loader threads: CPUs - 1), STEPS (timed steps of model and full: 60), BUDGET
-# (seconds: 3600).
+# (seconds: 3600). A relative OUT, SCRATCH or DATA is from the folder the script is called from.
 set -uo pipefail
+source "$(dirname "$0")/paths.sh"
+# OUT, SCRATCH and DATA given are the caller's, made absolute before the cd to the clone (relative: inside the clone)
+for name in OUT SCRATCH DATA; do
+  if [[ -n ${!name:-} ]]; then printf -v "$name" %s "$(absolute "${!name}")"; fi
+done
 cd "$(dirname "$0")/.."
 if [[ -z ${PYTHON:-} && -x .venv/bin/python ]]; then  # the README's set-up: jobs/install.sh, or the wheels
   PYTHON=.venv/bin/python
-  compgen -G "train/_jpegcrop*.so" > /dev/null || PYTHON="$PYTHON -P"  # the installed wheel, not the clone's tree
+  built_in . || PYTHON="$PYTHON -P"  # the installed wheel, not the clone's tree
 fi
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-runs/gpu-benchmark}

@@ -9,22 +9,38 @@
 #                                       machine restart) would hold both nodes
 #   bash jobs/local_cluster.sh stop     stop the daemons
 #   bash jobs/local_cluster.sh status   sinfo
+#   bash jobs/local_cluster.sh config   write its slurm.conf and TaskProlog only (what start does first)
 #
+# Its files are in LOCAL_SLURM_DIR (default /tmp/local-slurm; a relative one is from the folder it is called from).
 # Each node gets its own "local disk": a TaskProlog exports
 # SLURM_TMPDIR=$LOCAL_SLURM_DIR/tmp/<node>/job<id>, as cluster prologs do.
 # Needs: root, slurm-wlm and munge (bash jobs/install.sh --dev installs them).
 set -euo pipefail
+source "$(dirname "$0")/paths.sh"
 
-dir=${LOCAL_SLURM_DIR:-/tmp/local-slurm}
+# absolute: the daemons do not run in this folder. slurm.conf takes a value with spaces in double quotes, but no `"`
+# in it, and reads a `#` as a comment's start and a `\` as an escape
+dir=$(absolute "${LOCAL_SLURM_DIR:-/tmp/local-slurm}")
+if [[ $dir == *[\"#\\]* || $dir == *$'\n'* ]]; then
+  echo "local_cluster.sh: LOCAL_SLURM_DIR=$dir holds a \", # or \\ that slurm.conf cannot take: give another folder" >&2
+  exit 2
+fi
 conf=$dir/slurm.conf
 export SLURM_CONF=$conf
+# the daemons' command lines as a pgrep/pkill pattern matches them: $conf's own characters, not a regex's
+conf_pattern=$(printf %s "$conf" | sed 's/[][\.*^$+?(){}|]/\\&/g')
+
+# sh_quoted WORD: WORD in single quotes, for the TaskProlog (/bin/sh) to read back as it is
+sh_quoted() {
+  printf "'%s'" "${1//\'/\'\\\'\'}"
+}
 
 write_config() {
   mkdir -p "$dir"/{state,spool,log,tmp}
   cat > "$dir/task_prolog.sh" <<EOF
 #!/bin/sh
 # Runs before each task; lines "export NAME=value" on stdout go into the task's environment.
-tmp=$dir/tmp/\$SLURMD_NODENAME/job\$SLURM_JOB_ID
+tmp=$(sh_quoted "$dir")/tmp/\$SLURMD_NODENAME/job\$SLURM_JOB_ID
 mkdir -p "\$tmp"
 echo "export SLURM_TMPDIR=\$tmp"
 EOF
@@ -47,13 +63,13 @@ JobRequeue=1
 KillWait=5
 MinJobAge=600
 SlurmdTimeout=60
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd-%n.log
-TaskProlog=$dir/task_prolog.sh
+StateSaveLocation="$dir/state"
+SlurmdSpoolDir="$dir/spool/%n"
+SlurmctldPidFile="$dir/slurmctld.pid"
+SlurmdPidFile="$dir/slurmd-%n.pid"
+SlurmctldLogFile="$dir/log/slurmctld.log"
+SlurmdLogFile="$dir/log/slurmd-%n.log"
+TaskProlog="$dir/task_prolog.sh"
 NodeName=node[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 Port=17001,17002 CPUs=2 RealMemory=4000 TmpDisk=100000
 PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
@@ -75,9 +91,9 @@ start() {
     runuser -u munge -- munged
   fi
   write_config
-  pgrep -f "slurmctld -f $conf" >/dev/null || slurmctld -f "$conf"
+  pgrep -f "slurmctld -f $conf_pattern" >/dev/null || slurmctld -f "$conf"
   for node in node1 node2; do
-    pgrep -f "slurmd -f $conf -N $node" >/dev/null || slurmd -f "$conf" -N $node
+    pgrep -f "slurmd -f $conf_pattern -N $node" >/dev/null || slurmd -f "$conf" -N $node
   done
   if [[ ${1:-} == --cancel-jobs ]]; then
     for _ in $(seq 20); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
@@ -102,18 +118,19 @@ start() {
 }
 
 stop() {
-  pkill -f "slurmd -f $conf" || true
-  pkill -f "slurmctld -f $conf" || true
+  pkill -f "slurmd -f $conf_pattern" || true
+  pkill -f "slurmctld -f $conf_pattern" || true
   for _ in $(seq 50); do
-    pgrep -f "slurm(ctld|d) -f $conf" >/dev/null || return 0
+    pgrep -f "slurm(ctld|d) -f $conf_pattern" >/dev/null || return 0
     sleep 0.2
   done
-  pkill -9 -f "slurm(ctld|d) -f $conf" || true
+  pkill -9 -f "slurm(ctld|d) -f $conf_pattern" || true
 }
 
 case "${1:-}" in
   start) start "${2:-}" ;;
   stop) stop ;;
   status) sinfo -N ;;
-  *) echo "usage: $0 start [--cancel-jobs]|stop|status" >&2; exit 2 ;;
+  config) write_config ;;
+  *) echo "usage: $0 start [--cancel-jobs]|stop|status|config" >&2; exit 2 ;;
 esac

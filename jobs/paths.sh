@@ -1,5 +1,5 @@
-# Sourced by the job scripts (stage_and_train.sh, benchmark.sbatch): a path from the environment as the steps need it,
-# and whether the clone's code is built to run.
+# Sourced by the job scripts (stage_and_train.sh, benchmark.sbatch) and the dev scripts (demo.sh, gpu_benchmark.sh,
+# local_cluster.sh): a path from the environment as the steps need it, and whether the clone's code is built to run.
 
 # absolute PATH: PATH made absolute against this shell's working directory (the job's: where sbatch was called, or
 # its --chdir), before the script's `cd "$REPO"` (under submit.sh REPO is a snapshot of the commit: a relative path

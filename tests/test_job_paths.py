@@ -130,3 +130,83 @@ def test_submit_refuses_a_job_script_outside_the_clone_or_its_commit(committed_c
     done = subprocess.run(["bash", "jobs/submit.sh", "jobs/new.sbatch"], cwd=committed_clone, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "jobs/new.sbatch is not in commit" in done.stderr, done.stderr
+
+
+def test_the_demo_runs_from_any_folder_in_a_demo_dir_relative_to_it_whose_path_holds_a_space(tmp_path):
+    """`DEMO_DIR=my-demo bash /path/to/jobs/demo.sh` made my-demo inside the clone (the script's cd), not in the
+    folder it was called from."""
+    clone = tmp_path / "my clone"
+    (clone / "jobs").mkdir(parents=True)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    for name in ("demo.sh", "paths.sh"):
+        (clone / "jobs" / name).symlink_to(ROOT / "jobs" / name)
+    (clone / "jobs" / "install.sh").write_text("")  # (the set-up: nothing to do here)
+    env = job_env(tmp_path, DEMO_DIR="my demo")
+    (clone / ".venv" / "bin" / "python").symlink_to(env.pop("PYTHON"))
+    called_from = tmp_path / "called from"
+    called_from.mkdir()
+    done = subprocess.run(["bash", str(clone / "jobs" / "demo.sh")], cwd=called_from, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sample, prepare, train, report = calls(tmp_path)
+    assert sample[:3] == ["-m", "prepare.sample", f"{called_from}/my demo/source"]
+    assert option(prepare, "--dest") == option(train, "--data") == f"{called_from}/my demo/imagenet"
+    assert option(train, "--run-dir") == report[-1] == f"{called_from}/my demo/run"
+    del env["DEMO_DIR"]  # the default: the clone's demo/, as the README says
+    done = subprocess.run(["bash", str(clone / "jobs" / "demo.sh")], cwd=called_from, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and calls(tmp_path)[-1][-1] == "demo/run", done.stdout + done.stderr
+
+
+def test_the_gpu_benchmark_takes_its_relative_folders_from_where_it_is_called(tmp_path):
+    """`OUT=results bash /path/to/jobs/gpu_benchmark.sh` wrote its results inside the clone (the script's cd), and a
+    relative DATA or SCRATCH named a folder there."""
+    clone = tmp_path / "my clone"
+    clone.mkdir()
+    (clone / "jobs").symlink_to(ROOT / "jobs")
+    called_from = tmp_path / "called from"
+    called_from.mkdir()
+    env = job_env(tmp_path, OUT="out dir", SCRATCH="scratch dir", DATA="my shards", BUDGET="60")
+    done = subprocess.run(["bash", str(clone / "jobs" / "gpu_benchmark.sh")], cwd=called_from, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "failed: none" in done.stdout, done.stdout + done.stderr
+    benches = [command for command in calls(tmp_path) if command[:2] == ["-m", "train.bench"]]
+    train = next(command for command in calls(tmp_path) if command[:2] == ["-m", "train"])
+    assert benches and all(option(bench, "--data") == f"{called_from}/my shards" for bench in benches)
+    assert all(option(bench, "--run-dir") == f"{called_from}/out dir" for bench in benches)
+    assert option(train, "--run-dir") == f"{called_from}/scratch dir/train"
+    assert (called_from / "out dir").is_dir() and not (clone / "out dir").exists()
+
+
+def test_the_local_cluster_takes_a_relative_folder_whose_path_holds_a_space_or_a_quote(tmp_path):
+    """LOCAL_SLURM_DIR went into slurm.conf and the TaskProlog unquoted (a space ended the value: the prolog ran
+    `tmp=/tmp/my` and then a command named after the rest) and relative, though the daemons do not run in the folder
+    it was called from. Its config only (no daemons): as slurm.conf's parser reads each line, one value a key."""
+    import re
+
+    called_from = tmp_path / "called from"
+    called_from.mkdir()
+    env = {**os.environ, "LOCAL_SLURM_DIR": "slurm dir it's [1]"}
+    done = subprocess.run(["bash", str(ROOT / "jobs" / "local_cluster.sh"), "config"], cwd=called_from, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = called_from / "slurm dir it's [1]"
+    # parse_config.c's keyvalue_pattern: a value in double quotes may hold spaces; unquoted, it ends at one
+    pair = re.compile(r'\s*([\w.]+)\s*[-*+/]?=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
+    conf = {}
+    for line in (folder / "slurm.conf").read_text().splitlines():
+        at = 0
+        while found := pair.match(line, at):
+            conf.setdefault(found[1], found[2] if found[2] is not None else found[3])
+            at = found.end()
+        assert line[at:].strip() == "", line
+    assert conf["StateSaveLocation"] == f"{folder}/state" and conf["TaskProlog"] == f"{folder}/task_prolog.sh"
+    prolog = subprocess.run(["sh", conf["TaskProlog"]], env={**env, "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "5"},
+                            capture_output=True, text=True, timeout=60)
+    assert prolog.stdout == f"export SLURM_TMPDIR={folder}/tmp/node1/job5\n", prolog.stderr
+    assert (folder / "tmp" / "node1" / "job5").is_dir()
+    env["LOCAL_SLURM_DIR"] = 'a "quoted" folder'
+    done = subprocess.run(["bash", str(ROOT / "jobs" / "local_cluster.sh"), "config"], cwd=called_from, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "slurm.conf cannot take: give another folder" in done.stderr
+    assert not (called_from / 'a "quoted" folder').exists()
