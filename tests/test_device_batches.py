@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import torch
 
 from jpegs import jpeg
@@ -105,6 +106,35 @@ def test_device_batches_stop_their_thread_when_the_consumer_leaves_early():
         return batches
 
     assert not within(JOIN_TIMEOUT_S, leave_early).thread.is_alive()
+
+
+def test_a_ctrl_c_inside_enter_stops_the_thread_it_started_and_closes_the_loaders_epoch(monkeypatch):
+    """A KeyboardInterrupt in __enter__ once its thread ran (Thread.start waits for it to run, and a signal ends
+    that wait) reached no __exit__: the thread kept reading the loader's epoch, then waited to queue its batches
+    for good, and the epoch (its decode work, its pinned buffers) stayed open in a process that lived on."""
+    import types
+
+    closed = threading.Event()
+
+    def epoch():
+        try:
+            yield from fake_batches(1000)
+        finally:
+            closed.set()
+
+    class InterruptedStart(threading.Thread):
+        def start(self):
+            super().start()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("train.device_batches.threading", types.SimpleNamespace(Thread=InterruptedStart,
+                                                                                Event=threading.Event))
+    batches = DeviceBatches(epoch(), torch.device("cpu"), depth=2)
+    with pytest.raises(KeyboardInterrupt):
+        with batches:
+            pytest.fail("the body ran")
+    batches.thread.join(JOIN_TIMEOUT_S)
+    assert not batches.thread.is_alive() and closed.is_set() and batches.queue.empty() and batches.outputs is None
 
 
 def test_device_batches_raise_the_loaders_error_in_the_consumer():

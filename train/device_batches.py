@@ -256,12 +256,17 @@ class DeviceBatches:
 
     def __enter__(self) -> "DeviceBatches":
         self.thread = threading.Thread(target=self._fill, args=(self.batches,), name="device-batches", daemon=True)
-        self.thread.start()
-        return self
+        try:
+            self.thread.start()
+            return self
+        except BaseException:  # a Ctrl-C in start()'s wait for the thread to run: it runs, and no `with` will stop it
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stopping.set()
-        self.thread.join()
+        if self.thread.ident is not None:  # (not where start() failed to start it)
+            self.thread.join()
         # What was read ahead goes now, not with this object: an exception's traceback holds the frames that hold it
         # (an interactive session keeps the last one), and with them the batches queued and the reused buffers. A
         # batch the caller holds keeps its own memory.
