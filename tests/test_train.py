@@ -653,11 +653,21 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
 
 
 # A model whose logits turn NaN at its training forward call $NAN_AT_STEP, on rank $NAN_RANK only (every rank where
-# unset): the loss a diverging run meets, where and when a test wants it.
+# unset): the loss a diverging run meets, where and when a test wants it. With NAN_IN=gradient, the loss of that step
+# stays finite and its gradient turns NaN: the weights its update leaves are NaN, as a step that blows them up leaves.
 NAN_AT_A_STEP = """
 import os
 
 import torch
+
+class NanGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("nan")
 
 class NanAt(torch.nn.Module):
     def __init__(self, num_classes):
@@ -673,7 +683,8 @@ class NanAt(torch.nn.Module):
             self.steps += 1
             here = os.environ.get("NAN_RANK", os.environ["RANK"]) == os.environ["RANK"]
             if here and self.steps == int(os.environ.get("NAN_AT_STEP", "0")):
-                logits = logits * float("nan")
+                gradient = os.environ.get("NAN_IN") == "gradient"
+                logits = NanGradient.apply(logits) if gradient else logits * float("nan")
         return logits
 
 
@@ -722,3 +733,26 @@ def test_a_loss_that_turns_nan_after_the_last_log_step_keeps_the_last_checkpoint
                                  "holds epoch 1 step 0, before it: resume from it with --resume auto and a lower rate "
                                  "(--lr RATE --force-change --lr), a longer --warmup-epochs"]], ranks.text()
     assert (run / "last.pt").read_bytes() == kept and len(read_metrics(run)) == 1
+
+
+def test_weights_that_turn_nan_in_an_epochs_last_update_are_not_saved_over_the_last_checkpoint(prepared, tmp_path):
+    """A loss measures the weights before its step's update: the last step's update of an epoch (or before a
+    preemption) is measured by no loss, and its NaN weights were evaluated (val_loss NaN), recorded and checkpointed
+    over the last good checkpoint, exit 0. Before a save the ranks ask whether the weights are finite too."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    run = tmp_path / "run"
+    steps = steps_per_epoch(read_manifest(prepared).splits["train"].samples, 2, 4)
+    ranks = Ranks(2, train_args(prepared, run, "--epochs", 2, "--workers", 1, "--arch", "nan_at_a_step:nan_at"),
+                  tmp_path / "logs", env={"NAN_AT_STEP": 2 * steps, "NAN_RANK": "1", "NAN_IN": "gradient"},
+                  cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [2, 2], ranks.text()
+    said = errors_of(ranks)
+    assert said[0] == said[1] == [f"the weights became NaN or infinite on every rank in epoch 1, in the update of "
+                                  f"step {steps}, its loss still finite: the run diverged and stopped, its weights "
+                                  f"unsaved. {run / 'last.pt'} still holds epoch 1 step 0, before it: resume from it "
+                                  "with --resume auto and a lower rate (--lr RATE --force-change --lr), a longer "
+                                  "--warmup-epochs"], ranks.text()
+    assert "Traceback" not in ranks.text() and len(read_metrics(run)) == 1
+    state = load_checkpoint(checkpoint_path(run))
+    assert (state.epoch, state.step) == (1, 0)
+    assert all(torch.isfinite(weights).all() for weights in state.model.values())

@@ -414,13 +414,21 @@ class Diverged(UserError):
     checkpoint of the ruined weights replaces the last good one (DeiT's and MAE's loops stop on it too)."""
 
 
-def diverged_ranks(run: Run, loss_sum: torch.Tensor) -> list[int]:
-    """The ranks whose loss summed over this epoch's steps is NaN or infinite (one bad step leaves its sum so),
-    asked of every rank at the same steps, so that all stop together. A device sync and a tiny gloo all-reduce:
-    every --log-every steps and at the epoch's end, not every step."""
+def diverged_ranks(run: Run, finite: torch.Tensor) -> list[int]:
+    """The ranks whose `finite` (a bool on the device: is the loss summed over this epoch's steps, which one bad step
+    leaves NaN or infinite, or are the weights) is False, asked of every rank at the same steps, so that all stop
+    together. A device sync and a tiny gloo all-reduce: every --log-every steps and at the epoch's end, not every
+    step."""
     bad = [0.0] * run.env.world_size
-    bad[run.env.rank] = 0.0 if torch.isfinite(loss_sum).item() else 1.0
+    bad[run.env.rank] = 0.0 if finite.item() else 1.0
     return [rank for rank, flag in enumerate(all_reduce(bad, run)) if flag]
+
+
+def weights_finite(model: torch.nn.Module) -> torch.Tensor:
+    """Whether every weight and floating buffer (BatchNorm's statistics) of `model` is finite: one bool on the
+    device, one sync to read (an epoch's end's, not a step's)."""
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    return torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
 
 
 def divergence(run: Run, ranks: list[int], epoch: int, checked: int, done: int) -> Diverged:
@@ -428,6 +436,15 @@ def divergence(run: Run, ranks: list[int], epoch: int, checked: int, done: int) 
     steps = f"step {done}" if done == checked + 1 else f"between steps {checked} and {done}"
     return Diverged(f"the training loss became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
                     f"{epoch}, {steps}: the run diverged and stopped, its weights unsaved. "
+                    f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
+
+
+def weights_divergence(run: Run, ranks: list[int], epoch: int, done: int) -> Diverged:
+    """What every rank stops with when step `done`'s update, the last before a save, left weights NaN or infinite
+    (every loss up to it finite: no loss measured the weights it left)."""
+    return Diverged(f"the weights became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
+                    f"{epoch}, in the update of step {done}, its loss still finite: the run diverged and stopped, its "
+                    f"weights unsaved. "
                     f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
 
 
@@ -516,13 +533,17 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             if done % run.config.log_every == 0:  # loss.item(), isfinite: a device sync, every N steps
                 if run.env.is_main:
                     log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
-                if ranks := diverged_ranks(run, loss_sum):
+                if ranks := diverged_ranks(run, torch.isfinite(loss_sum)):
                     raise divergence(run, ranks, epoch, checked, done)
                 checked = done
             if done >= run.steps:
                 break
-    if done > checked and (ranks := diverged_ranks(run, loss_sum)):  # before the epoch's save, or preemption's
+    # before the epoch's save, or preemption's: the losses since the last check, then the weights the last update
+    # left, which the save would keep and no loss has measured (a loss measures the weights before its step's update)
+    if done > checked and (ranks := diverged_ranks(run, torch.isfinite(loss_sum))):
         raise divergence(run, ranks, epoch, checked, done)
+    if done > position_at_start and (ranks := diverged_ranks(run, weights_finite(run.model))):
+        raise weights_divergence(run, ranks, epoch, done)
     if run.device.type != "cpu":
         torch.accelerator.synchronize(run.device)
     sums.loss += loss_sum.item()
