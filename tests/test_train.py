@@ -655,6 +655,7 @@ def test_a_run_directory_that_fills_mid_run_stops_every_rank_in_one_line(prepare
 # A model whose logits turn NaN at its training forward call $NAN_AT_STEP, on rank $NAN_RANK only (every rank where
 # unset): the loss a diverging run meets, where and when a test wants it. With NAN_IN=gradient, the loss of that step
 # stays finite and its gradient turns NaN: the weights its update leaves are NaN, as a step that blows them up leaves.
+# With NAN_IN=evaluation, every evaluation forward's logits are NaN (an fp16 overflow there), training's finite.
 NAN_AT_A_STEP = """
 import os
 
@@ -685,6 +686,8 @@ class NanAt(torch.nn.Module):
             if here and self.steps == int(os.environ.get("NAN_AT_STEP", "0")):
                 gradient = os.environ.get("NAN_IN") == "gradient"
                 logits = NanGradient.apply(logits) if gradient else logits * float("nan")
+        elif os.environ.get("NAN_IN") == "evaluation":
+            logits = logits * float("nan")
         return logits
 
 
@@ -756,3 +759,20 @@ def test_weights_that_turn_nan_in_an_epochs_last_update_are_not_saved_over_the_l
     state = load_checkpoint(checkpoint_path(run))
     assert (state.epoch, state.step) == (1, 0)
     assert all(torch.isfinite(weights).all() for weights in state.model.values())
+
+
+def test_outputs_that_are_nan_only_in_evaluation_count_as_wrong_and_are_said(prepared, tmp_path):
+    """An evaluation forward that overflows (fp16 where the training forward did not) gave NaN logits, which
+    torch.topk ranks first: val_top1 and val_top5 were figures of the NaN ordering (a class's share of val), said as
+    the model's, in silence. Its images now count as wrong, and rank 0 says how many were not finite."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    run = tmp_path / "run"
+    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_at"),
+                  tmp_path / "logs", env={"NAN_IN": "evaluation"}, cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [0], ranks.text()
+    (record,) = read_metrics(run)
+    assert (record["val_top1"], record["val_top5"]) == (0, 0) and record["val_loss"] != record["val_loss"]
+    images = read_manifest(prepared).splits["val"].samples
+    assert (f"val: the outputs of {images} of {images} images were NaN or infinite (an evaluation forward that "
+            "overflows, as fp16's can where bf16's does not, or weights that diverged): they count as wrong in its "
+            "top-1 and top-5, and its loss is not finite") in ranks.text()

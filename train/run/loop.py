@@ -612,9 +612,9 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
     val_12k_top1). None where a rank was asked to stop while it measured (`stop_asked`)."""
     model.eval()
     subsets = class_subsets(run.manifest, run.device) if split == "val" else {}
-    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted, ranks stopped; then each subset's top-1,
-    # top-5, images
-    sums = torch.zeros(8 + 3 * len(subsets), dtype=torch.float64, device=run.device)
+    # loss, top-1, top-5, images, left out, ReaL right, ReaL counted, ranks stopped, images whose outputs were not
+    # finite; then each subset's top-1, top-5, images
+    sums = torch.zeros(9 + 3 * len(subsets), dtype=torch.float64, device=run.device)
     k = min(5, run.manifest.num_classes)
     left_out, last_bad = 0, ()  # counted on the host: no device sync per batch
     for batch in loader.batches():
@@ -630,18 +630,20 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
             logits = model(x).float()
         if run.outputs_on_data is not None:
             logits = run.outputs_on_data.place(logits)
-        top = logits.topk(k, dim=1).indices
+        finite = torch.isfinite(logits).all(dim=1)
+        top = top_classes(logits, k, finite)
         sums[:3] += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
                                  (top[:, 0] == y).sum().double(), (top == y[:, None]).any(dim=1).sum().double()])
         sums[3] += len(y)
+        sums[8] += (~finite).sum()
         if real is not None:
             sums[5:7] += torch.stack(real.score(top[:, 0], batch.key_hashes)).double()
         for i, subset in enumerate(subsets.values()):
-            sums[8 + 3 * i:11 + 3 * i] += subset.score(logits, y)
+            sums[9 + 3 * i:12 + 3 * i] += subset.score(logits, y)
     sums[4] = left_out
     if run.env.world_size > 1:  # a rank that stopped early meets the others here: each rank's batches counted once
         dist.all_reduce(sums)
-    loss, top1, top5, count, bad, real_right, real_counted, stopped = sums[:8].tolist()
+    loss, top1, top5, count, bad, real_right, real_counted, stopped, not_finite = sums[:9].tolist()
     if stopped:
         return None
     check_bad_samples(int(bad), run.config.max_bad_samples, split, last_bad)
@@ -649,16 +651,28 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
     if int(count + bad) != expected:
         raise RuntimeError(f"evaluated {int(count)} {split} images and left out {int(bad)}, the manifest lists "
                            f"{expected}")
+    if not_finite and run.env.is_main:
+        log.warning("%s: the outputs of %d of %d images were NaN or infinite (an evaluation forward that overflows, "
+                    "as fp16's can where bf16's does not, or weights that diverged): they count as wrong in its top-1 "
+                    "and top-5, and its loss is not finite", split, not_finite, count)
     count, p = max(count, 1), metric_prefix(split)
     metrics = {f"{p}_loss": loss / count, f"{p}_top1": 100 * top1 / count, f"{p}_top5": 100 * top5 / count,
                f"{p}_images": int(sums[3]), f"{p}_bad_samples": int(bad)}
     if real is not None:
         metrics |= {"real_top1": 100 * real_right / max(real_counted, 1), "real_images": int(real_counted)}
     for i, name in enumerate(subsets):
-        right1, right5, counted = sums[8 + 3 * i:11 + 3 * i].tolist()
+        right1, right5, counted = sums[9 + 3 * i:12 + 3 * i].tolist()
         metrics |= {f"{p}_{name}_top1": 100 * right1 / max(counted, 1), f"{p}_{name}_top5": 100 * right5 / max(counted, 1),
                     f"{p}_{name}_images": int(counted)}
     return metrics
+
+
+def top_classes(logits: torch.Tensor, k: int, finite: torch.Tensor) -> torch.Tensor:
+    """Each image's `k` highest-scored classes; an image whose outputs are not all `finite` has none (NaN, which
+    torch.topk ranks first, made a class's share of the images its top-1): the index past the last class, which no
+    label and no ReaL label set holds."""
+    top = logits.topk(k, dim=1).indices
+    return torch.where(finite[:, None], top, logits.shape[1])
 
 
 def stop_asked(run: Run) -> bool:
@@ -681,8 +695,9 @@ class ClassSubset:
         """(top-1 right, top-5 right, images counted) of a batch, on the device: no sync."""
         place = self.place[labels]
         counted = place >= 0
-        top = logits[:, self.indices].topk(self.k, dim=1).indices
-        right = top == place[:, None]
+        among = logits[:, self.indices]
+        top = among.topk(self.k, dim=1).indices
+        right = (top == place[:, None]) & torch.isfinite(among).all(dim=1, keepdim=True)  # NaN is no prediction
         return torch.stack([(right[:, 0] & counted).sum(), (right.any(dim=1) & counted).sum(), counted.sum()]).double()
 
 
