@@ -425,10 +425,11 @@ def diverged_ranks(run: Run, finite: torch.Tensor) -> list[int]:
 
 
 def weights_finite(model: torch.nn.Module) -> torch.Tensor:
-    """Whether every weight and floating buffer (BatchNorm's statistics) of `model` is finite: one bool on the
-    device, one sync to read (an epoch's end's, not a step's)."""
-    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
-    return torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
+    """Whether every parameter of `model` is finite: one bool on the device, one sync to read (an epoch's end's, not a
+    step's). Not its buffers: BatchNorm's statistics move in the forward, which its loss measures, and a model may
+    hold a mask of -inf as one."""
+    finite = [torch.isfinite(p).all() for p in model.parameters()]
+    return torch.stack(finite).all() if finite else torch.tensor(True)
 
 
 def divergence(run: Run, ranks: list[int], epoch: int, checked: int, done: int) -> Diverged:
