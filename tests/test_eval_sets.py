@@ -171,6 +171,20 @@ def test_real_top1_counts_predictions_in_the_set_over_the_labelled_images():
     assert (int(right), int(counted)) == (2, 2)
 
 
+def test_an_image_whose_outputs_are_not_finite_is_wrong_in_top1_real_and_a_class_subset():
+    """torch.topk ranks NaN first (and an infinity): such an image was scored as predicting the first classes."""
+    from train.run.loop import ClassSubset, top_classes
+
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[nan, nan, nan, nan], [0.5, 1.0, 0.0, 0.0], [inf, 0.0, 0.0, 0.0]])
+    top = top_classes(logits, 2, torch.isfinite(logits).all(dim=1))
+    assert top.tolist() == [[4, 4], [1, 0], [4, 4]]  # past the last class: no label's, no ReaL set's
+    real = RealLabels({"a": [0, 1], "b": [1], "c": [0]})  # c's set padded with -1
+    right, counted = real.score(top[:, 0], torch.tensor([key_hash(k) for k in "abc"]))
+    assert (int(right), int(counted)) == (1, 3)
+    assert ClassSubset([0, 1], 4, torch.device("cpu")).score(logits, torch.tensor([0, 1, 0])).tolist() == [1, 1, 3]
+
+
 def test_a_sample_without_a_real_set_is_an_error_not_a_miss():
     real = RealLabels({"a": [1]})
     with pytest.raises(ValueError, match="without ReaL labels"):
