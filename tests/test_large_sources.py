@@ -1001,6 +1001,10 @@ def test_outputs_are_placed_on_the_datas_classes_only_through_a_mapping_the_mani
             mapped_outputs(trained, manifest, "/data")
     placed = ClassPlacement([1, 0], [0, 2], 3, torch.device("cpu")).place(torch.tensor([[5.0, 7.0, 9.0]]))
     assert placed[0, 0] == 7.0 and placed[0, 2] == 5.0 and placed[0, 1] == 5.0 - ClassPlacement.LACKING
+    # an image's NaN outputs (which count it wrong) leave the others' finite: they were all NaN where lacking
+    placed = ClassPlacement([1, 0], [0, 2], 3, torch.device("cpu")).place(torch.tensor([[5.0, 7.0, 9.0],
+                                                                                      [float("nan"), 1.0, 2.0]]))
+    assert torch.isfinite(placed[0]).all() and placed[0, 1] == 1.0 - ClassPlacement.LACKING
 
 
 def test_a_class_table_the_download_is_not_labelled_in_is_refused_naming_it(tmp_path, sources, small_held_out):

@@ -705,7 +705,7 @@ class ClassSubset:
 class ClassPlacement:
     """A model's outputs placed on the data's classes, where the model was trained in another class table the
     data's nests with (the manifest's `class_maps`): output `model_columns[i]` is data class `data_columns[i]`.
-    A data class the model lacks gets a logit LACKING below the batch's lowest (no probability: never among its
+    A data class the model lacks gets a logit LACKING below the batch's lowest finite one (no probability: never in its
     top-5, an image of it is counted wrong, its loss finite); a model class the data lacks is left out (the
     model is scored among the data's classes, as a subset is)."""
     LACKING = 1e4
@@ -716,7 +716,8 @@ class ClassPlacement:
         self.data_classes = data_classes
 
     def place(self, logits: torch.Tensor) -> torch.Tensor:
-        placed = logits.new_full((len(logits), self.data_classes), -self.LACKING) + logits.amin()
+        lowest = logits.where(logits.isfinite(), float("inf")).amin()  # an image's NaN left the others' finite
+        placed = logits.new_full((len(logits), self.data_classes), -self.LACKING) + lowest
         placed[:, self.data_columns] = logits[:, self.model_columns]
         return placed
 
