@@ -769,12 +769,13 @@ def test_outputs_that_are_nan_only_in_evaluation_count_as_wrong_and_are_said(pre
     buffer of -inf (a mask) is no divergence: the run goes on."""
     (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
     run = tmp_path / "run"
-    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_at"),
-                  tmp_path / "logs", env={"NAN_IN": "evaluation"}, cwd=tmp_path)
+    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_at",
+                                "--ema"), tmp_path / "logs", env={"NAN_IN": "evaluation"}, cwd=tmp_path)
     assert ranks.wait(timeout=120) == [0], ranks.text()
     (record,) = read_metrics(run)
-    assert (record["val_top1"], record["val_top5"]) == (0, 0) and record["val_loss"] != record["val_loss"]
-    images = read_manifest(prepared).splits["val"].samples
-    assert (f"val: the outputs of {images} of {images} images were NaN or infinite (an evaluation forward that "
-            "overflows, as fp16's can where bf16's does not, or weights that diverged): they count as wrong in its "
-            "top-1 and top-5, and its loss is not finite") in ranks.text()
+    for p in ("val", "ema_val"):
+        assert (record[f"{p}_top1"], record[f"{p}_top5"]) == (0, 0) and record[f"{p}_loss"] != record[f"{p}_loss"]
+        images = read_manifest(prepared).splits["val"].samples
+        assert (f"{p}: the outputs of {images} of {images} images were NaN or infinite (an evaluation forward that "
+                "overflows, as fp16's can where bf16's does not, or weights that diverged): they count as wrong in "
+                "its top-1 and top-5, and its loss is not finite") in ranks.text()

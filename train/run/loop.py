@@ -584,7 +584,7 @@ def evaluate_all(run: Run) -> dict | None:
         for split, loader in run.eval_data.items():
             # unwrapped: ranks with fewer batches must not leave a DDP collective waiting
             real = run.real_labels if split == "val" else None
-            figures = evaluate(run, model, split, loader, real)
+            figures = evaluate(run, model, split, loader, real, prefix)
             if figures is None:
                 return None
             metrics |= {f"{prefix}{name}": value for name, value in figures.items()}
@@ -606,11 +606,12 @@ def take_rank_0s_buffers(models: list[torch.nn.Module], control) -> None:
 
 @torch.no_grad()
 def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoader,
-             real: RealLabels | None) -> dict | None:
+             real: RealLabels | None, prefix: str = "") -> dict | None:
     """Top-1/top-5 over every sample of `split` exactly once across ranks (asserted); with `real`,
     ReaL top-1 over the images whose label set is not empty; on val, top-1/top-5 among each class
     subset's classes alone (the manifest's `class_subsets`: ImageNet-22k's val is 12k's, reported as
-    val_12k_top1). None where a rank was asked to stop while it measured (`stop_asked`)."""
+    val_12k_top1). None where a rank was asked to stop while it measured (`stop_asked`). `prefix`: the record's for
+    this model (the EMA's), in what is said of it."""
     model.eval()
     subsets = class_subsets(run.manifest, run.device) if split == "val" else {}
     # loss, top-1, top-5, images, left out, ReaL right, ReaL counted, ranks stopped, images whose outputs were not
@@ -653,9 +654,9 @@ def evaluate(run: Run, model: torch.nn.Module, split: str, loader: ImageNetLoade
         raise RuntimeError(f"evaluated {int(count)} {split} images and left out {int(bad)}, the manifest lists "
                            f"{expected}")
     if not_finite and run.env.is_main:
-        log.warning("%s: the outputs of %d of %d images were NaN or infinite (an evaluation forward that overflows, "
+        log.warning("%s%s: the outputs of %d of %d images were NaN or infinite (an evaluation forward that overflows, "
                     "as fp16's can where bf16's does not, or weights that diverged): they count as wrong in its top-1 "
-                    "and top-5, and its loss is not finite", split, not_finite, count)
+                    "and top-5, and its loss is not finite", prefix, metric_prefix(split), not_finite, count)
     count, p = max(count, 1), metric_prefix(split)
     metrics = {f"{p}_loss": loss / count, f"{p}_top1": 100 * top1 / count, f"{p}_top5": 100 * top5 / count,
                f"{p}_images": int(sums[3]), f"{p}_bad_samples": int(bad)}
