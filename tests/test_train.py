@@ -735,8 +735,14 @@ def test_a_loss_that_turns_nan_after_the_last_log_step_keeps_the_last_checkpoint
     assert errors_of(ranks) == [[f"the training loss became NaN or infinite on rank 0 in epoch 1, between steps 0 and "
                                  f"{steps}: the run diverged and stopped, its weights unsaved. {run / 'last.pt'} still "
                                  "holds epoch 1 step 0, before it: resume from it with --resume auto and a lower rate "
-                                 "(--lr RATE --force-change --lr), a longer --warmup-epochs"]], ranks.text()
+                                 "(--lr RATE --force-change --lr), a longer warm-up (--warmup-epochs N --force-change "
+                                 "--warmup-epochs)"]], ranks.text()
     assert (run / "last.pt").read_bytes() == kept and len(read_metrics(run)) == 1
+    # the advice, pasted, is taken: a resume refuses a changed flag without its --force-change
+    warm_up = errors_of(ranks)[0][0].rsplit("(", 1)[1].rstrip(")").replace("N", "2").split()
+    again = Ranks(1, train_args(prepared, run, "--epochs", 2, *args, "--resume", "auto", "--force-change", "--epochs",
+                                *warm_up), tmp_path / "three", cwd=tmp_path)
+    assert again.wait(timeout=120) == [0], again.text()
 
 
 def test_weights_that_turn_nan_in_an_epochs_last_update_are_not_saved_over_the_last_checkpoint(prepared, tmp_path):
@@ -755,7 +761,7 @@ def test_weights_that_turn_nan_in_an_epochs_last_update_are_not_saved_over_the_l
                                   f"step {steps}, its loss still finite: the run diverged and stopped, its weights "
                                   f"unsaved. {run / 'last.pt'} still holds epoch 1 step 0, before it: resume from it "
                                   "with --resume auto and a lower rate (--lr RATE --force-change --lr), a longer "
-                                  "--warmup-epochs"], ranks.text()
+                                  "warm-up (--warmup-epochs N --force-change --warmup-epochs)"], ranks.text()
     assert "Traceback" not in ranks.text() and len(read_metrics(run)) == 1
     state = load_checkpoint(checkpoint_path(run))
     assert (state.epoch, state.step) == (1, 0)

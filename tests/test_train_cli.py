@@ -162,7 +162,8 @@ def test_a_diverged_run_says_which_ranks_in_a_line_of_any_world_size():
 
 def test_a_diverged_run_says_how_to_go_on_from_the_checkpoint_it_holds(tmp_path):
     """From the run directory's checkpoint: --resume auto; from one elsewhere that no save replaced yet: its path, as
-    one word to paste; fp16 (which overflows where bf16 does not): bf16."""
+    one word to paste; fp16 (which overflows where bf16 does not): bf16. A resume refuses a changed flag without its
+    --force-change: each change says it (the warm-up's and bf16's were said without)."""
     from train.run.checkpoint import checkpoint_path
     from train.run.loop import how_to_go_on
 
@@ -171,8 +172,9 @@ def test_a_diverged_run_says_how_to_go_on_from_the_checkpoint_it_holds(tmp_path)
                                                        "--lr, a longer --warmup-epochs")
     assert how_to_go_on((checkpoint_path(run_dir), 3, 0), run_dir, fp16=True) == (
         f"{run_dir}/last.pt still holds epoch 3 step 0, before it: resume from it with --resume auto and a lower rate "
-        "(--lr RATE --force-change --lr), a longer --warmup-epochs, or --amp bf16 where fp16 overflowed")
+        "(--lr RATE --force-change --lr), a longer warm-up (--warmup-epochs N --force-change --warmup-epochs), or bf16 "
+        "where fp16 overflowed (--amp bf16 --force-change --amp)")
     elsewhere = tmp_path / "old runs" / "last.pt"
     assert how_to_go_on((elsewhere, 2, 40), run_dir, fp16=False) == (
         f"{elsewhere} still holds epoch 2 step 40, before it: resume from it with --resume '{elsewhere}' and a lower "
-        "rate (--lr RATE --force-change --lr), a longer --warmup-epochs")
+        "rate (--lr RATE --force-change --lr), a longer warm-up (--warmup-epochs N --force-change --warmup-epochs)")

@@ -451,14 +451,16 @@ def weights_divergence(run: Run, ranks: list[int], epoch: int, done: int) -> Div
 
 def how_to_go_on(saved_at: tuple[Path, int, int] | None, run_dir: str, fp16: bool) -> str:
     """From the last checkpoint (`saved_at`: its path, epoch and step), or from the start, with what to change. Pure."""
-    if saved_at:
-        path, epoch, step = saved_at
-        again = "auto" if path == checkpoint_path(run_dir) else shlex.quote(str(path))
-        start = (f"{path} still holds epoch {epoch} step {step}, before it: resume from it with --resume {again} and "
-                 "a lower rate (--lr RATE --force-change --lr)")
-    else:
-        start = "No checkpoint was saved before it: start again with a lower --lr"
-    return f"{start}, a longer --warmup-epochs{', or --amp bf16 where fp16 overflowed' if fp16 else ''}"
+    if not saved_at:
+        return ("No checkpoint was saved before it: start again with a lower --lr, a longer --warmup-epochs"
+                f"{', or --amp bf16 where fp16 overflowed' if fp16 else ''}")
+    path, epoch, step = saved_at
+    again = "auto" if path == checkpoint_path(run_dir) else shlex.quote(str(path))
+    # a resume refuses a flag that differs from the checkpoint's without its --force-change: each change says it
+    bf16 = ", or bf16 where fp16 overflowed (--amp bf16 --force-change --amp)" if fp16 else ""
+    return (f"{path} still holds epoch {epoch} step {step}, before it: resume from it with --resume {again} and a "
+            "lower rate (--lr RATE --force-change --lr), a longer warm-up (--warmup-epochs N --force-change "
+            f"--warmup-epochs){bf16}")
 
 
 def which_ranks(ranks: list[int], world_size: int, named: int = 8) -> str:
