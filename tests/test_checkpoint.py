@@ -131,23 +131,24 @@ def test_a_mid_epoch_resume_on_another_world_shares_the_epochs_sums_out_and_seed
     from train.run.checkpoint import sums_on_world
 
     saved = [{"loss": 2.0, "correct": 3, "samples": 8, "key_hash": 5, "bad_samples": 1, "data_wait": 1.0,
-              "elapsed": 4.0, "steps_here": 2},
+              "elapsed": 4.0, "steps_here": 2, "skipped_samples": 4},
              {"loss": 1.0, "correct": 1, "samples": 8, "key_hash": 7, "bad_samples": 0, "data_wait": 3.0,
-              "elapsed": 6.0, "steps_here": 2}]
+              "elapsed": 6.0, "steps_here": 2, "skipped_samples": 0}]
     shares = [sums_on_world(saved, 4, rank) for rank in range(4)]
-    for name in ("loss", "correct", "samples", "key_hash", "bad_samples"):
+    for name in ("loss", "correct", "samples", "key_hash", "bad_samples", "skipped_samples"):
         assert sum(share[name] for share in shares) == sum(s[name] for s in saved)
     for name in ("data_wait", "elapsed"):  # the epoch's record averages them over the ranks: as before
         assert sum(share[name] for share in shares) / 4 == sum(s[name] for s in saved) / 2
     assert {share["steps_here"] for share in shares} == {2}
     assert sums_on_world(saved, 1, 0) == {"loss": 3.0, "correct": 4, "samples": 16, "key_hash": 12, "bad_samples": 1,
-                                          "data_wait": 2.0, "elapsed": 5.0, "steps_here": 2}  # onto one rank: all
+                                          "skipped_samples": 4, "data_wait": 2.0, "elapsed": 5.0,
+                                          "steps_here": 2}  # onto one rank: all
     one = [{"loss": 2.0, "samples": 8, "steps_here": 2}]  # one rank's sums, some never recorded: none counted
     assert [sums_on_world(one, 2, rank) for rank in (0, 1)] == [
-        {"loss": 2.0, "correct": 0, "samples": 8, "key_hash": 0, "bad_samples": 0, "data_wait": 0.0, "elapsed": 0.0,
-         "steps_here": 2},
-        {"loss": 0, "correct": 0, "samples": 0, "key_hash": 0, "bad_samples": 0, "data_wait": 0.0, "elapsed": 0.0,
-         "steps_here": 2}]
+        {"loss": 2.0, "correct": 0, "samples": 8, "key_hash": 0, "bad_samples": 0, "skipped_samples": 0,
+         "data_wait": 0.0, "elapsed": 0.0, "steps_here": 2},
+        {"loss": 0, "correct": 0, "samples": 0, "key_hash": 0, "bad_samples": 0, "skipped_samples": 0,
+         "data_wait": 0.0, "elapsed": 0.0, "steps_here": 2}]
     assert sums_on_world([{"loss": 2.0}], 2, 0)["steps_here"] == 0
     model = torch.nn.Linear(3, 2)
     mid = checkpoint(model, ranks=[{"rng": rng_state(torch.device("cpu")), "sums": sums} for sums in saved])

@@ -785,3 +785,23 @@ def test_outputs_that_are_nan_only_in_evaluation_count_as_wrong_and_are_said(pre
         assert (f"{p}: the outputs of {images} of {images} images were NaN or infinite (an evaluation forward that "
                 "overflows, as fp16's can where bf16's does not, or weights that diverged): they count as wrong in "
                 "its top-1 and top-5, and its loss is not finite") in ranks.text()
+
+
+def test_a_loss_that_overflows_in_fp16_is_the_scalers_to_skip_and_the_run_goes_on(prepared, tmp_path):
+    """Under fp16 a loss that overflows is what the gradient scaler exists for: it skips that step's update and
+    lowers its scale, the weights untouched. Stopping there ended runs that would have trained on (and on a resume
+    the same batch came again); the step is counted, left out of train_loss, said at the epoch's end."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    run = tmp_path / "run"
+    ranks = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_at",
+                                "--amp", "fp16"), tmp_path / "logs", env={"NAN_AT_STEP": "3", "NAN_RANK": "1"},
+                  cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [0, 0], ranks.text()
+    (record,) = read_metrics(run)
+    assert record["train_skipped_images"] == 4 and record["train_images"] == record["steps"] * 8
+    assert record["train_loss"] == record["train_loss"] and 0 < record["train_loss"] < 10  # finite, without it
+    assert (f"epoch 0: 4 of its {record['train_images']} training images were in steps whose loss was NaN or "
+            "infinite in fp16, and the gradient scaler skipped those steps' updates") in ranks.text()
+    state = load_checkpoint(checkpoint_path(run))
+    assert state.epoch == 1
+    assert all(torch.isfinite(weights).all() for name, weights in state.model.items() if name != "mask")

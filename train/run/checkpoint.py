@@ -202,7 +202,7 @@ def ranks(n: int) -> str:
 
 # An epoch's sums (loop.EpochSums) by how they combine over ranks: counts add up, timings are each rank's own
 # (averaged over the ranks, the epoch's record), steps are the same on every rank.
-ADDED_OVER_RANKS = ("loss", "correct", "samples", "key_hash", "bad_samples")
+ADDED_OVER_RANKS = ("loss", "correct", "samples", "key_hash", "bad_samples", "skipped_samples")
 EACH_RANKS_OWN = ("data_wait", "elapsed")
 
 

@@ -70,6 +70,8 @@ class EpochSums:
     data_wait: float = 0.0  # seconds spent waiting for the loader
     elapsed: float = 0.0  # seconds of the epoch in this process
     steps_here: int = 0  # steps run by this process (images/s excludes those before a resume)
+    # (fp16) samples of steps whose loss was NaN or infinite, whose updates the gradient scaler skipped: not in `loss`
+    skipped_samples: int = 0
 
 
 class Preemption:
@@ -502,6 +504,10 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     step = functools.partial(train_step, run.step_model, run.optimizer, criterion, amp_dtype=run.amp_dtype,
                              scaler=run.scaler, scheduler=run.scheduler)
     loss_sum = torch.zeros((), device=run.device)
+    # fp16: a step whose loss overflowed is the gradient scaler's to skip (its update is never applied), not a
+    # divergence: counted apart (`skipped`), the epoch's loss without it; the weights are still checked before a save
+    scaled = run.scaler.is_enabled()
+    skipped = torch.zeros((), dtype=torch.int64, device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
     done = position_at_start = position["position"]
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
@@ -525,7 +531,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             if run.ema is not None:
                 warming_up = epoch * run.steps + done < warm_up
                 update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=warming_up)
-            loss_sum += loss.detach().float() * len(y)
+            loss_sum, skipped = add_loss(loss_sum, skipped, loss.detach().float(), len(y), scaled)
             correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
             sums.samples += len(y)
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
@@ -550,10 +556,21 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     if run.device.type != "cpu":
         torch.accelerator.synchronize(run.device)
     sums.loss += loss_sum.item()
+    sums.skipped_samples += int(skipped.item())
     sums.correct += int(correct.item())
     sums.elapsed += time.perf_counter() - start
     sums.data_wait += run.train_data.counters.data_wait_s - waited_before
     return done, preempted, position
+
+
+def add_loss(loss_sum: torch.Tensor, skipped: torch.Tensor, loss: torch.Tensor, samples: int,
+             scaled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step's loss added to the epoch's sum, on the device (no sync); under a gradient scaler (`scaled`: fp16), a
+    loss that is not finite is left out and its samples counted in `skipped`: the scaler skips that step's update."""
+    if not scaled:
+        return loss_sum + loss * samples, skipped
+    finite = torch.isfinite(loss)
+    return loss_sum + torch.where(finite, loss, 0.0) * samples, skipped + (~finite) * samples
 
 
 def rate_of_last_step(scheduler: torch.optim.lr_scheduler.LambdaLR) -> float:
@@ -857,20 +874,31 @@ def epoch_record(run: Run, epoch: int, done: int, sums: EpochSums, val: dict, re
     """Everything a rank accumulated, all-reduced, as one metrics.jsonl line."""
     counters = [run.train_data.counters] + [loader.counters for loader in run.eval_data.values()]
     pil_fallbacks, seeked = sum(c.pil_fallbacks for c in counters), sum(c.seeked_images for c in counters)
-    loss, correct, samples, wait, elapsed, bad, pil, device, seeked = all_reduce(
+    loss, correct, samples, wait, elapsed, bad, pil, device, seeked, skipped = all_reduce(
         [sums.loss, sums.correct, sums.samples, sums.data_wait, sums.elapsed, sums.bad_samples, pil_fallbacks,
-         run.train_data.device_decode_fallbacks, seeked], run)
+         run.train_data.device_decode_fallbacks, seeked, sums.skipped_samples], run)
     world = run.env.world_size
     images_here = sums.steps_here * run.batch_size * world
     mean_elapsed = elapsed / world
     return {"epoch": epoch, "step": run_step(run, epoch + 1, 0), "steps": done, "resumed_at_step": resumed_at,
-            "train_loss": loss / samples, "train_top1": 100 * correct / samples, "train_images": int(samples),
+            "train_loss": loss / (samples - skipped) if samples > skipped else math.nan,
+            "train_top1": 100 * correct / samples, "train_images": int(samples), "train_skipped_images": int(skipped),
             "bad_samples": int(bad), "pil_fallbacks": int(pil), "device_decode_fallbacks": int(device),
             "seeked_images": int(seeked),
             "train_key_hash": all_reduce_int(sums.key_hash, run) % KEY_HASH_MOD, **val,
             "images_per_sec": images_here / mean_elapsed, "images_per_sec_per_gpu": images_here / mean_elapsed / world,
             "data_wait_fraction": wait / elapsed, "epoch_time_s": mean_elapsed, "lr": rate_of_last_step(run.scheduler),
             "world_size": world, "batch_size": run.batch_size, "image_size": train_size(run.config, epoch)}
+
+
+def skipped_line(record: dict) -> str:
+    """What rank 0 says of an epoch some of whose steps the gradient scaler skipped (fp16). Pure."""
+    skipped, images = record["train_skipped_images"], record["train_images"]
+    return (f"epoch {record['epoch']}: {skipped} of its {images} training images were in steps whose loss was NaN or "
+            "infinite in fp16, and the gradient scaler skipped those steps' updates (the weights stay finite; "
+            "train_loss leaves them out). Now and then is fp16's overflow; many, epoch after epoch, is a model that "
+            "does not fit in fp16: resume with --amp bf16 --force-change --amp where the device has bf16, or a "
+            "lower --lr")
 
 
 def checked_already(command: CommandLine, config: TrainConfig) -> bool:
@@ -1087,6 +1115,8 @@ def train_epochs(run: Run, start_epoch: int, start_step: int, sums: EpochSums) -
             if not problem:
                 run.tracker.log({f"epoch/{name}": value for name, value in record.items()}, record["step"])
                 log.info("%s", epoch_line(record))
+                if record["train_skipped_images"]:
+                    log.warning("%s", skipped_line(record))
         save(run, epoch + 1, 0, EpochSums(), loader=epoch_over(position, len(run.train_data)), problem=problem)
         start_step, sums = 0, EpochSums()
     return 0
