@@ -332,7 +332,7 @@ class ResolutionRamp:
     def sizes(self) -> list[int]:
         """Each size the ramp trains at, once, in the order of the epochs from start_epoch to end_epoch (before and
         after: the ends). Each run of epochs at one size is skipped by bisection, not walked: asking every epoch's
-        size, `python -m train --ramp 32 64 0 99999999999` hung at its start."""
+        size, a ramp from 32 to 64 px ending at epoch 99,999,999,999 hung the run's start."""
         sizes, epoch = [], self.start_epoch
         while epoch <= self.end_epoch:
             sizes.append(self.size(epoch))
