@@ -433,7 +433,7 @@ def docstring_signature(function) -> list[tuple[str, object]]:
     function's docstring (the C functions carry no other signature)."""
     found = re.match(rf"{function.__name__}\((.*?)\)", function.__doc__, re.S)
     assert found, function.__doc__
-    parts = [part.split("=") for part in re.split(r",\s*", found.group(1))]
+    parts = [part.split("=") for part in re.split(r",\s*", found.group(1)) if part]  # (none for `f()`)
     return [(part[0], ast.literal_eval(part[1]) if len(part) > 1 else ...) for part in parts]
 
 

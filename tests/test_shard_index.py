@@ -148,3 +148,58 @@ def test_a_shard_replaced_under_a_live_loader_is_refused_not_read(prepared, tmp_
         (root / "train" / read_manifest(root).splits["train"].shards[0].name.split("/")[-1]).unlink()
         with pytest.raises(DatasetNotReady, match="changed after this loader was made: it cannot be opened now"):
             list(data)
+
+
+# A loader's first batch read, then every shard it has mapped cut to 1 KiB in place, as `truncate -s 1K` (or a copy
+# with `cp` over it) does on the node: the rest of the pass reads the maps past their files' new ends.
+TRUNCATED_UNDER_A_LOADER = """
+import os, sys
+from train import ImageNetLoader
+data = ImageNetLoader(sys.argv[1], 'train', batch_size=4, image_size=32, device='cpu', workers=1)
+batches = data.batches()
+next(batches)
+shards = data._shared.loader.splits['train']
+for path, view in zip(shards.paths, shards.maps):
+    if view is not None:
+        os.truncate(path, 1024)
+""" + "{read}"
+
+
+def truncated_under_a_loader(root, read: str):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    script = TRUNCATED_UNDER_A_LOADER.format(read=read)
+    return subprocess.run([sys.executable, "-c", script, str(root)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.slow
+def test_a_shard_truncated_under_a_live_loader_is_its_one_line_error_not_a_silent_death(prepared, tmp_path):
+    """A shard truncated in place under its map made the next read past its new end a SIGBUS: the process died
+    with no word (the shell's "Bus error", a rank's signal 7), in a decode thread or wherever Python sliced the map.
+    Now the read finds zeros, and the batch that read them is never given out: the loader raises its one line."""
+    from conftest import copy_dataset
+
+    done = truncated_under_a_loader(copy_dataset(prepared, tmp_path / "imagenet"), "print(sum(1 for _ in batches))")
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("shards.manifest.DatasetNotReady: shard ") and "shrank while this process read it" in last
+    assert "rerun prepare with --verify" in last and done.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_sigbus_outside_the_shards_maps_still_ends_the_process(prepared, tmp_path):
+    """The loader's SIGBUS handler answers only for its own maps: a bus error anywhere else (another map of a
+    truncated file; torch's shared memory on a full /dev/shm) ends the process as before, not read as zeros."""
+    from conftest import copy_dataset
+
+    root = copy_dataset(prepared, tmp_path / "imagenet")
+    other = tmp_path / "other"
+    other.write_bytes(b"x" * 65536)
+    read = (f"import mmap\nf = open({str(other)!r}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+            f"os.truncate({str(other)!r}, 0)\nprint(m[60000])\n")
+    done = truncated_under_a_loader(root, read)
+    assert done.returncode == -7, (done.returncode, done.stderr[-2000:])

@@ -551,8 +551,9 @@ class Loader:
         self._log_first_seeks(seeked, len(keep))
         labels = torch.from_numpy(shards.labels[ids[keep]])
         hashes = torch.from_numpy(shards.key_hashes(ids[keep]))
-        return Batch(self.strategy.images(shards, ids, chunks, keep, ring, slot, spec), labels, hashes, bad,
-                     fallbacks, seeked, **augmentation_of(chunks, keep, repeats))
+        images = self.strategy.images(shards, ids, chunks, keep, ring, slot, spec)  # (read from the maps: last)
+        shards.check_readable()  # a shard truncated under its map: read as zeros, said here, never given out
+        return Batch(images, labels, hashes, bad, fallbacks, seeked, **augmentation_of(chunks, keep, repeats))
 
     def _log_first_seeks(self, seeked: int, images: int) -> None:
         """Which decode path the first batch took: seeking pays about 1.3x (docs/prepare.md: seekable JPEGs)."""

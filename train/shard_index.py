@@ -53,11 +53,7 @@ def tar_index(shard) -> np.ndarray:
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
-LIBC.mmap.restype = ctypes.c_void_p
-LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-LIBC.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def file_identity(path: Path) -> tuple | None:
@@ -89,14 +85,14 @@ def mapped(path: Path, identity: tuple | None) -> memoryview:
             raise replaced_shard(path, "another file is there now")
         if stat.st_size == 0:
             raise damaged_shard(path, "it is empty")
-        address = LIBC.mmap(None, stat.st_size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if address in (MAP_FAILED, None):
-            error = ctypes.get_errno()
-            raise damaged_shard(path, f"it cannot be mapped ({os.strerror(error)})")
+        try:
+            address = _tarindex.map_shard(fd, stat.st_size)  # watched: a SIGBUS in it is `unreadable`, not a death
+        except OSError as exn:
+            raise damaged_shard(path, f"it cannot be mapped ({exn.strerror or exn})") from None
     finally:
         os.close(fd)
     region = (ctypes.c_ubyte * stat.st_size).from_address(address)
-    unmap = weakref.finalize(region, LIBC.munmap, address, stat.st_size)  # every view holds `region`: after them
+    unmap = weakref.finalize(region, _tarindex.unmap_shard, address, stat.st_size)  # every view holds `region`
     unmap.atexit = False  # not as the interpreter exits, under a decode thread still reading: the kernel unmaps it
     return memoryview(region).cast("B").toreadonly()
 
@@ -105,6 +101,13 @@ def replaced_shard(path: Path, what: str) -> DatasetNotReady:
     return DatasetNotReady(f"shard {path} changed after this loader was made: {what} (the dataset prepared again "
                            "under a running job, or removed?). Make the loader again, or start the run again: a "
                            "resume checks that the dataset is the one its checkpoint trained on")
+
+
+def shrunk_shard(path: Path) -> DatasetNotReady:
+    return DatasetNotReady(f"shard {path} shrank while this process read it: something truncated or rewrote it in "
+                           "place (prepare never does: it writes new files and renames them). Stop what writes "
+                           "there, rerun prepare with --verify on this node (it rebuilds damaged shards), then "
+                           "start the run again")
 
 
 def damaged_shard(path: Path, what: str) -> DatasetNotReady:
@@ -167,8 +170,20 @@ class ShardSet:
         self.labels[at] = [parse_label(bytes(data[a:a + n]))
                            for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
+        if _tarindex.unreadable() and _tarindex.was_unreadable(ctypes.addressof(data.obj)):
+            raise shrunk_shard(path)  # what was read of it is zeros: its table is not kept
         self.maps[shard] = data
         self.indexed[shard] = True
+
+    def check_readable(self) -> None:
+        """DatasetNotReady, one line, where a shard shrank under its map since it was mapped: its reads from the end
+        on found zeros (`mapped`). Asked after each batch, before it is given out: a call that makes no system call
+        while no map in the process has been hit."""
+        if not _tarindex.unreadable():
+            return
+        for shard, view in enumerate(self.maps):
+            if view is not None and _tarindex.was_unreadable(ctypes.addressof(view.obj)):
+                raise shrunk_shard(self.paths[shard])
 
     def let_go(self, shards) -> None:
         """These shards' pages out of this process's resident set (madvise MADV_DONTNEED): they stay in the page

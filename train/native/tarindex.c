@@ -1,13 +1,26 @@
 /* A shard's index: where each sample's key, .jpg and .cls lie in a WebDataset tar in memory, from
  * its headers alone (shard-format code; train/shard_index.py wraps it). A damaged header is a
  * ValueError with its byte offset, never a read outside the shard; the table grows with the samples
- * found, not with the shard's size. */
+ * found, not with the shard's size.
+ *
+ * And the shards' maps (map_shard, unmap_shard), watched: a shard truncated in place under its map (by another
+ * program: prepare writes new files and renames them) made the next read of a page past its new end a SIGBUS,
+ * which killed the process with no word, in a decode thread or anywhere Python sliced the map. A SIGBUS inside a
+ * watched map now puts zero pages over the rest of it, marks it, and returns: the read goes on, finds zeros (a
+ * damaged JPEG, at worst), and the loader, which asks `unreadable()` after each batch (no system call), raises
+ * its one-line damaged-shard error before the batch is given out. A SIGBUS anywhere else goes to the handler
+ * that was there before (or kills the process as it did). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 enum { KEY_AT, KEY_LEN, JPG_AT, JPG_LEN, CLS_AT, CLS_LEN, FIELDS };
 
@@ -138,11 +151,175 @@ static PyObject *py_tar_index(PyObject *self, PyObject *args, PyObject *kwargs) 
     return result;
 }
 
+/* ---------------------------------------------------------------- the watched maps */
+
+/* A fixed table (the handler may not allocate or lock): 65,536 maps, ten times ImageNet-21k's shards. A map
+ * that finds no free slot is still made, unwatched, as every map was before. */
+#define WATCHED 65536
+typedef struct {
+    _Atomic uintptr_t start, end; /* start 0: a free slot */
+    atomic_int hit;
+} watched_map;
+static watched_map watched[WATCHED];
+static atomic_int high_water;  /* slots [0, high_water) have been used: the handler looks no further */
+static atomic_long hit_maps;   /* watched maps a SIGBUS has hit, not yet unmapped */
+static pthread_mutex_t watching = PTHREAD_MUTEX_INITIALIZER; /* between map_shard and unmap_shard, never the handler */
+static struct sigaction before; /* the SIGBUS handler there before ours */
+static long page_size;
+
+/* The rest of a watched map from the faulting page on, zero pages, marked hit; 0 where `at` is in no watched map
+ * (or the zero pages could not be put there). Async-signal-safe: atomics and mmap only. */
+static int zero_the_rest(uintptr_t at) {
+    int used = atomic_load(&high_water);
+    for (int i = 0; i < used; i++) {
+        uintptr_t start = atomic_load(&watched[i].start), end = atomic_load(&watched[i].end);
+        if (start == 0 || at < start || at >= end)
+            continue;
+        uintptr_t page = at & ~(uintptr_t)(page_size - 1);
+        void *zeros = mmap((void *)page, end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (zeros == MAP_FAILED)
+            return 0;
+        if (atomic_exchange(&watched[i].hit, 1) == 0)
+            atomic_fetch_add(&hit_maps, 1);
+        return 1;
+    }
+    return 0;
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    if (zero_the_rest((uintptr_t)info->si_addr))
+        return; /* the faulting read runs again, on zeros */
+    if (before.sa_flags & SA_SIGINFO) {
+        before.sa_sigaction(sig, info, context);
+    } else if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
+        before.sa_handler(sig);
+    } else { /* the default: the read faults again, and the kernel ends the process as it always did */
+        struct sigaction fallback;
+        memset(&fallback, 0, sizeof fallback);
+        fallback.sa_handler = SIG_DFL;
+        sigaction(SIGBUS, &fallback, NULL);
+    }
+}
+
+/* Ours as the SIGBUS handler, where it is not already (a handler set since, Python's faulthandler's say, is kept
+ * as the one to pass other faults to). Under `watching`. */
+static int install_handler(void) {
+    struct sigaction now;
+    if (sigaction(SIGBUS, NULL, &now) < 0)
+        return -1;
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)
+        return 0;
+    struct sigaction ours;
+    memset(&ours, 0, sizeof ours);
+    ours.sa_sigaction = on_sigbus;
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&ours.sa_mask);
+    page_size = sysconf(_SC_PAGESIZE);
+    before = now;
+    return sigaction(SIGBUS, &ours, NULL);
+}
+
+static void watch(uintptr_t start, uintptr_t size) {
+    int used = atomic_load(&high_water);
+    for (int i = 0; i < WATCHED; i++) {
+        if (atomic_load(&watched[i].start) != 0)
+            continue;
+        atomic_store(&watched[i].hit, 0);
+        atomic_store(&watched[i].end, start + size);
+        atomic_store(&watched[i].start, start); /* last: the handler sees a whole entry or none */
+        if (i >= used)
+            atomic_store(&high_water, i + 1);
+        return;
+    }
+}
+
+static void unwatch(uintptr_t start) {
+    int used = atomic_load(&high_water);
+    for (int i = 0; i < used; i++) {
+        if (atomic_load(&watched[i].start) != start)
+            continue;
+        atomic_store(&watched[i].start, 0);
+        if (atomic_exchange(&watched[i].hit, 0) == 1)
+            atomic_fetch_sub(&hit_maps, 1);
+        return;
+    }
+}
+
+static PyObject *py_map_shard(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"fd", "size", NULL};
+    int fd;
+    Py_ssize_t size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "in", keywords, &fd, &size))
+        return NULL;
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "map_shard: the size must be positive");
+        return NULL;
+    }
+    void *address = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (address == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    pthread_mutex_lock(&watching);
+    if (install_handler() == 0)
+        watch((uintptr_t)address, (uintptr_t)size);
+    pthread_mutex_unlock(&watching);
+    return PyLong_FromVoidPtr(address);
+}
+
+static PyObject *py_unmap_shard(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"address", "size", NULL};
+    PyObject *at;
+    Py_ssize_t size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On", keywords, &at, &size))
+        return NULL;
+    void *address = PyLong_AsVoidPtr(at);
+    if (address == NULL && PyErr_Occurred())
+        return NULL;
+    pthread_mutex_lock(&watching);
+    unwatch((uintptr_t)address); /* before the munmap: the handler never zeroes an address reused since */
+    munmap(address, (size_t)size);
+    pthread_mutex_unlock(&watching);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_unreadable(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return PyLong_FromLong(atomic_load(&hit_maps));
+}
+
+static PyObject *py_was_unreadable(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"address", NULL};
+    PyObject *at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", keywords, &at))
+        return NULL;
+    uintptr_t address = (uintptr_t)PyLong_AsVoidPtr(at);
+    if (address == 0 && PyErr_Occurred())
+        return NULL;
+    int used = atomic_load(&high_water);
+    for (int i = 0; i < used; i++)
+        if (atomic_load(&watched[i].start) == address)
+            return PyBool_FromLong(atomic_load(&watched[i].hit));
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"tar_index", (PyCFunction)(void (*)(void))py_tar_index, METH_VARARGS | METH_KEYWORDS,
      "tar_index(shard) -> bytes: int64 rows (key_at, key_len, jpg_at, jpg_len, cls_at, cls_len), one per sample "
      "(consecutive members KEY.ext) of a tar in memory; -1 where a sample lacks the member. ValueError, with "
      "the byte offset, for a damaged header. The GIL is released."},
+    {"map_shard", (PyCFunction)(void (*)(void))py_map_shard, METH_VARARGS | METH_KEYWORDS,
+     "map_shard(fd, size) -> int: the address of `size` bytes of the file `fd` mapped read-only and shared, the "
+     "map watched: a SIGBUS in it (the file truncated under it) puts zero pages over the rest of it and marks it "
+     "(unreadable, was_unreadable) instead of killing the process. OSError where mmap fails."},
+    {"unmap_shard", (PyCFunction)(void (*)(void))py_unmap_shard, METH_VARARGS | METH_KEYWORDS,
+     "unmap_shard(address, size) -> None: unwatch and unmap a map of map_shard."},
+    {"unreadable", (PyCFunction)py_unreadable, METH_NOARGS,
+     "unreadable() -> int: how many maps of map_shard a SIGBUS has hit (and zeroed from there), not yet unmapped. "
+     "No system call: asked after each batch."},
+    {"was_unreadable", (PyCFunction)(void (*)(void))py_was_unreadable, METH_VARARGS | METH_KEYWORDS,
+     "was_unreadable(address) -> bool: whether a SIGBUS has hit the map of map_shard at `address`."},
     {NULL, NULL, 0, NULL},
 };
 
