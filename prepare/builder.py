@@ -35,7 +35,7 @@ from prepare.destination import (
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
-from shards.lock import exclusive_lock
+from shards.lock import exclusive_lock, readers, release, sole_reader_lock
 from prepare.scatter import DamageLog, LocalRead, Reader, SplitResult, account_pass, account_split
 from prepare.shard_writer import write_shards
 from prepare.shuffle import deal_into_shards, shard_count
@@ -103,6 +103,25 @@ def open_prepare_source(detected: Detected, config: PrepareConfig) -> Source:
     return source
 
 
+@contextmanager
+def no_loader_reading(dest: Path):
+    """The dataset at `dest` replaced (or first built) only where no loader of this node reads it, and no loader
+    starts on it until the new one is whole: the readers lock, taken alone. A training run on this node kept reading
+    the shards it had mapped (their space not freed: the room check counted it free) and died, one line, at the
+    first it had not."""
+    held = sole_reader_lock(dest)
+    if held is None:
+        pids = readers(dest)
+        who = f" (pid {', '.join(map(str, pids))})" if pids else ""
+        raise PrepareError(f"{dest} is being read by a training run or loader on this node{who}: replacing its dataset "
+                           "now would pull it from under that run. Stop the run (or let it finish) and rerun, or "
+                           "prepare into another --dest")
+    try:
+        yield
+    finally:
+        release(held)
+
+
 def check_complete(source: Source, allow_partial: bool) -> None:
     """Refuse a download that lacks what it declares (one line naming what is missing), unless
     --allow-partial: then log it (the manifest records it). A split with nothing of it there, or more
@@ -134,9 +153,10 @@ def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity
     it replaces (--force, --verify) is removed, its space counted as free: a --force that cannot fit removed it
     first, then refused, losing both."""
     reader = reader or LocalRead(source, config)
-    check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
-    remove_incomplete(dest)
-    manifest = build_or_clean_up(source, dest, config, identity, reader)
+    with no_loader_reading(dest):
+        check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
+        remove_incomplete(dest)
+        manifest = build_or_clean_up(source, dest, config, identity, reader)
     log_summary(dest, manifest)
     if damaged is not None:
         report_rebuild(damaged, manifest)

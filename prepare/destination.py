@@ -24,6 +24,7 @@ from shards.manifest import (
     manifest_path, read_manifest, remove_killed_writes, write_manifest,
 )
 from shards.progress import Progress
+from shards.lock import make_readers_lock
 from shards.resources import MB
 
 log = logging.getLogger("prepare")
@@ -75,6 +76,7 @@ def make_dest(dest: Path) -> None:
             (dest / split).mkdir(exist_ok=True)
     except OSError as exn:
         raise PrepareError(f"cannot create --dest {dest}: {exn.strerror}. Choose a writable directory.") from None
+    make_readers_lock(dest)  # loaders lock it shared: a prepare does not replace the dataset under one
 
 
 # ---------------------------------------------------------------- what it holds: idempotence and --verify

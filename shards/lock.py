@@ -2,7 +2,9 @@
 
 Used by prepare (one prepare a destination, `.prepare.lock`: `exclusive_lock`, below: the others wait for
 it) and by training (one training a run directory, `.train.lock`: train/run/run_lock.py decides there what a
-held lock means).
+held lock means). A dataset's readers share a third, `.readers.lock` (`shared_read_lock`, `sole_reader_lock`, at
+the end): a prepare that would replace the dataset under a loader of this node is refused, and a loader does not
+start on a dataset a prepare is replacing.
 
 The kernel lets go of an flock when the last descriptor of it closes, so a holder that dies, even by
 kill -9, leaves nothing to clean up. What could still keep a dead holder's lock is a process that
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from shards.errors import UserError
-from shards.paths import LOCK_NAME
+from shards.paths import LOCK_NAME, READERS_NAME
 
 _held: set[int] = set()  # descriptors of the locks this process holds: forked children close them
 POLL_S = 0.5  # how often a waiting prepare tries the lock again
@@ -288,6 +290,74 @@ def prepare_writing(dest: Path) -> str | None:
     except (OSError, LockUnwritable):
         return None
     return None
+
+
+# ---------------------------------------------------------------- the dataset's readers
+
+def shared_read_lock(dest: Path) -> int | None:
+    """A shared flock of `dest`'s readers lock, for a loader while it reads the dataset there: its descriptor
+    (`release` it); None where it cannot be had (no lock file: a dataset prepared before prepare made one; a file
+    system without flock): the loader reads unguarded, as all did before. Nothing is made in the folder (a reader's
+    may be read-only): prepare makes the file (`make_readers_lock`). BlockingIOError where a prepare holds it alone,
+    replacing the dataset now."""
+    try:
+        fd = os.open(dest / READERS_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:
+        os.close(fd)
+        return None
+    _held.add(fd)  # a child forked by the reader does not keep the dataset locked after it
+    return fd
+
+
+def make_readers_lock(dest: Path) -> None:
+    """The readers lock file of `dest`, made by prepare (in a folder it writes; a loader makes nothing there), 0666
+    for the umask to narrow: any user's loader may lock it shared. Where it cannot be made, loaders read unguarded."""
+    try:
+        os.close(os.open(dest / READERS_NAME, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666))
+    except OSError:
+        pass
+
+
+def sole_reader_lock(dest: Path) -> int | None:
+    """The readers lock of `dest` taken alone, for a prepare about to replace the dataset there: its descriptor
+    (`release` it once the new dataset is whole); None where a loader of this node holds it shared (its pids:
+    `readers`). LockUnwritable where the file cannot be made, or the file system has no flock."""
+    path = dest / READERS_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exn:
+        raise unwritable(path, exn) from None
+    try:
+        flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except LockUnwritable:
+        os.close(fd)
+        raise
+    _held.add(fd)
+    return fd
+
+
+def readers(dest: Path) -> list[int]:
+    """The pids that hold `dest`'s readers lock, as /proc/locks lists flocks by device and inode (pids of this
+    PID namespace); [] where it cannot be told."""
+    try:
+        stat = os.stat(dest / READERS_NAME)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    inode = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    pids = {int(fields[4]) for fields in (line.split() for line in lines)
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit()}
+    return sorted(pid for pid in pids if pid > 0)
 
 
 def close_inherited_locks() -> None:

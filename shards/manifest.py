@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from shards.errors import UserError
-from shards.lock import describe, prepare_writing
+from shards.lock import describe, prepare_writing, shared_read_lock
 from shards.paths import ALL_SPLITS, MANIFEST_NAME, SPLITS
 
 FORMAT = "imagenet-wds/1"
@@ -325,6 +325,20 @@ def checksummed_files(manifest: Manifest) -> list[tuple[str, int, str]]:
     if manifest.real_labels:
         files.append((manifest.real_labels["file"], manifest.real_labels["bytes"], manifest.real_labels["sha256"]))
     return files
+
+
+def read_lock(root: Path) -> int | None:
+    """A loader's shared lock on the dataset at `root` while it reads it (shards.lock.shared_read_lock: release it
+    as the loader closes), so that a prepare --force on this node refuses to replace it under the loader, which had
+    kept reading the old shards it had mapped and died, one line, at the first it had not. Refused, one line, where a
+    prepare is replacing the dataset now."""
+    try:
+        return shared_read_lock(Path(root))
+    except BlockingIOError:
+        record = prepare_writing(Path(root))
+        who = f" ({describe(record)})" if record else ""
+        raise DatasetNotReady(f"a prepare{who} is replacing the dataset at {root} now. Wait for it to finish, then "
+                              "start again (in a job script: run prepare before train, not beside it)") from None
 
 
 def read_complete_manifest(root: Path) -> Manifest:

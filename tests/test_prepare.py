@@ -423,7 +423,8 @@ def test_sigterm_mid_run_removes_what_the_run_wrote_and_says_so_in_one_line(tmp_
         "ERROR stopped by SIGTERM, its scratch and unfinished shards removed: rerun the same command to prepare "
         f"{dest}"]
     assert "Traceback" not in stderr
-    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [".prepare.lock"]
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [".prepare.lock",
+                                                                                            ".readers.lock"]
 
 
 def test_a_second_ctrl_c_waits_for_the_clean_up_that_the_message_says_is_done(sources, tmp_path, monkeypatch, caplog):
@@ -451,7 +452,8 @@ def test_a_second_ctrl_c_waits_for_the_clean_up_that_the_message_says_is_done(so
     assert main(["--source", str(sources["official"]), "--dest", str(dest), "--workers", "1"]) == 130
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         f"stopped by SIGINT, its scratch and unfinished shards removed: rerun the same command to prepare {dest}"]
-    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [".prepare.lock", "train", "val"]
+    left = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
+    assert left == [".prepare.lock", ".readers.lock", "train", "val"]
     assert signal.getsignal(signal.SIGINT) is before  # put back as it was
 
 
@@ -1371,7 +1373,7 @@ def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothi
         assert "GB free at the start" in errors[0] and "--resize" in errors[0]
         assert "Traceback" not in stderr
         left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
-        assert left == [".prepare.lock", "train", "val"], left
+        assert left == [".prepare.lock", ".readers.lock", "train", "val"], left
     finally:
         subprocess.run(["umount", mount], check=True)
 
@@ -1578,7 +1580,8 @@ def test_a_file_system_out_of_files_is_said_so_with_what_helps(sources, tmp_path
                                                r"larger --shard-size"):
             prepare(config(sources["official"], mount / "imagenet", shard_size_mb=0.02, workers=2))
         assert [path.name for path in mount.iterdir()] in ([], ["imagenet"])
-        assert not [path for path in mount.rglob("*") if path.is_file() and path.name != ".prepare.lock"]
+        locks = (".prepare.lock", ".readers.lock")
+        assert not [path for path in mount.rglob("*") if path.is_file() and path.name not in locks]
 
 
 @pytest.mark.slow  # three prepares on a small disk (1.1 s)

@@ -278,3 +278,61 @@ def test_kill_9_early_in_a_run_leaves_no_process_and_a_rerun_completes_with_iden
     assert time.monotonic() - started < 60
     assert tree_bytes(dest) == tree_bytes(reference)
     assert not processes_naming(str(dest))
+
+
+# ---------------------------------------------------------------- a prepare and the loaders reading its --dest
+
+@pytest.mark.slow
+def test_a_prepare_force_into_the_dest_a_loader_reads_is_refused_and_leaves_the_dataset_whole(sources, tmp_path):
+    """A prepare --force into the --dest a training run of this node read: the run kept reading the shards it had
+    mapped (their space not freed, though prepare's room check counted it free) and died at the first it had not
+    ("changed after this loader was made"). The prepare is refused now, in one line naming the reader, and the run
+    reads its epoch to the end; once the loader is closed, the --force replaces the dataset."""
+    import gc
+
+    from conftest import config
+    from prepare.builder import prepare
+    from prepare.config import PrepareError
+    from train import ImageNetLoader
+
+    dest = tmp_path / "imagenet"
+    prepare(config(sources["official"], dest))
+    before = tree_bytes(dest)
+    data = ImageNetLoader(dest, "train", batch_size=4, image_size=32, device="cpu", workers=1)
+    batches = data.batches()
+    read = len(next(batches).labels)
+    with pytest.raises(PrepareError) as refused:
+        prepare(config(sources["official"], dest, shard_size_mb=0.2, force=True))
+    assert str(refused.value) == (f"{dest} is being read by a training run or loader on this node (pid {os.getpid()}): "
+                                  "replacing its dataset now would pull it from under that run. Stop the run (or let "
+                                  "it finish) and rerun, or prepare into another --dest")
+    read += sum(len(batch.labels) for batch in batches)
+    assert read == read_complete_manifest(dest).splits["train"].samples // 4 * 4 and tree_bytes(dest) == before
+    del data, batches
+    gc.collect()  # a loader dropped without close() lets go of the dataset too
+    prepare(config(sources["official"], dest, shard_size_mb=0.2, force=True))
+    assert tree_bytes(dest) != before
+
+
+def test_a_loader_started_while_a_prepare_replaces_its_dataset_is_told_to_wait_for_it(prepared, tmp_path):
+    """While a prepare replaces a dataset (its readers lock held alone) a loader is refused in one line, never
+    handed the old manifest's shards as they go; once the prepare ends, the loader starts."""
+    from conftest import copy_dataset
+    from shards.lock import sole_reader_lock
+    from train import ImageNetLoader
+
+    root = copy_dataset(prepared, tmp_path / "imagenet")
+    held = sole_reader_lock(root)
+    assert held is not None
+    try:
+        with pytest.raises(DatasetNotReady) as refused:
+            ImageNetLoader(root, "train", batch_size=4, image_size=32, device="cpu", workers=1)
+        assert str(refused.value) == (f"a prepare is replacing the dataset at {root} now. Wait for it to finish, "
+                                      "then start again (in a job script: run prepare before train, not beside it)")
+    finally:
+        release(held)
+    with ImageNetLoader(root, "train", batch_size=4, image_size=32, device="cpu", workers=1) as data:
+        assert sole_reader_lock(root) is None  # held shared by the loader, until close()
+    held = sole_reader_lock(root)
+    assert held is not None
+    release(held)

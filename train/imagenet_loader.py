@@ -36,7 +36,8 @@ from typing import Generator, Iterator, Mapping, NamedTuple, Sequence
 import torch
 import torch.distributed as dist
 
-from shards.manifest import DamagedData, read_complete_manifest
+from shards.lock import release
+from shards.manifest import DamagedData, read_complete_manifest, read_lock
 from shards.plan import per_rank_batch
 from shards.resources import available_cpus
 from train.accelerators import pins_memory
@@ -91,8 +92,12 @@ class _Shared:
     (the last close() ends them), and how many loaders still use them."""
 
     def __init__(self, loader: Loader, device_decoder, dataset_id: str, classes: tuple[ImageNetClass, ...],
-                 class_subsets: dict[str, tuple[int, ...]], class_maps: dict[str, tuple[int, ...]]):
+                 class_subsets: dict[str, tuple[int, ...]], class_maps: dict[str, tuple[int, ...]], held: int | None):
         self.loader, self.device_decoder = loader, device_decoder
+        # the dataset's readers lock (shards.lock.shared_read_lock): let go with the last close(), or as this is
+        # collected (a loader dropped without close())
+        self.held = held
+        self.let_go = weakref.finalize(self, release, held) if held is not None else None
         self.dataset_id, self.classes, self.class_subsets = dataset_id, classes, class_subsets
         self.class_maps = class_maps
         self.users = 1
@@ -194,6 +199,20 @@ class ImageNetLoader:
         # the launcher's environment, read once: this process's place and its share of the CPUs
         env = self_place(rank, world_size, workers)
         self.rank, self.world_size, self._place_given = place_of(rank, world_size, env)
+        held = read_lock(self.root)  # first: a prepare replacing the dataset from now on is refused
+        try:
+            self._open(split, held, threads, env, decode)
+        except BaseException:
+            if hasattr(self, "_shared"):
+                self._shared.loader.close()
+                if self._shared.let_go is not None:
+                    self._shared.let_go()
+            elif held is not None:
+                release(held)
+            raise
+
+    def _open(self, split: str, held: int | None, threads: int | None, env, decode: str) -> None:
+        """The dataset read, the threads and buffers made (__init__'s second half, under the readers lock `held`)."""
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)
         split = check_split(split, manifest.splits)
@@ -205,7 +224,7 @@ class ImageNetLoader:
                         pin_memory=pins_memory(self.device))
         self._shared = _Shared(loader, device_decoder, manifest.dataset_id(), classes_of(manifest),
                                {name: tuple(indices) for name, indices in manifest.class_subsets.items()},
-                               {table: tuple(mapping["index"]) for table, mapping in manifest.class_maps.items()})
+                               {table: tuple(mapping["index"]) for table, mapping in manifest.class_maps.items()}, held)
         self._mixer = mixer_for(self.augment, manifest.num_classes)
         self._begin(split)
 
@@ -526,6 +545,8 @@ class ImageNetLoader:
                 except ValueError:  # running in another thread: it stops with the pool below
                     pass
             self._shared.loader.close()
+            if self._shared.let_go is not None:
+                self._shared.let_go()  # a prepare may replace the dataset now
 
     def _check_no_pass_open(self, doing: str) -> None:
         """A pass reads the epoch and position it began with: changing them under it would make its
