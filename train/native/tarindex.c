@@ -201,14 +201,16 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
     }
 }
 
-/* Ours as the SIGBUS handler, where it is not already (a handler set since, Python's faulthandler's say, is kept
- * as the one to pass other faults to). Under `watching`. */
+/* Ours as the SIGBUS handler, once a process: the one there before (Python's faulthandler's, say) is kept as the
+ * one to pass other faults to. A handler set after ours (faulthandler enabled later) stays on top: a SIGBUS is then
+ * what it was before, never a loop between the two. Under `watching`. */
+static int installed;
 static int install_handler(void) {
+    if (installed)
+        return 0;
     struct sigaction now;
     if (sigaction(SIGBUS, NULL, &now) < 0)
         return -1;
-    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)
-        return 0;
     struct sigaction ours;
     memset(&ours, 0, sizeof ours);
     ours.sa_sigaction = on_sigbus;
@@ -216,7 +218,10 @@ static int install_handler(void) {
     sigemptyset(&ours.sa_mask);
     page_size = sysconf(_SC_PAGESIZE);
     before = now;
-    return sigaction(SIGBUS, &ours, NULL);
+    if (sigaction(SIGBUS, &ours, NULL) < 0)
+        return -1;
+    installed = 1;
+    return 0;
 }
 
 static void watch(uintptr_t start, uintptr_t size) {
