@@ -211,7 +211,7 @@ class ImageNetLoader:
                 release(held)
             raise
 
-    def _open(self, split: str, held: int | None, threads: int | None, env, decode: str) -> None:
+    def _open(self, split: str, held: int | None, threads: int | None, env: DistEnv | None, decode: str) -> None:
         """The dataset read, the threads and buffers made (__init__'s second half, under the readers lock `held`)."""
         manifest = read_complete_manifest(self.root)  # a missing or damaged dataset: one line, what to run
         say_what_is_missing(manifest, self.root, self.rank)

@@ -97,6 +97,12 @@ def mapped(path: Path, identity: tuple | None) -> memoryview:
     return memoryview(region).cast("B").toreadonly()
 
 
+def map_address(view: memoryview) -> int:
+    """Where the map a view of `mapped` shows starts: the address map_shard returned, as the watch knows it (the
+    view's object is `mapped`'s ctypes array)."""
+    return ctypes.addressof(view.obj)  # type: ignore[arg-type]
+
+
 def replaced_shard(path: Path, what: str) -> DatasetNotReady:
     return DatasetNotReady(f"shard {path} changed after this loader was made: {what} (the dataset prepared again "
                            "under a running job, or removed?). Make the loader again, or start the run again: a "
@@ -170,7 +176,7 @@ class ShardSet:
         self.labels[at] = [parse_label(bytes(data[a:a + n]))
                            for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
-        if _tarindex.unreadable() and _tarindex.was_unreadable(ctypes.addressof(data.obj)):
+        if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(data)):
             raise shrunk_shard(path)  # what was read of it is zeros: its table is not kept
         self.maps[shard] = data
         self.indexed[shard] = True
@@ -182,7 +188,7 @@ class ShardSet:
         if not _tarindex.unreadable():
             return
         for shard, view in enumerate(self.maps):
-            if view is not None and _tarindex.was_unreadable(ctypes.addressof(view.obj)):
+            if view is not None and _tarindex.was_unreadable(map_address(view)):
                 raise shrunk_shard(self.paths[shard])
 
     def let_go(self, shards) -> None:
