@@ -203,3 +203,34 @@ def test_a_sigbus_outside_the_shards_maps_still_ends_the_process(prepared, tmp_p
             f"os.truncate({str(other)!r}, 0)\nprint(m[60000])\n")
     done = truncated_under_a_loader(root, read)
     assert done.returncode == -7, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_shard_cut_short_as_it_is_indexed_or_before_is_said_to_have_shrunk_not_to_be_another_or_damaged(
+        prepared, tmp_path, monkeypatch):
+    """Cut short in place between its map and its index, a shard's headers read as zeros past its new end: the
+    index said "it holds 1 samples, the manifest lists 17" (rebuild it, as if damaged on disk); cut short before it
+    was mapped, "another file is there now (the dataset prepared again...?)". Both are the shrunk shard's line."""
+    import os
+
+    from conftest import copy_dataset
+    from shards.manifest import DatasetNotReady
+    from train import shard_index
+
+    root = copy_dataset(prepared, tmp_path / "imagenet")
+    real_mapped = shard_index.mapped
+
+    def mapped_then_cut_short(path, identity):
+        view = real_mapped(path, identity)
+        os.truncate(path, 1024)
+        return view
+
+    shards = shard_set(root)
+    monkeypatch.setattr(shard_index, "mapped", mapped_then_cut_short)
+    with pytest.raises(DatasetNotReady, match=r"train-000000.tar shrank while this process read it: something "
+                                              r"truncated or rewrote it in place"):
+        shards.index(0)
+    monkeypatch.undo()
+    os.truncate(shards.paths[1], 1024)
+    with pytest.raises(DatasetNotReady, match=r"train-000001.tar shrank while this process read it"):
+        shards.index(1)
+    shards.close()

@@ -69,6 +69,11 @@ def identity_of(stat: os.stat_result) -> tuple:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
+def cut_short(before: tuple | None, now: tuple | None) -> bool:
+    """Whether the file `before` (file_identity) described is `now` the same file, shorter: truncated in place."""
+    return before is not None and now is not None and now[:2] == before[:2] and now[2] < before[2]
+
+
 def mapped(path: Path, identity: tuple | None) -> memoryview:
     """The shard at `path`, memory-mapped read-only, as a memoryview of bytes that holds no file descriptor, where it
     is still the file `identity` (file_identity) describes; DatasetNotReady where it is not, or cannot be mapped.
@@ -81,6 +86,8 @@ def mapped(path: Path, identity: tuple | None) -> memoryview:
         raise replaced_shard(path, f"it cannot be opened now ({exn.strerror or exn})") from None
     try:
         stat = os.fstat(fd)
+        if cut_short(identity, identity_of(stat)):
+            raise shrunk_shard(path)  # not "another file"
         if identity is not None and identity_of(stat) != identity:
             raise replaced_shard(path, "another file is there now")
         if stat.st_size == 0:
@@ -101,6 +108,12 @@ def map_address(view: memoryview) -> int:
     """Where the map a view of `mapped` shows starts: the address map_shard returned, as the watch knows it (the
     view's object is `mapped`'s ctypes array)."""
     return ctypes.addressof(view.obj)  # type: ignore[arg-type]
+
+
+def raise_if_shrunk(path: Path, view: memoryview) -> None:
+    """shrunk_shard where the map `view` shows has been read past its file's new end (zeros read: `mapped`)."""
+    if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(view)):
+        raise shrunk_shard(path)
 
 
 def replaced_shard(path: Path, what: str) -> DatasetNotReady:
@@ -167,19 +180,29 @@ class ShardSet:
         try:
             rows = tar_index(data)
         except ValueError as exn:
-            raise damaged_shard(path, str(exn)) from None
+            raise self.damaged(shard, data, str(exn)) from None
         if len(rows) != count or (rows[:, 2] < 0).any() or (rows[:, 4] < 0).any():
-            raise damaged_shard(path, f"it holds {len(rows)} samples (some without .jpg or .cls), the manifest "
-                                      f"lists {count}")
+            raise self.damaged(shard, data, f"it holds {len(rows)} samples (some without .jpg or .cls), the manifest "
+                                            f"lists {count}")
         at = slice(self.first[shard], self.first[shard] + count)
         self.key_at[at], self.jpg_at[at], self.jpg_len[at] = rows[:, 0], rows[:, 2], rows[:, 3]
         self.labels[at] = [parse_label(bytes(data[a:a + n]))
                            for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
-        if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(data)):
-            raise shrunk_shard(path)  # what was read of it is zeros: its table is not kept
+        raise_if_shrunk(path, data)  # what was read of it is zeros: its table is not kept
         self.maps[shard] = data
         self.indexed[shard] = True
+
+    def damaged(self, shard: int, data: memoryview, what: str) -> DatasetNotReady:
+        """The error for a shard whose index found `what` wrong: the shrunk shard's, where its file was cut short in
+        place since it was mapped (its headers read as zeros past the new end: by a SIGBUS, or, within the end's
+        page, by the kernel without one; a stat, once, on this path of errors alone), else the damaged shard's."""
+        path = self.paths[shard]
+        if cut_short(self.identities[shard], file_identity(path)):
+            return shrunk_shard(path)
+        if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(data)):
+            return shrunk_shard(path)
+        return damaged_shard(path, what)
 
     def check_readable(self) -> None:
         """DatasetNotReady, one line, where a shard shrank under its map since it was mapped: its reads from the end
