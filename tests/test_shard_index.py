@@ -234,3 +234,21 @@ def test_a_shard_cut_short_as_it_is_indexed_or_before_is_said_to_have_shrunk_not
     with pytest.raises(DatasetNotReady, match=r"train-000001.tar shrank while this process read it"):
         shards.index(1)
     shards.close()
+
+
+@pytest.mark.slow
+def test_a_shard_index_built_before_the_maps_were_watched_is_one_line_saying_to_rebuild():
+    """A git pull of the watched maps without jobs/install.sh left the old train._tarindex: the first shard mapped
+    was an AttributeError traceback mid-run. Now the import says, in one line, that the module is older than its
+    source and what to run."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    script = ("import train._tarindex as built\ndel built.map_shard\n"
+              "try:\n    import train.shard_index\nexcept ImportError as exn:\n    print(type(exn).__name__, exn)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("NotBuilt the shard index train._tarindex is not built (a build older than its "
+                                  "source, without map_shard): run `bash jobs/install.sh`"), done.stdout

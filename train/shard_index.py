@@ -31,6 +31,9 @@ try:
     from train import _tarindex
 except ImportError as exn:  # pragma: no cover - only on an install that skipped the build
     raise not_built("train._tarindex", "the shard index", exn) from None
+if not hasattr(_tarindex, "map_shard"):  # a build older than its source (a git pull without jobs/install.sh)
+    raise not_built("train._tarindex", "the shard index", ImportError("a build older than its source, without "
+                                                                      "map_shard"))
 
 KEY_HASH_BITS = 40  # sums of a batch, and all-reduced sums over ranks, stay far below 2**63
 
