@@ -13,7 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -163,7 +163,6 @@ typedef struct {
 static watched_map watched[WATCHED];
 static atomic_int high_water;  /* slots [0, high_water) have been used: the handler looks no further */
 static atomic_long hit_maps;   /* watched maps a SIGBUS has hit, not yet unmapped */
-static pthread_mutex_t watching = PTHREAD_MUTEX_INITIALIZER; /* between map_shard and unmap_shard, never the handler */
 static struct sigaction before; /* the SIGBUS handler there before ours */
 static long page_size;
 
@@ -187,7 +186,10 @@ static int zero_the_rest(uintptr_t at) {
 }
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
-    if (zero_the_rest((uintptr_t)info->si_addr))
+    int saved = errno; /* the interrupted code's, which mmap may change */
+    int zeroed = zero_the_rest((uintptr_t)info->si_addr);
+    errno = saved;
+    if (zeroed)
         return; /* the faulting read runs again, on zeros */
     if (before.sa_flags & SA_SIGINFO) {
         before.sa_sigaction(sig, info, context);
@@ -203,7 +205,7 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
 
 /* Ours as the SIGBUS handler, once a process: the one there before (Python's faulthandler's, say) is kept as the
  * one to pass other faults to. A handler set after ours (faulthandler enabled later) stays on top: a SIGBUS is then
- * what it was before, never a loop between the two. Under `watching`. */
+ * what it was before, never a loop between the two. Under the GIL, as all that changes the table. */
 static int installed;
 static int install_handler(void) {
     if (installed)
@@ -264,10 +266,8 @@ static PyObject *py_map_shard(PyObject *self, PyObject *args, PyObject *kwargs) 
     void *address = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED)
         return PyErr_SetFromErrno(PyExc_OSError);
-    pthread_mutex_lock(&watching);
-    if (install_handler() == 0)
+    if (install_handler() == 0) /* (the GIL held: one map_shard or unmap_shard at a time changes the table) */
         watch((uintptr_t)address, (uintptr_t)size);
-    pthread_mutex_unlock(&watching);
     return PyLong_FromVoidPtr(address);
 }
 
@@ -281,10 +281,8 @@ static PyObject *py_unmap_shard(PyObject *self, PyObject *args, PyObject *kwargs
     void *address = PyLong_AsVoidPtr(at);
     if (address == NULL && PyErr_Occurred())
         return NULL;
-    pthread_mutex_lock(&watching);
     unwatch((uintptr_t)address); /* before the munmap: the handler never zeroes an address reused since */
     munmap(address, (size_t)size);
-    pthread_mutex_unlock(&watching);
     Py_RETURN_NONE;
 }
 
