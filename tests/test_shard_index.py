@@ -3,6 +3,8 @@ headers; labels that are no class index."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import webdataset as wds
@@ -252,3 +254,40 @@ def test_a_shard_index_built_before_the_maps_were_watched_is_one_line_saying_to_
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("NotBuilt the shard index train._tarindex is not built (a build older than its "
                                   "source, without map_shard): run `bash jobs/install.sh`"), done.stdout
+
+
+def test_the_map_functions_answer_any_argument_with_a_status_never_a_crash(tmp_path):
+    """Native code is fuzzed: unmap_shard unmaps only a map map_shard made (of its address and size): an address
+    of anything else (Python's own heap) is a ValueError, not a munmap under the interpreter; map_shard of what
+    cannot be mapped is an OSError."""
+    import errno
+
+    import train._tarindex as native
+
+    path = tmp_path / "shard.tar"
+    path.write_bytes(b"x" * 10_000)
+    with open(path, "rb") as file:
+        address = native.map_shard(file.fileno(), 10_000)
+        for at, size in [(id(path), 64), (address, 9_999), (address + 4096, 4096), (0, 1), (-1, 1), (address, 0),
+                         (address, -1), (2 ** 64 - 4096, 4096)]:
+            with pytest.raises((ValueError, OverflowError)):
+                native.unmap_shard(at, size)
+        assert not native.was_unreadable(address) and native.unreadable() == 0
+        native.unmap_shard(address, 10_000)
+        with pytest.raises(ValueError):
+            native.unmap_shard(address, 10_000)  # once
+        for size in (0, -1):
+            with pytest.raises(ValueError):
+                native.map_shard(file.fileno(), size)
+        with pytest.raises(OSError):
+            native.map_shard(file.fileno(), 2 ** 62)
+    for fd in (-1, 10 ** 6):
+        with pytest.raises(OSError) as refused:
+            native.map_shard(fd, 4096)
+        assert refused.value.errno == errno.EBADF
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError):
+            native.map_shard(folder, 4096)
+    finally:
+        os.close(folder)

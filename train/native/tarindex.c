@@ -154,7 +154,8 @@ static PyObject *py_tar_index(PyObject *self, PyObject *args, PyObject *kwargs) 
 /* ---------------------------------------------------------------- the watched maps */
 
 /* A fixed table (the handler may not allocate or lock): 65,536 maps, ten times ImageNet-21k's shards. A map
- * that finds no free slot is still made, unwatched, as every map was before. */
+ * that would find no free slot is refused (OSError), and unmap_shard unmaps only what the table holds: no address
+ * given to it unmaps anything else. */
 #define WATCHED 65536
 typedef struct {
     _Atomic uintptr_t start, end; /* start 0: a free slot */
@@ -226,7 +227,8 @@ static int install_handler(void) {
     return 0;
 }
 
-static void watch(uintptr_t start, uintptr_t size) {
+/* 0 where the table took the map, -1 where it is full. */
+static int watch(uintptr_t start, uintptr_t size) {
     int used = atomic_load(&high_water);
     for (int i = 0; i < WATCHED; i++) {
         if (atomic_load(&watched[i].start) != 0)
@@ -236,20 +238,23 @@ static void watch(uintptr_t start, uintptr_t size) {
         atomic_store(&watched[i].start, start); /* last: the handler sees a whole entry or none */
         if (i >= used)
             atomic_store(&high_water, i + 1);
-        return;
+        return 0;
     }
+    return -1;
 }
 
-static void unwatch(uintptr_t start) {
+/* 0 where a map of `size` bytes at `start` was in the table (now out of it), -1 where none was. */
+static int unwatch(uintptr_t start, uintptr_t size) {
     int used = atomic_load(&high_water);
     for (int i = 0; i < used; i++) {
-        if (atomic_load(&watched[i].start) != start)
+        if (atomic_load(&watched[i].start) != start || atomic_load(&watched[i].end) - start != size)
             continue;
         atomic_store(&watched[i].start, 0);
         if (atomic_exchange(&watched[i].hit, 0) == 1)
             atomic_fetch_sub(&hit_maps, 1);
-        return;
+        return 0;
     }
+    return -1;
 }
 
 static PyObject *py_map_shard(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -266,8 +271,13 @@ static PyObject *py_map_shard(PyObject *self, PyObject *args, PyObject *kwargs) 
     void *address = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED)
         return PyErr_SetFromErrno(PyExc_OSError);
-    if (install_handler() == 0) /* (the GIL held: one map_shard or unmap_shard at a time changes the table) */
-        watch((uintptr_t)address, (uintptr_t)size);
+    /* (the GIL held: one map_shard or unmap_shard at a time changes the table) */
+    int error = install_handler() < 0 ? errno : watch((uintptr_t)address, (uintptr_t)size) < 0 ? ENOMEM : 0;
+    if (error) { /* never a map the table does not hold: unmap_shard could not let it go */
+        munmap(address, (size_t)size);
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     return PyLong_FromVoidPtr(address);
 }
 
@@ -281,7 +291,11 @@ static PyObject *py_unmap_shard(PyObject *self, PyObject *args, PyObject *kwargs
     void *address = PyLong_AsVoidPtr(at);
     if (address == NULL && PyErr_Occurred())
         return NULL;
-    unwatch((uintptr_t)address); /* before the munmap: the handler never zeroes an address reused since */
+    /* out of the table before the munmap: the handler never zeroes an address reused since */
+    if (size <= 0 || unwatch((uintptr_t)address, (uintptr_t)size) < 0) {
+        PyErr_SetString(PyExc_ValueError, "unmap_shard: no map of map_shard of that address and size");
+        return NULL;
+    }
     munmap(address, (size_t)size);
     Py_RETURN_NONE;
 }
