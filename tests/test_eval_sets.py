@@ -515,3 +515,13 @@ def test_the_manuals_real_snippet_runs_as_printed(eval_dataset):
         for loader in (names.get("v2_data"), val_data, train_data):
             if loader is not None:
                 loader.close()
+
+
+def test_a_training_image_whose_outputs_are_not_finite_is_wrong_in_train_top1():
+    """argmax takes NaN (and an infinity) for the highest: fp16's skipped steps, whose logits overflowed, counted
+    their images of the class NaN fell on as right; an epoch of them all reported train_top1 at a class's share."""
+    from train.run.loop import right_in_top1
+
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[nan, 0.0, 0.0], [0.0, nan, 0.0], [inf, 0.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 2.0]])
+    assert int(right_in_top1(logits, torch.tensor([0, 1, 0, 1, 1]))) == 1  # the finite image of class 1 alone

@@ -805,3 +805,30 @@ def test_a_loss_that_overflows_in_fp16_is_the_scalers_to_skip_and_the_run_goes_o
     state = load_checkpoint(checkpoint_path(run))
     assert state.epoch == 1
     assert all(torch.isfinite(weights).all() for name, weights in state.model.items() if name != "mask")
+
+
+# NAN_AT_A_STEP's model whose every training forward overflows (logits NaN) where $NAN_ALWAYS is set
+NAN_ALWAYS = NAN_AT_A_STEP + """
+class NanAlways(NanAt):
+    def forward(self, x):
+        logits = self.net(x)
+        return logits * float("nan") if self.training and os.environ.get("NAN_ALWAYS") else logits
+
+
+def nan_always(num_classes):
+    return NanAlways(num_classes)
+"""
+
+
+def test_an_fp16_epoch_whose_every_step_was_skipped_reports_no_loss_and_no_right_answer(prepared, tmp_path):
+    """Every forward overflowing in fp16: the scaler skips every update. argmax takes NaN for the highest, so
+    train_top1 was the share of the class NaN fell on (16.67% of 6 classes), said as the model's."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_ALWAYS)
+    run = tmp_path / "run"
+    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_always",
+                                "--amp", "fp16"), tmp_path / "logs", env={"NAN_ALWAYS": "1"}, cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [0], ranks.text()
+    (record,) = read_metrics(run)
+    assert record["train_skipped_images"] == record["train_images"] and record["train_top1"] == 0
+    assert record["train_loss"] != record["train_loss"]  # NaN: no step's loss is left to average
+    assert f"epoch 0: {record['train_images']} of its {record['train_images']} training images" in ranks.text()

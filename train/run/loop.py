@@ -532,7 +532,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                 warming_up = epoch * run.steps + done < warm_up
                 update_ema(run.ema, run.model, done, run.config.ema_steps, warming_up=warming_up)
             loss_sum, skipped = add_loss(loss_sum, skipped, loss.detach().float(), len(y), scaled)
-            correct += (logits.argmax(1) == y).sum()  # against the true labels, mixed or not
+            correct += right_in_top1(logits, y)  # against the true labels, mixed or not
             sums.samples += len(y)
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
             done += 1
@@ -571,6 +571,13 @@ def add_loss(loss_sum: torch.Tensor, skipped: torch.Tensor, loss: torch.Tensor, 
         return loss_sum + loss * samples, skipped
     finite = torch.isfinite(loss)
     return loss_sum + torch.where(finite, loss, 0.0) * samples, skipped + (~finite) * samples
+
+
+def right_in_top1(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """How many images of a training batch its top-1 got right, on the device (no sync). An image whose outputs are
+    not all finite is wrong, as in evaluation: argmax takes NaN for the highest, so fp16's skipped steps (every step
+    of an epoch, where the forward overflows) counted their images' label-0 share as right."""
+    return ((logits.argmax(1) == labels) & torch.isfinite(logits).all(dim=1)).sum()
 
 
 def rate_of_last_step(scheduler: torch.optim.lr_scheduler.LambdaLR) -> float:
