@@ -731,9 +731,8 @@ def test_a_loss_that_turns_nan_after_the_last_log_step_keeps_the_last_checkpoint
     ranks = Ranks(1, train_args(prepared, run, "--epochs", 2, *args, "--resume", "auto", "--force-change",
                                 "--epochs"), tmp_path / "two", env={"NAN_AT_STEP": "2"}, cwd=tmp_path)
     assert ranks.wait(timeout=120) == [2], ranks.text()
-    steps = read_metrics(run)[0]["steps"]
-    assert errors_of(ranks) == [[f"the training loss became NaN or infinite on rank 0 in epoch 1, between steps 0 and "
-                                 f"{steps}: the run diverged and stopped, its weights unsaved. {run / 'last.pt'} still "
+    assert errors_of(ranks) == [[f"the training loss became NaN or infinite on rank 0 in epoch 1, step 2: the run "
+                                 f"diverged and stopped, its weights unsaved. {run / 'last.pt'} still "
                                  "holds epoch 1 step 0, before it: resume from it with --resume auto and a lower rate "
                                  "(--lr RATE --force-change --lr), a longer warm-up (--warmup-epochs N --force-change "
                                  "--warmup-epochs)"]], ranks.text()
@@ -743,6 +742,21 @@ def test_a_loss_that_turns_nan_after_the_last_log_step_keeps_the_last_checkpoint
     again = Ranks(1, train_args(prepared, run, "--epochs", 2, *args, "--resume", "auto", "--force-change", "--epochs",
                                 *warm_up), tmp_path / "three", cwd=tmp_path)
     assert again.wait(timeout=120) == [0], again.text()
+
+
+def test_a_loss_that_turns_nan_on_rank_2_between_log_steps_is_named_with_its_rank_and_step(prepared, tmp_path):
+    """Rank 2's NaN gradient, all-reduced, makes every rank's loss NaN at the next step: the check every --log-every
+    steps said "on every rank ... between steps 0 and 15", neither the rank nor the step where it began. Each rank
+    now keeps the step its loss first went NaN (on the device), and the line names the first."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_AT_A_STEP)
+    ranks = Ranks(3, train_args(prepared, tmp_path / "run", "--epochs", 1, "--workers", 1, "--arch",
+                                "nan_at_a_step:nan_at", "--log-every", 1000), tmp_path / "logs",
+                  env={"NAN_AT_STEP": "2", "NAN_RANK": "2"}, cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [2, 2, 2], ranks.text()
+    assert errors_of(ranks) == [["the training loss became NaN or infinite on rank 2 in epoch 0, step 2, then on ranks "
+                                 "0, 1 (DDP shares each step's gradients): the run diverged and stopped, its weights "
+                                 "unsaved. No checkpoint was saved before it: start again with a lower --lr, a longer "
+                                 "--warmup-epochs"]] * 3, ranks.text()
 
 
 def test_weights_that_turn_nan_in_an_epochs_last_update_are_not_saved_over_the_last_checkpoint(prepared, tmp_path):

@@ -417,13 +417,25 @@ class Diverged(UserError):
 
 
 def diverged_ranks(run: Run, finite: torch.Tensor) -> list[int]:
-    """The ranks whose `finite` (a bool on the device: is the loss summed over this epoch's steps, which one bad step
-    leaves NaN or infinite, or are the weights) is False, asked of every rank at the same steps, so that all stop
-    together. A device sync and a tiny gloo all-reduce: every --log-every steps and at the epoch's end, not every
-    step."""
-    bad = [0.0] * run.env.world_size
-    bad[run.env.rank] = 0.0 if finite.item() else 1.0
-    return [rank for rank, flag in enumerate(all_reduce(bad, run)) if flag]
+    """The ranks whose `finite` (a bool on the device: are the weights) is False, asked of every rank at the same
+    steps, so that all stop together. A device sync and a tiny gloo all-reduce: at the epoch's end, not every step."""
+    return list(diverged_steps(run, torch.where(finite, 0, 1)))
+
+
+def diverged_steps(run: Run, first_bad: torch.Tensor) -> dict[int, int]:
+    """{rank: the step its loss first was not finite} of the ranks whose `first_bad` (an int on the device, 0 while
+    every loss was finite) is set, asked of every rank at the same steps, so that all stop together. A device sync
+    and a tiny gloo all-reduce: every --log-every steps and at the epoch's end, not every step."""
+    steps = [0.0] * run.env.world_size
+    steps[run.env.rank] = float(first_bad.item())
+    return {rank: int(step) for rank, step in enumerate(all_reduce(steps, run)) if step}
+
+
+def first_not_finite(first_bad: torch.Tensor, loss: torch.Tensor, step: int) -> torch.Tensor:
+    """`step` where its `loss` is the first of the epoch not finite, else `first_bad` as it was: on the device, no
+    sync. The step is what a divergence names: one rank's NaN gradient, shared by DDP, makes every rank's loss NaN
+    at the next step, and the check every --log-every steps would name them all, and no step."""
+    return torch.where((first_bad == 0) & ~torch.isfinite(loss), step, first_bad)
 
 
 def weights_finite(model: torch.nn.Module) -> torch.Tensor:
@@ -434,11 +446,15 @@ def weights_finite(model: torch.nn.Module) -> torch.Tensor:
     return torch.stack(finite).all() if finite else torch.tensor(True)
 
 
-def divergence(run: Run, ranks: list[int], epoch: int, checked: int, done: int) -> Diverged:
-    """What every rank stops with when the loss diverged between steps `checked` and `done` of `epoch`."""
-    steps = f"step {done}" if done == checked + 1 else f"between steps {checked} and {done}"
+def divergence(run: Run, first_bad: dict[int, int], epoch: int) -> Diverged:
+    """What every rank stops with when the loss diverged in `epoch`: `first_bad`, the step each rank's loss first
+    was not finite (diverged_steps), names the first ranks and their step, then the ranks that followed."""
+    first = min(first_bad.values())
+    ranks = [rank for rank, step in first_bad.items() if step == first]
+    later = sorted(rank for rank in first_bad if rank not in ranks)
+    then = f", then on {which_ranks(later, 0)} (DDP shares each step's gradients)" if later else ""
     return Diverged(f"the training loss became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
-                    f"{epoch}, {steps}: the run diverged and stopped, its weights unsaved. "
+                    f"{epoch}, step {first}{then}: the run diverged and stopped, its weights unsaved. "
                     f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
 
 
@@ -508,6 +524,7 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     # divergence: counted apart (`skipped`), the epoch's loss without it; the weights are still checked before a save
     scaled = run.scaler.is_enabled()
     skipped = torch.zeros((), dtype=torch.int64, device=run.device)
+    first_bad = torch.zeros((), dtype=torch.int64, device=run.device)  # the step this rank's loss first was not finite
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
     done = position_at_start = position["position"]
     progress = Progress(f"epoch {epoch} step", run.steps, "steps", every=run.config.log_every, initial=done,
@@ -536,21 +553,23 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
             sums.samples += len(y)
             sums.key_hash = (sums.key_hash + int(key_hashes.sum())) % KEY_HASH_MOD
             done += 1
+            if not scaled:  # (fp16's overflow is the scaler's to skip)
+                first_bad = first_not_finite(first_bad, loss.detach(), done)
             sums.steps_here += 1
             position = run.train_data.state_dict()
             progress.update(1, lambda: {"loss": f"{loss.item():.4f}", "lr": f"{rate_of_last_step(run.scheduler):.4g}"})
             if done % run.config.log_every == 0:  # loss.item(), isfinite: a device sync, every N steps
                 if run.env.is_main:
                     log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
-                if ranks := diverged_ranks(run, torch.isfinite(loss_sum)):
-                    raise divergence(run, ranks, epoch, checked, done)
+                if first := diverged_steps(run, first_bad):
+                    raise divergence(run, first, epoch)
                 checked = done
             if done >= run.steps:
                 break
     # before the epoch's save, or preemption's: the losses since the last check, then the weights the last update
     # left, which the save would keep and no loss has measured (a loss measures the weights before its step's update)
-    if done > checked and (ranks := diverged_ranks(run, torch.isfinite(loss_sum))):
-        raise divergence(run, ranks, epoch, checked, done)
+    if done > checked and (first := diverged_steps(run, first_bad)):
+        raise divergence(run, first, epoch)
     if done > position_at_start and (ranks := diverged_ranks(run, weights_finite(run.model))):
         raise weights_divergence(run, ranks, epoch, done)
     if run.device.type != "cpu":
