@@ -178,3 +178,21 @@ def test_a_figure_the_run_reported_and_this_epoch_lacks_is_named():
     assert figures_gone(before, record(2, real_top1=9.6)) == ["v2_top1"]
     assert figures_gone(before, record(2, v2_top1=6.0, real_top1=9.6)) == []
     assert figures_gone([], record(0)) == [] and figures_gone([record(0)], record(1, v2_top1=1.0)) == []
+
+
+def test_a_figure_that_is_not_a_number_is_written_null_and_read_back_as_nan(tmp_path, capsys):
+    """json.dumps writes NaN (a diverged evaluation's val_loss, an fp16 epoch whose every step was skipped), which
+    JSON has not: JavaScript's and Go's readers refused the whole metrics.jsonl. It is null now; the run's readers
+    (the report, a resume's set-aside) take it back as NaN, the record kept."""
+    from train.run.metrics import append_metrics, read_records
+
+    append_metrics(tmp_path, record(0, train_loss=float("nan"), val_loss=float("inf"), ema_val_loss=float("nan")))
+    text = (tmp_path / "metrics.jsonl").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert (strict["train_loss"], strict["val_loss"]) == (None, None)
+    ((read,), damaged) = read_records(tmp_path)
+    assert damaged == [] and all(read[name] != read[name] for name in ("train_loss", "val_loss", "ema_val_loss"))
+    from train.run.report import main
+
+    assert main([str(tmp_path), "--out", str(tmp_path / "plot.png")]) == 0  # drawn, a gap where NaN is
+    assert capsys.readouterr().out.startswith("1 epochs; last: val top-1 11.00%")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import time
@@ -153,6 +152,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
     from train.run.checkpoint import checkpoint_path, load_checkpoint
     from train.run.devices import device_for
     from train.run.loop import ClassPlacement, build_run, close_data, evaluate_all, join_ranks
+    from train.run.metrics import json_line
 
     path = args.checkpoint or checkpoint_path(args.run_dir)
     if not path_is(path, "file"):
@@ -198,7 +198,7 @@ def evaluate_checkpoint(args: argparse.Namespace, env) -> dict:
                 log.info("%s is not the dataset the run trained on (dataset_id %s, the run's %s): another prepared "
                          "copy of the same classes", config.data, dataset_id, saved.dataset_id)
             log.info("%s", evaluation_line(record))  # first: a record that cannot be kept is still said
-            append_record(args.run_dir / EVAL_NAME, (json.dumps(record, sort_keys=True) + "\n").encode())
+            append_record(args.run_dir / EVAL_NAME, json_line(record))  # (a NaN loss: null)
             log.info("record appended to %s", args.run_dir / EVAL_NAME)
         return record
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -19,7 +20,17 @@ REQUIRED = ("epoch", "train_loss", "train_top1", "val_loss", "val_top1", "val_to
 def append_metrics(run_dir: str | Path, record: dict) -> None:
     path = Path(run_dir) / METRICS_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    append_durably(path, (json.dumps(record, sort_keys=True) + "\n").encode())
+    append_durably(path, json_line(record))
+
+
+def json_line(record: dict) -> bytes:
+    """`record` as a line of JSON, a figure that is not a number (NaN, an infinity: a loss that diverged, an fp16
+    epoch whose every step was skipped) written null: json.dumps writes NaN, which JSON has not, and JavaScript's,
+    Go's and Rust's readers refuse the whole file for it. read_records reads such a figure back as NaN (a record
+    holds numbers alone: no other null)."""
+    finite = {name: None if isinstance(value, float) and not math.isfinite(value) else value
+              for name, value in record.items()}
+    return (json.dumps(finite, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -58,7 +69,10 @@ def parsed_record(line: str) -> dict | None:
         record = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(record, dict) or not all(is_number(record.get(name)) for name in REQUIRED):
+    if not isinstance(record, dict):
+        return None
+    record |= {name: math.nan for name, value in record.items() if value is None}  # json_line's null: every figure's
+    if not all(is_number(record.get(name)) for name in REQUIRED):
         return None
     return record
 
