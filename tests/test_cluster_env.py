@@ -84,6 +84,8 @@ def test_cpu_threads_are_shared_unless_slurm_gave_each_task_its_own():
 @pytest.mark.parametrize("kind, bound, threads", [
     ("mask_cpu:", "0x0000FFFF,0xFFFF0000", 16),  # srun's auto binding, a socket a task: its own 16
     ("mask_cpu:", "0x3,0xC", 16),  # a core a task (as srun writes it)
+    ("ldoms,mask_cpu:", "0x0000FFFF,0xFFFF0000", 16),  # --cpu-bind=ldoms: its unit named before (Slurm's env.c)
+    ("ldoms,mask_cpu:", "0xFFFFFFFF,0xFFFFFFFF", 8),  # both tasks in one locality domain: shared
     ("map_cpu:", "3,7", 16),  # --cpu-bind=map_cpu: a CPU of its own
     ("mask_cpu:", "0xFFFFFFFF", 8),  # auto binding off: every task the step's one mask, shared
     ("mask_cpu:", "0xF,0xF", 8),  # the same mask twice: shared

@@ -152,8 +152,10 @@ def tasks_bound_alike(environ: dict, local_rank: int, local_world: int) -> int:
     each local task, taken round again where fewer); 0 where not said. Without --cpus-per-task, srun (task/affinity)
     binds each task to a core or socket of its own where the step holds as many as it has tasks, and otherwise gives
     every task the one mask of the step's CPUs: an affinity that is the task's own is not to be divided again."""
-    kind = environ.get("SLURM_CPU_BIND_TYPE", "")
-    if not kind.startswith(("mask_cpu:", "map_cpu:")):
+    # Slurm writes the unit a mask was made for before it ("ldoms,mask_cpu:": task/affinity's masks clear only the
+    # threads, cores and sockets units), and "mask_cpu:" or "map_cpu:" last
+    kind = environ.get("SLURM_CPU_BIND_TYPE", "").rsplit(",", 1)[-1]
+    if kind not in ("mask_cpu:", "map_cpu:"):
         return 0  # none, or a binding by rank or locality domain: not said as CPUs
     try:
         bound = [int(cpus, 16) if kind.startswith("mask") or cpus.lower().startswith("0x") else int(cpus)
