@@ -836,13 +836,34 @@ def nan_always(num_classes):
 
 def test_an_fp16_epoch_whose_every_step_was_skipped_reports_no_loss_and_no_right_answer(prepared, tmp_path):
     """Every forward overflowing in fp16: the scaler skips every update. argmax takes NaN for the highest, so
-    train_top1 was the share of the class NaN fell on (16.67% of 6 classes), said as the model's."""
+    train_top1 was the share of the class NaN fell on (16.67% of 6 classes), said as the model's. (Two ranks: an
+    epoch of 22 steps, 22 halvings of the scaler's scale, short of SCALE_FLOOR's stop: the next test.)"""
     (tmp_path / "nan_at_a_step.py").write_text(NAN_ALWAYS)
     run = tmp_path / "run"
-    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_always",
+    ranks = Ranks(2, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_always",
                                 "--amp", "fp16"), tmp_path / "logs", env={"NAN_ALWAYS": "1"}, cwd=tmp_path)
-    assert ranks.wait(timeout=120) == [0], ranks.text()
+    assert ranks.wait(timeout=120) == [0, 0], ranks.text()
     (record,) = read_metrics(run)
     assert record["train_skipped_images"] == record["train_images"] and record["train_top1"] == 0
     assert record["train_loss"] != record["train_loss"]  # NaN: no step's loss is left to average
     assert f"epoch 0: {record['train_images']} of its {record['train_images']} training images" in ranks.text()
+
+
+
+def test_an_fp16_run_that_overflows_at_every_step_stops_before_its_scale_reaches_0(prepared, tmp_path):
+    """fp16's scaler halves its scale at each skipped step: after about 170 in a row it reached 0, and the next
+    update turned the weights NaN, every later loss NaN and so 'skipped', the run going on with a warning an epoch
+    (a review's finding). Below SCALE_FLOOR (41 halvings from 2**16, in this 45-step epoch) every rank stops."""
+    (tmp_path / "nan_at_a_step.py").write_text(NAN_ALWAYS)
+    run = tmp_path / "run"
+    ranks = Ranks(1, train_args(prepared, run, "--epochs", 1, "--workers", 1, "--arch", "nan_at_a_step:nan_always",
+                                "--amp", "fp16", "--log-every", 5), tmp_path / "logs", env={"NAN_ALWAYS": "1"},
+                  cwd=tmp_path)
+    assert ranks.wait(timeout=120) == [2], ranks.text()
+    assert errors_of(ranks) == [[f"fp16's gradient scaler lowered its scale to {2.0 ** -29:.3g} on rank 0 by epoch 0 "
+                                 "step 45: the loss or the gradients overflowed fp16 at step after step, and each of "
+                                 "those updates was skipped (the weights did not train); at 0 an update turns them "
+                                 "NaN. The run stopped, its weights unsaved. No checkpoint was saved before it: start "
+                                 "again with a lower --lr, a longer --warmup-epochs, or --amp bf16 where fp16 "
+                                 "overflowed"]], ranks.text()
+    assert not (run / "last.pt").exists() and read_metrics(run) == []

@@ -461,10 +461,36 @@ def divergence(run: Run, first_bad: dict[int, int], epoch: int) -> Diverged:
 def weights_divergence(run: Run, ranks: list[int], epoch: int, done: int) -> Diverged:
     """What every rank stops with when step `done`'s update, the last before a save, left weights NaN or infinite
     (every loss up to it finite: no loss measured the weights it left)."""
+    # (under fp16 a loss that was not finite may have come before: the scaler's to skip, not counted as a divergence)
+    when = f"by the update of step {done}" if run.scaler.is_enabled() else f"in the update of step {done}, its loss " \
+        "still finite"
     return Diverged(f"the weights became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
-                    f"{epoch}, in the update of step {done}, its loss still finite: the run diverged and stopped, its "
-                    f"weights unsaved. "
+                    f"{epoch}, {when}: the run diverged and stopped, its weights unsaved. "
                     f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
+
+
+# fp16's gradient scaler starts at 2**16 and halves its scale at each step whose gradients overflow (a skipped
+# update), growing it again only after 2,000 steps without one: a healthy run stays between about 2**10 and 2**16.
+# Below 2**-24, forty halvings past 1, every step has been skipped for dozens of steps in a row, and the scale is on
+# its way to 0, where an update turns the weights NaN.
+SCALE_FLOOR = 2.0 ** -24
+
+
+def scale_collapsed(run: Run) -> list[int]:
+    """Under fp16, the ranks whose gradient scaler's scale fell below SCALE_FLOOR (the same on every rank: DDP gives
+    each the same gradients); [] otherwise. A device sync (get_scale) and the all-reduce of `diverged_ranks`."""
+    if not run.scaler.is_enabled():
+        return []
+    return diverged_ranks(run, torch.tensor(run.scaler.get_scale() >= SCALE_FLOOR))
+
+
+def scale_divergence(run: Run, ranks: list[int], epoch: int, done: int) -> Diverged:
+    """What every rank stops with when the scaler's scale collapsed: fp16 overflows at every step."""
+    return Diverged(f"fp16's gradient scaler lowered its scale to {run.scaler.get_scale():.3g} on "
+                    f"{which_ranks(ranks, run.env.world_size)} by epoch {epoch} step {done}: the loss or the gradients "
+                    "overflowed fp16 at step after step, and each of those updates was skipped (the weights did not "
+                    "train); at 0 an update turns them NaN. The run stopped, its weights unsaved. "
+                    f"{how_to_go_on(run.saved_at, run.config.run_dir, fp16=True)}")
 
 
 def how_to_go_on(saved_at: tuple[Path, int, int] | None, run_dir: str, fp16: bool) -> str:
@@ -563,6 +589,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
                     log_step(run, epoch, done, loss.item(), time.perf_counter() - start, done - position_at_start)
                 if first := diverged_steps(run, first_bad):
                     raise divergence(run, first, epoch)
+                if ranks := scale_collapsed(run):
+                    raise scale_divergence(run, ranks, epoch, done)
                 checked = done
             if done >= run.steps:
                 break
@@ -570,6 +598,8 @@ def train_one_epoch(run: Run, epoch: int, sums: EpochSums) -> tuple[int, bool, d
     # left, which the save would keep and no loss has measured (a loss measures the weights before its step's update)
     if done > checked and (first := diverged_steps(run, first_bad)):
         raise divergence(run, first, epoch)
+    if done > checked and (ranks := scale_collapsed(run)):
+        raise scale_divergence(run, ranks, epoch, done)
     if done > position_at_start and (ranks := diverged_ranks(run, weights_finite(run.model))):
         raise weights_divergence(run, ranks, epoch, done)
     if run.device.type != "cpu":
