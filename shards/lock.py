@@ -223,6 +223,13 @@ def release(fd: int) -> None:
     os.close(fd)  # the flock goes with the last descriptor
 
 
+def release_taken_by(pid: int, fd: int) -> None:
+    """`release`, in process `pid` (the one that took the lock) only: a child forked since closed its copy at the fork
+    (close_inherited_locks), and the number may be one of the child's own files by now, which a release closed."""
+    if os.getpid() == pid:
+        release(fd)
+
+
 def held_by_another(path: Path) -> str | None:
     """(Under the guard.) The record of the process that holds `path` now, or None where it is free."""
     fd = try_lock(path, identity())

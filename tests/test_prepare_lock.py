@@ -336,3 +336,41 @@ def test_a_loader_started_while_a_prepare_replaces_its_dataset_is_told_to_wait_f
     held = sole_reader_lock(root)
     assert held is not None
     release(held)
+
+
+@pytest.mark.slow
+def test_a_forked_child_dropping_its_copy_of_a_loader_closes_none_of_its_files_and_keeps_no_lock(prepared, tmp_path):
+    """A child forked while a loader is open (os.fork, multiprocessing's fork) closes its copy of the readers lock at
+    the fork, and the lowest free number goes to the next file it opens. Its copy of the loader, closed or collected
+    there, released that number again: the child's own file was closed under it (EBADF). The parent's lock is kept
+    through the child's life and exit, and goes with the parent's close()."""
+    import gc
+
+    from conftest import copy_dataset
+    from shards.lock import readers
+    from train import ImageNetLoader
+
+    root = copy_dataset(prepared, tmp_path / "imagenet")
+    data = ImageNetLoader(root, "train", batch_size=4, image_size=32, device="cpu", workers=1)
+    held = data._shared.held
+    told, tell = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's lines: it reports through the pipe, and never returns)
+        try:
+            mine = os.open(tmp_path / "child's file", os.O_RDWR | os.O_CREAT, 0o644)
+            state = [mine == held, os.getpid() in readers(root)]
+            data.close()
+            del data
+            gc.collect()
+            os.fstat(mine)
+            os.write(tell, repr(state + ["open"]).encode())
+        except BaseException as exn:
+            os.write(tell, repr(exn).encode())
+        os._exit(0)
+    os.close(tell)
+    os.waitpid(child, 0)
+    with os.fdopen(told) as said:
+        assert said.read() == "[True, False, 'open']"
+    assert readers(root) == [os.getpid()]
+    data.close()
+    assert readers(root) == []

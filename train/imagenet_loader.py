@@ -36,7 +36,7 @@ from typing import Generator, Iterator, Mapping, NamedTuple, Sequence
 import torch
 import torch.distributed as dist
 
-from shards.lock import release
+from shards.lock import release, release_taken_by
 from shards.manifest import DamagedData, read_complete_manifest, read_lock
 from shards.plan import per_rank_batch
 from shards.resources import available_cpus
@@ -95,9 +95,9 @@ class _Shared:
                  class_subsets: dict[str, tuple[int, ...]], class_maps: dict[str, tuple[int, ...]], held: int | None):
         self.loader, self.device_decoder = loader, device_decoder
         # the dataset's readers lock (shards.lock.shared_read_lock): let go with the last close(), or as this is
-        # collected (a loader dropped without close())
+        # collected (a loader dropped without close()); by this process alone, not a child forked with this object
         self.held = held
-        self.let_go = weakref.finalize(self, release, held) if held is not None else None
+        self.let_go = weakref.finalize(self, release_taken_by, os.getpid(), held) if held is not None else None
         self.dataset_id, self.classes, self.class_subsets = dataset_id, classes, class_subsets
         self.class_maps = class_maps
         self.users = 1
