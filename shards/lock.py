@@ -332,15 +332,28 @@ def make_readers_lock(dest: Path) -> None:
         pass
 
 
+def open_to_lock_alone(path: Path) -> int:
+    """`path` opened (made where missing) for an exclusive flock: for writing, as try_lock's, since NFS makes an flock
+    a byte-range lock and an exclusive one of a file opened read-only is EBADF (flock(2)), which refused every
+    prepare into an NFS --dest as a file system without flock; read-only where it is another user's file this one
+    may not write (their umask's 0644; a local disk locks it so all the same)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except PermissionError as exn:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            raise unwritable(path, exn) from None
+    except OSError as exn:
+        raise unwritable(path, exn) from None
+
+
 def sole_reader_lock(dest: Path) -> int | None:
     """The readers lock of `dest` taken alone, for a prepare about to replace the dataset there: its descriptor
     (`release` it once the new dataset is whole); None where a loader of this node holds it shared (its pids:
     `readers`). LockUnwritable where the file cannot be made, or the file system has no flock."""
     path = dest / READERS_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as exn:
-        raise unwritable(path, exn) from None
+    fd = open_to_lock_alone(path)
     try:
         flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
     except BlockingIOError:

@@ -374,3 +374,55 @@ def test_a_forked_child_dropping_its_copy_of_a_loader_closes_none_of_its_files_a
     assert readers(root) == [os.getpid()]
     data.close()
     assert readers(root) == []
+
+
+def test_the_readers_lock_is_taken_alone_where_flock_is_nfs_s_byte_range_lock(tmp_path, monkeypatch):
+    """An NFS client makes an flock a byte-range lock of the whole file, and an exclusive one needs the file open for
+    writing (flock(2)): prepare's sole_reader_lock opened it read-only, EBADF there, and every build into an NFS
+    --dest (a first one too) stopped saying its file system had no flock. The stand-in answers as NFS does; the
+    loaders' shared locks, read-only, are allowed there."""
+    import errno
+    import fcntl
+
+    from shards.lock import shared_read_lock, sole_reader_lock
+
+    real = fcntl.flock
+
+    def nfs_flock(fd, operation):
+        if operation & fcntl.LOCK_EX and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", nfs_flock)
+    held = sole_reader_lock(tmp_path)
+    assert held is not None
+    with pytest.raises(BlockingIOError):
+        shared_read_lock(tmp_path)
+    release(held)
+    reading = shared_read_lock(tmp_path)
+    assert reading is not None and sole_reader_lock(tmp_path) is None
+    release(reading)
+
+
+@pytest.mark.slow
+def test_a_readers_lock_file_of_another_user_is_still_taken_alone_on_a_local_disk():
+    """Another user's .readers.lock (made by their prepare, their umask's 0644) in a folder this user prepares in: a
+    local disk locks a file opened read-only all the same, so the prepare goes on, as before it opened it to write.
+    Real: a lock file of uid 12345, asked as uid 12345 and as another (54321)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as other users")
+    dest = Path(tempfile.mkdtemp(prefix="readers-"))  # (pytest's tmp_path lies in root's 0700 folder)
+    try:
+        dest.chmod(0o777)
+        code = ("import os, sys; from pathlib import Path; from shards.lock import sole_reader_lock; "
+                "os.umask(0o022); print(sole_reader_lock(Path(sys.argv[1])) is not None)")
+        said = [subprocess.run(["setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", sys.executable, "-c",
+                                code, str(dest)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+                for uid in ("12345", "54321")]
+        assert [s.stdout for s in said] == ["True\n", "True\n"], [s.stderr for s in said]
+        assert (dest / ".readers.lock").stat().st_uid == 12345
+    finally:
+        shutil.rmtree(dest)
