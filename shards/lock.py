@@ -154,6 +154,20 @@ def guard(folder: Path):
         os.close(fd)
 
 
+def locked_alone_now(fd: int, path: Path) -> bool:
+    """Whether the exclusive flock of `fd` (`path`'s) was had at once; where not (another holds it), `fd` is closed.
+    LockUnwritable, `fd` closed, where the file system has no flock."""
+    try:
+        flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except LockUnwritable:
+        os.close(fd)
+        raise
+    return True
+
+
 def try_lock(path: Path, record: str) -> int | None:
     """The lock's descriptor, taken now with `record` written in it; None where another holds it, or
     where the file was replaced between our open and our lock (a takeover: try again). Under the guard.
@@ -164,14 +178,8 @@ def try_lock(path: Path, record: str) -> int | None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as exn:
         raise unwritable(path, exn) from None
-    try:
-        flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
-    except BlockingIOError:
-        os.close(fd)
+    if not locked_alone_now(fd, path):
         return None
-    except LockUnwritable:
-        os.close(fd)
-        raise
     try:
         if os.stat(path).st_ino != os.fstat(fd).st_ino:
             os.close(fd)
@@ -354,14 +362,8 @@ def sole_reader_lock(dest: Path) -> int | None:
     `readers`). LockUnwritable where the file cannot be made, or the file system has no flock."""
     path = dest / READERS_NAME
     fd = open_to_lock_alone(path)
-    try:
-        flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path)
-    except BlockingIOError:
-        os.close(fd)
+    if not locked_alone_now(fd, path):
         return None
-    except LockUnwritable:
-        os.close(fd)
-        raise
     _held.add(fd)
     return fd
 
