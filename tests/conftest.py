@@ -217,6 +217,20 @@ def run_here(capfd, caplog, monkeypatch) -> Callable[..., subprocess.CompletedPr
     return run
 
 
+@pytest.fixture
+def ctrl_c_delivered():
+    """SIGINT as an interactive session has it (Python's KeyboardInterrupt), for a test that presses Ctrl-C: a suite
+    started as a shell's background job (`pytest &`, nohup, a script's `&`) inherits it ignored, which the commands
+    keep so (prepare leaves an ignored SIGINT ignored; _thread.interrupt_main does nothing then), and the test saw no
+    Ctrl-C at all. Put back as it was after the test."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def as_one_srun_task(monkeypatch, **more: str) -> None:
     """This process's environment as srun sets a job's one task's (SLURM 22.05's variables), and no torchrun's: none
     of the job's the tests may run in (`srun pytest`: its SLURM_CPUS_PER_TASK, SLURM_HINT, ... would be this task's)."""

@@ -585,7 +585,7 @@ def test_a_loader_closed_by_a_signal_handler_mid_pass_says_it_was_closed(prepare
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_a_pass_waits_leaves_no_batch_read_ahead_to_its_traceback(prepared, monkeypatch):
+def test_ctrl_c_while_a_pass_waits_leaves_no_batch_read_ahead_to_its_traceback(prepared, monkeypatch, ctrl_c_delivered):
     """Ctrl-C (a KeyboardInterrupt in the main thread) while the loop waits for a batch: the traceback, which an
     interactive session keeps, holds the pass's frames, and they held the batches read ahead and the CPU device's
     reused output buffers (on the CPU at batch 256 of 224 px, 154 MB each, five of them) until the next exception.

@@ -427,7 +427,8 @@ def test_sigterm_mid_run_removes_what_the_run_wrote_and_says_so_in_one_line(tmp_
                                                                                             ".readers.lock"]
 
 
-def test_a_second_ctrl_c_waits_for_the_clean_up_that_the_message_says_is_done(sources, tmp_path, monkeypatch, caplog):
+def test_a_second_ctrl_c_waits_for_the_clean_up_that_the_message_says_is_done(sources, tmp_path, monkeypatch, caplog,
+                                                                            ctrl_c_delivered):
     """Ctrl-C pressed twice (the second as the clean-up starts) leaves --dest as one Ctrl-C does, the val
     shards written and the scratch removed, as the line says; the second KeyboardInterrupt cut the clean-up
     short, leaving them (150 GB of spills, on ImageNet) under that line. A second SIGTERM was ignored already."""
