@@ -412,8 +412,9 @@ def agree(run: Run, bad_samples: int, tiny_batch: bool) -> tuple[bool, int, bool
 # ---------------------------------------------------------------- train and evaluate
 
 class Diverged(UserError):
-    """The training loss stopped being a number (NaN or infinite) on some rank: every rank stops alike, before a
-    checkpoint of the ruined weights replaces the last good one (DeiT's and MAE's loops stop on it too)."""
+    """The run stopped being numbers on some rank: its loss or its weights NaN or infinite, or fp16's gradient scale
+    fallen towards 0. Every rank stops alike, before a checkpoint of the ruined weights replaces the last good one
+    (DeiT's and MAE's loops stop on a loss that is not finite too)."""
 
 
 def diverged_ranks(run: Run, finite: torch.Tensor) -> list[int]:
@@ -462,8 +463,8 @@ def weights_divergence(run: Run, ranks: list[int], epoch: int, done: int) -> Div
     """What every rank stops with when step `done`'s update, the last before a save, left weights NaN or infinite
     (every loss up to it finite: no loss measured the weights it left)."""
     # (under fp16 a loss that was not finite may have come before: the scaler's to skip, not counted as a divergence)
-    when = f"by the update of step {done}" if run.scaler.is_enabled() else f"in the update of step {done}, its loss " \
-        "still finite"
+    when = (f"by the update of step {done}" if run.scaler.is_enabled() else
+            f"in the update of step {done}, its loss still finite")
     return Diverged(f"the weights became NaN or infinite on {which_ranks(ranks, run.env.world_size)} in epoch "
                     f"{epoch}, {when}: the run diverged and stopped, its weights unsaved. "
                     f"{how_to_go_on(run.saved_at, run.config.run_dir, run.amp_dtype == torch.float16)}")
