@@ -6,7 +6,7 @@
     DEST/v2/v2-000000.tar           evaluation sets, where prepared (--eval-source): EVAL_SPLITS
     DEST/real_labels.json           the ReaL label sets of the val images, where prepared (--real-labels)
     DEST/.prepare.lock              flock taken by the one prepare that works, naming its holder
-    DEST/.readers.lock              flock shared by the loaders reading the dataset, taken alone by a prepare replacing it
+    DEST/.readers.lock              flock shared by the loaders reading it, taken alone by a prepare replacing it
     DEST/.prepare-tmp/              spill files and shards being written (never read by train)
     DEST/.prepare-step              the shared read: how a node's first task stands, for its other tasks
     DEST/.prepare-node.NODE         the shared read: NODE's first task works here (one --dest on two nodes)
