@@ -230,10 +230,12 @@ def test_a_new_run_into_a_run_dir_holding_a_checkpoint_is_refused_and_the_checkp
 
 def test_real_torchrun_launches_it_too(prepared, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
+    (tmp_path / "tmp").mkdir()  # TMPDIR here: torchrun leaves its log folder, /tmp/torchelastic_*, behind
     result = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "train",
                              *map(str, train_args(prepared, tmp_path / "run", "--epochs", 1, "--max-steps", 3,
                                                   "--workers", 1))],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert result.returncode == 0, result.stderr
     assert "2 ranks (torchrun launcher)" in result.stderr
     assert read_metrics(tmp_path / "run")[0]["val_images"] == read_manifest(prepared).splits["val"].samples
