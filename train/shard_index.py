@@ -113,10 +113,10 @@ def map_address(view: memoryview) -> int:
     return ctypes.addressof(view.obj)  # type: ignore[arg-type]
 
 
-def raise_if_shrunk(path: Path, view: memoryview) -> None:
-    """shrunk_shard where the map `view` shows has been read past its file's new end (zeros read: `mapped`)."""
-    if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(view)):
-        raise shrunk_shard(path)
+def read_past_its_end(view: memoryview) -> bool:
+    """Whether the map `view` shows has been read past its file's new end (zeros read there: `mapped`); no system
+    call, and no look at the table while no map in the process has been hit."""
+    return bool(_tarindex.unreadable()) and _tarindex.was_unreadable(map_address(view))
 
 
 def replaced_shard(path: Path, what: str) -> DatasetNotReady:
@@ -192,7 +192,8 @@ class ShardSet:
         self.labels[at] = [parse_label(bytes(data[a:a + n]))
                            for a, n in zip(rows[:, 4].tolist(), rows[:, 5].tolist())]
         self.hashes[at] = [key_hash64(data[a:a + n]) for a, n in zip(rows[:, 0].tolist(), rows[:, 1].tolist())]
-        raise_if_shrunk(path, data)  # what was read of it is zeros: its table is not kept
+        if read_past_its_end(data):  # what was read of it is zeros: its table is not kept
+            raise shrunk_shard(path)
         self.maps[shard] = data
         self.indexed[shard] = True
 
@@ -203,7 +204,7 @@ class ShardSet:
         path = self.paths[shard]
         if cut_short(self.identities[shard], file_identity(path)):
             return shrunk_shard(path)
-        if _tarindex.unreadable() and _tarindex.was_unreadable(map_address(data)):
+        if read_past_its_end(data):
             return shrunk_shard(path)
         return damaged_shard(path, what)
 
@@ -214,7 +215,7 @@ class ShardSet:
         if not _tarindex.unreadable():
             return
         for shard, view in enumerate(self.maps):
-            if view is not None and _tarindex.was_unreadable(map_address(view)):
+            if view is not None and read_past_its_end(view):
                 raise shrunk_shard(self.paths[shard])
 
     def let_go(self, shards) -> None:
