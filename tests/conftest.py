@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -21,12 +22,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from prepare.builder import prepare  # noqa: E402
 from prepare.config import PrepareConfig  # noqa: E402
-from prepare.sample import SampleSpec, sample_images, write_imagefolder, write_kaggle, write_official  # noqa: E402
+from prepare.sample import (WRITERS, SampleImages, SampleSpec, sample_images, write_imagefolder,  # noqa: E402
+                            write_kaggle, write_official)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small images keep the suite fast; the quirks (CMYK, grayscale, PNG named .JPEG) are all there.
 SPEC = SampleSpec(classes=6, train_per_class=30, val_per_class=5, max_width=160)
 SHARD_MB = 0.12  # a few shards per split from the small sample
+# A download of 1,020 photos of ImageNet's sizes: prepare reads it for seconds, to be killed or stopped in the
+# middle, or read in shares by several nodes.
+BIG_SPEC = SampleSpec(classes=6, train_per_class=150, val_per_class=20)
 # The training tests' model, small and fast on two CPU cores: a torchvision model with batch norm and 0.35M
 # parameters (resnet18's steps and gloo all-reduces of 11M took twice test_train.py's time) on 32-px crops.
 ARCH = "shufflenet_v2_x0_5"
@@ -131,7 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def images():
-    return sample_images(SPEC)
+    return drawn(SPEC)
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +146,19 @@ def sources(tmp_path_factory, images) -> dict[str, Path]:
     for layout, write in writers.items():
         write(root / layout, images)
     return {layout: root / layout for layout in writers}
+
+
+@functools.cache
+def drawn(spec: SampleSpec) -> SampleImages:
+    """make_sample's images of `spec`, drawn once a test process (BIG_SPEC's take 7 s to draw, and nine tests
+    write them): the same bytes in every process, since each image comes from its own seeded stream."""
+    return sample_images(spec)
+
+
+def write_sample(out: Path, layout: str = "official", spec: SampleSpec = SPEC) -> Path:
+    """make_sample(out, layout, spec), through `drawn`."""
+    WRITERS[layout](Path(out), drawn(spec))
+    return Path(out)
 
 
 def config(source: Path, dest: Path, **options) -> PrepareConfig:

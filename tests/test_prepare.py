@@ -21,7 +21,7 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
-from conftest import ROOT, SHARD_MB, config, copy_dataset, run_module, tree_bytes
+from conftest import BIG_SPEC, ROOT, SHARD_MB, config, copy_dataset, run_module, tree_bytes, write_sample
 from prepare.builder import prepare
 from prepare.config import PrepareError
 from prepare.labels import LabelError
@@ -371,9 +371,7 @@ def test_a_source_refused_after_force_or_verify_leaves_the_dataset_there_whole(p
 
 def big_source(tmp_path: Path) -> Path:
     """A sample large enough that prepare runs for a few seconds, to be killed in the middle."""
-    source = tmp_path / "big"
-    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
-    return source
+    return write_sample(tmp_path / "big", "official", BIG_SPEC)
 
 
 @pytest.mark.slow
@@ -1349,7 +1347,7 @@ def fill_while_paused(proc: subprocess.Popen, mount: Path) -> None:
 @pytest.mark.parametrize("when", ["spilling", "writing shards"])
 def test_a_disk_filled_by_another_job_stops_prepare_in_one_line_and_leaves_nothing(tmp_path, when):
     source = tmp_path / "source"
-    make_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
+    write_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
     mount = tmp_path / "local"
     reason = small_tmpfs(mount, 80)
     if reason:

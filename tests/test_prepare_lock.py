@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_module, tree_bytes
+from conftest import BIG_SPEC, ROOT, run_module, tree_bytes, write_sample
 from shards.lock import (
     exclusive_lock, held_by_a_live_prepare, holder_is_dead, identity, release, start_time, take_over, unwritable,
 )
@@ -259,7 +259,7 @@ def test_kill_9_early_in_a_run_leaves_no_process_and_a_rerun_completes_with_iden
     """The out-of-memory killer, a node's health check or a user's kill -9 kill the prepare process
     alone: its workers must die with it and must not keep the lock (a rerun waited for ever)."""
     source = tmp_path / "big"
-    make_sample(source, "official", SampleSpec(classes=6, train_per_class=150, val_per_class=20))
+    write_sample(source, "official", BIG_SPEC)
     args = ["--source", source, "--shard-size", 0.5, "--workers", 2]
     reference = tmp_path / "reference"
     assert run_module("prepare", *args, "--dest", reference).returncode == 0

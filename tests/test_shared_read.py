@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 import warm
-from conftest import ROOT, SHARD_MB, run_module, tree_bytes
+from conftest import ROOT, SHARD_MB, run_module, tree_bytes, write_sample
 from prepare.config import PrepareError
 from prepare.exchange import OUTCOME, RECORD, SAMPLE, SPLIT, Demux, chunk_bytes
 from prepare.node_group import node_group_env
-from prepare.sample import SampleSpec, make_sample
+from prepare.sample import SampleSpec
 from prepare.shares import assign_shares, split_shares
 from shards.manifest import read_complete_manifest
 from shards.slurm import PORT_RANGES, PORT_SPAN, SlurmEnvError, slurm_port
@@ -431,7 +431,7 @@ def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path
     from test_prepare import fill_while_paused, small_tmpfs
 
     source = tmp_path / "source"
-    make_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
+    write_sample(source, "official", SampleSpec(classes=6, train_per_class=120, val_per_class=20, max_width=320))
     mount = tmp_path / "small"
     reason = small_tmpfs(mount, 80 if when == "mid-exchange" else 10)
     if reason:
