@@ -33,6 +33,9 @@ def photo_pixels(width: int, height: int, seed: int = 0) -> np.ndarray:
     return pixels
 
 
+# Encoded once a set of arguments too (bytes: no caller can change them): a fake of winter21's 19,167 class tars
+# asked for 19,274 JPEGs of 8 kinds.
+@functools.lru_cache(maxsize=1024)
 def jpeg(width: int = 333, height: int = 217, *, mode: str = "RGB", subsampling: int = 2, progressive: bool = False,
          restart: int = 0, exif: bool = False, quality: int = 92, seed: int = 0, optimize: bool = False) -> bytes:
     """subsampling: 0 is 4:4:4, 1 is 4:2:2, 2 is 4:2:0; restart: restart marker every N MCU blocks;
