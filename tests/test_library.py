@@ -951,25 +951,27 @@ def test_more_workers_than_cpus_decode_with_the_cpus_and_say_so(prepared, caplog
     assert f"workers=1000 is more than the {available_cpus()} CPUs" in caplog.text
 
 
-def spawned_rank(rank: int, world: int, rendezvous: str, root: str, order: str, results) -> None:
-    """mp.spawn's target: make the loader before or after joining the group, then read an epoch."""
+def spawned_rank(rank: int, world: int, rendezvous: str, root: str, results) -> None:
+    """mp.spawn's target: a loader made before joining the group, read; then one made after it, read (one spawn
+    for both: each of its processes imports torch)."""
     import torch.distributed as dist
 
-    def join():
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
-        # every rank's side of gloo's mesh up before any leaves: a rank refused at once (order "before") that exits
-        # while its peer still connects made the peer's init fail ("Connection closed by peer")
-        dist.barrier()
+    def read(order: str) -> None:
+        try:
+            with ImageNetLoader(root, batch_size=4, image_size=SIZE, device="cpu", workers=1) as data:
+                if order == "before":
+                    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+                    # every rank's side of gloo's mesh up before any goes on: a rank refused at once that went on
+                    # (or exited) while its peer still connected made the peer's init fail ("Connection closed by
+                    # peer")
+                    dist.barrier()
+                results.put(((order, rank), sorted(h for b in data.batches() for h in b.key_hashes.tolist())))
+        except ConfigError as error:
+            results.put(((order, rank), str(error)))
 
-    if order == "after":
-        join()
     try:
-        with ImageNetLoader(root, batch_size=4, image_size=SIZE, device="cpu", workers=1) as data:
-            if order == "before":
-                join()
-            results.put((rank, sorted(h for b in data.batches() for h in b.key_hashes.tolist())))
-    except ConfigError as error:
-        results.put((rank, str(error)))
+        read("before")
+        read("after")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -982,19 +984,16 @@ def test_under_mp_spawn_a_loader_made_before_the_group_is_refused_and_after_it_r
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    context = mp.get_context("spawn")
-    for order in ("before", "after"):
-        results = context.Queue()
-        mp.spawn(spawned_rank, args=(2, str(tmp_path / order), str(prepared), order, results), nprocs=2)
-        got = dict(results.get(timeout=60) for _ in range(2))
-        if order == "before":
-            for rank in (0, 1):
-                assert got[rank] == (f"this loader was made as rank 0 of 1, but torch.distributed now says rank {rank} "
-                                     "of 2: make the loader after init_process_group (or pass rank= and world_size=)")
-        else:
-            assert not set(got[0]) & set(got[1])
-            assert len(got[0]) == len(got[1]) == steps_per_epoch(read_manifest(prepared).splits["train"].samples, 2,
-                                                                 4) * 4
+    results = mp.get_context("spawn").Queue()
+    mp.spawn(spawned_rank, args=(2, str(tmp_path / "rendezvous"), str(prepared), results), nprocs=2)
+    got = dict(results.get(timeout=60) for _ in range(4))
+    for rank in (0, 1):
+        assert got["before", rank] == (f"this loader was made as rank 0 of 1, but torch.distributed now says rank "
+                                       f"{rank} of 2: make the loader after init_process_group (or pass rank= and "
+                                       "world_size=)")
+    assert not set(got["after", 0]) & set(got["after", 1])
+    assert len(got["after", 0]) == len(got["after", 1]) == steps_per_epoch(
+        read_manifest(prepared).splits["train"].samples, 2, 4) * 4
 
 
 # ---------------------------------------------------------------- elastic: a mid-epoch state on another world size
