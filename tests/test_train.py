@@ -508,13 +508,16 @@ def test_wandb_logs_offline_and_a_requeued_run_continues_the_same_run(prepared, 
 
 
 @pytest.mark.parametrize("tracker", ["tensorboard", "wandb"])
-def test_a_tracker_whose_package_is_missing_is_one_line_naming_the_extra(prepared, tmp_path, tracker):
-    blocked = tmp_path / "blocked"
-    blocked.mkdir()
-    for module in ("tensorboard", "wandb"):  # a module of that name that cannot be imported
-        (blocked / f"{module}.py").write_text("raise ImportError('not installed')\n")
-    result = run_module("train", "--data", prepared, "--run-dir", tmp_path / "run", *FAST, "--epochs", 1,
-                        "--tracker", tracker, env={"PYTHONPATH": str(blocked)})
+def test_a_tracker_whose_package_is_missing_is_one_line_naming_the_extra(prepared, tmp_path, tracker, run_here,
+                                                                         monkeypatch):
+    from train.run.cli import main
+
+    monkeypatch.setitem(sys.modules, tracker, None)  # its import fails, as where it is not installed
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    # set by torch as it first imports its compiler, where it is not set: in the test's folder, and unset after
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    result = run_here(main, "--data", prepared, "--run-dir", tmp_path / "run", *FAST, "--epochs", 1, "--tracker",
+                      tracker)
     errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
     assert f"--tracker {tracker} needs the {tracker} package: pip install 'imagenet-slurm[{tracker}]'" in errors[0]
