@@ -500,13 +500,11 @@ def test_nodes_that_would_build_different_datasets_are_refused(sources, tmp_path
 def test_further_tasks_of_a_node_wait_for_its_first_task_then_verify(sources, one_node, tmp_path):
     dests = [tmp_path / "n0", tmp_path / "n1"]
     job = random.Random().randrange(10**6)
-    command = [sys.executable, "-m", "prepare", "--source", str(sources["official"]), "--shard-size", str(SHARD_MB),
-               "--workers", "1", "--group-timeout", "60"]
+    args = ["--source", sources["official"], "--shard-size", SHARD_MB, "--workers", 1, "--group-timeout", 60]
 
-    def task(rank: int, local: int) -> subprocess.Popen:
+    def task(rank: int, local: int) -> warm.Popen:
         env = {**node_env(rank, 2, job), "SLURM_LOCALID": str(local)}
-        return subprocess.Popen([*command, "--dest", str(dests[rank])], cwd=ROOT, env=env, stderr=subprocess.PIPE,
-                                text=True)
+        return warm.Popen("prepare", [*args, "--dest", dests[rank]], env=env, cwd=ROOT)
 
     early = task(0, 1)  # before the node's first task has even started
     time.sleep(1)
@@ -536,11 +534,10 @@ def test_further_tasks_wait_for_this_starts_first_task_not_a_requeued_jobs_earli
     (dests[0] / "train" / "stray.txt").write_text("not prepare's")
     job = random.Random().randrange(10**6)
 
-    def task(rank: int, local: int, restart: int) -> subprocess.Popen:
+    def task(rank: int, local: int, restart: int) -> warm.Popen:
         env = {**node_env(rank, 2, job), "SLURM_LOCALID": str(local), "SLURM_RESTART_COUNT": str(restart)}
-        return subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(sources["official"]), "--dest",
-                                 str(dests[rank]), "--shard-size", str(SHARD_MB), "--workers", "1", "--group-timeout",
-                                 "60"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        return warm.Popen("prepare", ["--source", sources["official"], "--dest", dests[rank], "--shard-size", SHARD_MB,
+                                      "--workers", 1, "--group-timeout", 60], env=env, cwd=ROOT)
 
     first = finish([task(0, 0, 0), task(1, 0, 0)])
     assert [code for code, _ in first] == [2, 2] and "stray.txt" in first[0][1], first
@@ -567,11 +564,10 @@ def test_a_first_task_that_fails_at_the_rendezvous_is_reported_by_its_nodes_othe
     taken.bind(("0.0.0.0", slurm_port(job, 0, "prepare")))
     taken.listen()
     try:
-        def task(local: int) -> subprocess.Popen:
+        def task(local: int) -> warm.Popen:
             env = {**node_env(0, 2, job), "SLURM_LOCALID": str(local)}
-            return subprocess.Popen([sys.executable, "-m", "prepare", "--source", str(sources["official"]), "--dest",
-                                     str(dest), "--workers", "1", "--group-timeout", "120"], cwd=ROOT, env=env,
-                                    stderr=subprocess.PIPE, text=True)
+            return warm.Popen("prepare", ["--source", sources["official"], "--dest", dest, "--workers", 1,
+                                          "--group-timeout", 120], env=env, cwd=ROOT)
 
         started = time.monotonic()
         further = task(1)
