@@ -30,8 +30,8 @@ from pathlib import Path
 from prepare.completeness import excess, judged, nothing_there, shortfall
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import (
-    dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted, removed_bytes,
-    report_rebuild, verified_existing, with_class_maps,
+    Existing, dataset_identity, make_dest, prepared_source, remove_incomplete, remove_this_run, remove_unlisted,
+    removed_bytes, report_rebuild, verified_existing, with_class_maps,
 )
 from prepare.eval_sets import EvalAddition, PreparedDataset, added_sources, eval_addition, real_labels_document, with_eval_sets
 from prepare.sources import Detected, detect
@@ -66,8 +66,9 @@ def prepare(config: PrepareConfig) -> Manifest:
             return with_class_maps(dest, found.complete, detected.class_maps())
         if found.base is not None:
             return add_eval_sets(dest, config, identity, with_class_maps(dest, found.base, detected.class_maps()))
-        with open_prepare_source(detected, config) as source:  # closes what it opened to read, at the end
-            return build_and_report(source, dest, config, identity, found.damaged)
+        # the source closes what it opened to read at the end; the readers lock is taken once it was checked
+        with open_prepare_source(detected, config) as source, no_loader_reading(dest):
+            return build_and_report(source, dest, config, identity, found)
 
 
 def identified(config: PrepareConfig) -> tuple[Detected, Path, dict]:
@@ -146,20 +147,20 @@ def shortfalls(source: Source) -> dict[str, str]:
     return {split: line for split in source.splits if (line := shortfall(source.declared(split)))}
 
 
-def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, damaged: Manifest | None,
+def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity: dict, found: Existing,
                      reader: Reader | None = None) -> Manifest:
     """Build the dataset from the samples `reader` yields (this node's own read of `source` by
-    default), log it, and compare it with the damaged dataset it replaces. Refused for room before the dataset
+    default), log it, and compare it with the damaged dataset it replaces (`found`, what --dest held). The caller
+    holds the readers lock alone (`no_loader_reading`). Refused for room before the dataset
     it replaces (--force, --verify) is removed, its space counted as free: a --force that cannot fit removed it
     first, then refused, losing both."""
     reader = reader or LocalRead(source, config)
-    with no_loader_reading(dest):
-        check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
-        remove_incomplete(dest)
-        manifest = build_or_clean_up(source, dest, config, identity, reader)
+    check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
+    remove_incomplete(dest)
+    manifest = build_or_clean_up(source, dest, config, identity, reader)
     log_summary(dest, manifest)
-    if damaged is not None:
-        report_rebuild(damaged, manifest)
+    if found.damaged is not None:
+        report_rebuild(found.damaged, manifest)
     return manifest
 
 

@@ -4,9 +4,10 @@ The first task of each node (SLURM_LOCALID 0) joins the nodes' group; further ta
 for it and verify, as with the lock alone. The group's steps, each a gather of small facts:
 
   1. who is here, and whether each node could set up (a refused --dest, a missing source);
-  2. under the node's lock: what each node has (the dataset, or a need for it), whether it has room
-     to read ahead, and a digest of what it would build (source, options, parts, labels), which
-     must agree;
+  2. under the node's lock: what each node has (the dataset, or a need for it; a node that builds
+     holds its readers lock alone from here, refused where a loader reads its dataset, before any
+     node removes its own), whether it has room to read ahead, and a digest of what it would build
+     (source, options, parts, labels), which must agree;
   3. every node that can reads its share of the parts (`SharedRead`) and streams it to the nodes
      that need data, which build from it what a one-node prepare builds;
   4. a last round, so that each node learns how the others ended.
@@ -34,11 +35,11 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    add_eval_sets, build_and_report, dataset_estimate, identified, open_prepare_source, pass_parts, pass_scratch,
-    passes_of, resize_ratio,
+    add_eval_sets, build_and_report, dataset_estimate, identified, no_loader_reading, open_prepare_source, pass_parts,
+    pass_scratch, passes_of, resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
-from prepare.destination import make_dest, verified_existing, with_class_maps
+from prepare.destination import Existing, make_dest, verified_existing, with_class_maps
 from prepare.sources import Detected
 from prepare.exchange import PENDING_SEGMENTS, STREAMED_AHEAD_BYTES, ExchangeStats, PartStream, exchange, read_outcomes
 from shards.lock import exclusive_lock, held_by_a_live_prepare
@@ -111,7 +112,7 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
                 # lock and a step still "running" for a task that died (verify_after_first_task)
                 stack.push(step_marker(dest, group.env))
                 mark_step(dest, group.env, "running")
-                node, facts = node_state(dest, config, identity, detected)
+                node, facts = node_state(dest, config, identity, detected, stack)
                 if node is not None:
                     stack.enter_context(node.source)  # closes what it opened to read, at the end
                 said |= facts
@@ -148,7 +149,7 @@ def saying_a_complete_dataset_stays(node: "NodeState | None", dest: Path):
     try:
         yield
     except PeerFailed as exn:
-        if node is None or node.existing is None or str(exn).endswith("is complete)"):
+        if node is None or node.found.complete is None or str(exn).endswith("is complete)"):
             raise
         raise PeerFailed(f"{exn} (this node's own dataset in {dest} is complete)") from None
 
@@ -158,9 +159,10 @@ def finish_here(node: "NodeState", dest: Path, config: PrepareConfig, identity: 
     """What this node does once the others need nothing more of it: nothing where its dataset is
     complete (but the class_maps a dataset prepared before them lacks); else add the evaluation sets it lacks,
     from its own read of them (under its lock)."""
-    if node.base is None:
-        return with_class_maps(dest, node.existing, node.source.class_maps())
-    return add_eval_sets(dest, config, identity, with_class_maps(dest, node.base, node.source.class_maps()), pool)
+    if node.found.base is None:
+        return with_class_maps(dest, node.found.complete, node.source.class_maps())
+    return add_eval_sets(dest, config, identity, with_class_maps(dest, node.found.base, node.source.class_maps()),
+                         pool)
 
 
 def step_marker(dest: Path, env: NodeGroupEnv):
@@ -174,9 +176,7 @@ def step_marker(dest: Path, env: NodeGroupEnv):
 @dataclass(frozen=True)
 class NodeState:
     """What this node found before anything is read, kept here (the others get `node_state`'s facts)."""
-    existing: Manifest | None  # its complete dataset, if it holds one
-    damaged: Manifest | None  # the damaged dataset --verify is rebuilding
-    base: Manifest | None  # its complete dataset lacking evaluation sets it adds alone (finish_here)
+    found: Existing  # what its --dest holds: its complete dataset, one it replaces, or one it adds evaluation sets to
     source: Source
     parts: dict[tuple[str, ...], list[Part]]  # each pass's (its splits: one, or those read together)
     ahead: int  # parts this node reads ahead of the exchange (parts_ahead)
@@ -184,23 +184,28 @@ class NodeState:
     @property
     def needs(self) -> bool:
         """Whether it builds the dataset from the exchange."""
-        return self.existing is None and self.base is None
+        return self.found.complete is None and self.found.base is None
 
 
-def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Detected) -> tuple[NodeState | None, dict]:
+def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Detected,
+               held: contextlib.ExitStack) -> tuple[NodeState | None, dict]:
     """This node's state, and the small facts it tells the others (never the parts or the source:
-    a tree's listing is 1.3 M rows)."""
+    a tree's listing is 1.3 M rows). A node that builds takes its readers lock alone here, into `held` (the stack
+    that holds its prepare lock), before the nodes compare their states: a loader reading its dataset is a failure
+    every node hears of before any removes its own dataset, not one refused in its build after the others had."""
     try:
         found = verified_existing(dest, identity, config)
+        needs = found.complete is None and found.base is None
+        if needs:
+            held.enter_context(no_loader_reading(dest))
         source = open_prepare_source(detected, config)
         parts = {splits: pass_parts(source, splits) for splits in passes_of(source)}
-        needs = found.complete is None and found.base is None
         budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
         room = read_ahead_bytes(part_sizes(parts), ahead, config.workers) <= budget
         facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
                  "seek_index": source.seek_index(), "table": detected.table}
-        return NodeState(found.complete, found.damaged, found.base, source, parts, ahead), facts
+        return NodeState(found, source, parts, ahead), facts
     except USER_ERRORS as exn:
         return None, {"error": one_line(exn)}
 
@@ -217,7 +222,7 @@ def receive_or_serve(shared: "SharedRead", node: NodeState, dest: Path, config: 
     """The dataset built from the exchange; or, on a node that needs no data, its share served
     (None: finish_here then says what it holds)."""
     if node.needs:
-        return build_and_report(node.source, dest, config, identity, node.damaged, SharedReader(shared, node.source))
+        return build_and_report(node.source, dest, config, identity, node.found, SharedReader(shared, node.source))
     serve(shared, node.source, dest)
     return None
 

@@ -395,6 +395,28 @@ def test_a_node_refusing_its_destination_stops_the_others_before_anything_is_rea
     assert not (dests[0] / ".prepare-tmp").exists() and not any((dests[0] / "train").iterdir())
 
 
+@pytest.mark.slow
+def test_a_loader_reading_one_nodes_dataset_stops_every_nodes_force_before_any_removes_its_own(sources, one_node,
+                                                                                              tmp_path):
+    """A --force on two nodes while a loader reads n1's dataset: n1 refused in its build, after the nodes had agreed to
+    rebuild, and n0 had removed its own dataset by then. The readers lock is taken as the nodes compare what they hold:
+    both stop, naming n1's reader in one line, and n0's dataset stays as it was."""
+    from train import ImageNetLoader
+
+    dests = [tmp_path / "n0", tmp_path / "n1"]
+    for dest in dests:
+        shutil.copytree(one_node, dest)
+    with ImageNetLoader(dests[1], "train", batch_size=4, image_size=32, device="cpu", workers=1):
+        results = finish(start_nodes(sources["official"], dests, "--force", "--seed", 1))  # their datasets: seed 0
+    assert [code for code, _ in results] == [2, 2], results
+    reader = f"{dests[1]} is being read by a training run or loader on this node (pid {os.getpid()})"
+    assert errors_in(results[1][1]) == [errors_in(results[1][1])[0]] and reader in errors_in(results[1][1])[0]
+    (error,) = errors_in(results[0][1])
+    assert error.split(" ERROR ")[1].startswith(f"n1 failed: {reader}"), error
+    for dest in dests:
+        assert tree_bytes(dest) == tree_bytes(one_node) and (dest / "manifest.json").exists()
+
+
 def wait_for(condition, procs, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
