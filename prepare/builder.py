@@ -156,6 +156,8 @@ def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity
     first, then refused, losing both."""
     reader = reader or LocalRead(source, config)
     check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
+    if found.replacing is not None:
+        log.warning("%s", found.replacing)
     remove_incomplete(dest)
     manifest = build_or_clean_up(source, dest, config, identity, reader)
     log_summary(dest, manifest)

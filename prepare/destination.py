@@ -87,6 +87,9 @@ class Existing:
     complete: Manifest | None = None  # this very dataset: nothing to do
     damaged: Manifest | None = None  # a damaged dataset that --verify rebuilds
     base: Manifest | None = None  # a complete dataset lacking only evaluation sets this run adds (add_eval_sets)
+    # what the build replaces (--force, --verify), said by the build once it goes ahead: a refused one (a loader
+    # reading it, no room) said it was replacing a dataset it left as it was
+    replacing: str | None = None
 
 
 def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Existing:
@@ -136,9 +139,9 @@ def verified_existing(dest: Path, identity: dict, config: PrepareConfig) -> Exis
             reason = "was prepared differently: " + "; ".join(describe_difference(old, identity))
             remedy = "Rerun with --force to replace it"
         raise PrepareError(f"{dest} {reason}. {remedy}, or choose another --dest{keep_hint(old, identity, problems)}.")
-    log.warning("%s: %s the dataset in %s", "--verify" if rebuild else "--force",
-                "rebuilding" if rebuild else "replacing", dest)
-    return Existing(damaged=manifest if rebuild else None)
+    return Existing(damaged=manifest if rebuild else None,
+                    replacing=f"--verify: rebuilding the dataset in {dest}" if rebuild
+                    else f"--force: replacing the dataset in {dest}")
 
 
 def unreadable_replaced(dest: Path, why: str, force: bool) -> Existing:
@@ -148,8 +151,7 @@ def unreadable_replaced(dest: Path, why: str, force: bool) -> Existing:
         raise PrepareError(f"{dest} holds a dataset whose {MANIFEST_NAME} this version of prepare cannot read "
                            f"({why}). Rerun with --force to replace it, or choose another --dest (a dataset of "
                            "a later version: prepare with that version, or train with it)")
-    log.warning("--force: replacing the dataset in %s, whose %s cannot be read (%s)", dest, MANIFEST_NAME, why)
-    return Existing()
+    return Existing(replacing=f"--force: replacing the dataset in {dest}, whose {MANIFEST_NAME} cannot be read ({why})")
 
 
 def keep_hint(old: dict, new: dict, problems: list[str]) -> str:

@@ -283,11 +283,13 @@ def test_kill_9_early_in_a_run_leaves_no_process_and_a_rerun_completes_with_iden
 # ---------------------------------------------------------------- a prepare and the loaders reading its --dest
 
 @pytest.mark.slow
-def test_a_prepare_force_into_the_dest_a_loader_reads_is_refused_and_leaves_the_dataset_whole(sources, tmp_path):
+def test_a_prepare_force_into_the_dest_a_loader_reads_is_refused_and_leaves_the_dataset_whole(sources, tmp_path,
+                                                                                              caplog):
     """A prepare --force into the --dest a training run of this node read: the run kept reading the shards it had
     mapped (their space not freed, though prepare's room check counted it free) and died at the first it had not
     ("changed after this loader was made"). The prepare is refused now, in one line naming the reader, and the run
-    reads its epoch to the end; once the loader is closed, the --force replaces the dataset."""
+    reads its epoch to the end; once the loader is closed, the --force replaces the dataset. The refused one does not
+    say first that it is replacing the dataset (it said so, then refused): only the one that does."""
     import gc
 
     from conftest import config
@@ -306,12 +308,13 @@ def test_a_prepare_force_into_the_dest_a_loader_reads_is_refused_and_leaves_the_
     assert str(refused.value) == (f"{dest} is being read by a training run or loader on this node (pid {os.getpid()}): "
                                   "replacing its dataset now would pull it from under that run. Stop the run (or let "
                                   "it finish) and rerun, or prepare into another --dest")
+    assert "replacing the dataset" not in caplog.text
     read += sum(len(batch.labels) for batch in batches)
     assert read == read_complete_manifest(dest).splits["train"].samples // 4 * 4 and tree_bytes(dest) == before
     del data, batches
     gc.collect()  # a loader dropped without close() lets go of the dataset too
     prepare(config(sources["official"], dest, shard_size_mb=0.2, force=True))
-    assert tree_bytes(dest) != before
+    assert tree_bytes(dest) != before and f"--force: replacing the dataset in {dest}\n" in caplog.text
 
 
 def test_a_loader_started_while_a_prepare_replaces_its_dataset_is_told_to_wait_for_it(prepared, tmp_path):

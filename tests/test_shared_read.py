@@ -400,7 +400,7 @@ def test_a_loader_reading_one_nodes_dataset_stops_every_nodes_force_before_any_r
                                                                                               tmp_path):
     """A --force on two nodes while a loader reads n1's dataset: n1 refused in its build, after the nodes had agreed to
     rebuild, and n0 had removed its own dataset by then. The readers lock is taken as the nodes compare what they hold:
-    both stop, naming n1's reader in one line, and n0's dataset stays as it was."""
+    both stop, naming n1's reader in one line, and n0's dataset stays as it was (nor says it was being replaced)."""
     from train import ImageNetLoader
 
     dests = [tmp_path / "n0", tmp_path / "n1"]
@@ -415,6 +415,7 @@ def test_a_loader_reading_one_nodes_dataset_stops_every_nodes_force_before_any_r
     assert error.split(" ERROR ")[1].startswith(f"n1 failed: {reader}"), error
     for dest in dests:
         assert tree_bytes(dest) == tree_bytes(one_node) and (dest / "manifest.json").exists()
+    assert all("replacing the dataset" not in log for _, log in results), results
 
 
 def wait_for(condition, procs, seconds: float = 120) -> None:
