@@ -23,6 +23,7 @@ import torch
 
 from shards.manifest import read_manifest
 from train import Augment, ConfigError, ImageNetLoader, ResolutionRamp, ResumeError
+from train.decoder import MAX_IMAGE_SIZE
 from train.device_batches import IMAGENET_MEAN, IMAGENET_STD, normalise
 from train.numbers import real_number, whole_number
 
@@ -121,6 +122,13 @@ def test_a_whole_number_setting_takes_any_integer_as_the_plain_int(prepared, nam
     ({"rank": 0, "world_size": 1.0}, "world_size must be a whole number"),
     ({"repeats": 0}, "repeats must be at least 1"), ({"prefetch": 0}, "prefetch must be at least 1"),
     ({"val_crop": 32, "val_resize": 0}, "val_resize must be at least 1"),
+    ({"rank": -1, "world_size": 2}, "rank must be at least 0"), ({"rank": 0, "world_size": 0}, "world_size must be at "
+                                                                                                "least 1"),
+    ({"image_size": 0}, "image_size must be at least 1"),
+    ({"image_size": MAX_IMAGE_SIZE + 1}, f"image_size must be at most {MAX_IMAGE_SIZE}"),
+    ({"image_size": ResolutionRamp(32, MAX_IMAGE_SIZE + 32, 0, 2)}, f"image_size's ramp reaches {MAX_IMAGE_SIZE + 32} "
+                                                                    f"px, more than {MAX_IMAGE_SIZE}"),
+    ({"image_size": ResolutionRamp(MAX_IMAGE_SIZE + 32, 32, 0, 2)}, "image_size's ramp reaches"),  # (its start)
     ({"image_size": ResolutionRamp(32, 64, 0, 2)}, None),  # accepted: the control
 ])
 def test_other_numbers_out_of_range_or_of_the_wrong_kind_are_refused_by_name(prepared, options, message):
@@ -129,6 +137,34 @@ def test_other_numbers_out_of_range_or_of_the_wrong_kind_are_refused_by_name(pre
         return
     with pytest.raises(ConfigError, match=message):
         loader(prepared, **options)
+
+
+def test_image_size_takes_a_side_from_1_to_the_decoders_largest_and_a_ramp_that_reaches_it():
+    """The last sizes the refusals above leave (checked alone: a loader's buffers of 8192 px are 800 MB)."""
+    from train.loader_arguments import checked_image_size
+
+    assert (checked_image_size(1), checked_image_size(MAX_IMAGE_SIZE)) == (1, MAX_IMAGE_SIZE)
+    ramp = ResolutionRamp(32, MAX_IMAGE_SIZE, 0, 2)
+    assert checked_image_size(ramp) is ramp
+
+
+def test_a_ramp_that_shrinks_trains_its_first_epochs_at_its_larger_size(prepared):
+    """A batch slot holds the ramp's largest side, here its start: not its end, which validation crops at."""
+    with loader(prepared, image_size=ResolutionRamp(48, 32, 0, 2, step=16)) as data:
+        assert [images.shape[-2:] for images, _ in data][0] == (48, 48)
+        data.set_epoch(2)
+        assert [images.shape[-2:] for images, _ in data][0] == (32, 32)
+
+
+def test_a_split_given_as_a_numpy_string_is_the_plain_str_its_state_loads_with_weights_only(prepared):
+    """A split picked from a numpy array (np.str_) was kept as it came: its state did not load with
+    torch.load(weights_only=True)."""
+    with loader(prepared, np.str_("val")) as data:
+        assert type(data.split) is str
+        saved = io.BytesIO()
+        torch.save(data.state_dict(), saved)
+    saved.seek(0)
+    assert torch.load(saved, weights_only=True)["split"] == "val"
 
 
 @pytest.mark.parametrize("epoch", [True, 2.0, np.float64(2), torch.tensor(2.0)])
@@ -431,6 +467,8 @@ def test_the_default_normalisation_is_imagenets(prepared):
     ({"mean": (0.5, float("nan"), 0.5)}, r"mean\[1\] must be a finite number"),
     ({"std": (0.5, 0.5, 0)}, r"std\[2\] must be more than 0"), ({"std": (0.5, float("inf"), 0.5)}, "finite"),
     ({"std": (True, 0.5, 0.5)}, r"std\[0\] must be a number, not True"),
+    ({"mean": (-0.1, 0.5, 0.5)}, r"mean\[0\] must be at least 0, not -0.1 \(mean and std are in 0-1 units"),
+    ({"std": (0.5, 1.5, 0.5)}, r"std\[1\] must be at most 1, not 1.5 \(mean and std are in 0-1 units"),
 ])
 def test_a_mean_or_std_that_cannot_work_is_refused_by_name(prepared, options, message):
     with pytest.raises(ConfigError, match=message):
@@ -564,6 +602,9 @@ def test_python_m_train_help_does_not_wait_for_torch():
     ((3, 224, 224), r"val_crop is one side or \(height, width\), not \(3, 224, 224\): timm's input_size \(3, H, W\) is "
                     r"val_crop=\(H, W\), here \(224, 224\)$"),
     ([224], r"val_crop is one side or \(height, width\), not \[224\]$"),
+    # timm's input_size is three long and begins with its 3 channels: another shape is not it
+    ((3, 224, 224, 224), r"val_crop is one side or \(height, width\), not \(3, 224, 224, 224\)$"),
+    ((1, 224, 224), r"val_crop is one side or \(height, width\), not \(1, 224, 224\)$"),
 ])
 def test_a_val_crop_of_other_than_one_or_two_sides_is_refused_saying_what_it_takes(val_crop, said):
     """timm's data config holds input_size (3, H, W), which the docs name beside val_crop: passed as it is, it

@@ -25,9 +25,9 @@ import torch
 from PIL import Image
 
 from prepare.sample import photo
-from train.decoder import Images, decode_crops
-from train.loader_arguments import checked_validation
-from train.transforms import IMAGENET_FILL
+from train.decoder import MAX_IMAGE_SIZE, Images, decode_crops
+from train.loader_arguments import MAX_VAL_RESIZE, checked_validation
+from train.transforms import IMAGENET_FILL, ResolutionRamp
 
 # wide, tall and square; 150 x 113 is enlarged; the last five are at least twice a 224 output
 SIZES = [(500, 375), (375, 500), (150, 113), (233, 232), (640, 333), (333, 640), (1200, 900), (900, 1200),
@@ -223,6 +223,12 @@ def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
         assert type(fraction) is float and fraction == 0.875
 
 
+def test_a_mode_and_interpolation_given_as_numpy_strings_are_kept_as_the_plain_str():
+    """As picked from a numpy array of choices: the str they equal, as a split is (a state holds no numpy)."""
+    validation = checked_validation(224, val_crop_mode=np.str_("squash"), val_interpolation=np.str_("bicubic"))
+    assert (type(validation.mode), type(validation.interpolation)) == (str, str)
+
+
 @pytest.mark.parametrize("val, refused", [
     ({"val_resize": 256, "val_crop_fraction": 0.875}, "val_resize=256 and val_crop_fraction=0.875 both set"),
     ({"val_resize": 256, "val_crop_mode": "ffcv"}, "val_resize=256 with val_crop_mode='ffcv'"),
@@ -238,6 +244,20 @@ def test_a_fraction_of_any_kind_is_kept_as_the_plain_float():
                                     "131072 px: give a fraction of at least 224 / 131072"),
     ({"val_crop_fraction": 1e-320}, "val_crop_fraction makes validation's resize"),  # 224 / it is infinite
     ({"val_crop": (224, 256), "val_crop_fraction": 1e-300}, "val_crop_fraction makes validation's resize"),
+    # each bound of a side, and of a resize, refused one past it (the last taken: the test after this one)
+    ({"val_crop": 0}, "val_crop must be at least 1, not 0"),
+    ({"val_crop": MAX_IMAGE_SIZE + 1}, f"val_crop must be at most {MAX_IMAGE_SIZE}"),
+    ({"val_crop": (0, 224)}, "val_crop's height must be at least 1"), ({"val_crop": (224, 0)}, "val_crop's width must "
+                                                                                              "be at least 1"),
+    ({"val_crop": (MAX_IMAGE_SIZE + 1, 224)}, f"val_crop's height must be at most {MAX_IMAGE_SIZE}"),
+    ({"val_crop": (224, MAX_IMAGE_SIZE + 1)}, f"val_crop's width must be at most {MAX_IMAGE_SIZE}"),
+    ({"val_resize": MAX_VAL_RESIZE + 1}, f"val_resize must be at most {MAX_VAL_RESIZE}"),
+    # a non-square crop's fraction divides its shorter side, which a fraction past it resizes to no pixel
+    ({"val_crop": (224, 192), "val_crop_fraction": 193}, "val_crop_fraction must be at most 192"),
+    ({"val_crop": (192, 224), "val_crop_fraction": 193}, "val_crop_fraction must be at most 192"),
+    # a non-square crop has no one resize, nor FFCV's square crop
+    ({"val_crop": (224, 192), "val_resize": 256}, "val_crop=(224, 192), not square, with val_resize=256"),
+    ({"val_crop": (224, 192), "val_crop_mode": "ffcv"}, "val_crop=(224, 192), not square, with val_crop_mode='ffcv'"),
 ])
 def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, refused):
     from train.errors import ConfigError
@@ -245,3 +265,23 @@ def test_conflicting_or_bad_validation_arguments_are_refused_in_one_line(val, re
     with pytest.raises(ConfigError) as error:
         checked_validation(224, **val)
     assert refused in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_bounds_of_validations_sides_and_resize_are_taken():
+    """The last values the refusals above leave: a side of 1 or the decoder's largest, the largest resize, a
+    fraction of a non-square crop's shorter side, and a square pair with a resize (the one side it is)."""
+    assert checked_validation(224, 1).shape == (1, 1)
+    assert checked_validation(224, MAX_IMAGE_SIZE).shape == (MAX_IMAGE_SIZE, MAX_IMAGE_SIZE)
+    assert checked_validation(224, (1, MAX_IMAGE_SIZE)).shape == (1, MAX_IMAGE_SIZE)
+    assert checked_validation(224, (MAX_IMAGE_SIZE, 1)).shape == (MAX_IMAGE_SIZE, 1)
+    assert checked_validation(224, val_resize=MAX_VAL_RESIZE).resize == MAX_VAL_RESIZE
+    assert checked_validation(224, val_crop_fraction=224 / MAX_VAL_RESIZE).resize == MAX_VAL_RESIZE  # (exact)
+    assert checked_validation(224, (224, 192), val_crop_fraction=192).shape == (224, 192)
+    assert checked_validation(224, (224, 224), val_resize=256) == checked_validation(224, 224, val_resize=256)
+
+
+def test_validation_of_a_ramp_crops_at_its_last_size_by_default():
+    """The size the model ends training at, whether the ramp grows or shrinks to it (not its first, nor its
+    largest)."""
+    for ramp in (ResolutionRamp(32, 64, 0, 2), ResolutionRamp(64, 32, 0, 2)):
+        assert checked_validation(ramp).shape == (ramp.end, ramp.end)
