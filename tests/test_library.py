@@ -800,7 +800,7 @@ def test_a_relative_root_is_the_folder_checked_after_a_chdir(prepared, tmp_path,
 
 @pytest.mark.parametrize("options, message", [
     ({"root": None}, "root must be the folder `python -m prepare` wrote .*not None"),
-    ({"root": 5}, "root must be the folder"),
+    ({"root": 5}, "root must be the folder"), ({"root": b"/data"}, r"root must be the folder .*not b'/data'$"),
     ({"channels_last": "no"}, r"channels_last must be True or False, not 'no' \(str\)"),
     ({"fixed_shape": "yes"}, "fixed_shape must be True or False"),
     ({"device": None}, r"device None is not a torch device \(device\(\) received an invalid combination of "
@@ -895,6 +895,8 @@ def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
     with pytest.raises(ConfigError, match=f"{train_samples} train samples over {train_samples + 1} rank.*: use at "
                                           f"most {train_samples} ranks$"):  # (not "lower batch_size to at most 0")
         loader(prepared, batch_size=1, rank=0, world_size=train_samples + 1)
+    with pytest.raises(ConfigError, match=f"over {train_samples} rank.*: lower batch_size to at most 1 "):  # a sample each
+        loader(prepared, batch_size=2, rank=0, world_size=train_samples)
     val_samples = read_manifest(prepared).splits["val"].samples
     # every rank refuses, not only the one left without a sample: a rank refusing alone leaves the others
     # waiting for it in their first all-reduce
@@ -907,6 +909,8 @@ def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
                 train.with_split("val")
     with pytest.raises(ConfigError, match=f"leave ranks {val_samples} to {val_samples + 2} none"):
         loader(prepared, "val", rank=1, world_size=val_samples + 3)
+    with loader(prepared, "val", rank=val_samples - 1, world_size=val_samples) as last:  # a sample each rank: taken
+        assert [len(labels) for _, labels in last] == [1]
 
 
 @pytest.mark.parametrize("device, message", [
