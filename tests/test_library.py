@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import pickle
 import re
 import threading
@@ -798,9 +799,20 @@ def test_a_relative_root_is_the_folder_checked_after_a_chdir(prepared, tmp_path,
         assert data.root == prepared and len(records(data.batches())) == len(data)
 
 
+class BytesPath(os.PathLike):
+    """A path of bytes, as os.fsencode makes them: pathlib takes no bytes."""
+
+    def __fspath__(self) -> bytes:
+        return b"/data"
+
+    def __repr__(self) -> str:
+        return "BytesPath()"
+
+
 @pytest.mark.parametrize("options, message", [
     ({"root": None}, "root must be the folder `python -m prepare` wrote .*not None"),
     ({"root": 5}, "root must be the folder"), ({"root": b"/data"}, r"root must be the folder .*not b'/data'$"),
+    ({"root": BytesPath()}, "root must be the folder .*a str or a path, not BytesPath"),
     ({"channels_last": "no"}, r"channels_last must be True or False, not 'no' \(str\)"),
     ({"fixed_shape": "yes"}, "fixed_shape must be True or False"),
     ({"device": None}, r"device None is not a torch device \(device\(\) received an invalid combination of "

@@ -34,7 +34,8 @@ DEVICE, PLACE = {"device": "device"}, {"rank": "rank", "world_size": "world_size
 def checked_root(root) -> Path:
     """The dataset's folder as an absolute path: the one checked here is the one read, after a chdir too. A leading
     `~` is the home, as torchvision's datasets take it (a str in Python goes through no shell to expand it)."""
-    if not isinstance(root, (str, os.PathLike)) or isinstance(root, bytes):
+    # a path of bytes (os.PathLike's may be) is not one pathlib takes: a TypeError deep in it
+    if not isinstance(root, (str, os.PathLike)) or isinstance(os.fspath(root), bytes):
         raise ConfigError(f"{{root}} must be the folder `python -m prepare` wrote (its --dest), a str or a path, not "
                           f"{root!r}", {"root": "root"})
     return Path(root).expanduser().absolute()
