@@ -907,7 +907,8 @@ def test_a_batch_larger_than_a_ranks_share_is_refused_at_construction(prepared):
     with pytest.raises(ConfigError, match=f"{train_samples} train samples over {train_samples + 1} rank.*: use at "
                                           f"most {train_samples} ranks$"):  # (not "lower batch_size to at most 0")
         loader(prepared, batch_size=1, rank=0, world_size=train_samples + 1)
-    with pytest.raises(ConfigError, match=f"over {train_samples} rank.*: lower batch_size to at most 1 "):  # a sample each
+    # a sample each
+    with pytest.raises(ConfigError, match=f"over {train_samples} rank.*: lower batch_size to at most 1 "):
         loader(prepared, batch_size=2, rank=0, world_size=train_samples)
     val_samples = read_manifest(prepared).splits["val"].samples
     # every rank refuses, not only the one left without a sample: a rank refusing alone leaves the others

@@ -564,9 +564,9 @@ def test_mypy_sees_the_real_classes_through_from_train_import(tmp_path, pytestco
     settings.write_text("[mypy]\n[mypy-torch.*]\nfollow_imports = skip\n[mypy-torchvision.*]\nfollow_imports = skip\n")
     # a warm cache (pytest's, where its cache plugin runs): a second run takes about a second, a cold one 3
     cache = pytestconfig.cache.mkdir("mypy") if getattr(pytestconfig, "cache", None) else tmp_path / "mypy-cache"
-    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(settings), "--follow-imports=silent",
-                             "--no-error-summary", "--cache-dir", str(cache), str(probe)], cwd=REPO, capture_output=True,
-                            text=True)
+    command = [sys.executable, "-m", "mypy", "--config-file", str(settings), "--follow-imports=silent",
+               "--no-error-summary", "--cache-dir", str(cache), str(probe)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     lines = result.stdout.splitlines()
     assert result.returncode == 1, result.stdout + result.stderr
 
