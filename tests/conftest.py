@@ -22,8 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from prepare.builder import prepare  # noqa: E402
 from prepare.config import PrepareConfig  # noqa: E402
-from prepare.sample import (WRITERS, SampleImages, SampleSpec, sample_images, write_imagefolder,  # noqa: E402
-                            write_kaggle, write_official)
+from prepare.sample import WRITERS, SampleImages, SampleSpec, sample_images  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small images keep the suite fast; the quirks (CMYK, grayscale, PNG named .JPEG) are all there.
@@ -142,10 +141,10 @@ def images():
 @pytest.fixture(scope="session")
 def sources(tmp_path_factory, images) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sources")
-    writers = {"official": write_official, "imagefolder": write_imagefolder, "kaggle": write_kaggle}
-    for layout, write in writers.items():
-        write(root / layout, images)
-    return {layout: root / layout for layout in writers}
+    layouts = ("official", "imagefolder", "kaggle")
+    for layout in layouts:
+        WRITERS[layout](root / layout, images)
+    return {layout: root / layout for layout in layouts}
 
 
 @functools.cache
