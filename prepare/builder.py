@@ -151,11 +151,9 @@ def build_and_report(source: Source, dest: Path, config: PrepareConfig, identity
                      reader: Reader | None = None) -> Manifest:
     """Build the dataset from the samples `reader` yields (this node's own read of `source` by
     default), log it, and compare it with the damaged dataset it replaces (`found`, what --dest held). The caller
-    holds the readers lock alone (`no_loader_reading`). Refused for room before the dataset
-    it replaces (--force, --verify) is removed, its space counted as free: a --force that cannot fit removed it
-    first, then refused, losing both."""
+    holds the readers lock alone (`no_loader_reading`)."""
     reader = reader or LocalRead(source, config)
-    check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), reader, removed_bytes(dest))
+    check_room_to_build(source, dest, config, reader.disk_ahead())
     if found.replacing is not None:
         log.warning("%s", found.replacing)
     remove_incomplete(dest)
@@ -266,7 +264,7 @@ def build(source: Source, dest: Path, config: PrepareConfig, identity: dict, sta
     start = time.monotonic()
     raise_open_file_limit()
     check_shard_size(source, config)
-    estimate = check_dataset_fits(source, dest, config, state, reader)
+    estimate = check_dataset_fits(source, dest, config, state, reader.disk_ahead())
     results, splits, real_labels, damage_log = {}, {}, None, DamageLog()
     order = reading_order(source.splits)
     with reader.workers() as pool:
@@ -310,12 +308,19 @@ def check_shard_size(source: Source, config: PrepareConfig) -> None:
                            f"{average:.2g} (MB, its average image) or more")
 
 
-def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state: RunState, reader: Reader,
+def check_room_to_build(source: Source, dest: Path, config: PrepareConfig, ahead: int) -> None:
+    """Refuse a build --dest has no room for before the dataset it replaces (--force, --verify's rebuild) is removed,
+    its space counted as free: a --force that cannot fit removed it first, then refused, losing both. `ahead`: the
+    disk the shared read's parts read ahead take (`Reader.disk_ahead`). On several nodes each asks it before they
+    agree to build (prepare.shared_read.node_state), so that no node removes its dataset for a build another refuses."""
+    check_dataset_fits(source, dest, config, RunState(free_at_start=free_bytes(dest)), ahead, removed_bytes(dest))
+
+
+def check_dataset_fits(source: Source, dest: Path, config: PrepareConfig, state: RunState, ahead: int,
                        freed: int = 0) -> dict[str, int]:
-    """Refuse a build --dest has no room for (its `freed` bytes counted as free: check_free_space); each
-    split's estimate."""
+    """Refuse a build --dest has no room for (its `freed` bytes counted as free: check_free_space), with `ahead`
+    bytes of the shared read's parts read ahead; each split's estimate."""
     estimate = dataset_estimate(source, config, resize_ratio(source, config))
-    ahead = reader.disk_ahead()
     adding = "train" not in source.splits  # evaluation sets added to a dataset there, which keeps its options
     what = (f"the evaluation sets it adds ({', '.join(source.splits)})" if adding else
             "the dataset (estimated from the source)") + (

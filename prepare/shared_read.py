@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Iterator
 
 from prepare.builder import (
-    add_eval_sets, build_and_report, dataset_estimate, identified, no_loader_reading, open_prepare_source, pass_parts,
-    pass_scratch, passes_of, resize_ratio,
+    add_eval_sets, build_and_report, check_room_to_build, dataset_estimate, identified, no_loader_reading,
+    open_prepare_source, pass_parts, pass_scratch, passes_of, resize_ratio,
 )
 from prepare.config import PrepareConfig, PrepareError
 from prepare.destination import Existing, make_dest, verified_existing, with_class_maps
@@ -113,8 +113,6 @@ def prepare_with_group(group: NodeGroup, detected: Detected | None, dest: Path, 
                 stack.push(step_marker(dest, group.env))
                 mark_step(dest, group.env, "running")
                 node, facts = node_state(dest, config, identity, detected, stack)
-                if node is not None:
-                    stack.enter_context(node.source)  # closes what it opened to read, at the end
                 said |= facts
         statuses = group.gather(said)
         refuse_shared_dest(dest, group.names, [s["sharing"] for s in statuses])
@@ -191,18 +189,21 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
                held: contextlib.ExitStack) -> tuple[NodeState | None, dict]:
     """This node's state, and the small facts it tells the others (never the parts or the source:
     a tree's listing is 1.3 M rows). A node that builds takes its readers lock alone here, into `held` (the stack
-    that holds its prepare lock), before the nodes compare their states: a loader reading its dataset is a failure
-    every node hears of before any removes its own dataset, not one refused in its build after the others had."""
+    that holds its prepare lock, and closes the source at the end), and checks its room, before the nodes compare
+    their states: a loader reading its dataset, or a --dest without room for the build, is a failure every node hears
+    of before any removes its own dataset, not one refused in its build after the others had."""
     try:
         found = verified_existing(dest, identity, config)
         needs = found.complete is None and found.base is None
         if needs:
             held.enter_context(no_loader_reading(dest))
-        source = open_prepare_source(detected, config)
+        source = held.enter_context(open_prepare_source(detected, config))  # closes what it opened to read
         parts = {splits: pass_parts(source, splits) for splits in passes_of(source)}
         budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
         room = read_ahead_bytes(part_sizes(parts), ahead, config.workers) <= budget
+        if needs:  # a node builds what it receives and reads a share: SharedReader.disk_ahead
+            check_room_to_build(source, dest, config, read_ahead_bytes(part_sizes(parts), ahead, config.workers))
         facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
                  "seek_index": source.seek_index(), "table": detected.table}
         return NodeState(found, source, parts, ahead), facts

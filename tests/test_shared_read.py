@@ -480,6 +480,26 @@ def test_a_disk_too_small_or_filling_on_one_node_stops_both_in_one_line(tmp_path
         subprocess.run(["umount", mount], check=True)
 
 
+@pytest.mark.slow
+def test_a_node_without_room_stops_every_nodes_force_before_any_removes_its_own(sources, one_node, tmp_path):
+    """--force on two nodes where n1's --dest has no room for the build: n1 refused in its build, after the nodes had
+    agreed to rebuild, and n0 had removed its own dataset by then. The room is checked as the nodes compare what they
+    hold: both stop, naming n1's disk in one line, and n0's dataset stays as it was."""
+    from test_prepare import a_small_disk
+
+    n0 = tmp_path / "n0"
+    shutil.copytree(one_node, n0)
+    with a_small_disk(tmp_path / "small", 10) as mount:
+        dests = [n0, mount / "imagenet"]
+        results = finish(start_nodes(sources["official"], dests, "--force", "--seed", 1))  # n0's dataset: seed 0
+        assert [code for code, _ in results] == [2, 2], results
+        said = f"{dests[1]} has 0.01 GB free; the dataset"
+        (full,), (other,) = errors_in(results[1][1]), errors_in(results[0][1])
+        assert said in full and f"n1 failed: {said}" in other, results
+        assert not (dests[1] / "manifest.json").exists() and not (dests[1] / ".prepare-tmp").exists()
+    assert tree_bytes(n0) == tree_bytes(one_node) and (n0 / "manifest.json").exists()
+
+
 # ---------------------------------------------------------------- agreeing before anything is read
 
 @pytest.mark.slow
