@@ -12,6 +12,13 @@ absolute() {
   if [[ $path == /* ]]; then echo "$path"; else echo "$PWD/$path"; fi
 }
 
+# absolute_command COMMAND: a command given as a path (PYTHON=.venv/bin/python, typed in the folder the script is
+# called from) made absolute as `absolute` makes one, before the script's cd; a bare name (python3) is PATH's and
+# stays as it is.
+absolute_command() {
+  if [[ $1 == */* || $1 == "~" ]]; then absolute "$1"; else echo "$1"; fi
+}
+
 # built_in REPO: whether REPO's native modules are built there (install.sh, submit.sh's snapshot), not the wheels
 # installed. REPO quoted, the pattern only after it: compgen -G "$REPO/..." took a `[` or `*` in REPO's path as
 # a pattern, matched nothing, and the job ran the installed package (`python -P`) in place of the clone's code.

@@ -29,11 +29,11 @@ trap 'echo "preemption signal before training: requeueing SLURM job $SLURM_JOB_I
 : "${IMAGENET:?set IMAGENET to the folder with the ImageNet archives, e.g. sbatch --export=ALL,IMAGENET=/datasets/imagenet}"
 REPO=${REPO:-$SLURM_SUBMIT_DIR}
 [[ -f $REPO/prepare/__main__.py ]] || { echo "REPO=$REPO is not this repository: submit from its root or set REPO" >&2; exit 2; }
-PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 # With the wheels installed in the clone's .venv (README, "Install on a cluster") the clone's source tree
 # has no built modules: `python -P` then imports the installed packages, not the clone's folders from
 # the working directory. A clone built by install.sh (or submit.sh's snapshot) runs its own code.
 source "$REPO/jobs/paths.sh"
+PYTHON=$(absolute_command "${PYTHON:-$REPO/.venv/bin/python}")  # a relative one is the job's folder's, as the paths
 python_flags=()
 built_in "$REPO" || python_flags=(-P)
 # The paths made absolute before the `cd "$REPO"` below (jobs/paths.sh says why).

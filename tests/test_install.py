@@ -202,7 +202,8 @@ def test_submit_sh_without_a_compiler_says_to_sbatch_directly(tmp_path):
     user with the wheels), it says what is missing and that the wheels need no snapshot."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    shutil.copy(ROOT / "jobs" / "submit.sh", clone / "jobs" / "submit.sh")  # this tree's, committed there
+    for name in ("submit.sh", "paths.sh"):  # this tree's, committed there
+        shutil.copy(ROOT / "jobs" / name, clone / "jobs" / name)
     subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q", "-a",
                     "-m", "this tree's submit.sh", "--allow-empty"], cwd=clone, check=True)
     compilers = ("cc", "gcc", "x86_64-linux-gnu-gcc", "c99", "c89", "clang", "nasm", "yasm", "cmake")
@@ -211,7 +212,7 @@ def test_submit_sh_without_a_compiler_says_to_sbatch_directly(tmp_path):
     done = run_script("bash", "jobs/submit.sh", "jobs/imagenet.sbatch", cwd=clone, env=env, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "failed" in done.stderr and "sbatch the job script directly" in done.stderr
-    assert not [p for p in (tmp_path / "code").iterdir() if not p.name.endswith(".partial")]  # no snapshot made
+    assert not list((tmp_path / "code").iterdir())  # no snapshot made, and no half-built one left
 
 
 def test_a_wheel_build_that_fails_leaves_the_last_good_wheels_in_dist(tmp_path):

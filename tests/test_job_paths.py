@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -93,11 +94,12 @@ def test_benchmark_job_takes_a_clone_run_directory_and_node_disk_whose_paths_hol
 
 @pytest.fixture
 def committed_clone(tmp_path) -> Path:
-    """A clone of this repository with this tree's submit.sh committed (it snapshots the commit), in a folder whose
-    path holds a space."""
+    """A clone of this repository with this tree's submit.sh (and the paths.sh it sources) committed (it snapshots the
+    commit), in a folder whose path holds a space."""
     clone = tmp_path / "my clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    shutil.copy(ROOT / "jobs" / "submit.sh", clone / "jobs" / "submit.sh")
+    for name in ("submit.sh", "paths.sh"):
+        shutil.copy(ROOT / "jobs" / name, clone / "jobs" / name)
     subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q", "-a",
                     "-m", "this tree's submit.sh", "--allow-empty"], cwd=clone, check=True)
     return clone
@@ -130,6 +132,43 @@ def test_submit_refuses_a_job_script_outside_the_clone_or_its_commit(committed_c
     done = subprocess.run(["bash", "jobs/submit.sh", "jobs/new.sbatch"], cwd=committed_clone, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "jobs/new.sbatch is not in commit" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_two_submits_at_once_on_one_commit_each_sbatch_a_whole_snapshot(committed_clone, tmp_path):
+    """Two submit.sh on one commit at once (two jobs submitted from two shells): the second removed the snapshot the
+    first was building (one `$code.partial` for both), the first moved the second's half-built one into place, and the
+    second failed. Their PYTHON and CODE_DIR relative, from the folder they are called from (they were the clone's)."""
+    env = job_env(tmp_path, CODE_DIR="code", PYTHON="bin/slow-python")
+    (tmp_path / "bin" / "slow-python").write_text(RECORDER.replace("#!/bin/sh\n", "#!/bin/sh\nsleep 2\n"))
+    (tmp_path / "bin" / "slow-python").chmod(0o755)
+    submit = ["bash", str(committed_clone / "jobs" / "submit.sh"), "jobs/imagenet-1node.sbatch"]
+    first = subprocess.Popen(submit, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    second = subprocess.run(submit, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    said = first.communicate(timeout=60)[0]
+    assert first.returncode == 0 and second.returncode == 0, said + second.stdout + second.stderr
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=committed_clone, capture_output=True, text=True).stdout
+    snapshot = tmp_path / "code" / commit.strip()
+    assert [path.name for path in (tmp_path / "code").iterdir()] == [snapshot.name]  # no half-built folder left
+    assert (snapshot / "COMMIT").read_text().strip() == snapshot.name and (snapshot / "prepare" / "builder.py").exists()
+    assert [call[-4:] for call in calls(tmp_path)] == [["setup.py", "-q", "build_ext", "--inplace"]] * 2
+
+
+@pytest.mark.parametrize("script", ["stage_and_train.sh", "benchmark.sbatch", "gpu_benchmark.sh"])
+def test_a_relative_python_is_from_the_folder_the_job_is_called_from(tmp_path, script):
+    """PYTHON=venv/bin/python, typed where the job is submitted (or the script called): the scripts cd to the clone,
+    where no such python is, and the job failed at its first step."""
+    called_from = tmp_path / "called from"
+    (called_from / "venv" / "bin").mkdir(parents=True)
+    env = job_env(tmp_path, IMAGENET="images", DATA="shards", OUT="out", SCRATCH="scratch", BUDGET="60")
+    (called_from / "venv" / "bin" / "python").symlink_to(env["PYTHON"])
+    env["PYTHON"] = "venv/bin/python"
+    done = subprocess.run(["bash", str(ROOT / "jobs" / script)], cwd=called_from, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert script != "gpu_benchmark.sh" or "failed: none" in done.stdout, done.stdout  # (it goes on past a failure)
+    assert any(call[:2] == ["-m", "prepare"] or call[:2] == ["-m", "train.bench"] for call in calls(tmp_path))
 
 
 def test_the_demo_runs_from_any_folder_in_a_demo_dir_relative_to_it_whose_path_holds_a_space(tmp_path):
