@@ -1,9 +1,10 @@
-"""How many CPUs this task may use: the one place both stages ask."""
+"""How many CPUs, and how much memory, this task may use: the one place both stages ask."""
 
 from __future__ import annotations
 
 import os
 import resource
+from pathlib import Path
 
 
 MB = 1 << 20  # bytes: the unit of prepare's sizes and rates
@@ -20,6 +21,58 @@ def available_cpus(environ=os.environ) -> int:
     if granted.isdigit() and int(granted) > 0:
         cpus = min(cpus, int(granted))
     return max(1, cpus)
+
+
+UNLIMITED = 1 << 60  # a cgroup v1 memory limit of this or more is none (v1 says "no limit" as 2**63 rounded to a page)
+
+
+def memory_limit(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The most memory this process's node lets it hold, in bytes: the node's (MemTotal), or less where a cgroup
+    limits it (a SLURM job's --mem under TaskPlugin=task/cgroup, a container's): the least limit from the process's
+    cgroup up. The same for every task of a job on a node, whenever it asks (what is free is neither). None where
+    the node's figure is not there (no /proc/meminfo: not Linux)."""
+    try:
+        node = mem_total((proc / "meminfo").read_text())
+        membership = (proc / "self" / "cgroup").read_text()
+    except OSError:
+        return None
+    limits = [limit for folder in cgroup_folders(membership, cgroups) if (limit := cgroup_limit(folder)) is not None]
+    return min([node, *limits]) if node is not None else None
+
+
+def mem_total(meminfo: str) -> int | None:
+    """/proc/meminfo's MemTotal in bytes. Pure."""
+    for line in meminfo.splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemTotal" and value.split() and value.split()[0].isdigit():
+            return int(value.split()[0]) * 1024
+    return None
+
+
+def cgroup_folders(membership: str, cgroups: Path) -> list[Path]:
+    """The folders of this process's memory cgroup and every one above it (a limit may be set on the job's, above
+    its step's and task's), from /proc/self/cgroup's lines: v1's `N:memory:/path` under cgroups/memory, v2's
+    `0::/path` under cgroups (or cgroups/unified, beside v1). Pure."""
+    folders = []
+    for line in membership.splitlines():
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        roots = ([cgroups / "memory"] if "memory" in controllers.split(",") else
+                 [cgroups, cgroups / "unified"] if controllers == "" and path.startswith("/") else [])
+        parts = Path(path).parts[1:]
+        folders += [root.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1) for root in roots]
+    return folders
+
+
+def cgroup_limit(folder: Path) -> int | None:
+    """The memory limit of the cgroup at `folder` (v2's memory.max, v1's memory.limit_in_bytes), or None where it
+    sets none (or is not there)."""
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        try:
+            limit = (folder / name).read_text().strip()
+        except OSError:
+            continue
+        return int(limit) if limit.isdigit() and int(limit) < UNLIMITED else None  # v2 says none as "max"
+    return None
 
 
 def raise_open_file_limit() -> None:

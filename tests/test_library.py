@@ -5,6 +5,7 @@ the example of docs/library.md, under real launchers."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -13,6 +14,7 @@ import pickle
 import re
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1166,3 +1168,110 @@ def test_ranks_can_tell_by_the_states_dataset_id_whether_they_read_one_dataset(p
         with ImageNetLoader(root, batch_size=4, image_size=SIZE, device="cpu") as data:
             ids[name] = data.state_dict()["dataset_id"]
     assert ids["copy"] == ids["prepared"] != ids["seed 1"]
+
+
+# ---------------------------------------------------------------- batch buffers against the memory left
+
+def test_batch_buffers_past_the_memory_left_are_refused_with_the_batch_that_fits():
+    """A ring of 4 batches a rank, every rank of the node: refused one byte past the node's memory (or the job's
+    limit), with the largest batch_size that fits; not checked where the memory is not known."""
+    from train.loader_arguments import check_buffers_fit
+
+    image = 224 * 224 * 3
+    check_buffers_fit(256, 224, 4, 8, 4 * 256 * image * 8)  # exactly fits
+    check_buffers_fit(10**9, 224, 4, 8, None)
+    with pytest.raises(ConfigError) as refused:
+        check_buffers_fit(256, 224, 4, 8, 4 * 256 * image * 8 - 1)
+    assert str(refused.value).startswith("batch_size 256 of 224 px images needs 1.2 GB of batch buffers (4 batches "
+                                         "a rank, 8 ranks on this node), more than the 1.2 GB of memory the node lets "
+                                         "this job hold")
+    assert str(refused.value).endswith(": lower batch_size to at most 255 or run fewer ranks a node")
+    with pytest.raises(ConfigError) as refused:
+        check_buffers_fit(2, 8192, 4, 1, 4 * 8192 * 8192 * 3 - 1)
+    assert str(refused.value).endswith("(4 batches a rank, 1 rank on this node), more than the 0.8 GB of memory "
+                                       "the node lets this job hold: lower image_size")
+
+
+def test_python_m_train_says_the_buffers_refusal_with_its_flags():
+    from train.loader_arguments import check_buffers_fit
+    from train.run.flags import in_flags
+
+    with pytest.raises(ConfigError) as refused:
+        check_buffers_fit(512, 224, 4, 4, 10**9)
+    assert in_flags(refused.value).startswith("--batch-size 512 of 224 px images needs 1.2 GB")
+    assert in_flags(refused.value).endswith("lower --batch-size to at most 415 or run fewer ranks a node")
+
+
+def test_the_memory_limit_is_the_nodes_and_the_cgroups_of_this_process_from_its_own_up():
+    from shards.resources import cgroup_folders, mem_total
+
+    assert mem_total("MemTotal:       24000000 kB\nMemFree: 1 kB\nMemAvailable:   21157020 kB\n") == 24000000 * 1024
+    assert mem_total("MemFree: 1 kB\nMemTotal:\n") is None
+    root = Path("/sys/fs/cgroup")
+    v1 = "12:pids:/slurm/uid_1/job_7\n4:memory:/slurm/uid_1/job_7/step_0/task_0\n0::/\n"
+    assert cgroup_folders(v1, root)[:5] == [root / "memory/slurm/uid_1/job_7/step_0/task_0",
+                                            root / "memory/slurm/uid_1/job_7/step_0", root / "memory/slurm/uid_1/job_7",
+                                            root / "memory/slurm/uid_1", root / "memory/slurm"]
+    assert cgroup_folders("0::/system.slice/slurmstepd.scope/job_7\n", root) == [
+        root / "system.slice/slurmstepd.scope/job_7", root / "unified/system.slice/slurmstepd.scope/job_7",
+        root / "system.slice/slurmstepd.scope", root / "unified/system.slice/slurmstepd.scope",
+        root / "system.slice", root / "unified/system.slice", root, root / "unified"]
+    assert cgroup_folders("5:cpu,memory:/a\n", root) == [root / "memory/a", root / "memory"]
+
+
+IN_A_CGROUP = """
+import json, os, sys
+from pathlib import Path
+Path(sys.argv[1], "cgroup.procs").write_text(str(os.getpid()))  # this process, from now on under its limit
+from shards.resources import memory_limit
+from train import ConfigError, ImageNetLoader
+said = {"limit": memory_limit()}
+with ImageNetLoader(sys.argv[2], "train", batch_size=8, image_size=64, device="cpu", workers=1) as data:
+    said["small"] = len(next(iter(data))[1])  # (images, labels)
+try:
+    ImageNetLoader(sys.argv[2], "train", batch_size=16, image_size=4096, device="cpu", workers=1).close()
+except ConfigError as refused:
+    said["large"] = str(refused)
+print(json.dumps(said))
+"""
+
+
+@contextlib.contextmanager
+def a_memory_limit(limit: int):
+    """A real memory cgroup (v1 or v2, beside this process's own) limited to `limit` bytes, for a process to put
+    itself in, as a SLURM job's --mem under TaskPlugin=task/cgroup does; skipped where none can be made."""
+    from shards.resources import cgroup_folders
+
+    folders = [f for f in cgroup_folders(Path("/proc/self/cgroup").read_text(), Path("/sys/fs/cgroup"))
+               if (f / "memory.max").exists() or (f / "memory.limit_in_bytes").exists()]
+    if os.geteuid() != 0 or not folders:
+        pytest.skip("needs root and a memory cgroup to make a limited one")
+    folder = folders[0] / f"pytest-{os.getpid()}-{time.monotonic_ns()}"
+    folder.mkdir()
+    try:
+        v2 = (folder / "memory.max").exists()
+        (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit))
+        yield folder
+    finally:
+        folder.rmdir()
+
+
+@pytest.mark.slow
+def test_a_loader_whose_buffers_pass_the_jobs_memory_limit_is_refused_naming_the_batch_that_fits(prepared, tmp_path):
+    """In a real cgroup of 1 GiB (a job's --mem): batch_size 16 of 4096 px images wants 3.2 GB of buffers. They were
+    made (their pages untouched until decoded into), and the kernel killed the process at its first batches. A
+    small batch in the same process is made and read."""
+    import warm
+
+    script = tmp_path / "in_a_cgroup.py"
+    script.write_text(IN_A_CGROUP)
+    with a_memory_limit(1 << 30) as folder:
+        done = warm.run(str(script), folder, prepared, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["limit"] == 1 << 30 and said["small"] == 8
+    fits = (1 << 30) // (4 * 4096 * 4096 * 3)
+    assert said["large"].startswith("batch_size 16 of 4096 px images needs 3.2 GB of batch buffers (4 batches a rank, "
+                                    "1 rank on this node), more than the ")
+    assert said["large"].endswith(f"more than the 1.1 GB of memory the node lets this job hold: lower batch_size to "
+                                  f"at most {fits}")

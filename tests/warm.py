@@ -116,7 +116,7 @@ class Popen(Process):
                  new_session: bool = False):
         import tempfile
 
-        self.folder = Path(tempfile.mkdtemp(prefix=f"warm-{module}-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"warm-{Path(module).name}-"))
         self.returncode = None
         super().__init__(module, args, self.folder / "stdout", self.folder / "stderr", env=env, cwd=cwd,
                          new_session=new_session, inherit_env=env is None)
@@ -135,7 +135,7 @@ def run(module: str, *args, env: dict | None = None, timeout: float = 300, cwd: 
     """`conftest.run_module`'s warm twin: the exit status, stdout and stderr."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix=f"warm-{module}-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"warm-{Path(module).name}-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         process = Process(module, args, out, err, env=env, cwd=cwd)
         try:

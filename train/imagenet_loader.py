@@ -39,18 +39,18 @@ import torch.distributed as dist
 from shards.lock import release, release_taken_by
 from shards.manifest import DamagedData, read_complete_manifest, read_lock
 from shards.plan import per_rank_batch
-from shards.resources import available_cpus
+from shards.resources import available_cpus, memory_limit
 from train.accelerators import pins_memory
 from train.augment.choices import Augment
 from train.augment.mixing import mixed_in_groups, mixer_for, mixing_groups, mixing_seed
 from train.cluster import ClusterError, DistEnv, cpus_short, default_workers, process_env
 from train.device_batches import DeviceBatches
 from train.errors import ConfigError, ResumeError
-from train.loader import Batch, Loader, PlanArgs, take
-from train.loader_arguments import (check_decode, check_device_decode, check_dtype, check_has_batches,
-                                    check_only_train_augments, check_repeats, check_split, checked_augment,
-                                    checked_device, checked_image_size, checked_normalisation, checked_root,
-                                    checked_validation,
+from train.loader import RING, Batch, Loader, PlanArgs, slot_images, take
+from train.loader_arguments import (check_buffers_fit, check_decode, check_device_decode, check_dtype,
+                                    check_has_batches, check_only_train_augments, check_repeats, check_split,
+                                    checked_augment, checked_device, checked_image_size, checked_normalisation,
+                                    checked_root, checked_validation,
                                     PLACE, epoch_length, largest_size, place_of)
 from train.numbers import Real, Whole, flag, optional, whole_number
 from train.shard_index import ShardSet
@@ -219,6 +219,9 @@ class ImageNetLoader:
         self._check_batches(split, manifest.splits[split].samples)
         device_decoder = device_decoder_for(decode)  # before the threads: a missing package leaves none running
         largest = max(*self.validation.shape, largest_size(self.image_size))  # a batch slot's side
+        if decode == "cpu":  # its buffers in this process's memory (decode='gpu' decodes into the device's)
+            check_buffers_fit(slot_images(self.batch_size, [info.samples for info in manifest.splits.values()]),
+                              largest, RING, env.local_world_size if env is not None else 1, memory_limit())
         loader = Loader({s: ShardSet.of(self.root, manifest, s) for s in manifest.splits}, batch_size=self.batch_size,
                         image_size=largest, threads=decode_threads(threads, env), decode=decode,
                         pin_memory=pins_memory(self.device))

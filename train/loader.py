@@ -405,6 +405,16 @@ def batch_regions(chunks: list[Chunk], shape: tuple[int, int]) -> np.ndarray | N
 DECODES = ("cpu", "gpu")
 
 
+RING = 4  # batches a ring of buffers holds: an open epoch's batches decoded ahead of, and held by, its caller
+
+
+def slot_images(batch_size: int, split_sizes: list[int]) -> int:
+    """The images a batch buffer holds: batch_size, or the largest split's samples where that is fewer. A batch
+    holds at most a split's samples (validation's one batch of a batch_size past its split): buffers for batch_size
+    images allocated terabytes for a val loader of batch_size 10**9, or pinned them. Pure."""
+    return min(batch_size, max(split_sizes, default=batch_size))
+
+
 def strategy_for(decode: str, *, batch_size: int, image_size: int, ring: int, pin_memory: bool) -> DecodeStrategy:
     if decode == "gpu":
         return GpuDecode()
@@ -443,15 +453,13 @@ class Loader:
     closes the shard sets too."""
 
     def __init__(self, splits: dict[str, ShardSet], *, batch_size: int, image_size: int, threads: int,
-                 decode: str = "cpu", pin_memory: bool = False, ring: int = 4):
+                 decode: str = "cpu", pin_memory: bool = False, ring: int = RING):
         """image_size: the largest output side any epoch asks for (the buffers' size)."""
         if decode not in DECODES:
             raise ValueError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
         self.splits, self.batch_size, self.ring_size, self.max_size = splits, batch_size, ring, image_size
         self.threads = max(1, threads)
-        # A batch holds at most a split's samples (validation's one batch of a batch_size past its split): buffers
-        # for batch_size images allocated terabytes for a val loader of batch_size 10**9, or pinned them
-        most = min(batch_size, max((len(shards) for shards in splits.values()), default=batch_size))
+        most = slot_images(batch_size, [len(shards) for shards in splits.values()])
         self.strategy = strategy_for(decode, batch_size=most, image_size=image_size, ring=ring, pin_memory=pin_memory)
         self.chunk = chunk_size(batch_size, self.threads)
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode")

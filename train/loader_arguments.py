@@ -303,6 +303,26 @@ def place_of(rank, world_size, env: DistEnv | None) -> tuple[int, int, bool]:
     return rank, world_size, True
 
 
+def check_buffers_fit(batch_size: int, side: int, ring: int, ranks_here: int, limit: int | None) -> None:
+    """Refuse batch buffers the node cannot hold. decode='cpu' keeps a ring of `ring` batches of side x side images
+    (uint8; pinned for a GPU) a rank, and so does every rank on the node (`ranks_here`). Made past the memory the
+    node lets the process hold (`limit`: shards.resources.memory_limit; None, not known: not checked), their pages
+    stayed untouched until decoded into, and the kernel killed the run at its first batches without a word. Only
+    the hopeless is refused: the model and the batches on their way need memory besides. A limit, not what is free
+    now: every rank of the node decides alike (one refusing alone would leave the others waiting for it). Pure."""
+    image = side * side * 3
+    need = ring * batch_size * image * ranks_here
+    if limit is None or need <= limit:
+        return
+    fits = limit // (ring * image * ranks_here)
+    fix = (f"lower {{batch_size}} to at most {fits}" if fits else "lower {image_size}") + (
+        " or run fewer ranks a node" if ranks_here > 1 else "")
+    raise ConfigError(f"{{batch_size}} {batch_size} of {side} px images needs {need / 1e9:.1f} GB of batch buffers "
+                      f"({ring} batches a rank, {ranks_here} rank{'s' if ranks_here > 1 else ''} on this node), more "
+                      f"than the {limit / 1e9:.1f} GB of memory the node lets this job hold: {fix}",
+                      {"batch_size": "batch_size", "image_size": "image_size"})
+
+
 def epoch_length(split: str, samples: int, world_size: int, batch_size: int, rank: int) -> int:
     """Batches rank `rank` yields in a whole epoch (shards.plan): train whole global batches,
     the same on every rank; val the rank's even share, its last batch partial."""
