@@ -77,6 +77,17 @@ def test_validation_reads_every_sample_exactly_once(sizes, world):
     assert sorted(seen) == sorted((s, i) for s, n in enumerate(sizes) for i in range(n))
 
 
+@pytest.mark.parametrize("sizes", SHARD_LAYOUTS + [[2, 9, 1]])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+def test_validation_reads_the_shards_in_order_rank_after_rank(sizes, world):
+    """Rank 0 reads the first run of the shards in order, rank 1 the next, ...: epoch_length counts rank r's
+    batches from even_split's run r. The test above compares sorted reads, so a plan that read the shards last
+    to first, or dealt the runs to the ranks backwards (a rank's batches then miscounted), passed it: only the
+    loader's tests on real shards caught them."""
+    read = [s for rank in range(world) for s in samples_of(val_plan(sizes, world_size=world, rank=rank))]
+    assert read == [(s, i) for s, n in enumerate(sizes) for i in range(n)]
+
+
 @pytest.mark.parametrize("n,buffer", [(0, 5), (1, 5), (10, 0), (10, 1), (10, 3), (50, 50), (50, 200)])
 def test_buffered_order_is_a_bounded_permutation(n, buffer):
     order = buffered_order(n, buffer, seeded_rng(0))
