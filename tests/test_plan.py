@@ -166,6 +166,21 @@ def test_repeats_of_a_sample_fall_in_one_global_step(world, repeats):
         assert max(spread) == 0
 
 
+@pytest.mark.parametrize("sizes,world,batch,repeats", [([7, 6], 3, 4, 3), ([5, 4, 4, 4, 4], 3, 2, 4),
+                                                      ([10] * 7, 4, 3, 2), ([40, 3], 8, 1, 3)])
+def test_repeated_plans_hold_the_samples_their_ranks_read_and_no_other(sizes, world, batch, repeats):
+    """With repeats every rank's plan holds the epoch's distinct samples (one list, each rank its places in
+    it), and the ranks together read every one of them. The tests above count the samples read, not those
+    held: a plan that drew its distinct samples from more than the ranks read (ceil(steps x batch / r) x world
+    of them, not ceil(steps x batch x world / r)) held samples no rank read, and dropped a random few of them
+    in place of the tail of the epoch's permuted shards."""
+    plans = [repeated_train_plan(sizes, epoch=1, seed=0, world_size=world, rank=rank, batch_size=batch,
+                                 shuffle_buffer=4, repeats=repeats) for rank in range(world)]
+    held = samples_of(plans[0])
+    assert all(samples_of(plan) == held for plan in plans)
+    assert sorted({held[p] for plan in plans for p in plan.order}) == sorted(held)
+
+
 def test_one_repeat_is_the_plain_plan():
     args = dict(epoch=2, seed=4, world_size=3, rank=1, batch_size=2, shuffle_buffer=5)
     plain = train_plan([7, 6, 6], **args)
