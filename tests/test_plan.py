@@ -260,6 +260,52 @@ def test_a_world_that_divides_or_multiplies_the_runs_keeps_the_readings_of_a_sam
                     assert len(set(ranks)) == min(len(ranks), run_world), (sample, ranks)
 
 
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)
+def test_a_ranks_batch_on_another_world_is_the_runs_batches_parts_in_layout_order(canonical_world, canonical_batch,
+                                                                                  world):
+    """At every step a rank's batch is the parts of the run's ranks' batches that layout_runs names, in its
+    order: mixing_groups mixes the batch in those parts, in that order. The tests above compare the samples
+    of a global step as sets, so a plan that emitted a rank's parts in another order passed them while
+    MixUp/CutMix would have mixed samples of different run's ranks together."""
+    from shards.plan import layout_runs
+
+    canonical = elastic_steps([7, 6, 6, 9, 11], canonical_world, canonical_batch, canonical_world, repeats=2)
+    elastic = elastic_steps([7, 6, 6, 9, 11], canonical_world, canonical_batch, world, repeats=2)
+    for rank in range(world):
+        runs = layout_runs(canonical_world, canonical_batch, world, rank)
+        for ours, theirs in zip(elastic, canonical):
+            assert ours[rank] == [theirs[owner][slot] for owner, slots in runs for slot in slots]
+
+
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_plan_on_another_world_holds_each_sample_once(canonical_world, canonical_batch, world, repeats):
+    """A rank holding several of the run's ranks holds what they read once: with repeats every run's rank
+    reads the same distinct samples, which a plan that joined the run's ranks' pieces one after another held
+    once for each (the loader's ids of the epoch k times over). No test looked at the pieces of such a plan."""
+    from shards.plan import elastic_train_plan
+
+    for rank in range(world):
+        plan = elastic_train_plan([7, 6, 6, 9, 11], epoch=1, seed=0, canonical_world=canonical_world,
+                                  canonical_batch=canonical_batch, world_size=world, rank=rank, shuffle_buffer=3,
+                                  repeats=repeats)
+        held = samples_of(plan)
+        assert len(held) == len(set(held))
+
+
+@pytest.mark.parametrize("canonical_world,canonical_batch,world", ELASTIC)
+def test_a_plan_without_repeats_carries_no_readings_on_any_world(canonical_world, canonical_batch, world):
+    """Without repeated augmentation a plan lists no readings (the loader's batches then carry no repeats), on
+    another world as on the run's own: a plan that listed reading 0 for each sample off the run's world passed
+    every test here."""
+    from shards.plan import elastic_train_plan
+
+    for rank in range(world):
+        plan = elastic_train_plan([7, 6, 6, 9, 11], epoch=1, seed=0, canonical_world=canonical_world,
+                                  canonical_batch=canonical_batch, world_size=world, rank=rank, shuffle_buffer=3)
+        assert plan.repeats == ()
+
+
 def test_the_canonical_batches_are_dealt_whole_to_a_world_that_divides_and_in_slots_to_a_multiple():
     from shards.plan import layout_runs
 
@@ -304,6 +350,19 @@ def test_the_canonical_world_reads_its_own_plan_and_a_world_that_does_not_divide
     with pytest.raises(ValueError, match="^3 ranks cannot share the run's global batch of 32 equally: resume it on "
                                          "1, 2, 4, 8, 16, 32 ranks$"):
         per_rank_batch(32, 3)
+
+
+@pytest.mark.parametrize("world", [5, 7, 24])
+def test_a_plan_for_a_world_that_does_not_divide_the_global_batch_is_refused(world):
+    """The plan itself refuses a world that cannot share the run's global batch (4 x 3), naming the world sizes
+    that can: a layout that took 12 // world as the batch dealt each step short (10 of 12 samples on 5 ranks)
+    or long, and passed every test here, which only asked per_rank_batch."""
+    from shards.plan import elastic_train_plan
+
+    with pytest.raises(ValueError, match=f"^{world} ranks cannot share the run's global batch of 12 equally: resume it "
+                                         "on 1, 2, 3, 4, 6, 12 ranks$"):
+        elastic_train_plan([7, 6, 6, 9, 11], epoch=1, seed=0, canonical_world=4, canonical_batch=3, world_size=world,
+                           rank=0, shuffle_buffer=3)
 
 
 def test_a_rank_holding_several_of_the_runs_ranks_draws_the_shared_order_of_repeats_once(monkeypatch):
