@@ -2,7 +2,8 @@
 
 import pytest
 
-from shards.plan import buffered_order, repeated_train_plan, seeded_rng, steps_per_epoch, train_plan, val_plan
+from shards.plan import (buffered_order, per_rank_batch, repeated_train_plan, seeded_rng, steps_per_epoch,
+                         train_plan, val_plan)
 
 SHARD_LAYOUTS = [[7, 6, 6], [3], [10] * 7, [5, 4, 4, 4, 4], [1, 1]]
 
@@ -385,3 +386,13 @@ def test_a_rank_holding_several_of_the_runs_ranks_draws_the_shared_order_of_repe
     assert plan.repeats[:12] == (1, 0, 2, 1, 0, 2, 1, 0, 2, 1, 0, 2)
     assert [(p.shard, p.start, p.stop) for p in plan.pieces] == [(5, 0, 10), (1, 0, 10), (3, 0, 2)]
     assert [len(p.order) for p in plans] == [12, 12]
+
+
+@pytest.mark.parametrize("world", [0, -2])
+def test_no_ranks_or_fewer_are_refused_by_name(world):
+    """A world of no ranks (or fewer) shares no batch: refused as a world that does not divide it is, naming the
+    world sizes that do. No test gave 0: a check of world_size < 0 passed them all, and left 0 to a
+    ZeroDivisionError; -2 leaves 32 no remainder, so only the check refuses it."""
+    with pytest.raises(ValueError, match=f"^{world} ranks cannot share the run's global batch of 32 equally: resume it "
+                                         "on 1, 2, 4, 8, 16, 32 ranks$"):
+        per_rank_batch(32, world)
