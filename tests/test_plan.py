@@ -66,6 +66,16 @@ def test_plans_are_those_mid_epoch_checkpoints_were_made_with():
     assert [(p.shard, p.start, p.stop) for p in plan.pieces] == [(2, 2, 10), (4, 0, 10), (6, 0, 10), (0, 0, 4)]
 
 
+def test_plans_whose_buffer_holds_the_whole_chunk_are_those_mid_epoch_checkpoints_were_made_with():
+    """The default buffer (1000) on a small dataset holds a rank's whole chunk: the chunk leaves in the order
+    the buffer drains in, drawn from the rank's stream. Pinned as this code (7734db2) plans it, as the test
+    above pins a larger chunk: a plan that cut the buffer to the chunk drew another order (a checkpoint taken
+    mid-epoch then resumed on other samples) and passed every test here."""
+    plan = train_plan([7, 6, 6], epoch=3, seed=5, world_size=2, rank=1, batch_size=4, shuffle_buffer=1000)
+    assert plan.order == (1, 7, 4, 3, 5, 0, 2, 6)
+    assert [(p.shard, p.start, p.stop) for p in plan.pieces] == [(2, 2, 6), (0, 0, 4)]
+
+
 @pytest.mark.parametrize("sizes", SHARD_LAYOUTS + [[2, 9, 1]])
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 5, 40])
 def test_validation_reads_every_sample_exactly_once(sizes, world):
