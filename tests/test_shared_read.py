@@ -33,8 +33,9 @@ from test_prepare import (PREMATURE_END, big_source, copy_official, damaged_val_
 
 SIZES = {
     "equal": [100] * 40,
-    "imagenet-like": [random.Random(1).randint(50, 160) * 10**6 for _ in range(1000)],
+    "imagenet-like": [size * 10**6 for size in random.Random(1).choices(range(50, 161), k=1000)],  # one Random
     "one huge part": [10**9] + [10**6] * 30,
+    "small parts, then one as large as them all": [1, 1, 1, 1, 4],
     "zeros": [0] * 9,
     "fewer parts than nodes": [5, 3],
     "none": [],
