@@ -78,6 +78,23 @@ def test_share_arguments_are_checked():
         assign_shares([1], 3, [0, 0])
 
 
+def test_loads_for_more_nodes_or_none_are_refused_too():
+    """Only too few loads were tried: a check of `len(loads) < nodes` passed, and 3 loads for 2 nodes went through
+    (the extra node's load ignored, or its parts lost), as did [] (falsy, so read as no loads at all)."""
+    with pytest.raises(ValueError, match="3 loads for 2 nodes"):
+        assign_shares([1], 2, [0, 0, 0])
+    with pytest.raises(ValueError, match="0 loads for 2 nodes"):
+        assign_shares([1], 2, [])
+
+
+def test_a_third_split_balances_against_both_before_it():
+    """Node 0 reads a's 10 bytes, node 1 b's 3: c's 5 go to node 1 (10 against 8), by the loads of a and b together.
+    Two splits never told carried loads from the last split's alone (the first starts from zero), so loads that
+    forgot all but the last split passed: they gave c to node 0 (15 against 3)."""
+    shares = split_shares({"a": [10], "b": [3], "c": [5]}, 2)
+    assert shares == {"a": [[0], []], "b": [[], [0]], "c": [[], [0]]}
+
+
 # ---------------------------------------------------------------- the stream, cut anywhere
 
 def stream_of(records: list[tuple[int, int, bytes]]) -> bytes:
