@@ -67,8 +67,9 @@ def shortfall(declared: Declared) -> str | None:
 
 
 def counted_short(declared: Declared) -> bool:
-    """Whether the count found before reading falls short of the declared one, by more than a gap of
-    images by the same declaration already says."""
+    """Whether the count found before reading falls short of the declared one, by other than what a gap
+    of images by the same declaration already says: by more, images are missing that no list names; by
+    less, images are over elsewhere (another class), which the count's line then tells of."""
     if declared.images is None or declared.found is None or declared.found >= declared.images:
         return False
     said = sum(gap.absent for gap in declared.gaps if gap.pieces == "images" and gap.by == declared.images_by)
