@@ -126,6 +126,12 @@ def test_a_split_with_nothing_there_is_refused_even_with_allow_partial(declared,
     assert nothing_there(declared) == empty
 
 
+def test_a_gap_that_lists_no_pieces_does_not_say_nothing_is_there():
+    """numbering_gap of no numbered files lists 0 pieces, 0 of them absent: that says nothing of what the split
+    holds (reading counts it). A nothing_there that took 0 absent of 0 listed for all of them absent passed."""
+    assert not nothing_there(Declared("train", (numbering_gap([], "f{}".format, "shards"),)))
+
+
 def test_the_refusal_says_what_to_do():
     assert refusal(["the val split lacks x"]).endswith(
         "The download is incomplete: download what is missing, or rerun with --allow-partial to prepare what is "
