@@ -357,7 +357,8 @@ def test_the_canonical_world_reads_its_own_plan_and_a_world_that_does_not_divide
     for rank in range(2):
         assert elastic_train_plan([9, 8], epoch=0, seed=1, canonical_world=2, canonical_batch=3, world_size=2,
                                   rank=rank, shuffle_buffer=2) == \
-            repeated_train_plan([9, 8], epoch=0, seed=1, world_size=2, rank=rank, batch_size=3, shuffle_buffer=2, repeats=1)
+            repeated_train_plan([9, 8], epoch=0, seed=1, world_size=2, rank=rank, batch_size=3, shuffle_buffer=2,
+                                repeats=1)
     with pytest.raises(ValueError, match="^3 ranks cannot share the run's global batch of 32 equally: resume it on "
                                          "1, 2, 4, 8, 16, 32 ranks$"):
         per_rank_batch(32, 3)
