@@ -128,6 +128,41 @@ def test_a_loader_reads_more_shards_than_the_process_may_open_files(sources, tmp
     assert int(done.stdout) == 2 * (read_manifest(tmp_path / "imagenet").splits["train"].samples // 8 * 8)
 
 
+# A process whose address space is full but for 8 MiB (`ulimit -v`, as the kernel's map table full does to mmap:
+# ENOMEM) maps a whole 64 MiB shard.
+NO_ROOM_TO_MAP = """
+import resource, sys
+from pathlib import Path
+from shards.manifest import DatasetNotReady
+from train.shard_index import mapped
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+size = int(status["VmSize"].split()[0]) * 1024 + (8 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (size, resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    mapped(Path(sys.argv[1]), None)
+except DatasetNotReady as refused:
+    print(refused)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_without_room_for_another_map_says_so_not_that_the_shard_is_damaged(tmp_path):
+    """ENOMEM from mmap (the kernel's vm.max_map_count reached, 65,530 by default: a shard a map, ImageNet-21k at a
+    small --shard-size; or `ulimit -v`) was said as "shard ... is damaged: it cannot be mapped (Cannot allocate
+    memory). Rerun prepare with --verify", which finds every shard whole and the run fails again."""
+    import warm
+
+    shard = tmp_path / "train-000000.tar"
+    shard.write_bytes(bytes(64 << 20))
+    script = tmp_path / "no_room_to_map.py"
+    script.write_text(NO_ROOM_TO_MAP)
+    done = warm.run(str(script), shard, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip()
+    assert said.startswith(f"shard {shard} cannot be mapped: this process has no room for another memory map ("), said
+    assert "vm.max_map_count" in said and "ulimit -v" in said and "damaged" not in said and "--verify" not in said
+
+
 @pytest.mark.slow
 def test_a_shard_replaced_under_a_live_loader_is_refused_not_read(prepared, tmp_path):
     """A prepare --force on the --dest of a running loader: a shard first read after it was the new dataset's,

@@ -13,6 +13,7 @@ recorded as BAD_LABEL, and `bad_labels` tells which samples of a batch carry a l
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import mmap
 import os
@@ -98,6 +99,8 @@ def mapped(path: Path, identity: tuple | None) -> memoryview:
         try:
             address = _tarindex.map_shard(fd, stat.st_size)  # watched: a SIGBUS in it is `unreadable`, not a death
         except OSError as exn:
+            if exn.errno == errno.ENOMEM:  # the process's room for maps, not the shard: --verify would find it whole
+                raise no_room_to_map(path) from None
             raise damaged_shard(path, f"it cannot be mapped ({exn.strerror or exn})") from None
     finally:
         os.close(fd)
@@ -123,6 +126,22 @@ def replaced_shard(path: Path, what: str) -> DatasetNotReady:
     return DatasetNotReady(f"shard {path} changed after this loader was made: {what} (the dataset prepared again "
                            "under a running job, or removed?). Make the loader again, or start the run again: a "
                            "resume checks that the dataset is the one its checkpoint trained on")
+
+
+def no_room_to_map(path: Path) -> DatasetNotReady:
+    """A map refused for want of room (ENOMEM): the process holds as many maps as the kernel lets it
+    (vm.max_map_count, 65,530 by default: each shard read is one, beside the libraries' and the threads'), or as
+    many as the loader watches for SIGBUS (tarindex.c's 65,536), or its address space is at `ulimit -v`. Said as a
+    damaged shard, it sent the user to prepare --verify, which found every shard whole."""
+    try:
+        maps = f"{len(Path('/proc/self/maps').read_text().splitlines()):,} maps now, "
+        limit = f"the kernel's vm.max_map_count {int(Path('/proc/sys/vm/max_map_count').read_text()):,}"
+    except (OSError, ValueError):
+        maps, limit = "", "the kernel's vm.max_map_count"
+    return DatasetNotReady(f"shard {path} cannot be mapped: this process has no room for another memory map ({maps}"
+                           f"{limit}; or its address space is at `ulimit -v`). Each shard read is one: raise "
+                           "vm.max_map_count (sysctl), read fewer shards at once (fewer splits' loaders in one "
+                           "process), or prepare with a larger --shard-size (fewer shards)")
 
 
 def shrunk_shard(path: Path) -> DatasetNotReady:
