@@ -5,9 +5,10 @@ for it and verify, as with the lock alone. The group's steps, each a gather of s
 
   1. who is here, and whether each node could set up (a refused --dest, a missing source);
   2. under the node's lock: what each node has (the dataset, or a need for it; a node that builds
-     holds its readers lock alone from here, refused where a loader reads its dataset, before any
-     node removes its own), whether it has room to read ahead, and a digest of what it would build
-     (source, options, parts, labels), which must agree;
+     holds its readers lock alone from here and checks its room for the build, refused where a loader
+     reads its dataset or the build cannot fit, before any node removes its own), whether it has room
+     to read ahead, and a digest of what it would build (source, options, parts, labels), which must
+     agree;
   3. every node that can reads its share of the parts (`SharedRead`) and streams it to the nodes
      that need data, which build from it what a one-node prepare builds;
   4. a last round, so that each node learns how the others ended.
@@ -201,9 +202,10 @@ def node_state(dest: Path, config: PrepareConfig, identity: dict, detected: Dete
         parts = {splits: pass_parts(source, splits) for splits in passes_of(source)}
         budget = read_ahead_budget(dest, source, config, builds=needs)
         ahead = parts_ahead(config.workers, part_sizes(parts), budget)
-        room = read_ahead_bytes(part_sizes(parts), ahead, config.workers) <= budget
-        if needs:  # a node builds what it receives and reads a share: SharedReader.disk_ahead
-            check_room_to_build(source, dest, config, read_ahead_bytes(part_sizes(parts), ahead, config.workers))
+        ahead_bytes = read_ahead_bytes(part_sizes(parts), ahead, config.workers)  # SharedReader.disk_ahead's
+        if needs:  # a node builds what it receives and reads a share
+            check_room_to_build(source, dest, config, ahead_bytes)
+        room = ahead_bytes <= budget
         facts = {"error": None, "needs": needs, "can_read": needs or room, "plan": plan_digest(identity, source, parts),
                  "seek_index": source.seek_index(), "table": detected.table}
         return NodeState(found, source, parts, ahead), facts
