@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import signal
@@ -131,6 +132,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the slow tests of the long files first, then every other slow test, then the quick ones; stable: in-file order kept
     items.sort(key=lambda item: (release_position(item), item.get_closest_marker("slow") is None,
                                  rank.get(item.path.name, len(rank))))
+
+
+FULL_PASSES_EVERY = 100  # gen-1 passes a full pass waits for (Python's default: 10)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fewer full passes of the garbage collector in the test process: it holds torch, the test modules and ~2,700
+    items (~450,000 objects), and each full pass walked them all, 0.2 s a pass, about 14% of a 22k prepare's tests
+    (perf). Frozen, what collection made is never walked again; the rarer full passes keep what the tests make
+    apart. A test that needs its garbage gone (a dropped loader's buffers) calls gc.collect() itself, as before.
+    Only this process: the product's processes (and every test that starts one) keep Python's default."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_PASSES_EVERY)
 
 
 @pytest.fixture(scope="session")
