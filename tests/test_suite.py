@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, NEEDS_FREE_GB
+from conftest import FULL_PASSES_EVERY, NEEDS_FREE_GB, ROOT
 from test_prepare import small_tmpfs
 
 
@@ -26,6 +27,14 @@ def test_the_suite_refuses_to_start_on_a_nearly_full_disk_in_one_line(tmp_path):
     assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"the test suite needs about {NEEDS_FREE_GB} GB free in {mount} and there are 0.1" in result.stdout + result.stderr
     assert "set TMPDIR to a larger disk" in result.stdout + result.stderr
+
+
+def test_the_test_process_has_frozen_what_collection_made_and_runs_rarer_full_collections():
+    """conftest's garbage-collector settings are in force in the process that runs the tests (and its automatic
+    collection is still on: only the full passes are rarer)."""
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 100_000  # torch's modules, the test modules, the items
+    assert gc.get_threshold()[2] == FULL_PASSES_EVERY != 10
 
 
 # ---------------------------------------------------------------- tests/warm.py: processes forked warm
