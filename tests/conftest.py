@@ -140,9 +140,9 @@ FULL_PASSES_EVERY = 100  # gen-1 passes a full pass waits for (Python's default:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fewer full passes of the garbage collector in the test process: it holds torch, the test modules and ~2,700
     items (~450,000 objects), and each full pass walked them all, 0.2 s a pass, about a seventh of the time of the
-    prepare files' quick tests (perf). Frozen, what collection made is never walked again, and what the tests make is still collected, in
-    rarer full passes. A test that needs its garbage gone (a dropped loader's buffers) calls gc.collect() itself,
-    as before. This process and what it forks (an in-process prepare's workers) only: a process started afresh
+    prepare files' quick tests (perf). Frozen, what collection made is never walked again, and what the tests make
+    is still collected, in rarer full passes. A test that needs its garbage gone (a dropped loader's buffers) calls
+    gc.collect() itself, as before. This process and what it forks (an in-process prepare's workers) only: a process started afresh
     (python -m ..., warm.py's server) keeps Python's default."""
     gc.collect()
     gc.freeze()
