@@ -142,8 +142,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items (~450,000 objects), and each full pass walked them all, 0.2 s a pass, about a seventh of the time of the
     prepare files' quick tests (perf). Frozen, what collection made is never walked again, and what the tests make
     is still collected, in rarer full passes. A test that needs its garbage gone (a dropped loader's buffers) calls
-    gc.collect() itself, as before. This process and what it forks (an in-process prepare's workers) only: a process started afresh
-    (python -m ..., warm.py's server) keeps Python's default."""
+    gc.collect() itself, as before. This process and what it forks (an in-process prepare's workers) only: a
+    process started afresh (python -m ..., warm.py's server) keeps Python's default."""
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()
